@@ -1,0 +1,38 @@
+"""fastio: feeds training jobs their data as fast as the storage allows.
+
+``import fastio`` stays light: it loads the native engine and the reader, not
+numpy, pyarrow, optuna or any framework.
+"""
+
+from __future__ import annotations
+
+from fastio._errors import (
+    DirectIOFallbackWarning,
+    EngineFallbackWarning,
+    FastIOError,
+    ReaderClosedError,
+    TruncatedFileError,
+)
+from fastio._ranges import ByteRange, Chunk, Shard
+from fastio._reader import Reader
+from fastio._settings import ReaderSettings
+from fastio._stats import ReaderStats
+from fastio._sync import new_event_loop
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ByteRange",
+    "Chunk",
+    "DirectIOFallbackWarning",
+    "EngineFallbackWarning",
+    "FastIOError",
+    "Reader",
+    "ReaderClosedError",
+    "ReaderSettings",
+    "ReaderStats",
+    "Shard",
+    "TruncatedFileError",
+    "__version__",
+    "new_event_loop",
+]

@@ -1,0 +1,82 @@
+"""What a reader is asked for (byte ranges grouped into shards) and what it yields (chunks)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = ["ByteRange", "Chunk", "Shard", "ShardLike", "as_shard"]
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRange:
+    """``length`` bytes of ``path`` from ``offset``; ``length=None`` reads to the end."""
+
+    path: str
+    offset: int = 0
+    length: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", os.fspath(self.path))  # accept PathLike too
+        if self.offset < 0:
+            raise ValueError(f"offset must be >= 0, not {self.offset} ({self.path})")
+        if self.length is not None and self.length < 0:
+            raise ValueError(f"length must be >= 0 or None, not {self.length} ({self.path})")
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """An ordered list of byte ranges whose bytes are delivered in order.
+
+    ``direct`` overrides the reader's O_DIRECT setting for this shard's files.
+    """
+
+    ranges: tuple[ByteRange, ...]
+    name: str | None = None
+    direct: bool | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranges", tuple(self.ranges))  # accept any sequence
+        if not self.ranges:
+            raise ValueError(f"shard {self.name or ''} has no byte ranges".replace("  ", " "))
+
+    @classmethod
+    def file(cls, path: str | os.PathLike[str], *, direct: bool | None = None) -> Shard:
+        """The whole of one file as a shard."""
+        path = os.fspath(path)
+        return cls((ByteRange(path),), name=path, direct=direct)
+
+
+ShardLike = Shard | str | os.PathLike[str] | ByteRange | Sequence[ByteRange]
+
+
+def as_shard(value: ShardLike) -> Shard:
+    """A :class:`Shard` from a shard, a path (the whole file), one range or a range list."""
+    if isinstance(value, Shard):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return Shard.file(value)
+    if isinstance(value, ByteRange):
+        return Shard((value,))
+    if isinstance(value, Iterable):
+        return Shard(tuple(value))
+    raise TypeError(f"expected a Shard, a path or byte ranges, not {type(value).__name__}")
+
+
+class Chunk(NamedTuple):
+    """Bytes of one range, in order. ``data`` is a zero-copy view of a reader
+    buffer; keep it as long as needed (the buffer is reused only once no view
+    of it is alive)."""
+
+    shard: int
+    """Position of the shard in the stream's input."""
+    range: int
+    """Position of the range within its shard."""
+    path: str
+    offset: int
+    """File offset of ``data[0]``."""
+    data: memoryview
+    end_of_range: bool
+    end_of_shard: bool

@@ -1,0 +1,134 @@
+"""Serving synchronous callers: an event loop on a background thread, and a
+bounded hand-off of chunk batches from that loop to the consuming thread."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["Handoff", "LoopThread", "new_event_loop"]
+
+T = TypeVar("T")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop when uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class LoopThread:
+    """An event loop running on its own daemon thread."""
+
+    def __init__(self, name: str = "fastio-loop") -> None:
+        self.loop = new_event_loop()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+    def call(self, function: Callable[[], T]) -> T:
+        """Run ``function`` on the loop thread and return its result here."""
+        if threading.current_thread() is self.thread:
+            return function()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(function())
+            except BaseException as error:
+                future.set_exception(error)
+
+        self.loop.call_soon_threadsafe(run)
+        return future.result()
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if threading.current_thread() is not self.thread:
+            self.thread.join()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Handoff:
+    """Batches passed from the loop thread (``put``) to one consumer thread
+    (``get``), holding at most ``max_bytes`` (always at least one batch)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        max_bytes: int,
+        on_wait: Callable[[float], None] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._batches: deque[tuple[list[Any], int]] = deque()
+        self._bytes = 0
+        self._space: asyncio.Future[None] | None = None
+        self._finished = False
+        self._error: BaseException | None = None
+        self._on_wait = on_wait  # told how long the consumer waited for each batch
+
+    async def put(self, batch: list[Any], nbytes: int) -> None:
+        while True:
+            with self._lock:
+                if not self._batches or self._bytes + nbytes <= self._max_bytes:
+                    self._batches.append((batch, nbytes))
+                    self._bytes += nbytes
+                    self._ready.notify()
+                    return
+                space = self._space = self._loop.create_future()
+            await space
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """No more batches; ``get`` raises ``error`` (if given) once the queue is empty."""
+        with self._lock:
+            self._finished = True
+            self._error = error
+            self._ready.notify()
+
+    def get(self) -> list[Any] | None:
+        """The next batch, or None at the end. Blocks while the producer is behind."""
+        with self._lock:
+            if not self._batches and not self._finished:
+                started = time.perf_counter()
+                while not self._batches and not self._finished:
+                    self._ready.wait()
+                if self._on_wait is not None:
+                    self._on_wait(time.perf_counter() - started)
+            if not self._batches:
+                if self._error is not None:
+                    raise self._error
+                return None
+            batch, nbytes = self._batches.popleft()
+            self._bytes -= nbytes
+            space, self._space = self._space, None
+        if space is not None:
+            try:
+                self._loop.call_soon_threadsafe(_resolve, space)
+            except RuntimeError:
+                pass  # the loop is closed: the producer is gone
+        return batch
