@@ -152,9 +152,20 @@ def plan_pieces(
     reference to it; ``read_size()`` is asked per piece, so a change made while
     the stream runs applies to the next piece."""
     group: _Group | None = None
+    numbered = enumerate(shards)
     try:
-        for shard_index, shard_like in enumerate(shards):
-            shard = as_shard(shard_like)
+        while True:
+            try:
+                shard_index, shard_like = next(numbered)
+                shard = as_shard(shard_like)
+            except StopIteration:
+                break
+            except Exception as error:  # bad input: after everything before it, then stop
+                if group is not None:
+                    pending, group = group.piece(stream), None
+                    yield pending
+                yield Piece.failed(stream, "<shards>", error)
+                return
             direct = default_direct if shard.direct is None else shard.direct
             last = len(shard.ranges) - 1
             for range_index, byte_range in enumerate(shard.ranges):

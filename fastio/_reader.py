@@ -19,6 +19,7 @@ backpressure from a slow consumer reaches storage.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import errno
 import os
@@ -51,6 +52,16 @@ _BATCH_CHUNKS = 256
 _MAX_QUEUED_PIECES = 4096
 # Share of the memory budget that the sync hand-off may hold.
 _HANDOFF_SHARE = 4
+
+
+# Readers running a background loop: closed at exit, before daemon threads stop.
+_with_background_loops: weakref.WeakSet[Reader] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_background_readers() -> None:
+    for reader in list(_with_background_loops):
+        reader.close()
 
 
 def _pump_weakly(reader_ref: weakref.ref[Reader]) -> None:
@@ -120,6 +131,7 @@ class Reader:
         self._pool = BufferPool(idle_limit=settings.memory_budget)
         self._inflight: dict[int, Piece] = {}
         self._streams: list[_Stream] = []
+        self._handoffs: set[Handoff] = set()  # of running sync streams
         self._next_tag = 0
         self._held = 0  # bytes of buffers counted against the budget
         self._reserved = 0  # budget lent to sync hand-offs
@@ -250,6 +262,9 @@ class Reader:
     def _shutdown(self) -> None:
         self._closed = True
         error = ReaderClosedError("the reader was closed while this stream was running")
+        for handoff in self._handoffs:
+            handoff.finish(error, discard=True)
+        self._handoffs.clear()
         for stream in self._streams:
             if stream.waiter is not None and not stream.waiter.done():
                 stream.waiter.set_exception(error)
@@ -328,15 +343,21 @@ class Reader:
         with self._lock:
             if self._background is None:
                 self._background = LoopThread()
+                _with_background_loops.add(self)
             loop = self._background.loop
         reserve = max(self._settings.read_size, self._settings.memory_budget // _HANDOFF_SHARE)
         handoff = Handoff(loop, reserve, on_wait=self._count_wait)
+        self._handoffs.add(handoff)
         future = asyncio.run_coroutine_threadsafe(self._feed(shards, handoff, reserve), loop)
         try:
             while (batch := handoff.get()) is not None:
-                yield from batch
-                batch = None  # (see astream)
+                for chunk in batch:
+                    if self._closed:
+                        raise ReaderClosedError("the reader was closed while streaming")
+                    yield chunk
+                batch = chunk = None  # type: ignore[assignment]  # (see astream)
         finally:
+            self._handoffs.discard(handoff)
             if not future.done() and not loop.is_closed():
                 loop.call_soon_threadsafe(future.cancel)
                 try:
@@ -441,6 +462,7 @@ class Reader:
                 if chunks:
                     break  # deliver what came before the failure first
                 queue.popleft()
+                self._drop(piece)
                 raise piece.error
             queue.popleft()
             view = _EMPTY if piece.buffer is None else memoryview(piece.buffer)

@@ -40,12 +40,18 @@ class LoopThread:
         try:
             self.loop.run_forever()
         finally:
+            # As asyncio.run does: let every task see its cancellation and clean up.
+            tasks = asyncio.all_tasks(self.loop)
+            for task in tasks:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 
     def call(self, function: Callable[[], T]) -> T:
-        """Run ``function`` on the loop thread and return its result here."""
-        if threading.current_thread() is self.thread:
+        """Run ``function`` on the loop thread and return its result here
+        (directly, if the loop is not running: nothing else can touch it then)."""
+        if threading.current_thread() is self.thread or not self.loop.is_running():
             return function()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
@@ -103,12 +109,21 @@ class Handoff:
                 space = self._space = self._loop.create_future()
             await space
 
-    def finish(self, error: BaseException | None = None) -> None:
-        """No more batches; ``get`` raises ``error`` (if given) once the queue is empty."""
+    def finish(self, error: BaseException | None = None, *, discard: bool = False) -> None:
+        """No more batches; ``get`` raises ``error`` (if given) once the queue is
+        empty, or at once with ``discard``. The first call wins."""
         with self._lock:
+            if self._finished:
+                return
             self._finished = True
             self._error = error
+            if discard:
+                self._batches.clear()
+                self._bytes = 0
             self._ready.notify()
+            space, self._space = self._space, None
+        if space is not None:
+            _resolve(space)
 
     def get(self) -> list[Any] | None:
         """The next batch, or None at the end. Blocks while the producer is behind."""

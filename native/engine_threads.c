@@ -122,8 +122,10 @@ static int threads_flush(fio_engine *engine)
 
     pthread_mutex_lock(&p->lock);
     waiting = p->queue_count;
-    if (waiting > p->idle)
-        err = spawn_workers(p, waiting - p->idle);
+    /* One thread per read in flight: threads that are finishing a read are
+     * neither idle nor free yet, so counting idle ones would overshoot. */
+    if (waiting && engine->inflight > engine->threads)
+        err = spawn_workers(p, engine->inflight - engine->threads);
     if (waiting)
         pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->lock);

@@ -1,0 +1,81 @@
+"""Shared fixtures: real files with random contents, and resource counters."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ENGINES = ("io_uring", "threads")
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def native_threads() -> int:
+    """Every thread of this process, including the engine's pthreads."""
+    return len(os.listdir("/proc/self/task"))
+
+
+class ResourceSnapshot:
+    """Counts descriptors and threads now, to compare with later."""
+
+    def __init__(self) -> None:
+        self.fds = open_fds()
+        self.tasks = native_threads()
+        self.python_threads = threading.active_count()
+
+    def assert_released(self, timeout: float = 5.0) -> None:
+        # A joined thread can stay listed in /proc for a moment while the kernel
+        # finishes its exit, and io_uring's kernel workers exit asynchronously:
+        # wait for the counts to settle rather than race them.
+        deadline = time.monotonic() + timeout
+        while native_threads() != self.tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert open_fds() == self.fds, "file descriptors leaked"
+        assert native_threads() == self.tasks, "native threads leaked"
+        assert threading.active_count() == self.python_threads, "Python threads leaked"
+
+
+@pytest.fixture
+def resources() -> ResourceSnapshot:
+    return ResourceSnapshot()
+
+
+def write_random_file(path: Path, size: int, seed: int) -> bytes:
+    data = random.Random(seed).randbytes(size)
+    path.write_bytes(data)
+    return data
+
+
+# Sizes that exercise O_DIRECT tails: empty, sub-sector, unaligned, aligned, multi-MiB.
+FILE_SIZES = (0, 1, 511, 4095, 4096, 4097, 65_537, 1_048_576, 3_000_001)
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """Files of awkward sizes on a real filesystem (one that takes O_DIRECT)."""
+    folder = tmp_path_factory.mktemp("corpus")
+    files = {}
+    for index, size in enumerate(FILE_SIZES):
+        path = folder / f"file-{index:02d}-{size}.bin"
+        files[str(path)] = write_random_file(path, size, seed=index)
+    return files
+
+
+@pytest.fixture
+def make_file(tmp_path: Path) -> Callable[[int], tuple[str, bytes]]:
+    counter = iter(range(1_000_000))
+
+    def make(size: int) -> tuple[str, bytes]:
+        index = next(counter)
+        path = tmp_path / f"made-{index}.bin"
+        return str(path), write_random_file(path, size, seed=1000 + index)
+
+    return make

@@ -1,0 +1,63 @@
+"""Package hygiene: import cost, heavy modules kept out, public names exported once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import fastio
+
+HEAVY = ("optuna", "pyarrow", "torch", "numpy", "tensorflow", "jax", "pandas", "fsspec")
+
+MEASURE = """
+import json, sys, time
+started = time.perf_counter()
+import fastio
+elapsed = time.perf_counter() - started
+print(json.dumps({"seconds": elapsed, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_import_is_fast_and_light() -> None:
+    runs = []
+    for _ in range(5):  # the fastest of a few runs: CI machines are noisy
+        output = subprocess.run(
+            [sys.executable, "-c", MEASURE], capture_output=True, text=True, check=True
+        ).stdout
+        runs.append(json.loads(output))
+    fastest = min(run["seconds"] for run in runs)
+    assert fastest < 0.150, f"import fastio took {fastest * 1000:.0f} ms"
+    loaded = set(runs[0]["modules"])
+    assert not [name for name in HEAVY if name in loaded]
+
+
+def test_every_public_name_is_exported_once() -> None:
+    assert len(fastio.__all__) == len(set(fastio.__all__))
+    for name in fastio.__all__:
+        assert hasattr(fastio, name), name
+    # Each name in a private module's __all__ that fastio re-exports is the same object.
+    from fastio import _errors, _ranges, _reader, _settings, _stats
+
+    exported = {}
+    for module in (_errors, _ranges, _reader, _settings, _stats):
+        for name in module.__all__:
+            assert name not in exported, f"{name} defined in two modules"
+            exported[name] = getattr(module, name)
+    for name in fastio.__all__:
+        if name in exported:
+            assert getattr(fastio, name) is exported[name]
+
+
+def test_version_matches_the_distribution() -> None:
+    from importlib.metadata import version
+
+    assert fastio.__version__ == version("fastio")
+
+
+def test_typing_stub_and_marker_ship_with_the_package() -> None:
+    from importlib.resources import files
+
+    package = files("fastio")
+    assert package.joinpath("py.typed").is_file()
+    assert "class Engine" in package.joinpath("_native.pyi").read_text()
