@@ -245,4 +245,5 @@ cdef class AlignedBuffer:
         self.exports -= 1
 
     def __repr__(self):
-        return f"<AlignedBuffer size={self._size} alignment={self.alignment} exports={self.exports}>"
+        return (f"<AlignedBuffer size={self._size} alignment={self.alignment} "
+                f"exports={self.exports}>")

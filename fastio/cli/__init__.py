@@ -1,0 +1,22 @@
+"""``fastio-bench``: measure, compare and (with later subcommands) tune reads.
+
+Each subcommand lives in its own module and registers itself on :data:`main`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from fastio.cli import _demo, _run
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="fastio")
+def main() -> None:
+    """Measure how fast fastio reads your storage, next to plain Python."""
+
+
+main.add_command(_demo.demo)
+main.add_command(_run.run)
+
+__all__ = ["main"]

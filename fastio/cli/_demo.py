@@ -1,0 +1,90 @@
+"""``fastio-bench demo``: a synthetic sharded dataset, read by fastio and by plain Python."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from fastio._settings import ReaderSettings
+from fastio.cli._measure import read_with_fastio, read_with_python
+from fastio.cli._options import SIZE
+from fastio.cli._report import byte_progress, print_table
+
+_WRITE_BLOCK = 1 << 20
+
+
+def write_demo_dataset(folder: Path, shards: int, shard_size: int, seed: int = 0) -> list[str]:
+    """``shards`` files of ``shard_size`` pseudo-random bytes (incompressible, so
+    no filesystem or device shortcut flatters the numbers)."""
+    import numpy as np
+
+    generator = np.random.default_rng(seed)
+    paths = []
+    with byte_progress("writing the demo dataset", shards * shard_size) as advance:
+        for index in range(shards):
+            path = folder / f"train-{index:04d}.bin"
+            with open(path, "wb") as handle:
+                remaining = shard_size
+                while remaining:
+                    block = min(remaining, _WRITE_BLOCK)
+                    handle.write(generator.bytes(block))
+                    remaining -= block
+                    if advance is not None:
+                        advance(block)
+            paths.append(str(path))
+    return paths
+
+
+@click.command()
+@click.option("--shards", type=click.IntRange(1, 100_000), default=16, show_default=True)
+@click.option("--shard-size", type=SIZE, default="16MiB", show_default=True)
+@click.option(
+    "--folder",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to write the dataset (default: a temporary folder, removed after).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def demo(shards: int, shard_size: int, folder: Path | None, as_json: bool) -> None:
+    """Write a small synthetic sharded dataset, read it with fastio and with
+    plain Python, and print both throughputs side by side.
+
+    The files were just written, so both read from the page cache: this shows
+    the per-byte cost of each reader, not the disk (see benchmarks/ for cold reads).
+    """
+    settings = ReaderSettings()
+    temporary = folder is None
+    root = Path(tempfile.mkdtemp(prefix="fastio-demo-")) if folder is None else folder
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        files = write_demo_dataset(root, shards, shard_size)
+        with byte_progress("plain Python", shards * shard_size, quiet=as_json) as advance:
+            python = read_with_python(files, settings.read_size, advance)
+        with byte_progress("fastio", shards * shard_size, quiet=as_json) as advance:
+            fast = read_with_fastio(files, settings, advance)
+    finally:
+        if temporary:
+            shutil.rmtree(root, ignore_errors=True)
+    if fast.bytes != python.bytes:
+        raise click.ClickException(f"fastio read {fast.bytes} bytes, Python {python.bytes}")
+    if as_json:
+        result = {
+            "dataset": {"shards": shards, "shard_size": shard_size, "folder": str(root)},
+            "fastio": fast.as_dict(),
+            "python": python.as_dict(),
+            "speedup": fast.mb_per_s / python.mb_per_s,
+        }
+        json.dump(result, sys.stdout)
+        sys.stdout.write("\n")
+        return
+    where = "a temporary folder" if temporary else os.fspath(root)
+    print_table(
+        f"demo: {shards} shards x {shard_size / 2**20:g} MiB in {where} (warm page cache)",
+        [python, fast],
+        baseline=python,
+    )

@@ -1,0 +1,115 @@
+"""Tables and progress bars for fastio-bench (rich), on stderr for progress."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from rich.console import Console
+
+    from fastio.cli._measure import Measurement, ProgressCallback
+
+
+@functools.cache
+def console() -> Console:
+    from rich.console import Console
+
+    return Console()
+
+
+@functools.cache
+def error_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@contextlib.contextmanager
+def byte_progress(label: str, total: int, quiet: bool = False) -> Iterator[ProgressCallback | None]:
+    """A progress bar over ``total`` bytes on stderr; yields the callback that
+    advances it (None when quiet or stderr is not a terminal)."""
+    if quiet or not error_console().is_terminal:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=error_console(), transient=True) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda count: progress.advance(task, count)
+
+
+def print_table(
+    title: str,
+    measurements: Sequence[Measurement],
+    extra: dict[str, Any] | None = None,
+    baseline: Measurement | None = None,
+) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("method", "MB/s", "GiB", "seconds", "settings"):
+        table.add_column(
+            column, justify="right" if column in ("MB/s", "GiB", "seconds") else "left"
+        )
+    if baseline is not None:
+        table.add_column(f"vs {baseline.method}", justify="right")
+    for measurement in measurements:
+        row = [
+            measurement.method,
+            f"{measurement.mb_per_s:,.0f}",
+            f"{measurement.bytes / 2**30:.2f}",
+            f"{measurement.seconds:.3f}",
+            _describe(measurement.settings),
+        ]
+        if baseline is not None:
+            row.append(f"{measurement.mb_per_s / baseline.mb_per_s:.2f}x")
+        table.add_row(*row)
+    console().print(table)
+    stats = next((m.stats for m in measurements if m.stats is not None), None)
+    if stats is not None:
+        p50, p99 = stats.latency_percentile(0.5), stats.latency_percentile(0.99)
+        console().print(
+            f"requests {stats.requests:,}  latency p50 {p50 * 1e3:.2f} ms  p99 {p99 * 1e3:.2f} ms  "
+            f"consumer waited {stats.wait_seconds:.3f} s  "
+            f"backpressure {stats.backpressure_seconds:.3f} s"
+        )
+    if extra:
+        console().print("  ".join(f"{key} {value}" for key, value in extra.items()))
+
+
+def _describe(settings: dict[str, Any]) -> str:
+    if not settings:
+        return ""
+    parts = []
+    for key in ("engine", "outstanding_requests", "read_size", "direct"):
+        if key in settings:
+            value = settings[key]
+            if key == "read_size":
+                value = _size(value)
+            parts.append(f"{key}={value}")
+    return " ".join(parts)
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale and count % scale == 0:
+            return f"{count // scale}{unit}"
+    return str(count)
