@@ -116,8 +116,11 @@ def run_python(paths: list[str], bs: int, direct: bool) -> float:
 
 
 def run_fastio(paths: list[str], engine: str, qd: int, bs: int, direct: bool) -> float:
+    # fio keeps qd x bs bytes in flight; give fastio room for as much plus its
+    # read-ahead and the sync hand-off, or the budget, not the knobs, sets the depth.
+    budget = max(fastio.ReaderSettings().memory_budget, 3 * qd * bs)
     settings = fastio.ReaderSettings(
-        engine=engine, outstanding_requests=qd, read_size=bs, direct=direct
+        engine=engine, outstanding_requests=qd, read_size=bs, direct=direct, memory_budget=budget
     )
     return read_with_fastio(paths, settings).mb_per_s
 

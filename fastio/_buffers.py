@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from fastio._native import DIRECT_ALIGNMENT, AlignedBuffer
+from fastio._native import DIRECT_ALIGNMENT, HUGE_PAGE, AlignedBuffer, allocate_buffers
 
 __all__ = ["BufferPool", "bucket_size"]
 
@@ -46,10 +46,15 @@ class BufferPool:
         if not free:
             self._reclaim_lent()
             free = self._free.get(size)
-        if free:
-            self._idle_bytes -= size
-            return free.pop()
-        return AlignedBuffer(size, DIRECT_ALIGNMENT)
+        if not free:
+            # A whole huge page's worth at once: buffers of one region are
+            # physically contiguous (native/hugemem.h says why reads care).
+            fresh = allocate_buffers(size, max(1, HUGE_PAGE // size))
+            for buffer in fresh[1:]:
+                self._keep(buffer)
+            return fresh[0]
+        self._idle_bytes -= size
+        return free.pop()
 
     def give_back(self, buffer: AlignedBuffer) -> None:
         if buffer.exports:

@@ -5,6 +5,15 @@ from typing import Literal
 from typing_extensions import Buffer
 
 DIRECT_ALIGNMENT: int
+HUGE_PAGE: int
+
+def allocate_buffers(size: int, count: int) -> list[AlignedBuffer]: ...
+
+class Region:
+    """A huge-page-advised mapping that buffers are carved from."""
+
+    def __init__(self, size: int) -> None: ...
+    def __len__(self) -> int: ...
 
 class Engine:
     """Positional reads into caller buffers, completed asynchronously."""
@@ -41,7 +50,9 @@ class AlignedBuffer:
 
     alignment: int
     exports: int
-    def __init__(self, size: int, alignment: int = 4096) -> None: ...
+    def __init__(
+        self, size: int, alignment: int = 4096, region: Region | None = None, offset: int = 0
+    ) -> None: ...
     def __len__(self) -> int: ...
     @property
     def address(self) -> int: ...

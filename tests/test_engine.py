@@ -214,3 +214,35 @@ def test_aligned_buffer_counts_exports() -> None:
     assert buffer.exports == 1
     del array
     assert buffer.exports == 0
+
+
+def test_buffers_carved_from_one_huge_page_region() -> None:
+    from fastio._native import HUGE_PAGE, allocate_buffers
+
+    buffers = allocate_buffers(1 << 20, 4)
+    addresses = [buffer.address for buffer in buffers]
+    assert addresses[0] % HUGE_PAGE == 0  # the region starts on a huge page
+    assert addresses == [addresses[0] + i * (1 << 20) for i in range(4)]
+    memoryview(buffers[3])[:] = b"\x07" * (1 << 20)
+    survivor = buffers[3]
+    del buffers
+    import gc
+
+    gc.collect()
+    # The region stays mapped while any buffer carved from it is alive.
+    assert bytes(memoryview(survivor)[:4]) == b"\x07" * 4
+    with pytest.raises(ValueError, match="multiple of 4096"):
+        allocate_buffers(1000, 1)
+
+
+def test_views_in_garbage_cycles_are_collected_safely() -> None:
+    import gc
+
+    from fastio._native import allocate_buffers
+
+    for _ in range(50):
+        buffers = allocate_buffers(65_536, 32)
+        cycle: list[object] = [memoryview(buffer) for buffer in buffers]
+        cycle.append(cycle)
+        del buffers, cycle
+        gc.collect()

@@ -33,6 +33,19 @@ cdef extern from "engine.h" nogil:
     void fio_engine_destroy(fio_engine *engine)
 
 
+cdef extern from "hugemem.h" nogil:
+    size_t FIO_HUGE_PAGE
+
+    ctypedef struct fio_region:
+        void *mapping
+        size_t mapped_len
+        char *data
+        size_t size
+
+    int fio_region_map(fio_region *region, size_t size)
+    void fio_region_unmap(fio_region *region)
+
+
 cdef class Engine:
     cdef fio_engine *_engine
     cdef Py_buffer *_views
@@ -47,9 +60,15 @@ cdef class Engine:
     cdef int _reap_into(self, list results) except -1
 
 
+cdef class Region:
+    cdef fio_region _region
+
+
 cdef class AlignedBuffer:
     cdef char *_data
     cdef Py_ssize_t _size
     cdef Py_ssize_t _itemsize
+    cdef Region _owner  # the region the bytes are carved from, kept alive with them
+    cdef bint _owns_data  # allocated by us (posix_memalign): free it
     cdef readonly Py_ssize_t alignment
     cdef readonly Py_ssize_t exports

@@ -1,0 +1,34 @@
+#define _GNU_SOURCE
+#include "hugemem.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+int fio_region_map(fio_region *region, size_t size)
+{
+    size_t rounded = (size + FIO_HUGE_PAGE - 1) & ~(FIO_HUGE_PAGE - 1);
+    size_t mapped_len = rounded + FIO_HUGE_PAGE; /* room to align the start */
+    char *mapping = mmap(NULL, mapped_len, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mapping == MAP_FAILED)
+        return -errno;
+    char *data = (char *)(((uintptr_t)mapping + FIO_HUGE_PAGE - 1) & ~(uintptr_t)(FIO_HUGE_PAGE - 1));
+#ifdef MADV_HUGEPAGE
+    /* Advice only: without THP the region still works with small pages. */
+    (void)madvise(data, rounded, MADV_HUGEPAGE);
+#endif
+    region->mapping = mapping;
+    region->mapped_len = mapped_len;
+    region->data = data;
+    region->size = rounded;
+    return 0;
+}
+
+void fio_region_unmap(fio_region *region)
+{
+    if (region->mapping) {
+        munmap(region->mapping, region->mapped_len);
+        region->mapping = NULL;
+    }
+}
