@@ -48,12 +48,16 @@ __all__ = ["Reader"]
 _EMPTY = memoryview(b"")
 # Chunks handed over per batch (the sync hand-off moves batches, not chunks).
 _BATCH_CHUNKS = 256
-# Pieces a stream may have queued (in flight plus read ahead), as a multiple of
-# outstanding_requests. Read-ahead hides storage latency that varies from read
+# Bytes a stream may have queued (in flight plus read ahead): READ_AHEAD_FACTOR
+# times what outstanding_requests reads of read_size hold, and at least
+# READ_AHEAD_MIN_BYTES. Read-ahead hides storage latency that varies from read
 # to read, but on cached data reads finish at once and an unbounded read-ahead
-# cycles through the whole budget of cache-cold buffers: a window of twice the
-# reads in flight keeps buffers warm (see benchmarks/bench_read.py).
+# cycles through the whole budget of cache-cold buffers; twice the reads in
+# flight keeps buffers warm. The floor keeps small reads in batches worth
+# handing from thread to thread (see benchmarks/bench_read.py).
 READ_AHEAD_FACTOR = 2
+READ_AHEAD_MIN_BYTES = 4 << 20
+_MAX_QUEUED_PIECES = 4096
 # Share of the memory budget that the sync hand-off may hold.
 _HANDOFF_SHARE = 4
 
@@ -78,11 +82,12 @@ class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
     __slots__ = ("closed", "count_wait", "delivered", "exhausted", "lookahead", "plan", "queue",
-                 "waiter")  # fmt: skip
+                 "queued_bytes", "waiter")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
         self.plan: Iterator[Piece] = iter(())
         self.queue: deque[Piece] = deque()  # submitted or finished, in delivery order
+        self.queued_bytes = 0  # buffer bytes of the pieces in `queue`
         self.lookahead: Piece | None = None  # planned, waiting for budget or a slot
         self.delivered: list[Piece] = []  # taken by the consumer, released on its next ask
         self.waiter: asyncio.Future[None] | None = None
@@ -415,6 +420,7 @@ class Reader:
                 self._drop(piece)
             # pieces still in flight are dropped when they complete
         stream.queue.clear()
+        stream.queued_bytes = 0
         if stream.lookahead is not None and stream.lookahead.file is not None:
             self._files.release(stream.lookahead.file)
         stream.lookahead = None
@@ -466,10 +472,16 @@ class Reader:
                 if chunks:
                     break  # deliver what came before the failure first
                 queue.popleft()
+                if piece.buffer is not None:
+                    stream.queued_bytes -= len(piece.buffer)
                 self._drop(piece)
                 raise piece.error
             queue.popleft()
-            view = _EMPTY if piece.buffer is None else memoryview(piece.buffer)
+            if piece.buffer is None:
+                view = _EMPTY
+            else:
+                view = memoryview(piece.buffer)
+                stream.queued_bytes -= len(piece.buffer)
             for (
                 shard,
                 rng,
@@ -533,15 +545,20 @@ class Reader:
         """Start reads while slots, budget and planned pieces allow; returns how many."""
         engine = self._engine
         assert engine is not None
-        limit = self._settings.outstanding_requests
-        window = limit * READ_AHEAD_FACTOR
-        budget = self._settings.memory_budget - self._reserved
+        settings = self._settings
+        limit = settings.outstanding_requests
+        window = max(limit * settings.read_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
+        budget = settings.memory_budget - self._reserved
         inflight, pool = self._inflight, self._pool
         submitted = 0
         throttled = False
         for stream in self._streams:
             queue = stream.queue
-            while len(inflight) < limit and len(queue) < window:
+            while (
+                len(inflight) < limit
+                and stream.queued_bytes < window
+                and len(queue) < _MAX_QUEUED_PIECES
+            ):
                 piece = stream.next_piece()
                 if piece is None:
                     break
@@ -566,6 +583,7 @@ class Reader:
                 inflight[tag] = piece
                 self._held += size
                 queue.append(piece)
+                stream.queued_bytes += size
                 submitted += 1
         if submitted:
             engine.flush()

@@ -18,6 +18,12 @@ int fio_region_map(fio_region *region, size_t size)
     /* Advice only: without THP the region still works with small pages. */
     (void)madvise(data, rounded, MADV_HUGEPAGE);
 #endif
+#ifdef MADV_POPULATE_WRITE
+    /* Fault the pages in now, once: a fault in the middle of io_uring's inline
+     * copy of cached data makes it hand the read to a kernel worker instead
+     * (Linux 5.14+; older kernels fault on first use as before). */
+    (void)madvise(data, rounded, MADV_POPULATE_WRITE);
+#endif
     region->mapping = mapping;
     region->mapped_len = mapped_len;
     region->data = data;
