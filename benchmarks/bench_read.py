@@ -17,8 +17,12 @@ huge-page-backed buffers; some devices (virtio-blk: 254 segments per request)
 split reads into 4 KiB-page buffers, so fio with default memory understates
 what the device can do.
 
-Every cell is the median of ``--repeats`` runs. Results print as a table with
-ratios to fio, and are written as JSON (and a plot with ``--plot``).
+Every cell is the median of ``--repeats`` runs. Within each repeat the methods
+run in a shuffled (seeded) order: on a virtual disk the first reader after a
+pause or after another workload is often slower, and a fixed order would always
+hand that penalty to the same method. One untimed pass warms everything up
+first. Results print as a table with ratios to fio, and are written as JSON
+(and a plot with ``--plot``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import contextlib
 import json
 import mmap
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -163,6 +168,7 @@ def run_fastio(paths: list[str], engine: str, qd: int, bs: int, direct: bool) ->
 
 def measure(args: argparse.Namespace, paths: list[str], huge_mount: str | None) -> list[Cell]:
     cells: list[Cell] = []
+    order = random.Random(args.seed)
     have_fio = shutil.which("fio") is not None
     if not have_fio:
         print("fio is not installed: the plain Python loop is the reference", file=sys.stderr)
@@ -181,6 +187,7 @@ def measure(args: argparse.Namespace, paths: list[str], huge_mount: str | None) 
                             plan.append(("fio-psync", "psync"))
                     if qd == args.grid_q[0]:
                         plan.append(("python", ""))
+                    order.shuffle(plan)
                     for method, engine in plan:
                         if mode == "cold":
                             drop_caches()
@@ -295,6 +302,7 @@ def main() -> None:
     parser.add_argument("--size", type=parse_size, default=parse_size("2GiB"))
     parser.add_argument("--files", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help="for the order of methods")
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["cold", "warm"])
     parser.add_argument("--engines", type=lambda s: s.split(","), default=["io_uring", "threads"])
     parser.add_argument(
@@ -315,6 +323,8 @@ def main() -> None:
     paths = make_dataset(args.dir, args.size, args.files)
     started = time.time()
     largest = max(args.grid_q) * max(args.grid_bs)
+    warm_up_pass = fastio.ReaderSettings(direct="cold" in args.modes)
+    read_with_fastio(paths, warm_up_pass)  # untimed: first-run effects land here
     with hugetlbfs(largest) as huge_mount:
         cells = measure(args, paths, huge_mount)
     print_table(cells)
