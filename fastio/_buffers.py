@@ -36,10 +36,6 @@ class BufferPool:
         self._lent: deque[AlignedBuffer] = deque()
         self._lent_bytes = 0
 
-    @property
-    def idle_bytes(self) -> int:
-        return self._idle_bytes
-
     def take(self, nbytes: int) -> AlignedBuffer:
         size = bucket_size(nbytes)
         free = self._free.get(size)

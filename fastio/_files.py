@@ -49,10 +49,6 @@ class FileTable:
         self._idle: OrderedDict[tuple[str, bool], OpenFile] = OrderedDict()
         self._direct_refused: set[int] = set()  # st_dev of filesystems that refused O_DIRECT
 
-    @property
-    def open_count(self) -> int:
-        return len(self._files)
-
     def acquire(self, path: str, direct: bool) -> OpenFile:
         """An open file for ``path`` with one more reference. Raises the OSError
         subclass of the failure (FileNotFoundError, PermissionError,

@@ -246,10 +246,8 @@ class Reader:
         while engine.inflight:
             engine.wait(0.1)
             self._reap()
-        try:
+        with contextlib.suppress(RuntimeError, ValueError):  # a closed loop: nothing to remove
             loop.remove_reader(engine.fileno())
-        except (RuntimeError, ValueError):
-            pass  # the loop is closed; nothing to remove
         self._loop = None
 
     def close(self) -> None:
@@ -369,10 +367,10 @@ class Reader:
             self._handoffs.discard(handoff)
             if not future.done() and not loop.is_closed():
                 loop.call_soon_threadsafe(future.cancel)
-                try:
+                # Cancelled because the consumer stopped early, or failed because
+                # the reader was closed: either way the feeder has cleaned up.
+                with contextlib.suppress(BaseException):
                     future.result()
-                except BaseException:
-                    pass  # the consumer stopped early or the reader was closed
 
     def _count_wait(self, seconds: float) -> None:
         self._wait_seconds += seconds

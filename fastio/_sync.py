@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections import deque
@@ -142,8 +143,6 @@ class Handoff:
             self._bytes -= nbytes
             space, self._space = self._space, None
         if space is not None:
-            try:
+            with contextlib.suppress(RuntimeError):  # a closed loop: the producer is gone
                 self._loop.call_soon_threadsafe(_resolve, space)
-            except RuntimeError:
-                pass  # the loop is closed: the producer is gone
         return batch
