@@ -1,5 +1,6 @@
 """Typed surface of the native extension (native/fastio/_native.pyx)."""
 
+from array import array
 from typing import Literal
 
 from typing_extensions import Buffer
@@ -8,6 +9,11 @@ DIRECT_ALIGNMENT: int
 HUGE_PAGE: int
 
 def allocate_buffers(size: int, count: int) -> list[AlignedBuffer]: ...
+def crc32c(data: Buffer, value: int = 0, portable: bool = False) -> int: ...
+def scan_tfrecords(
+    data: Buffer, verify: bool = True
+) -> tuple[array[int], array[int], int, tuple[str, int] | None]: ...
+def split_lines(data: Buffer) -> tuple[array[int], int]: ...
 
 class Region:
     """A huge-page-advised mapping that buffers are carved from."""

@@ -46,6 +46,23 @@ cdef extern from "hugemem.h" nogil:
     void fio_region_unmap(fio_region *region)
 
 
+cdef extern from "framing.h" nogil:
+    ctypedef struct fio_record:
+        uint64_t offset
+        uint64_t length
+
+    ctypedef struct fio_frame_error:
+        int kind
+        uint64_t offset
+
+    uint32_t fio_crc32c(uint32_t crc, const void *data, size_t len)
+    uint32_t fio_crc32c_portable(uint32_t crc, const void *data, size_t len)
+    size_t fio_tfrecord_scan(const unsigned char *buf, size_t len, int verify, fio_record *out,
+                             size_t max_out, size_t *consumed, fio_frame_error *error)
+    size_t fio_split_lines(const unsigned char *buf, size_t len, uint64_t *ends, size_t max_out,
+                           size_t *consumed)
+
+
 cdef class Engine:
     cdef fio_engine *_engine
     cdef Py_buffer *_views

@@ -5,11 +5,13 @@ Policy (which engine, warnings, retries) lives in fastio, not here."""
 
 cimport cython
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES, PyBUF_WRITABLE
-from cpython.buffer cimport PyBuffer_Release, PyObject_GetBuffer
+from cpython cimport array
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport uintptr_t
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport calloc, free, malloc
 from posix.stdlib cimport posix_memalign
 
+import array as _array
 import os
 
 DIRECT_ALIGNMENT = 4096
@@ -297,3 +299,116 @@ cdef class AlignedBuffer:
     def __repr__(self):
         return (f"<AlignedBuffer size={self._size} alignment={self.alignment} "
                 f"exports={self.exports}>")
+
+
+# ---- record framing (framing.h): offsets into the caller's buffer, no copies ----
+
+cdef array.array _OFFSETS = _array.array("Q")
+# Records or lines found per pass without the GIL, between appends to the arrays.
+cdef enum:
+    _FRAMING_BATCH = 4096
+
+_FRAME_ERRORS = {1: "length_crc", 2: "data_crc"}
+
+
+def crc32c(object data, unsigned int value=0, bint portable=False):
+    """CRC-32C (Castagnoli) of ``data``, continuing from ``value`` (the CRC of the
+    bytes before it): ``crc32c(b, crc32c(a)) == crc32c(a + b)``. ``portable``
+    forces the table-driven code that CPUs without CRC instructions run."""
+    cdef Py_buffer view
+    cdef uint32_t result
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        with nogil:
+            if portable:
+                result = fio_crc32c_portable(value, view.buf, <size_t>view.len)
+            else:
+                result = fio_crc32c(value, view.buf, <size_t>view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return result
+
+
+cdef inline void _append(array.array target, const uint64_t *values, size_t count,
+                         uint64_t shift):
+    cdef Py_ssize_t start = len(target)
+    cdef size_t index
+    array.resize_smart(target, start + count)
+    for index in range(count):
+        target.data.as_ulonglongs[start + index] = values[index] + shift
+
+
+def scan_tfrecords(object data, bint verify=True):
+    """Find the complete TFRecord records at the start of ``data``.
+
+    Returns ``(offsets, lengths, consumed, error)``: the records' data offsets and
+    lengths (``array('Q')``), where the next scan should start, and ``None`` or
+    ``(kind, offset)`` for a checksum mismatch (``"length_crc"`` or
+    ``"data_crc"``) in the record whose header is at ``offset``. Records before a
+    mismatch are returned; a record cut off at the end is left for the next scan.
+    Runs without the GIL.
+    """
+    cdef Py_buffer view
+    cdef fio_record *found = <fio_record *>malloc(_FRAMING_BATCH * sizeof(fio_record))
+    cdef uint64_t *parts = <uint64_t *>malloc(_FRAMING_BATCH * sizeof(uint64_t))
+    cdef array.array offsets = array.clone(_OFFSETS, 0, False)
+    cdef array.array lengths = array.clone(_OFFSETS, 0, False)
+    cdef size_t total = 0, consumed = 0, count = 0, index
+    cdef fio_frame_error error
+    cdef const unsigned char *start
+    if found == NULL or parts == NULL:
+        free(found)
+        free(parts)
+        raise MemoryError()
+    error.kind = 0
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        start = <const unsigned char *>view.buf
+        while True:
+            with nogil:
+                count = fio_tfrecord_scan(start + total, <size_t>view.len - total, verify,
+                                          found, _FRAMING_BATCH, &consumed, &error)
+            for index in range(count):
+                parts[index] = found[index].offset
+            _append(offsets, parts, count, total)
+            for index in range(count):
+                parts[index] = found[index].length
+            _append(lengths, parts, count, 0)
+            if error.kind:
+                error.offset += total
+            total += consumed
+            if error.kind or count < _FRAMING_BATCH:
+                break
+    finally:
+        PyBuffer_Release(&view)
+        free(found)
+        free(parts)
+    problem = (_FRAME_ERRORS[error.kind], error.offset) if error.kind else None
+    return offsets, lengths, total, problem
+
+
+def split_lines(object data):
+    """End offsets (positions of ``\\n``) of the complete lines at the start of
+    ``data`` as ``array('Q')``, and where the next scan should start."""
+    cdef Py_buffer view
+    cdef uint64_t *ends = <uint64_t *>malloc(_FRAMING_BATCH * sizeof(uint64_t))
+    cdef array.array result = array.clone(_OFFSETS, 0, False)
+    cdef size_t total = 0, consumed = 0, count = 0
+    cdef const unsigned char *start
+    if ends == NULL:
+        raise MemoryError()
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        start = <const unsigned char *>view.buf
+        while True:
+            with nogil:
+                count = fio_split_lines(start + total, <size_t>view.len - total, ends,
+                                        _FRAMING_BATCH, &consumed)
+            _append(result, ends, count, total)
+            total += consumed
+            if count < _FRAMING_BATCH:
+                break
+    finally:
+        PyBuffer_Release(&view)
+        free(ends)
+    return result, total
