@@ -14,6 +14,9 @@ def scan_tfrecords(
     data: Buffer, verify: bool = True
 ) -> tuple[array[int], array[int], int, tuple[str, int] | None]: ...
 def split_lines(data: Buffer) -> tuple[array[int], int]: ...
+def scan_tar(
+    data: Buffer,
+) -> tuple[list[tuple[str, int, int, str, int]], int, bool, tuple[str, int] | None]: ...
 
 class Region:
     """A huge-page-advised mapping that buffers are carved from."""

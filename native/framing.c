@@ -163,3 +163,202 @@ size_t fio_split_lines(const uint8_t *buf, size_t len, uint64_t *ends, size_t ma
     *consumed = pos;
     return count;
 }
+
+/* ---- tar ------------------------------------------------------------------------ */
+
+#define TAR_BLOCK 512
+
+static size_t field_length(const uint8_t *field, size_t width)
+{
+    const uint8_t *nul = memchr(field, 0, width);
+    return nul ? (size_t)(nul - field) : width;
+}
+
+/* Octal ASCII (space or NUL padded) or GNU base-256 (high bit of the first byte). */
+static int parse_number(const uint8_t *field, size_t width, uint64_t *value)
+{
+    uint64_t result = 0;
+    size_t i = 0;
+    if (field[0] & 0x80) {
+        result = field[0] & 0x3f;
+        for (i = 1; i < width; i++) {
+            if (result >> 56)
+                return -1;
+            result = (result << 8) | field[i];
+        }
+        *value = result;
+        return 0;
+    }
+    while (i < width && (field[i] == ' ' || field[i] == 0))
+        i++;
+    int digits = 0;
+    while (i < width && field[i] >= '0' && field[i] <= '7') {
+        if (result >> 61)
+            return -1;
+        result = (result << 3) | (uint64_t)(field[i] - '0');
+        i++;
+        digits++;
+    }
+    while (i < width && (field[i] == ' ' || field[i] == 0))
+        i++;
+    if (i != width || !digits)
+        return -1;
+    *value = result;
+    return 0;
+}
+
+static int header_checksum_ok(const uint8_t *block)
+{
+    uint64_t stored;
+    unsigned long unsigned_sum = 0;
+    long signed_sum = 0;
+    if (parse_number(block + 148, 8, &stored))
+        return 0;
+    for (int i = 0; i < TAR_BLOCK; i++) {
+        uint8_t byte = (i >= 148 && i < 156) ? ' ' : block[i];
+        unsigned_sum += byte;
+        signed_sum += (signed char)byte;
+    }
+    /* Some old writers summed signed chars; accept both, as GNU tar does. */
+    return stored == unsigned_sum || (long)stored == signed_sum;
+}
+
+static int all_zero(const uint8_t *block)
+{
+    for (int i = 0; i < TAR_BLOCK; i++)
+        if (block[i])
+            return 0;
+    return 1;
+}
+
+static uint64_t padded(uint64_t size)
+{
+    return (size + TAR_BLOCK - 1) & ~(uint64_t)(TAR_BLOCK - 1);
+}
+
+/* Pax records are "<length> <key>=<value>\n". Picks out path and size. */
+static int parse_pax(const uint8_t *data, uint64_t size, uint64_t base, uint64_t *path_offset,
+                     uint32_t *path_length, int *has_path, uint64_t *pax_size, int *has_size)
+{
+    uint64_t pos = 0;
+    while (pos < size) {
+        uint64_t length = 0, i = pos;
+        while (i < size && data[i] >= '0' && data[i] <= '9')
+            length = length * 10 + (uint64_t)(data[i++] - '0');
+        if (i >= size || data[i] != ' ' || length == 0 || pos + length > size ||
+            data[pos + length - 1] != '\n')
+            return data[pos] == 0 ? 0 : -1; /* trailing NUL padding is fine */
+        const uint8_t *key = data + i + 1;
+        const uint8_t *end = data + pos + length - 1;
+        const uint8_t *equals = memchr(key, '=', (size_t)(end - key));
+        if (!equals)
+            return -1;
+        size_t key_length = (size_t)(equals - key);
+        const uint8_t *value = equals + 1;
+        if (key_length == 4 && !memcmp(key, "path", 4)) {
+            *path_offset = base + (uint64_t)(value - data);
+            *path_length = (uint32_t)(end - value);
+            *has_path = 1;
+        } else if (key_length == 4 && !memcmp(key, "size", 4)) {
+            uint64_t number = 0;
+            for (const uint8_t *p = value; p < end; p++) {
+                if (*p < '0' || *p > '9')
+                    return -1;
+                number = number * 10 + (uint64_t)(*p - '0');
+            }
+            *pax_size = number;
+            *has_size = 1;
+        }
+        pos += length;
+    }
+    return 0;
+}
+
+size_t fio_tar_scan(const uint8_t *buf, size_t len, fio_tar_member *out, size_t max_out,
+                    size_t *consumed, int *at_end, fio_frame_error *error)
+{
+    size_t pos = 0, count = 0;
+
+    *at_end = 0;
+    error->kind = FIO_TAR_OK;
+    error->offset = 0;
+    while (count < max_out) {
+        /* One member: optional GNU long-name and pax blocks, then its header. */
+        size_t member_start = pos, cursor = pos;
+        uint64_t long_name_offset = 0, pax_path_offset = 0, pax_size = 0;
+        uint32_t long_name_length = 0, pax_path_length = 0;
+        int has_long_name = 0, has_pax_path = 0, has_pax_size = 0, complete = 0;
+
+        for (;;) {
+            if (len - cursor < TAR_BLOCK)
+                break;
+            const uint8_t *block = buf + cursor;
+            if (all_zero(block)) {
+                *at_end = 1;
+                break;
+            }
+            if (!header_checksum_ok(block)) {
+                error->kind = FIO_TAR_CHECKSUM;
+                error->offset = cursor;
+                break;
+            }
+            uint64_t size;
+            if (parse_number(block + 124, 12, &size)) {
+                error->kind = FIO_TAR_BAD_NUMBER;
+                error->offset = cursor;
+                break;
+            }
+            char type = (char)block[156];
+            uint64_t data = cursor + TAR_BLOCK;
+            if (type == 'L' || type == 'x' || type == 'g' || type == 'K') {
+                if (size > len - data || padded(size) > len - data)
+                    break; /* incomplete */
+                if (type == 'L') {
+                    long_name_offset = data;
+                    long_name_length = (uint32_t)field_length(buf + data, (size_t)size);
+                    has_long_name = 1;
+                } else if (type == 'x' &&
+                           parse_pax(buf + data, size, data, &pax_path_offset, &pax_path_length,
+                                     &has_pax_path, &pax_size, &has_pax_size)) {
+                    error->kind = FIO_TAR_BAD_PAX;
+                    error->offset = cursor;
+                    break;
+                }
+                cursor = data + padded(size);
+                continue;
+            }
+            if (has_pax_size)
+                size = pax_size;
+            if (size > len - data || padded(size) > len - data)
+                break; /* incomplete */
+            fio_tar_member *member = &out[count];
+            member->header_offset = member_start;
+            member->data_offset = data;
+            member->size = size;
+            member->typeflag = type;
+            member->prefix_offset = cursor + 345;
+            member->prefix_length = 0;
+            if (has_pax_path) {
+                member->name_offset = pax_path_offset;
+                member->name_length = pax_path_length;
+            } else if (has_long_name) {
+                member->name_offset = long_name_offset;
+                member->name_length = long_name_length;
+            } else {
+                member->name_offset = cursor;
+                member->name_length = (uint32_t)field_length(block, 100);
+                if (!memcmp(block + 257, "ustar\0", 6)) /* POSIX; GNU puts times there */
+                    member->prefix_length = (uint32_t)field_length(block + 345, 155);
+            }
+            cursor = data + padded(size);
+            complete = 1;
+            break;
+        }
+        if (!complete)
+            break;
+        count++;
+        pos = cursor;
+    }
+    *consumed = pos;
+    return count;
+}

@@ -51,4 +51,36 @@ size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record 
 size_t fio_split_lines(const uint8_t *buf, size_t len, uint64_t *ends, size_t max_out,
                        size_t *consumed);
 
+/* ---- tar (ustar, GNU long names, pax) ---- */
+
+typedef struct fio_tar_member {
+    uint64_t header_offset; /* first block of the member, its long-name/pax blocks included */
+    uint64_t data_offset;
+    uint64_t size;
+    /* The member's name is prefix + "/" + name when prefix_length > 0 (ustar),
+     * else name alone; both are byte ranges of the buffer (header fields, a GNU
+     * long-name block or a pax "path" record). */
+    uint64_t name_offset;
+    uint64_t prefix_offset;
+    uint32_t name_length;
+    uint32_t prefix_length;
+    char typeflag; /* '0' regular file (also '\0', '7'), '5' directory, ... */
+} fio_tar_member;
+
+enum fio_tar_error_kind {
+    FIO_TAR_OK = 0,
+    FIO_TAR_CHECKSUM = 1, /* a header block's checksum does not match */
+    FIO_TAR_BAD_NUMBER = 2, /* a size field is not a number */
+    FIO_TAR_BAD_PAX = 3,    /* a pax extended header is malformed */
+};
+
+/* Finds up to `max_out` complete members (header and padded data present) at
+ * the start of `buf`, which must start on a header block. Stops at an
+ * incomplete member, at the end-of-archive marker (two zero blocks; `*at_end`
+ * set) or at an error (`error`). `*consumed` is where the next scan starts.
+ * Pax global headers are skipped; a pax extended header's path and size apply
+ * to the member that follows it. */
+size_t fio_tar_scan(const uint8_t *buf, size_t len, fio_tar_member *out, size_t max_out,
+                    size_t *consumed, int *at_end, fio_frame_error *error);
+
 #endif

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import io
+import subprocess
+import tarfile
+
 import google_crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tfrecord.writer import TFRecordWriter
 
-from fastio._native import crc32c, scan_tfrecords, split_lines
+from fastio._native import crc32c, scan_tar, scan_tfrecords, split_lines
 
 
 def test_crc32c_check_value() -> None:
@@ -131,3 +135,96 @@ def test_split_lines_over_many_batches() -> None:
 def test_framing_rejects_non_buffers() -> None:
     with pytest.raises(TypeError):
         scan_tfrecords("text")  # type: ignore[arg-type]
+
+
+# ---- tar --------------------------------------------------------------------------
+
+TAR_FORMATS = {"ustar": tarfile.USTAR_FORMAT, "gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT}
+
+
+def tar_members(files: dict[str, bytes], tar_format: int) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tar_format) as archive:
+        directory = tarfile.TarInfo("shard")
+        directory.type = tarfile.DIRTYPE
+        archive.addfile(directory)
+        for name, payload in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            archive.addfile(info, io.BytesIO(payload))
+    return buffer.getvalue()
+
+
+def sample_files() -> dict[str, bytes]:
+    return {
+        "shard/000001.jpg": b"\xff\xd8" + bytes(range(256)) * 9,
+        "shard/000001.cls": b"7",
+        "shard/" + "deep/" * 30 + "000002.json": b'{"long": "name"}',  # > 100 bytes
+        "shard/" + "n" * 150 + ".txt": b"a single long component",
+        "shard/empty.bin": b"",
+    }
+
+
+@pytest.mark.parametrize("tar_format", list(TAR_FORMATS))
+def test_scan_tar_matches_tarfile(tar_format: str) -> None:
+    files = sample_files()
+    if tar_format != "ustar":  # ustar cannot store a 150-byte component or non-ASCII
+        files["shard/ünïcödé-名前.txt"] = b"non-ascii"
+    else:
+        del files["shard/" + "n" * 150 + ".txt"]
+    data = tar_members(files, TAR_FORMATS[tar_format])
+    members, consumed, at_end, error = scan_tar(data)
+    assert error is None
+    assert at_end
+    assert data[consumed:].strip(b"\0") == b""  # stopped at the end-of-archive marker
+    found = {
+        name: data[offset : offset + size] for name, offset, size, kind, _ in members if kind == "0"
+    }
+    assert found == files
+    assert [kind for *_, kind, _ in members].count("5") == 1  # the directory
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        # tarfile drops a directory's trailing slash; the scanner keeps the stored name.
+        expected = [m.name for m in archive.getmembers()]
+    assert expected == [name.rstrip("/") for name, *_ in members]
+
+
+def test_scan_tar_written_by_gnu_tar(tmp_path) -> None:
+    source = tmp_path / "src"
+    (source / ("d" * 120)).mkdir(parents=True)
+    files = {"a.txt": b"alpha", ("d" * 120) + "/b.bin": bytes(range(200)) * 30}
+    for name, payload in files.items():
+        (source / name).write_bytes(payload)
+    archive = tmp_path / "gnu.tar"
+    subprocess.run(["tar", "-C", str(source), "-cf", str(archive), *files], check=True)
+    data = archive.read_bytes()
+    members, _, at_end, error = scan_tar(data)
+    assert (at_end, error) == (True, None)
+    assert {n: data[o : o + s] for n, o, s, kind, _ in members if kind == "0"} == files
+
+
+@given(cut=st.integers(0, 20_000))
+@settings(max_examples=80, deadline=None)
+def test_tar_members_cut_at_any_byte_resume_in_the_next_scan(cut: int) -> None:
+    data = tar_members(sample_files(), tarfile.PAX_FORMAT)
+    cut = min(cut, len(data))
+    first, consumed, _, error = scan_tar(data[:cut])
+    assert error is None
+    assert consumed <= cut
+    assert consumed % 512 == 0
+    rest, _, at_end, error = scan_tar(data[consumed:])
+    assert error is None
+    assert at_end
+    names = [m[0] for m in first] + [m[0] for m in rest]
+    assert names == [m[0] for m in scan_tar(data)[0]]
+
+
+def test_damaged_tar_header_is_reported_with_its_offset() -> None:
+    data = bytearray(tar_members(sample_files(), tarfile.GNU_FORMAT))
+    members, _, _, _ = scan_tar(data)
+    third_header = members[2][4]
+    data[third_header + 10] ^= 0x20  # inside the name: the checksum no longer matches
+    found, consumed, at_end, error = scan_tar(data)
+    assert error == ("header_checksum", third_header)
+    assert len(found) == 2
+    assert consumed == third_header
+    assert not at_end

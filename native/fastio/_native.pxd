@@ -62,6 +62,19 @@ cdef extern from "framing.h" nogil:
     size_t fio_split_lines(const unsigned char *buf, size_t len, uint64_t *ends, size_t max_out,
                            size_t *consumed)
 
+    ctypedef struct fio_tar_member:
+        uint64_t header_offset
+        uint64_t data_offset
+        uint64_t size
+        uint64_t name_offset
+        uint64_t prefix_offset
+        uint32_t name_length
+        uint32_t prefix_length
+        char typeflag
+
+    size_t fio_tar_scan(const unsigned char *buf, size_t len, fio_tar_member *out,
+                        size_t max_out, size_t *consumed, int *at_end, fio_frame_error *error)
+
 
 cdef class Engine:
     cdef fio_engine *_engine

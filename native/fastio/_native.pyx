@@ -412,3 +412,60 @@ def split_lines(object data):
         PyBuffer_Release(&view)
         free(ends)
     return result, total
+
+
+_TAR_ERRORS = {1: "header_checksum", 2: "bad_number", 3: "bad_pax"}
+
+
+def scan_tar(object data):
+    """Find the complete members of a tar stream at the start of ``data``
+    (ustar, GNU long names, pax path and size).
+
+    Returns ``(members, consumed, at_end, error)``: ``members`` is a list of
+    ``(name, data_offset, size, typeflag, header_offset)``; ``consumed`` is where
+    the next scan should start; ``at_end`` is true at the end-of-archive marker;
+    ``error`` is ``None`` or ``(kind, offset)`` for a damaged header block
+    (``"header_checksum"``, ``"bad_number"``, ``"bad_pax"``). Names are decoded as
+    UTF-8 with ``surrogateescape``. Scanning runs without the GIL.
+    """
+    cdef Py_buffer view
+    cdef fio_tar_member *found = <fio_tar_member *>malloc(
+        _FRAMING_BATCH * sizeof(fio_tar_member))
+    cdef size_t total = 0, consumed = 0, count = 0, index
+    cdef int at_end = 0
+    cdef fio_frame_error error
+    cdef const unsigned char *start
+    cdef fio_tar_member *member
+    cdef list members = []
+    if found == NULL:
+        raise MemoryError()
+    error.kind = 0
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        start = <const unsigned char *>view.buf
+        while True:
+            with nogil:
+                count = fio_tar_scan(start + total, <size_t>view.len - total, found,
+                                     _FRAMING_BATCH, &consumed, &at_end, &error)
+            for index in range(count):
+                member = &found[index]
+                name = start[total + member.name_offset:
+                             total + member.name_offset + member.name_length]
+                if member.prefix_length:
+                    name = (start[total + member.prefix_offset:
+                                  total + member.prefix_offset + member.prefix_length]
+                            + b"/" + name)
+                members.append((name.decode("utf-8", "surrogateescape"),
+                                total + member.data_offset, member.size,
+                                chr(member.typeflag or 48),  # NUL means a regular file: "0"
+                                total + member.header_offset))
+            if error.kind:
+                error.offset += total
+            total += consumed
+            if error.kind or at_end or count < _FRAMING_BATCH:
+                break
+    finally:
+        PyBuffer_Release(&view)
+        free(found)
+    problem = (_TAR_ERRORS[error.kind], error.offset) if error.kind else None
+    return members, total, bool(at_end), problem
