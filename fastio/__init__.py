@@ -7,11 +7,14 @@ numpy, pyarrow, optuna or any framework.
 from __future__ import annotations
 
 from fastio._errors import (
+    CorruptRecordError,
+    DecodeError,
     DirectIOFallbackWarning,
     EngineFallbackWarning,
     FastIOError,
     ReaderClosedError,
     TruncatedFileError,
+    TruncatedShardError,
 )
 from fastio._ranges import ByteRange, Chunk, Shard
 from fastio._reader import Reader
@@ -24,6 +27,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ByteRange",
     "Chunk",
+    "CorruptRecordError",
+    "DecodeError",
     "DirectIOFallbackWarning",
     "EngineFallbackWarning",
     "FastIOError",
@@ -33,6 +38,7 @@ __all__ = [
     "ReaderStats",
     "Shard",
     "TruncatedFileError",
+    "TruncatedShardError",
     "__version__",
     "new_event_loop",
 ]

@@ -7,11 +7,14 @@ import errno
 from typing import Any
 
 __all__ = [
+    "CorruptRecordError",
+    "DecodeError",
     "DirectIOFallbackWarning",
     "EngineFallbackWarning",
     "FastIOError",
     "ReaderClosedError",
     "TruncatedFileError",
+    "TruncatedShardError",
 ]
 
 
@@ -41,6 +44,34 @@ class TruncatedFileError(FastIOError, OSError):
     def __reduce__(self) -> tuple[Any, ...]:
         # OSError pickles its args; ours differ, so DataLoader workers need this.
         return (type(self), (self.filename, self.offset, self.expected_end))
+
+
+class DecodeError(FastIOError, ValueError):
+    """A shard's bytes do not decode as its format says.
+
+    ``url`` names the shard, ``offset`` the byte offset in it where the bad
+    record starts, ``record`` the record's index in the shard (or None where it
+    cannot be counted). The file itself is damaged or not of this format.
+    """
+
+    def __init__(self, message: str, url: str, offset: int, record: int | None = None) -> None:
+        where = f"{url} at byte {offset}" + (f" (record {record})" if record is not None else "")
+        super().__init__(f"{where}: {message}")
+        self.url = url
+        self.offset = offset
+        self.record = record
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        message = str(self).split(": ", 1)[1]
+        return (type(self), (message, self.url, self.offset, self.record))
+
+
+class CorruptRecordError(DecodeError):
+    """A record's checksum or header does not match its contents."""
+
+
+class TruncatedShardError(DecodeError):
+    """A shard ends in the middle of a record: an interrupted write or copy."""
 
 
 class ReaderClosedError(FastIOError, ValueError):

@@ -1,0 +1,21 @@
+"""Shard formats: a shard's chunks in, samples out. Formats never open files.
+
+Each decoder takes the chunks of one shard (as :meth:`fastio.Reader.stream`
+yields them) and yields that shard's samples. Records are views of the reader's
+buffers; only a record that straddles two chunks is copied, once.
+"""
+
+from __future__ import annotations
+
+from fastio.formats._lines import decode_jsonl, decode_lines
+from fastio.formats._tfrecord import decode_tfrecord, parse_example
+from fastio.formats._webdataset import decode_webdataset, sample_key
+
+__all__ = [
+    "decode_jsonl",
+    "decode_lines",
+    "decode_tfrecord",
+    "decode_webdataset",
+    "parse_example",
+    "sample_key",
+]

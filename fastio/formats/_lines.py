@@ -1,0 +1,53 @@
+"""Text line shards (JSONL and plain lines)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from fastio._errors import DecodeError
+from fastio._native import split_lines
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    from fastio._ranges import Chunk
+
+
+def decode_lines(chunks: Iterable[Chunk], url: str) -> Iterator[memoryview]:
+    """The lines of one shard without their newlines, as views (a line cut by a
+    chunk boundary is joined in a small carry buffer). A last line without a
+    newline is a line too, as in Python's ``str.splitlines``."""
+    carry = bytearray()
+    for chunk in chunks:
+        view = chunk.data
+        ends, consumed = split_lines(view)
+        if not ends:
+            carry += view
+            continue
+        start = 0
+        if carry:  # the first newline ends the line cut by the previous boundary
+            carry += view[: ends[0]]
+            yield memoryview(bytes(carry))
+            carry.clear()
+            start = ends[0] + 1
+            ends = ends[1:]
+        for end in ends:
+            yield view[start:end]
+            start = end + 1
+        carry += view[consumed:]
+    if carry:
+        yield memoryview(bytes(carry))
+
+
+def decode_jsonl(chunks: Iterable[Chunk], url: str) -> Iterator[Any]:
+    """The JSON values of one JSONL shard, one per non-blank line. A line that
+    is not JSON raises :class:`DecodeError` naming its byte offset and index."""
+    offset = 0
+    for index, line in enumerate(decode_lines(chunks, url)):
+        if line.nbytes and bytes(line).strip():
+            try:
+                yield json.loads(bytes(line))
+            except ValueError as error:
+                raise DecodeError(f"line is not JSON: {error}", url, offset, index) from None
+        offset += line.nbytes + 1
