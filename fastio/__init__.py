@@ -21,6 +21,7 @@ from fastio._reader import Reader
 from fastio._settings import ReaderSettings
 from fastio._stats import ReaderStats
 from fastio._sync import new_event_loop
+from fastio._urls import expand_urls
 
 __version__ = "0.1.0"
 
@@ -40,5 +41,6 @@ __all__ = [
     "TruncatedFileError",
     "TruncatedShardError",
     "__version__",
+    "expand_urls",
     "new_event_loop",
 ]

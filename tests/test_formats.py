@@ -19,8 +19,10 @@ from tfrecord.writer import TFRecordWriter
 import fastio
 from fastio._native import scan_tar
 from fastio.formats import (
+    decode_fixed,
     decode_jsonl,
     decode_lines,
+    decode_npy,
     decode_tfrecord,
     decode_webdataset,
     parse_example,
@@ -199,3 +201,94 @@ def test_jsonl_bad_line(tmp_path) -> None:
     with pytest.raises(fastio.DecodeError) as caught:
         list(decode_jsonl(shard_chunks(str(path), 4096), str(path)))
     assert (caught.value.offset, caught.value.record) == (18, 2)
+
+
+# ---- arrays -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("read_size", [4096, 65_536])
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(10_000, dtype=np.int64),
+        np.random.default_rng(0).random((300, 17, 3)).astype(np.float32),
+        np.arange(4000, dtype=">i4").reshape(1000, 4),  # big-endian stays big-endian
+        np.zeros(50, dtype=[("x", "<f8"), ("label", "u1")]),  # structured rows
+        np.zeros((0, 5)),
+    ],
+    ids=["int64", "float32-3d", "big-endian", "structured", "empty"],
+)
+def test_npy_rows_round_trip(tmp_path, read_size: int, array: np.ndarray) -> None:
+    path = tmp_path / "array.npy"
+    np.save(path, array)
+    rows = list(decode_npy(shard_chunks(str(path), read_size), str(path)))
+    assert len(rows) == len(array)
+    if len(array):
+        np.testing.assert_array_equal(np.stack(rows), array)
+        assert rows[0].dtype == array.dtype
+
+
+def test_npy_fortran_order_and_object_arrays_are_refused(tmp_path) -> None:
+    fortran = tmp_path / "f.npy"
+    np.save(fortran, np.asfortranarray(np.ones((4, 3))))
+    with pytest.raises(fastio.DecodeError, match="Fortran"):
+        list(decode_npy(shard_chunks(str(fortran), 4096), str(fortran)))
+    objects = tmp_path / "o.npy"
+    np.save(objects, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(fastio.DecodeError, match="object"):
+        list(decode_npy(shard_chunks(str(objects), 4096), str(objects)))
+
+
+def test_npy_truncated(tmp_path) -> None:
+    path = tmp_path / "cut.npy"
+    np.save(path, np.arange(1000, dtype=np.int32))
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(fastio.TruncatedShardError) as caught:
+        list(decode_npy(shard_chunks(str(path), 4096), str(path)))
+    assert caught.value.url == str(path)
+
+
+def test_fixed_records(tmp_path) -> None:
+    path = tmp_path / "records.bin"
+    data = random.Random(9).randbytes(1000 * 37)
+    path.write_bytes(data)
+    records = [bytes(r) for r in decode_fixed(shard_chunks(str(path), 4096), str(path), 37)]
+    assert records == [data[i : i + 37] for i in range(0, len(data), 37)]
+    path.write_bytes(data + b"xx")
+    with pytest.raises(fastio.TruncatedShardError) as caught:
+        list(decode_fixed(shard_chunks(str(path), 4096), str(path), 37))
+    assert caught.value.offset == len(data)
+
+
+# ---- URLs ---------------------------------------------------------------------------------
+
+
+def test_expand_urls(tmp_path) -> None:
+    for name in ("train-0000.tar", "train-0001.tar", "train-0002.tar", "val-0000.tar"):
+        (tmp_path / name).write_bytes(b"")
+    base = str(tmp_path)
+    assert fastio.expand_urls(f"{base}/train-{{0000..0002}}.tar") == [
+        f"{base}/train-000{i}.tar" for i in range(3)
+    ]
+    assert fastio.expand_urls([f"{base}/val-*.tar", f"{base}/train-000[12].tar"]) == [
+        f"{base}/val-0000.tar",
+        f"{base}/train-0001.tar",
+        f"{base}/train-0002.tar",
+    ]
+    assert fastio.expand_urls("s3://bucket/part-{a,b}.tar") == [
+        "s3://bucket/part-a.tar",
+        "s3://bucket/part-b.tar",
+    ]
+    with pytest.raises(FileNotFoundError):
+        fastio.expand_urls(f"{base}/missing-*.tar")
+
+
+def test_expand_urls_globs_remote_filesystems_through_fsspec() -> None:
+    import fsspec
+
+    memory = fsspec.filesystem("memory")
+    for index in range(3):
+        memory.pipe(f"/fastio-test/shard-{index}.tar", b"x")
+    assert fastio.expand_urls("memory://fastio-test/shard-*.tar") == [
+        f"memory:///fastio-test/shard-{index}.tar" for index in range(3)
+    ]

@@ -7,13 +7,16 @@ buffers; only a record that straddles two chunks is copied, once.
 
 from __future__ import annotations
 
+from fastio.formats._arrays import decode_fixed, decode_npy
 from fastio.formats._lines import decode_jsonl, decode_lines
 from fastio.formats._tfrecord import decode_tfrecord, parse_example
 from fastio.formats._webdataset import decode_webdataset, sample_key
 
 __all__ = [
+    "decode_fixed",
     "decode_jsonl",
     "decode_lines",
+    "decode_npy",
     "decode_tfrecord",
     "decode_webdataset",
     "parse_example",

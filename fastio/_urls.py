@@ -1,0 +1,48 @@
+"""Shard URLs from patterns: brace expansion, then globs."""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["expand_urls"]
+
+_GLOB_CHARACTERS = frozenset("*?[")
+
+
+def expand_urls(patterns: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The shard URLs that ``patterns`` name, in order.
+
+    Braces expand as in bash and webdataset (``train-{0000..0127}.tar``,
+    ``{train,val}/part-{0..3}``, zero padding kept); then globs (``*``, ``?``,
+    ``[...]``) match files in sorted order: local paths through :mod:`glob`,
+    URLs with a protocol (``s3://``, ``gs://``, ...) through fsspec. Raises
+    FileNotFoundError for a glob that matches nothing, so that a typo does not
+    become an empty dataset.
+    """
+    from braceexpand import braceexpand
+
+    if isinstance(patterns, (str, os.PathLike)):
+        patterns = [patterns]
+    urls: list[str] = []
+    for pattern in patterns:
+        for url in braceexpand(os.fspath(pattern)):
+            if not _GLOB_CHARACTERS & set(url):
+                urls.append(url)
+                continue
+            matches = _remote_glob(url) if "://" in url else sorted(glob.glob(url))
+            if not matches:
+                raise FileNotFoundError(2, "no file matches the pattern", url)
+            urls.extend(matches)
+    return urls
+
+
+def _remote_glob(url: str) -> list[str]:
+    import fsspec
+
+    filesystem, path = fsspec.core.url_to_fs(url)
+    return sorted(filesystem.unstrip_protocol(match) for match in filesystem.glob(path))
