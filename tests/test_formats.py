@@ -14,6 +14,8 @@ import tarfile
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tfrecord.writer import TFRecordWriter
 
 import fastio
@@ -25,6 +27,7 @@ from fastio.formats import (
     decode_npy,
     decode_tfrecord,
     decode_webdataset,
+    decompress,
     parse_example,
     sample_key,
 )
@@ -292,3 +295,110 @@ def test_expand_urls_globs_remote_filesystems_through_fsspec() -> None:
     assert fastio.expand_urls("memory://fastio-test/shard-*.tar") == [
         f"memory:///fastio-test/shard-{index}.tar" for index in range(3)
     ]
+
+
+# ---- compressed shards -------------------------------------------------------------------
+
+
+def compressed_tfrecord(tmp_path, codec: str, examples: int = 40) -> tuple[str, list[dict]]:
+    import gzip
+
+    import zstandard
+
+    plain = tmp_path / "plain.tfrecord"
+    written = write_examples(plain, examples)
+    data = plain.read_bytes()
+    if codec == "gzip":
+        path = tmp_path / "shard.tfrecord.gz"
+        half = len(data) // 2  # two members, as `cat a.gz b.gz` makes
+        path.write_bytes(gzip.compress(data[:half]) + gzip.compress(data[half:]))
+    else:
+        path = tmp_path / "shard.tfrecord.zst"
+        path.write_bytes(zstandard.ZstdCompressor().compress(data))
+    return str(path), written
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+@pytest.mark.parametrize("read_size", [4096, 1 << 20])
+def test_compressed_tfrecord_shards(tmp_path, codec: str, read_size: int) -> None:
+    path, written = compressed_tfrecord(tmp_path, codec)
+    chunks = decompress(shard_chunks(path, read_size), path, piece_size=50_000)
+    records = list(decode_tfrecord(chunks, path))
+    assert [parse_example(r)["index"].tolist() for r in records] == [[w["index"]] for w in written]
+
+
+def test_compression_detected_from_magic_bytes(tmp_path) -> None:
+    _path, written = compressed_tfrecord(tmp_path, "gzip")
+    renamed = tmp_path / "no-extension"
+    (tmp_path / "shard.tfrecord.gz").rename(renamed)
+    chunks = decompress(shard_chunks(str(renamed), 65_536), str(renamed))
+    assert len(list(decode_tfrecord(chunks, str(renamed)))) == len(written)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_truncated_and_damaged_compressed_shards(tmp_path, codec: str) -> None:
+    path, _ = compressed_tfrecord(tmp_path, codec, examples=10)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    with open(path, "wb") as handle:
+        handle.write(data[: len(data) * 3 // 4])
+    with pytest.raises(fastio.DecodeError) as caught:  # truncated, or a record cut short
+        list(decode_tfrecord(decompress(shard_chunks(path, 4096), path), path))
+    assert caught.value.url == path
+    damaged = bytearray(data)
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 64] = b"\xaa" * 64
+    with open(path, "wb") as handle:
+        handle.write(damaged)
+    with pytest.raises(fastio.DecodeError) as caught:
+        list(decode_tfrecord(decompress(shard_chunks(path, 4096), path), path))
+    assert caught.value.url == path
+
+
+# ---- any chunking gives the same records -----------------------------------------------
+
+_TFRECORD_DATA: dict[str, bytes] = {}
+
+
+def _tfrecord_bytes(tmp_path_factory) -> bytes:
+    if "data" not in _TFRECORD_DATA:
+        path = tmp_path_factory.mktemp("chunking") / "c.tfrecord"
+        write_examples(path, 25, seed=3)
+        _TFRECORD_DATA["data"] = path.read_bytes()
+    return _TFRECORD_DATA["data"]
+
+
+def chunked(data: bytes, cuts: list[int]) -> list[fastio.Chunk]:
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    return [chunk_of(data[a:b]) for a, b in zip(points, points[1:], strict=False)]
+
+
+@given(cuts=st.lists(st.integers(0, 400_000), max_size=40), data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_every_decoder_is_indifferent_to_chunk_boundaries(tmp_path_factory, cuts, data) -> None:
+    record_bytes = _tfrecord_bytes(tmp_path_factory)
+    whole = [bytes(r) for r in decode_tfrecord([chunk_of(record_bytes)], "u")]
+    pieces = [bytes(r) for r in decode_tfrecord(chunked(record_bytes, cuts), "u")]
+    assert pieces == whole
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for index in range(12):
+            payload = bytes([index]) * data.draw(st.integers(0, 3000))
+            info = tarfile.TarInfo(f"{'x' * 120}/s{index:03d}.bin")
+            info.size = len(payload)
+            archive.addfile(info, io.BytesIO(payload))
+    tar_bytes = buffer.getvalue()
+    tar_cuts = [c % (len(tar_bytes) + 1) for c in cuts]
+    expected = [{k: bytes(v) if isinstance(v, memoryview) else v for k, v in s.items()}
+                for s in decode_webdataset([chunk_of(tar_bytes)], "u")]  # fmt: skip
+    got = [{k: bytes(v) if isinstance(v, memoryview) else v for k, v in s.items()}
+           for s in decode_webdataset(chunked(tar_bytes, tar_cuts), "u")]  # fmt: skip
+    assert got == expected
+    assert len(got) == 12
+    text = b"".join(b"line %d %s\n" % (i, b"y" * (i * 37 % 500)) for i in range(200))
+    text_cuts = [c % (len(text) + 1) for c in cuts]
+    lines = [bytes(x) for x in decode_lines(chunked(text, text_cuts), "u")]
+    assert lines == text.split(b"\n")[:-1]
+    record_size = len(text) // 8
+    exact = text[: record_size * 8]  # a whole number of records
+    fixed = [bytes(x) for x in decode_fixed(chunked(exact, text_cuts), "u", record_size)]
+    assert fixed == [exact[i : i + record_size] for i in range(0, len(exact), record_size)]

@@ -8,17 +8,20 @@ buffers; only a record that straddles two chunks is copied, once.
 from __future__ import annotations
 
 from fastio.formats._arrays import decode_fixed, decode_npy
+from fastio.formats._compression import codec_for, decompress
 from fastio.formats._lines import decode_jsonl, decode_lines
 from fastio.formats._tfrecord import decode_tfrecord, parse_example
 from fastio.formats._webdataset import decode_webdataset, sample_key
 
 __all__ = [
+    "codec_for",
     "decode_fixed",
     "decode_jsonl",
     "decode_lines",
     "decode_npy",
     "decode_tfrecord",
     "decode_webdataset",
+    "decompress",
     "parse_example",
     "sample_key",
 ]

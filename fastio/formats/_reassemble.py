@@ -34,34 +34,40 @@ def framed(chunks: Iterable[Chunk], url: str, scan: Scan[T], extent: Extent) -> 
     done = False
     for chunk in chunks:
         view = chunk.data
-        while len(view) and not done:
-            if not carry:
-                records, consumed, done, error = scan(view, position)
+        while not done:
+            if carry:
+                need = extent(carry, carry_base)
+                if need > len(carry):
+                    if not len(view):
+                        break  # the rest of the record comes with the next chunk
+                    take = min(len(view), need - len(carry))
+                    carry += view[:take]
+                    view = view[take:]
+                    continue  # re-measure: a completed header may reveal more to gather
+                # Complete (scanned at once, even when this chunk ends exactly here).
+                whole = memoryview(bytes(carry))
+                carry.clear()
+                records, consumed, done, error = scan(whole, carry_base)
                 yield from records
                 if error is not None:
                     raise error
-                position += consumed
-                if not done and consumed < len(view):
-                    carry_base = position
-                    carry += view[consumed:]
+                if consumed != len(whole):
+                    raise TruncatedShardError(
+                        "record does not frame as its header says", url, carry_base
+                    )
+                position = carry_base + consumed
+                continue
+            if not len(view):
                 break
-            need = extent(carry, carry_base)
-            if need > len(carry):
-                take = min(len(view), need - len(carry))
-                carry += view[:take]
-                view = view[take:]
-                continue  # re-measure: a completed header may reveal more to gather
-            whole = memoryview(bytes(carry))
-            carry.clear()
-            records, consumed, done, error = scan(whole, carry_base)
+            records, consumed, done, error = scan(view, position)
             yield from records
             if error is not None:
                 raise error
-            if consumed != len(whole):
-                raise TruncatedShardError(
-                    "record does not frame as its header says", url, carry_base
-                )
-            position = carry_base + consumed
+            position += consumed
+            if not done and consumed < len(view):
+                carry_base = position
+                carry += view[consumed:]
+            view = view[len(view) :]
     if carry and not done:
         raise TruncatedShardError(
             f"shard ends inside a record ({len(carry)} bytes of it present)", url, carry_base
