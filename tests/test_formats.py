@@ -7,6 +7,7 @@ exercised as much as the zero-copy one.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import pickle
 import random
@@ -369,7 +370,7 @@ def _tfrecord_bytes(tmp_path_factory) -> bytes:
 
 def chunked(data: bytes, cuts: list[int]) -> list[fastio.Chunk]:
     points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
-    return [chunk_of(data[a:b]) for a, b in zip(points, points[1:], strict=False)]
+    return [chunk_of(data[a:b]) for a, b in itertools.pairwise(points)]
 
 
 @given(cuts=st.lists(st.integers(0, 400_000), max_size=40), data=st.data())
