@@ -403,3 +403,16 @@ def test_every_decoder_is_indifferent_to_chunk_boundaries(tmp_path_factory, cuts
     exact = text[: record_size * 8]  # a whole number of records
     fixed = [bytes(x) for x in decode_fixed(chunked(exact, text_cuts), "u", record_size)]
     assert fixed == [exact[i : i + record_size] for i in range(0, len(exact), record_size)]
+
+
+def test_chunk_boundary_inside_the_tar_end_marker(tmp_path) -> None:
+    path = tmp_path / "end.tar"
+    write_webdataset(path, 3, tarfile.GNU_FORMAT)
+    data = path.read_bytes()
+    _, marker, at_end, _ = scan_tar(data)
+    assert at_end
+    for cut in (marker + 1, marker + 511, marker + 513):
+        samples = list(decode_webdataset(chunked(data, [cut]), "u"))
+        assert [s["__key__"] for s in samples] == [
+            s["__key__"] for s in decode_webdataset([chunk_of(data)], "u")
+        ]

@@ -18,26 +18,37 @@ def decode_lines(chunks: Iterable[Chunk], url: str) -> Iterator[memoryview]:
     """The lines of one shard without their newlines, as views (a line cut by a
     chunk boundary is joined in a small carry buffer). A last line without a
     newline is a line too, as in Python's ``str.splitlines``."""
+    return (line for _, _, line in locate_lines(chunks, url))
+
+
+def locate_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, memoryview]]:
+    """Like :func:`decode_lines`, with each line's byte range in the shard
+    (newline included), for the index."""
     carry = bytearray()
+    position = 0  # shard offset of the first byte of the current chunk
+    line_start = 0
     for chunk in chunks:
         view = chunk.data
         ends, consumed = split_lines(view)
         if not ends:
             carry += view
+            position += len(view)
             continue
         start = 0
         if carry:  # the first newline ends the line cut by the previous boundary
             carry += view[: ends[0]]
-            yield memoryview(bytes(carry))
+            yield line_start, position + ends[0] + 1, memoryview(bytes(carry))
             carry.clear()
             start = ends[0] + 1
             ends = ends[1:]
         for end in ends:
-            yield view[start:end]
+            yield position + start, position + end + 1, view[start:end]
             start = end + 1
+        line_start = position + consumed
         carry += view[consumed:]
+        position += len(view)
     if carry:
-        yield memoryview(bytes(carry))
+        yield line_start, position, memoryview(bytes(carry))
 
 
 def decode_jsonl(chunks: Iterable[Chunk], url: str) -> Iterator[Any]:

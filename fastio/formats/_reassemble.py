@@ -51,7 +51,7 @@ def framed(chunks: Iterable[Chunk], url: str, scan: Scan[T], extent: Extent) -> 
                 yield from records
                 if error is not None:
                     raise error
-                if consumed != len(whole):
+                if consumed != len(whole) and not done:  # an end marker is not consumed
                     raise TruncatedShardError(
                         "record does not frame as its header says", url, carry_base
                     )

@@ -25,16 +25,28 @@ def _masked_crc(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+Located = tuple[int, int, memoryview]  # (start, end) of the framed record in the shard, data
+
+
 def decode_tfrecord(chunks: Iterable[Chunk], url: str, verify: bool = True) -> Iterator[memoryview]:
     """The records of one TFRecord shard, as views. With ``verify`` (the default)
     both checksums of every record are checked; a mismatch raises
     :class:`CorruptRecordError` naming the URL, byte offset and record index."""
+    return (data for _, _, data in locate_tfrecords(chunks, url, verify))
+
+
+def locate_tfrecords(chunks: Iterable[Chunk], url: str, verify: bool = True) -> Iterator[Located]:
+    """Like :func:`decode_tfrecord`, with each record's byte range in the shard
+    (header to trailing checksum), for the index."""
     count = 0
 
-    def scan(view: memoryview, base: int) -> tuple[list[memoryview], int, bool, Exception | None]:
+    def scan(view: memoryview, base: int) -> tuple[list[Located], int, bool, Exception | None]:
         nonlocal count
         offsets, lengths, consumed, error = scan_tfrecords(view, verify)
-        records = [view[o : o + n] for o, n in zip(offsets, lengths, strict=True)]
+        records = [
+            (base + o - _HEADER, base + o + n + 4, view[o : o + n])
+            for o, n in zip(offsets, lengths, strict=True)
+        ]
         count += len(records)
         problem = None
         if error is not None:

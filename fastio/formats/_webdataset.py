@@ -117,8 +117,18 @@ def decode_webdataset(chunks: Iterable[Chunk], url: str) -> Iterator[dict[str, A
     for consecutive members sharing a key. Directories and names without an
     extension are skipped, as webdataset does; a repeated extension within one
     sample raises :class:`DecodeError`."""
+    return (sample for _, _, sample in locate_webdataset(chunks, url))
+
+
+def locate_webdataset(
+    chunks: Iterable[Chunk], url: str
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """Like :func:`decode_webdataset`, with each sample's byte range in the shard
+    (its first member's header to its last member's padded data), for the index.
+    A sample's range read on its own decodes to the same sample."""
     sample: dict[str, Any] | None = None
-    for (name, _, _, kind, header), data in _members(chunks, url):
+    start = end = 0
+    for (name, offset, size, kind, header), data in _members(chunks, url):
         if kind not in _REGULAR:
             continue
         parts = sample_key(name)
@@ -127,12 +137,14 @@ def decode_webdataset(chunks: Iterable[Chunk], url: str) -> Iterator[dict[str, A
         key, extension = parts
         if sample is None or sample["__key__"] != key:
             if sample is not None:
-                yield sample
+                yield start, end, sample
             sample = {"__key__": key, "__url__": url}
+            start = header
         if extension in sample:
             raise DecodeError(
                 f"{name!r} repeats extension {extension!r} of sample {key!r}", url, header
             )
         sample[extension] = data
+        end = offset + _padded(size)
     if sample is not None:
-        yield sample
+        yield start, end, sample

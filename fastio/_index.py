@@ -1,0 +1,138 @@
+"""Per-shard index: where every sample starts and ends, built by one scan.
+
+With it, a dataset knows its sample counts without reading (for the epoch
+plan), reads any one sample by its byte range (random access), and resumes
+mid-shard. An index is kept beside its shard (``<shard>.fastio-index.npz``) or,
+where that folder is not writable, in a cache folder; it is reused while the
+shard's size and modification time are those it was built from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    from fastio._ranges import Chunk
+    from fastio._reader import Reader
+
+__all__ = ["INDEX_SUFFIX", "ShardIndex", "build_index", "index_shard"]
+
+INDEX_SUFFIX = ".fastio-index.npz"
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """Sample ``i`` of shard ``url`` is bytes ``starts[i]`` to ``ends[i]``."""
+
+    url: str
+    format: str
+    size: int
+    mtime_ns: int
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write atomically: a crash never leaves a torn index that is later read."""
+        path = Path(path)
+        meta = {"version": _VERSION, "url": self.url, "format": self.format,
+                "size": self.size, "mtime_ns": self.mtime_ns}  # fmt: skip
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                np.savez(out, starts=self.starts, ends=self.ends, meta=np.array(json.dumps(meta)))
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ShardIndex:
+        with np.load(path, allow_pickle=False) as stored:
+            meta = json.loads(str(stored["meta"]))
+            if meta.get("version") != _VERSION:
+                raise ValueError(f"{path}: index version {meta.get('version')}, not {_VERSION}")
+            return cls(meta["url"], meta["format"], meta["size"], meta["mtime_ns"],
+                       stored["starts"], stored["ends"])  # fmt: skip
+
+
+def _locator(format_name: str) -> Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]:
+    from fastio.formats._lines import locate_lines
+    from fastio.formats._tfrecord import locate_tfrecords
+    from fastio.formats._webdataset import locate_webdataset
+
+    locators: dict[str, Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]] = {
+        "tfrecord": locate_tfrecords,
+        "webdataset": locate_webdataset,
+        "jsonl": locate_lines,
+        "lines": locate_lines,
+    }
+    if format_name not in locators:
+        raise ValueError(
+            f"no index for format {format_name!r}; one of {', '.join(sorted(locators))}"
+        )
+    return locators[format_name]
+
+
+def build_index(reader: Reader, url: str, format_name: str) -> ShardIndex:
+    """Scan ``url`` once through ``reader`` and record every sample's byte range.
+    Raises the format's DecodeError for a damaged shard (the index would lie)."""
+    locate = _locator(format_name)
+    status = os.stat(url)
+    starts, ends = [], []
+    for start, end, _ in locate(reader.stream([url]), url):
+        starts.append(start)
+        ends.append(end)
+    return ShardIndex(url, format_name, status.st_size, status.st_mtime_ns,
+                      np.array(starts, np.uint64), np.array(ends, np.uint64))  # fmt: skip
+
+
+def _index_paths(url: str, cache_dir: str | os.PathLike[str] | None) -> list[Path]:
+    paths = [Path(url + INDEX_SUFFIX)]
+    if cache_dir is not None:
+        digest = hashlib.sha256(os.path.abspath(url).encode()).hexdigest()[:32]
+        paths.append(Path(cache_dir) / f"{digest}{INDEX_SUFFIX}")
+    return paths
+
+
+def index_shard(
+    reader: Reader, url: str, format_name: str, cache_dir: str | os.PathLike[str] | None = None
+) -> ShardIndex:
+    """The index of ``url``: a stored one that still matches the shard, else a
+    new scan, stored beside the shard, or in ``cache_dir`` where that folder is
+    not writable (an index that cannot be stored anywhere is still returned)."""
+    status = os.stat(url)
+    candidates = _index_paths(url, cache_dir)
+    for path in candidates:
+        try:
+            index = ShardIndex.load(path)
+        except (OSError, ValueError, KeyError):
+            continue
+        if (index.size, index.mtime_ns, index.format) == (
+            status.st_size,
+            status.st_mtime_ns,
+            format_name,
+        ):
+            return index
+    index = build_index(reader, url, format_name)
+    for path in candidates:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            index.save(path)
+        except OSError:
+            continue
+        break
+    return index
