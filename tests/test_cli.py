@@ -80,6 +80,10 @@ def test_demo_compares_with_plain_python() -> None:
     assert report["speedup"] == pytest.approx(
         report["fastio"]["mb_per_s"] / report["python"]["mb_per_s"]
     )
+    assert report["runs"] == 3
+    runs = sorted(report["fastio_mb_per_s_runs"])
+    assert len(runs) == 3
+    assert report["fastio"]["mb_per_s"] == pytest.approx(runs[1])  # the median run
 
 
 def test_demo_table(tmp_path) -> None:
