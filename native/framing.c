@@ -117,21 +117,29 @@ static uint32_t load_le32(const uint8_t *p)
 }
 
 size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record *out,
-                         size_t max_out, size_t *consumed, fio_frame_error *error)
+                         size_t max_out, size_t *consumed, size_t *needed,
+                         fio_frame_error *error)
 {
     size_t pos = 0, count = 0;
 
     error->kind = FIO_FRAME_OK;
     error->offset = 0;
-    while (count < max_out && len - pos >= 12) {
+    *needed = 0;
+    while (count < max_out) {
+        if (len - pos < 12) {
+            *needed = len > pos ? 12 : 0; /* a cut record's header comes first */
+            break;
+        }
         uint64_t length = load_le64(buf + pos);
         if (verify && masked_crc(buf + pos, 8) != load_le32(buf + pos + 8)) {
             error->kind = FIO_FRAME_LENGTH_CRC;
             error->offset = pos;
             break;
         }
-        if (length > len - pos - 12 || len - pos - 12 - length < 4)
-            break; /* incomplete: the rest comes with the next chunk */
+        if (length > len - pos - 12 || len - pos - 12 - length < 4) {
+            *needed = 16 + length; /* incomplete: the rest comes with the next chunk */
+            break;
+        }
         const uint8_t *data = buf + pos + 12;
         if (verify && masked_crc(data, length) != load_le32(data + length)) {
             error->kind = FIO_FRAME_DATA_CRC;
@@ -275,11 +283,12 @@ static int parse_pax(const uint8_t *data, uint64_t size, uint64_t base, uint64_t
 }
 
 size_t fio_tar_scan(const uint8_t *buf, size_t len, fio_tar_member *out, size_t max_out,
-                    size_t *consumed, int *at_end, fio_frame_error *error)
+                    size_t *consumed, size_t *needed, int *at_end, fio_frame_error *error)
 {
     size_t pos = 0, count = 0;
 
     *at_end = 0;
+    *needed = 0;
     error->kind = FIO_TAR_OK;
     error->offset = 0;
     while (count < max_out) {
@@ -290,8 +299,10 @@ size_t fio_tar_scan(const uint8_t *buf, size_t len, fio_tar_member *out, size_t 
         int has_long_name = 0, has_pax_path = 0, has_pax_size = 0, complete = 0;
 
         for (;;) {
-            if (len - cursor < TAR_BLOCK)
+            if (len - cursor < TAR_BLOCK) {
+                *needed = cursor + TAR_BLOCK - member_start;
                 break;
+            }
             const uint8_t *block = buf + cursor;
             if (all_zero(block)) {
                 *at_end = 1;
@@ -311,8 +322,10 @@ size_t fio_tar_scan(const uint8_t *buf, size_t len, fio_tar_member *out, size_t 
             char type = (char)block[156];
             uint64_t data = cursor + TAR_BLOCK;
             if (type == 'L' || type == 'x' || type == 'g' || type == 'K') {
-                if (size > len - data || padded(size) > len - data)
-                    break; /* incomplete */
+                if (size > len - data || padded(size) > len - data) {
+                    *needed = data + padded(size) - member_start; /* incomplete */
+                    break;
+                }
                 if (type == 'L') {
                     long_name_offset = data;
                     long_name_length = (uint32_t)field_length(buf + data, (size_t)size);
@@ -329,8 +342,10 @@ size_t fio_tar_scan(const uint8_t *buf, size_t len, fio_tar_member *out, size_t 
             }
             if (has_pax_size)
                 size = pax_size;
-            if (size > len - data || padded(size) > len - data)
-                break; /* incomplete */
+            if (size > len - data || padded(size) > len - data) {
+                *needed = data + padded(size) - member_start; /* incomplete */
+                break;
+            }
             fio_tar_member *member = &out[count];
             member->header_offset = member_start;
             member->data_offset = data;

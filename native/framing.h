@@ -42,9 +42,12 @@ typedef struct fio_frame_error {
  * data, uint32 masked CRC-32C of the data (little-endian). Finds up to
  * `max_out` complete records from the start of `buf`. Stops early at a record
  * that is not complete yet, or at a checksum mismatch (when `verify`), which it
- * describes in `error`. `*consumed` is where the next scan should start. */
+ * describes in `error`. `*consumed` is where the next scan should start;
+ * `*needed` is how many bytes from there the next record needs in all (as far
+ * as its header tells; 0 when the scan did not stop at an incomplete record). */
 size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record *out,
-                         size_t max_out, size_t *consumed, fio_frame_error *error);
+                         size_t max_out, size_t *consumed, size_t *needed,
+                         fio_frame_error *error);
 
 /* Line framing: the end offsets (the positions of '\n') of up to `max_out`
  * complete lines at the start of `buf`; `*consumed` is just past the last one. */
@@ -77,10 +80,13 @@ enum fio_tar_error_kind {
 /* Finds up to `max_out` complete members (header and padded data present) at
  * the start of `buf`, which must start on a header block. Stops at an
  * incomplete member, at the end-of-archive marker (two zero blocks; `*at_end`
- * set) or at an error (`error`). `*consumed` is where the next scan starts.
+ * set) or at an error (`error`). `*consumed` is where the next scan starts;
+ * `*needed` is how many bytes from there the next member needs, as far as the
+ * header blocks present tell (it can grow as long-name and pax blocks arrive;
+ * 0 when the scan did not stop at an incomplete member).
  * Pax global headers are skipped; a pax extended header's path and size apply
  * to the member that follows it. */
 size_t fio_tar_scan(const uint8_t *buf, size_t len, fio_tar_member *out, size_t max_out,
-                    size_t *consumed, int *at_end, fio_frame_error *error);
+                    size_t *consumed, size_t *needed, int *at_end, fio_frame_error *error);
 
 #endif

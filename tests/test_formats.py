@@ -409,7 +409,7 @@ def test_chunk_boundary_inside_the_tar_end_marker(tmp_path) -> None:
     path = tmp_path / "end.tar"
     write_webdataset(path, 3, tarfile.GNU_FORMAT)
     data = path.read_bytes()
-    _, marker, at_end, _ = scan_tar(data)
+    _, marker, at_end, _, _ = scan_tar(data)
     assert at_end
     for cut in (marker + 1, marker + 511, marker + 513):
         samples = list(decode_webdataset(chunked(data, [cut]), "u"))

@@ -48,7 +48,7 @@ def record_payloads(data: bytes, offsets, lengths) -> list[bytes]:
 def test_scan_records_written_by_the_tfrecord_package(tmp_path) -> None:
     payloads = [b"", b"x", bytes(range(256)) * 40, b"y" * 100_000]
     data = write_tfrecords(tmp_path / "a.tfrecord", payloads)
-    offsets, lengths, consumed, error = scan_tfrecords(data)
+    offsets, lengths, consumed, error, _ = scan_tfrecords(data)
     assert error is None
     assert consumed == len(data)
     records = record_payloads(data, offsets, lengths)
@@ -69,11 +69,11 @@ def test_records_cut_at_any_byte_resume_in_the_next_scan(tmp_path_factory, sizes
     payloads = [bytes([index % 251]) * size for index, size in enumerate(sizes)]
     data = write_tfrecords(path, payloads)
     cut = min(cut, len(data))
-    first_offsets, first_lengths, consumed, error = scan_tfrecords(data[:cut])
+    first_offsets, first_lengths, consumed, error, _ = scan_tfrecords(data[:cut])
     assert error is None
     assert consumed <= cut
     rest = data[consumed:]
-    more_offsets, more_lengths, rest_consumed, error = scan_tfrecords(rest)
+    more_offsets, more_lengths, rest_consumed, error, _ = scan_tfrecords(rest)
     assert error is None
     assert consumed + rest_consumed == len(data)
     whole = scan_tfrecords(data)
@@ -84,24 +84,24 @@ def test_records_cut_at_any_byte_resume_in_the_next_scan(tmp_path_factory, sizes
 
 def test_corrupt_data_checksum_is_reported_after_the_good_records(tmp_path) -> None:
     data = bytearray(write_tfrecords(tmp_path / "c.tfrecord", [b"a" * 50, b"b" * 50, b"c" * 50]))
-    offsets, _, _, _ = scan_tfrecords(data)
+    offsets, _, _, _, _ = scan_tfrecords(data)
     second_header = offsets[1] - 12
     data[offsets[1] + 5] ^= 0xFF
-    found, _, consumed, error = scan_tfrecords(data)
+    found, _, consumed, error, _ = scan_tfrecords(data)
     assert error == ("data_crc", second_header)
     assert len(found) == 1
     assert consumed == second_header
     # Unverified, the damaged record is framed all the same.
-    found, _, consumed, error = scan_tfrecords(data, verify=False)
+    found, _, consumed, error, _ = scan_tfrecords(data, verify=False)
     assert error is None
     assert (len(found), consumed) == (3, len(data))
 
 
 def test_corrupt_length_checksum(tmp_path) -> None:
     data = bytearray(write_tfrecords(tmp_path / "l.tfrecord", [b"a" * 10, b"b" * 10]))
-    offsets, _, _, _ = scan_tfrecords(data)
+    offsets, _, _, _, _ = scan_tfrecords(data)
     data[offsets[1] - 12] ^= 0x01  # the second record's length field
-    found, _, _, error = scan_tfrecords(data)
+    found, _, _, error, _ = scan_tfrecords(data)
     assert error == ("length_crc", offsets[1] - 12)
     assert len(found) == 1
 
@@ -109,7 +109,7 @@ def test_corrupt_length_checksum(tmp_path) -> None:
 def test_many_records_span_internal_batches(tmp_path) -> None:
     payloads = [bytes([i % 256]) for i in range(10_000)]  # more than one native batch
     data = write_tfrecords(tmp_path / "m.tfrecord", payloads)
-    offsets, lengths, consumed, error = scan_tfrecords(data)
+    offsets, lengths, consumed, error, _ = scan_tfrecords(data)
     assert (len(offsets), consumed, error) == (10_000, len(data), None)
     assert list(offsets) == sorted(offsets)
     assert len(set(lengths)) == 1  # every record is an Example of one 1-byte payload
@@ -173,7 +173,7 @@ def test_scan_tar_matches_tarfile(tar_format: str) -> None:
     else:
         del files["shard/" + "n" * 150 + ".txt"]
     data = tar_members(files, TAR_FORMATS[tar_format])
-    members, consumed, at_end, error = scan_tar(data)
+    members, consumed, at_end, error, _ = scan_tar(data)
     assert error is None
     assert at_end
     assert data[consumed:].strip(b"\0") == b""  # stopped at the end-of-archive marker
@@ -197,7 +197,7 @@ def test_scan_tar_written_by_gnu_tar(tmp_path) -> None:
     archive = tmp_path / "gnu.tar"
     subprocess.run(["tar", "-C", str(source), "-cf", str(archive), *files], check=True)
     data = archive.read_bytes()
-    members, _, at_end, error = scan_tar(data)
+    members, _, at_end, error, _ = scan_tar(data)
     assert (at_end, error) == (True, None)
     assert {n: data[o : o + s] for n, o, s, kind, _ in members if kind == "0"} == files
 
@@ -207,11 +207,11 @@ def test_scan_tar_written_by_gnu_tar(tmp_path) -> None:
 def test_tar_members_cut_at_any_byte_resume_in_the_next_scan(cut: int) -> None:
     data = tar_members(sample_files(), tarfile.PAX_FORMAT)
     cut = min(cut, len(data))
-    first, consumed, _, error = scan_tar(data[:cut])
+    first, consumed, _, error, _ = scan_tar(data[:cut])
     assert error is None
     assert consumed <= cut
     assert consumed % 512 == 0
-    rest, _, at_end, error = scan_tar(data[consumed:])
+    rest, _, at_end, error, _ = scan_tar(data[consumed:])
     assert error is None
     assert at_end
     names = [m[0] for m in first] + [m[0] for m in rest]
@@ -220,11 +220,30 @@ def test_tar_members_cut_at_any_byte_resume_in_the_next_scan(cut: int) -> None:
 
 def test_damaged_tar_header_is_reported_with_its_offset() -> None:
     data = bytearray(tar_members(sample_files(), tarfile.GNU_FORMAT))
-    members, _, _, _ = scan_tar(data)
+    members, _, _, _, _ = scan_tar(data)
     third_header = members[2][4]
     data[third_header + 10] ^= 0x20  # inside the name: the checksum no longer matches
-    found, consumed, at_end, error = scan_tar(data)
+    found, consumed, at_end, error, _ = scan_tar(data)
     assert error == ("header_checksum", third_header)
     assert len(found) == 2
     assert consumed == third_header
     assert not at_end
+
+
+def test_scanners_say_how_many_bytes_a_cut_record_needs(tmp_path) -> None:
+    data = write_tfrecords(tmp_path / "n.tfrecord", [b"a" * 1000, b"b" * 2000])
+    offsets, lengths, _, _, _ = scan_tfrecords(data)
+    second = offsets[1] - 12
+    *_, consumed, error, needed = scan_tfrecords(data[: second + 5])  # inside the header
+    assert (consumed, error, needed) == (second, None, 12)
+    *_, consumed, error, needed = scan_tfrecords(data[: second + 100])  # inside the data
+    assert (consumed, needed) == (second, 16 + lengths[1])
+    assert scan_tfrecords(data)[4] == 0
+    tar = tar_members({"long/" * 40 + "x.bin": b"z" * 3000}, tarfile.GNU_FORMAT)
+    # The directory member, then a GNU long name: the needed size grows as blocks arrive.
+    members, start, _, _, _ = scan_tar(tar[:1024])
+    assert [m[3] for m in members] == ["5"]
+    needs = [scan_tar(tar[start : start + cut])[4] for cut in (100, 512, 1024, 1536)]
+    assert needs[0] == 512  # a header block first
+    assert needs[-1] == 512 + 512 + 512 + 3072  # long-name header, its data, header, data
+    assert scan_tar(tar)[4] == 0

@@ -23,15 +23,14 @@ def decode_fixed(chunks: Iterable[Chunk], url: str, record_size: int) -> Iterato
     if record_size <= 0:
         raise ValueError(f"record_size must be positive, not {record_size}")
 
-    def scan(view: memoryview, base: int) -> tuple[list[memoryview], int, bool, Exception | None]:
+    def scan(
+        view: memoryview, base: int
+    ) -> tuple[list[memoryview], int, bool, Exception | None, int]:
         count = len(view) // record_size
         records = [view[i * record_size : (i + 1) * record_size] for i in range(count)]
-        return records, count * record_size, False, None
+        return records, count * record_size, False, None, record_size
 
-    def extent(partial: bytearray, base: int) -> int:
-        return record_size
-
-    return framed(chunks, url, scan, extent)
+    return framed(chunks, url, scan)
 
 
 def _npy_header_length(prefix: bytes) -> int | None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fastio._errors import CorruptRecordError, DecodeError
-from fastio._native import crc32c, scan_tfrecords
+from fastio._native import scan_tfrecords
 from fastio.formats._reassemble import framed
 
 if TYPE_CHECKING:
@@ -17,12 +16,6 @@ if TYPE_CHECKING:
     from fastio._ranges import Chunk
 
 _HEADER = 12  # uint64 length + uint32 masked CRC of the length
-_MASK_DELTA = 0xA282EAD8
-
-
-def _masked_crc(data: bytes) -> int:
-    crc: int = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
 Located = tuple[int, int, memoryview]  # (start, end) of the framed record in the shard, data
@@ -40,9 +33,9 @@ def locate_tfrecords(chunks: Iterable[Chunk], url: str, verify: bool = True) -> 
     (header to trailing checksum), for the index."""
     count = 0
 
-    def scan(view: memoryview, base: int) -> tuple[list[Located], int, bool, Exception | None]:
+    def scan(view: memoryview, base: int) -> tuple[list[Located], int, bool, Exception | None, int]:
         nonlocal count
-        offsets, lengths, consumed, error = scan_tfrecords(view, verify)
+        offsets, lengths, consumed, error, needed = scan_tfrecords(view, verify)
         records = [
             (base + o - _HEADER, base + o + n + 4, view[o : o + n])
             for o, n in zip(offsets, lengths, strict=True)
@@ -53,18 +46,9 @@ def locate_tfrecords(chunks: Iterable[Chunk], url: str, verify: bool = True) -> 
             kind, offset = error
             what = "length" if kind == "length_crc" else "data"
             problem = CorruptRecordError(f"{what} checksum mismatch", url, base + offset, count)
-        return records, consumed, False, problem
+        return records, consumed, False, problem, needed
 
-    def extent(partial: bytearray, base: int) -> int:
-        if len(partial) < _HEADER:
-            return _HEADER
-        header = bytes(partial[:_HEADER])
-        if verify and _masked_crc(header[:8]) != struct.unpack_from("<I", header, 8)[0]:
-            raise CorruptRecordError("length checksum mismatch", url, base, count)
-        length: int = struct.unpack_from("<Q", header)[0]
-        return _HEADER + length + 4
-
-    return framed(chunks, url, scan, extent)
+    return framed(chunks, url, scan)
 
 
 # ---- tf.train.Example (protobuf wire format) ------------------------------------

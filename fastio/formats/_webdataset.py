@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")
 _BLOCK = 512
 _REGULAR = frozenset("07")
-_META = frozenset("LxgK")  # GNU long name/link, pax extended/global headers
 
 Member = tuple[str, int, int, str, int]
 
@@ -35,61 +34,14 @@ def _padded(size: int) -> int:
     return (size + _BLOCK - 1) // _BLOCK * _BLOCK
 
 
-def _octal(field: bytes) -> int:
-    if field[0] & 0x80:  # GNU base-256
-        return int.from_bytes(bytes([field[0] & 0x3F]) + field[1:], "big")
-    digits = field.strip(b" \0")
-    return int(digits, 8) if digits else 0
-
-
-def _pax_size(data: bytes) -> int | None:
-    for line in data.split(b"\n"):
-        _, _, record = line.partition(b" ")
-        key, _, value = record.partition(b"=")
-        if key == b"size":
-            return int(value)
-    return None
-
-
-def _member_extent(partial: bytearray, base: int) -> int:
-    """Bytes the member at the start of ``partial`` spans, as far as known."""
-    position, size_override = 0, None
-    while True:
-        if len(partial) < position + _BLOCK:
-            return position + _BLOCK
-        block = bytes(partial[position : position + _BLOCK])
-        if not any(block):
-            return position + _BLOCK  # end-of-archive marker: the scan reports it
-        try:
-            size = _octal(block[124:136])
-        except ValueError:
-            raise CorruptRecordError(
-                "tar header size is not a number", "", base + position
-            ) from None
-        kind = chr(block[156])
-        if kind in _META:
-            end = position + _BLOCK + _padded(size)
-            if len(partial) < end:
-                return end
-            if kind == "x":
-                size_override = _pax_size(
-                    bytes(partial[position + _BLOCK : position + _BLOCK + size])
-                )
-            position = end
-            continue
-        if size_override is not None:
-            size = size_override
-        return position + _BLOCK + _padded(size)
-
-
 def _members(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[Member, memoryview]]:
     index = 0
 
     def scan(
         view: memoryview, base: int
-    ) -> tuple[list[tuple[Member, memoryview]], int, bool, Exception | None]:
+    ) -> tuple[list[tuple[Member, memoryview]], int, bool, Exception | None, int]:
         nonlocal index
-        members, consumed, at_end, error = scan_tar(view)
+        members, consumed, at_end, error, needed = scan_tar(view)
         found = [((name, base + offset, size, kind, base + header), view[offset : offset + size])
                  for name, offset, size, kind, header in members]  # fmt: skip
         index += len(found)
@@ -99,17 +51,9 @@ def _members(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[Member, memory
             problem = CorruptRecordError(
                 f"damaged tar header ({kind_name})", url, base + offset, index
             )
-        return found, consumed, at_end, problem
+        return found, consumed, at_end, problem, needed
 
-    def extent(partial: bytearray, base: int) -> int:
-        try:
-            return _member_extent(partial, base)
-        except CorruptRecordError as error:
-            raise CorruptRecordError(
-                "tar header size is not a number", url, error.offset, index
-            ) from None
-
-    return framed(chunks, url, scan, extent)
+    return framed(chunks, url, scan)
 
 
 def decode_webdataset(chunks: Iterable[Chunk], url: str) -> Iterator[dict[str, Any]]:

@@ -58,7 +58,8 @@ cdef extern from "framing.h" nogil:
     uint32_t fio_crc32c(uint32_t crc, const void *data, size_t len)
     uint32_t fio_crc32c_portable(uint32_t crc, const void *data, size_t len)
     size_t fio_tfrecord_scan(const unsigned char *buf, size_t len, int verify, fio_record *out,
-                             size_t max_out, size_t *consumed, fio_frame_error *error)
+                             size_t max_out, size_t *consumed, size_t *needed,
+                             fio_frame_error *error)
     size_t fio_split_lines(const unsigned char *buf, size_t len, uint64_t *ends, size_t max_out,
                            size_t *consumed)
 
@@ -73,7 +74,8 @@ cdef extern from "framing.h" nogil:
         char typeflag
 
     size_t fio_tar_scan(const unsigned char *buf, size_t len, fio_tar_member *out,
-                        size_t max_out, size_t *consumed, int *at_end, fio_frame_error *error)
+                        size_t max_out, size_t *consumed, size_t *needed, int *at_end,
+                        fio_frame_error *error)
 
 
 cdef class Engine:

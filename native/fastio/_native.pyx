@@ -341,19 +341,20 @@ cdef inline void _append(array.array target, const uint64_t *values, size_t coun
 def scan_tfrecords(object data, bint verify=True):
     """Find the complete TFRecord records at the start of ``data``.
 
-    Returns ``(offsets, lengths, consumed, error)``: the records' data offsets and
-    lengths (``array('Q')``), where the next scan should start, and ``None`` or
-    ``(kind, offset)`` for a checksum mismatch (``"length_crc"`` or
-    ``"data_crc"``) in the record whose header is at ``offset``. Records before a
-    mismatch are returned; a record cut off at the end is left for the next scan.
-    Runs without the GIL.
+    Returns ``(offsets, lengths, consumed, error, needed)``: the records' data
+    offsets and lengths (``array('Q')``), where the next scan should start,
+    ``None`` or ``(kind, offset)`` for a checksum mismatch (``"length_crc"`` or
+    ``"data_crc"``) in the record whose header is at ``offset``, and how many
+    bytes from ``consumed`` on the next record needs (0 unless it is cut off).
+    Records before a mismatch are returned; a record cut off at the end is left
+    for the next scan. Runs without the GIL.
     """
     cdef Py_buffer view
     cdef fio_record *found = <fio_record *>malloc(_FRAMING_BATCH * sizeof(fio_record))
     cdef uint64_t *parts = <uint64_t *>malloc(_FRAMING_BATCH * sizeof(uint64_t))
     cdef array.array offsets = array.clone(_OFFSETS, 0, False)
     cdef array.array lengths = array.clone(_OFFSETS, 0, False)
-    cdef size_t total = 0, consumed = 0, count = 0, index
+    cdef size_t total = 0, consumed = 0, needed = 0, count = 0, index
     cdef fio_frame_error error
     cdef const unsigned char *start
     if found == NULL or parts == NULL:
@@ -367,7 +368,7 @@ def scan_tfrecords(object data, bint verify=True):
         while True:
             with nogil:
                 count = fio_tfrecord_scan(start + total, <size_t>view.len - total, verify,
-                                          found, _FRAMING_BATCH, &consumed, &error)
+                                          found, _FRAMING_BATCH, &consumed, &needed, &error)
             for index in range(count):
                 parts[index] = found[index].offset
             _append(offsets, parts, count, total)
@@ -384,7 +385,7 @@ def scan_tfrecords(object data, bint verify=True):
         free(found)
         free(parts)
     problem = (_FRAME_ERRORS[error.kind], error.offset) if error.kind else None
-    return offsets, lengths, total, problem
+    return offsets, lengths, total, problem, needed
 
 
 def split_lines(object data):
@@ -421,17 +422,19 @@ def scan_tar(object data):
     """Find the complete members of a tar stream at the start of ``data``
     (ustar, GNU long names, pax path and size).
 
-    Returns ``(members, consumed, at_end, error)``: ``members`` is a list of
-    ``(name, data_offset, size, typeflag, header_offset)``; ``consumed`` is where
-    the next scan should start; ``at_end`` is true at the end-of-archive marker;
-    ``error`` is ``None`` or ``(kind, offset)`` for a damaged header block
-    (``"header_checksum"``, ``"bad_number"``, ``"bad_pax"``). Names are decoded as
-    UTF-8 with ``surrogateescape``. Scanning runs without the GIL.
+    Returns ``(members, consumed, at_end, error, needed)``: ``members`` is a list
+    of ``(name, data_offset, size, typeflag, header_offset)``; ``consumed`` is
+    where the next scan should start; ``at_end`` is true at the end-of-archive
+    marker; ``error`` is ``None`` or ``(kind, offset)`` for a damaged header block
+    (``"header_checksum"``, ``"bad_number"``, ``"bad_pax"``); ``needed`` is how many
+    bytes from ``consumed`` on the next member needs, as far as its header
+    blocks tell (0 unless it is cut off). Names are decoded as UTF-8 with
+    ``surrogateescape``. Scanning runs without the GIL.
     """
     cdef Py_buffer view
     cdef fio_tar_member *found = <fio_tar_member *>malloc(
         _FRAMING_BATCH * sizeof(fio_tar_member))
-    cdef size_t total = 0, consumed = 0, count = 0, index
+    cdef size_t total = 0, consumed = 0, needed = 0, count = 0, index
     cdef int at_end = 0
     cdef fio_frame_error error
     cdef const unsigned char *start
@@ -446,7 +449,7 @@ def scan_tar(object data):
         while True:
             with nogil:
                 count = fio_tar_scan(start + total, <size_t>view.len - total, found,
-                                     _FRAMING_BATCH, &consumed, &at_end, &error)
+                                     _FRAMING_BATCH, &consumed, &needed, &at_end, &error)
             for index in range(count):
                 member = &found[index]
                 name = start[total + member.name_offset:
@@ -468,4 +471,4 @@ def scan_tar(object data):
         PyBuffer_Release(&view)
         free(found)
     problem = (_TAR_ERRORS[error.kind], error.offset) if error.kind else None
-    return members, total, bool(at_end), problem
+    return members, total, bool(at_end), problem, needed
