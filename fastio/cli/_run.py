@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from typing import Any
@@ -32,13 +33,14 @@ def run(paths: tuple[str, ...], repeat: int, as_json: bool, **options: Any) -> N
         raise click.BadParameter(f"{error.filename}: no such file or directory") from None
     if not files:
         raise click.BadParameter("no files found under the given paths")
+    total = sum(os.path.getsize(path) for path in files)
     runs: list[Measurement] = []
     try:
         for attempt in range(repeat):
             label = f"reading {len(files)} files" + (
                 f" (run {attempt + 1}/{repeat})" * (repeat > 1)
             )
-            with byte_progress(label, _total_bytes(files), quiet=as_json) as advance:
+            with byte_progress(label, total, quiet=as_json) as advance:
                 runs.append(read_with_fastio(files, settings, advance))
     except OSError as error:
         raise click.ClickException(str(error)) from None
@@ -59,9 +61,3 @@ def run(paths: tuple[str, ...], repeat: int, as_json: bool, **options: Any) -> N
             f"MB/s over {repeat} runs: median {statistics.median(spread):.0f}, "
             f"min {min(spread):.0f}, max {max(spread):.0f}"
         )
-
-
-def _total_bytes(files: list[str]) -> int:
-    import os
-
-    return sum(os.path.getsize(path) for path in files)

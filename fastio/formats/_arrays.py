@@ -33,12 +33,12 @@ def decode_fixed(chunks: Iterable[Chunk], url: str, record_size: int) -> Iterato
     return framed(chunks, url, scan)
 
 
-def _npy_header_length(prefix: bytes) -> int | None:
+def _npy_header_length(prefix: bytes, url: str) -> int | None:
     """Bytes of the magic, version, length field and header, once known."""
     if len(prefix) < 10:
         return None
     if prefix[:6] != b"\x93NUMPY":
-        raise DecodeError("not an .npy file (bad magic)", "", 0)
+        raise DecodeError("not an .npy file (bad magic)", url, 0)
     if prefix[6] == 1:
         return 10 + int.from_bytes(prefix[8:10], "little")
     if len(prefix) < 12:
@@ -56,10 +56,7 @@ def decode_npy(chunks: Iterable[Chunk], url: str) -> Iterator[np.ndarray]:
     chunk: Chunk | None = None
     for chunk in stream:
         prefix += chunk.data
-        try:
-            header_length = _npy_header_length(bytes(prefix[:12]))
-        except DecodeError:
-            raise DecodeError("not an .npy file (bad magic)", url, 0) from None
+        header_length = _npy_header_length(bytes(prefix[:12]), url)
         if header_length is not None and len(prefix) >= header_length:
             break
     if header_length is None or len(prefix) < header_length or chunk is None:
