@@ -13,6 +13,7 @@ from fastio._errors import (
     EngineFallbackWarning,
     FastIOError,
     ReaderClosedError,
+    SkippedSamplesWarning,
     TruncatedFileError,
     TruncatedShardError,
 )
@@ -25,10 +26,22 @@ from fastio._urls import expand_urls
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # The dataset pulls in numpy (and torch where installed): loaded on first use.
+    if name in ("Dataset", "Batches"):
+        from fastio import _dataset
+
+        return getattr(_dataset, name)
+    raise AttributeError(f"module 'fastio' has no attribute {name!r}")
+
+
 __all__ = [
+    "Batches",
     "ByteRange",
     "Chunk",
     "CorruptRecordError",
+    "Dataset",
     "DecodeError",
     "DirectIOFallbackWarning",
     "EngineFallbackWarning",
@@ -38,6 +51,7 @@ __all__ = [
     "ReaderSettings",
     "ReaderStats",
     "Shard",
+    "SkippedSamplesWarning",
     "TruncatedFileError",
     "TruncatedShardError",
     "__version__",

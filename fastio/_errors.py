@@ -13,6 +13,7 @@ __all__ = [
     "EngineFallbackWarning",
     "FastIOError",
     "ReaderClosedError",
+    "SkippedSamplesWarning",
     "TruncatedFileError",
     "TruncatedShardError",
 ]
@@ -90,3 +91,9 @@ class EngineFallbackWarning(RuntimeWarning):
 class DirectIOFallbackWarning(RuntimeWarning):
     """The filesystem refused O_DIRECT (tmpfs, some FUSE and network filesystems),
     so the file is read through the page cache instead."""
+
+
+class SkippedSamplesWarning(RuntimeWarning):
+    """A dataset with ``on_error="warn"`` skipped samples: a damaged or missing
+    shard, or a failed read. The message names the URL, byte offset and sample;
+    ``dataset.stats()`` counts what was skipped."""

@@ -19,13 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio._errors import CorruptRecordError, DecodeError
+from fastio._ranges import ByteRange
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
     from fastio._ranges import Chunk
     from fastio._reader import Reader
 
-__all__ = ["INDEX_SUFFIX", "ShardIndex", "build_index", "index_shard"]
+__all__ = ["INDEX_SUFFIX", "ShardIndex", "build_index", "index_shard", "load_or_scan", "scan_shard"]
 
 INDEX_SUFFIX = ".fastio-index.npz"
 _VERSION = 1
@@ -70,14 +73,14 @@ class ShardIndex:
 
 
 def _locator(format_name: str) -> Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]:
-    from fastio.formats._lines import locate_lines
+    from fastio.formats._lines import locate_json_lines, locate_lines
     from fastio.formats._tfrecord import locate_tfrecords
     from fastio.formats._webdataset import locate_webdataset
 
     locators: dict[str, Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]] = {
         "tfrecord": locate_tfrecords,
         "webdataset": locate_webdataset,
-        "jsonl": locate_lines,
+        "jsonl": locate_json_lines,
         "lines": locate_lines,
     }
     if format_name not in locators:
@@ -90,14 +93,65 @@ def _locator(format_name: str) -> Callable[[Iterable[Chunk], str], Iterator[tupl
 def build_index(reader: Reader, url: str, format_name: str) -> ShardIndex:
     """Scan ``url`` once through ``reader`` and record every sample's byte range.
     Raises the format's DecodeError for a damaged shard (the index would lie)."""
+    index, problems = scan_shard(reader, url, format_name, tolerate=False)
+    assert not problems  # raised instead
+    return index
+
+
+def scan_shard(
+    reader: Reader, url: str, format_name: str, *, tolerate: bool, verify: bool = True
+) -> tuple[ShardIndex, list[DecodeError]]:
+    """Scan ``url`` and index its samples. A compressed shard (``.gz``, ``.zst``)
+    is indexed in decompressed offsets (its samples are read by decompressing
+    from the start). With ``tolerate``, a damaged shard is indexed up to the
+    damage, a TFRecord with a bad data checksum is indexed without the bad
+    record, and the errors are returned instead of raised."""
+    from fastio.formats._compression import codec_for, decompress
+
     locate = _locator(format_name)
+    if format_name == "tfrecord" and not verify:
+        from fastio.formats._tfrecord import locate_tfrecords
+
+        def locate(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, Any]]:
+            return locate_tfrecords(chunks, url, verify=False)
+
     status = os.stat(url)
-    starts, ends = [], []
-    for start, end, _ in locate(reader.stream([url]), url):
-        starts.append(start)
-        ends.append(end)
-    return ShardIndex(url, format_name, status.st_size, status.st_mtime_ns,
-                      np.array(starts, np.uint64), np.array(ends, np.uint64))  # fmt: skip
+    codec = codec_for(url)
+    starts: list[int] = []
+    ends: list[int] = []
+    problems: list[DecodeError] = []
+    begin = 0
+    while True:
+        chunks: Iterable[Chunk] = reader.stream([ByteRange(url, begin)])
+        if codec is not None:
+            chunks = decompress(chunks, url, codec)
+        try:
+            for start, end, _ in locate(chunks, url):
+                starts.append(start)
+                ends.append(end)
+        except DecodeError as error:
+            if not tolerate:
+                raise
+            problems.append(error)
+            skip_to = _resync(reader, url, format_name, error) if codec is None else None
+            if skip_to is not None and skip_to < status.st_size:
+                begin = skip_to
+                continue
+        break
+    index = ShardIndex(url, format_name, status.st_size, status.st_mtime_ns,
+                       np.array(starts, np.uint64), np.array(ends, np.uint64))  # fmt: skip
+    return index, problems
+
+
+def _resync(reader: Reader, url: str, format_name: str, error: DecodeError) -> int | None:
+    """Where a scan may go on after ``error``: past a TFRecord whose data (not
+    length) checksum is wrong, as its length is known; elsewhere nowhere."""
+    if format_name != "tfrecord" or not isinstance(error, CorruptRecordError):
+        return None
+    if not str(error).endswith("data checksum mismatch"):
+        return None
+    header = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, error.offset, 8)]))
+    return error.offset + 12 + int.from_bytes(header, "little") + 4
 
 
 def _index_paths(url: str, cache_dir: str | os.PathLike[str] | None) -> list[Path]:
@@ -111,6 +165,19 @@ def _index_paths(url: str, cache_dir: str | os.PathLike[str] | None) -> list[Pat
 def index_shard(
     reader: Reader, url: str, format_name: str, cache_dir: str | os.PathLike[str] | None = None
 ) -> ShardIndex:
+    index, _ = load_or_scan(reader, url, format_name, cache_dir, tolerate=False)
+    return index
+
+
+def load_or_scan(
+    reader: Reader,
+    url: str,
+    format_name: str,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    tolerate: bool = False,
+    verify: bool = True,
+) -> tuple[ShardIndex, list[DecodeError]]:
     """The index of ``url``: a stored one that still matches the shard, else a
     new scan, stored beside the shard, or in ``cache_dir`` where that folder is
     not writable (an index that cannot be stored anywhere is still returned)."""
@@ -126,8 +193,10 @@ def index_shard(
             status.st_mtime_ns,
             format_name,
         ):
-            return index
-    index = build_index(reader, url, format_name)
+            return index, []
+    index, problems = scan_shard(reader, url, format_name, tolerate=tolerate, verify=verify)
+    if problems:  # an index of a damaged shard is not kept: a repaired shard gets a new scan
+        return index, problems
     for path in candidates:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,4 +204,4 @@ def index_shard(
         except OSError:
             continue
         break
-    return index
+    return index, []

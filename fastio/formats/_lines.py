@@ -25,10 +25,15 @@ def locate_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, 
     """Like :func:`decode_lines`, with each line's byte range in the shard
     (newline included), for the index."""
     carry = bytearray()
-    position = 0  # shard offset of the first byte of the current chunk
+    current_range = -1
+    position: int | None = None  # shard offset of the first byte of the current chunk
     line_start = 0
     for chunk in chunks:
         view = chunk.data
+        if position is None or (chunk.range != current_range and not carry):
+            # A stream may start mid-file, and skip bytes between ranges.
+            position = line_start = chunk.offset
+        current_range = chunk.range
         ends, consumed = split_lines(view)
         if not ends:
             carry += view
@@ -47,18 +52,27 @@ def locate_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, 
         line_start = position + consumed
         carry += view[consumed:]
         position += len(view)
-    if carry:
+    if carry and position is not None:
         yield line_start, position, memoryview(bytes(carry))
 
 
 def decode_jsonl(chunks: Iterable[Chunk], url: str) -> Iterator[Any]:
     """The JSON values of one JSONL shard, one per non-blank line. A line that
     is not JSON raises :class:`DecodeError` naming its byte offset and index."""
-    offset = 0
-    for index, line in enumerate(decode_lines(chunks, url)):
-        if line.nbytes and bytes(line).strip():
+    index = 0
+    for offset, _, line in locate_lines(chunks, url):
+        text = bytes(line)
+        if text.strip():
             try:
-                yield json.loads(bytes(line))
+                yield json.loads(text)
             except ValueError as error:
                 raise DecodeError(f"line is not JSON: {error}", url, offset, index) from None
-        offset += line.nbytes + 1
+            index += 1
+
+
+def locate_json_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, memoryview]]:
+    """Like :func:`locate_lines` without blank lines: one entry per JSON value,
+    so that an index of a JSONL shard counts what :func:`decode_jsonl` yields."""
+    for start, end, line in locate_lines(chunks, url):
+        if bytes(line).strip():
+            yield start, end, line

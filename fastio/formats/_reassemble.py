@@ -29,11 +29,17 @@ def framed(chunks: Iterable[Chunk], url: str, scan: Scan[T]) -> Iterator[T]:
     :class:`TruncatedShardError`.
     """
     carry = bytearray()
-    carry_base = 0  # shard offset of carry[0]
+    current_range = -1
+    carry_base: int | None = None  # shard offset of carry[0] (the first chunk's offset at first)
     needed = 0  # bytes the record at the start of carry needs, as far as known
     done = False
     for chunk in chunks:
         view = chunk.data
+        if carry_base is None or (chunk.range != current_range and not carry):
+            # A stream may start mid-file, and skip bytes between ranges (runs
+            # of samples): offsets follow the file.
+            carry_base = chunk.offset
+        current_range = chunk.range
         while not done:
             if carry and len(carry) < needed:
                 if not len(view):
@@ -61,7 +67,7 @@ def framed(chunks: Iterable[Chunk], url: str, scan: Scan[T]) -> Iterator[T]:
                     raise TruncatedShardError("record does not frame as its header says", url, base)
                 carry += whole[consumed:]
             carry_base = base + consumed
-    if carry and not done:
+    if carry and not done and carry_base is not None:
         raise TruncatedShardError(
             f"shard ends inside a record ({len(carry)} bytes of it present)", url, carry_base
         )

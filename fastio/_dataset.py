@@ -1,0 +1,763 @@
+"""fastio.Dataset: sharded datasets as a drop-in iterable.
+
+URLs -> layouts (per-shard counts and byte ranges, from the index or
+metadata) -> the epoch's assignment for this (rank, worker) -> windows (see
+:mod:`fastio._windows`) -> reads through one :class:`fastio.Reader` stream ->
+the format decodes -> samples or batches, in the window's permutation.
+
+With torch installed the class is a ``torch.utils.data.IterableDataset``; each
+DataLoader worker then reads its own part of the rank's samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from dataclasses import dataclass
+from itertools import groupby, islice
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from fastio._epochs import Remainder, assign_samples, current_rank, current_worker
+from fastio._errors import DecodeError, SkippedSamplesWarning, TruncatedShardError
+from fastio._ranges import Shard
+from fastio._reader import Reader
+from fastio._settings import ReaderSettings
+from fastio._urls import expand_urls
+from fastio._windows import Piece, Window, make_windows, permutation
+from fastio.formats._shards import Layout, format_for_url, make_format
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Iterable, Iterator, Sequence
+
+    pass
+
+__all__ = ["Batches", "Dataset"]
+
+log = logging.getLogger("fastio")
+
+OnError = Literal["raise", "skip", "warn"]
+_ON_ERROR = ("raise", "skip", "warn")
+_STATE_VERSION = 1
+_MAX_KEPT_ERRORS = 100
+
+if TYPE_CHECKING:
+    _Base = object
+else:
+    try:  # a real torch IterableDataset where torch is installed
+        from torch.utils.data import IterableDataset as _Base
+    except ImportError:  # torch is an optional extra
+        _Base = object
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """Samples ``start``..``stop`` of ``piece``'s shard, for window ``window``."""
+
+    window: int
+    piece: Piece
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Who:
+    rank: int
+    world_size: int
+    worker: int
+    num_workers: int
+
+
+def _empty_layout(url: str) -> Layout:
+    return Layout(url, 0, 0, np.zeros(1, np.int64), np.zeros(0, np.int64))
+
+
+class Dataset(_Base):
+    """A sharded dataset: iterate for samples, :meth:`batches` for batches.
+
+    ``urls`` is a pattern (``train-{0000..0127}.tar``, globs) or a list of them;
+    ``format`` one of webdataset, tfrecord, parquet, arrow, npy, fixed, jsonl,
+    lines (default: from the first URL's extension). Every sample is delivered
+    exactly once per epoch across ranks and DataLoader workers (``remainder``
+    ``"drop"``/``"pad"`` give every rank the same count). Shuffling reads
+    windows of ``shuffle_buffer`` bytes mixing ``shuffle_shards`` shards and
+    delivers each in a permutation of ``(seed, epoch)``; call
+    :meth:`set_epoch` each epoch for a new order. :meth:`state_dict` /
+    :meth:`load_state_dict` resume at the next sample.
+
+    Format options: ``verify`` and ``example`` (tfrecord: check CRCs; decode
+    ``tf.train.Example``), ``record_size`` (fixed), ``columns`` (parquet,
+    arrow), ``index_dir`` (where indexes go when the shard's folder is
+    read-only). ``reader`` and further keywords are :class:`ReaderSettings`.
+
+    ``on_error``: ``"raise"`` (default; the error names URL, byte offset and
+    sample), ``"skip"`` (go on, count skipped samples in :meth:`stats`, log a
+    summary each epoch) or ``"warn"`` (as skip, with a
+    :class:`SkippedSamplesWarning` per failure).
+    """
+
+    def __init__(
+        self,
+        urls: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+        format: str | None = None,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        shuffle_buffer: int = 64 << 20,
+        shuffle_shards: int = 8,
+        rank: int | None = None,
+        world_size: int | None = None,
+        remainder: Remainder = "exact",
+        on_error: OnError = "raise",
+        columns: Sequence[str] | None = None,
+        record_size: int | None = None,
+        verify: bool = True,
+        example: bool = True,
+        index_dir: str | os.PathLike[str] | None = None,
+        reader: ReaderSettings | None = None,
+        **reader_knobs: Any,
+    ) -> None:
+        if on_error not in _ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(_ON_ERROR)}, not {on_error!r}")
+        if remainder not in ("exact", "drop", "pad"):
+            raise ValueError(f"remainder must be exact, drop or pad, not {remainder!r}")
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if shuffle_buffer < 1 or shuffle_shards < 1:
+            raise ValueError("shuffle_buffer and shuffle_shards must be positive")
+        self.urls = expand_urls(urls)
+        if not self.urls:
+            raise ValueError(f"no shards: {urls!r} names no URL")
+        self.format = format or format_for_url(self.urls[0])
+        self._format = make_format(
+            self.format,
+            **_format_options(self.format, columns, record_size, verify, example, index_dir),
+        )
+        self.shuffle = shuffle
+        self.seed = seed
+        self.shuffle_buffer = shuffle_buffer
+        self.shuffle_shards = shuffle_shards
+        self.remainder: Remainder = remainder
+        self.on_error: OnError = on_error
+        self._explicit_rank = None if rank is None else (rank, world_size or 1)
+        self.settings = (reader or ReaderSettings()).replace(**reader_knobs)
+        self._reader: Reader | None = None
+        self.epoch = 0
+        self._resume: tuple[int, int] | None = None
+        self._position = 0
+        self._running_epoch: int | None = None
+        self._who: _Who | None = None
+        self._skipped = 0
+        self._delivered = 0
+        self._errors: list[str] = []
+        self._shards_skipped = 0
+        self.layouts = self._load_layouts()
+        counts = [layout.count for layout in self.layouts]
+        self._bases = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    # ---- setup ---------------------------------------------------------------------
+
+    @property
+    def reader(self) -> Reader:
+        if self._reader is None or self._reader.closed:
+            self._reader = Reader(self.settings)
+        return self._reader
+
+    def _load_layouts(self) -> list[Layout]:
+        layouts = []
+        tolerate = self.on_error != "raise"
+        for url in self.urls:
+            try:
+                layout, problems = self._format.layout(self.reader, url, tolerate)
+            except (OSError, DecodeError) as error:
+                if not tolerate:
+                    raise
+                self._shards_skipped += 1
+                self._failure(error, None, f"shard {url} is unreadable and left out")
+                layouts.append(_empty_layout(url))
+                continue
+            for problem in problems:
+                # The damaged record is lost; the index holds the samples around it.
+                self._failure(problem, 1, f"shard {url} is indexed without the damaged record")
+            layouts.append(layout)
+        return layouts
+
+    def _failure(self, error: Exception, lost: int | None, what: str) -> None:
+        """Apply the ``on_error`` policy to ``error`` (``lost`` samples, if known)."""
+        if self.on_error == "raise":
+            raise error
+        if lost:
+            self._skipped += lost
+        text = f"{error} ({what}" + (f"; {lost} samples skipped)" if lost else ")")
+        if len(self._errors) < _MAX_KEPT_ERRORS:
+            self._errors.append(text)
+        if self.on_error == "warn":
+            warnings.warn(text, SkippedSamplesWarning, stacklevel=3)
+        else:
+            log.debug("fastio: %s", text)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_reader"] = None  # each process makes its own
+        return state
+
+    def close(self) -> None:
+        """Release the reader (its descriptors, buffers and loop thread)."""
+        if self._reader is not None:
+            self._reader.close()
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---- sizes and assignment ------------------------------------------------------
+
+    @property
+    def counts(self) -> list[int]:
+        """Samples per shard, in URL order."""
+        return [layout.count for layout in self.layouts]
+
+    @property
+    def total(self) -> int:
+        """Samples in the whole dataset (all ranks)."""
+        return int(self._bases[-1])
+
+    def _rank(self) -> tuple[int, int]:
+        return self._explicit_rank if self._explicit_rank is not None else current_rank()
+
+    def _current(self) -> _Who:
+        rank, world_size = self._rank()
+        worker, num_workers = current_worker()
+        return _Who(rank, world_size, worker, num_workers)
+
+    def __len__(self) -> int:
+        """Samples this rank gets per epoch (all its DataLoader workers together)."""
+        rank, world_size = self._rank()
+        total = self.total
+        if self.remainder == "exact":
+            return total * (rank + 1) // world_size - total * rank // world_size
+        return total // world_size if self.remainder == "drop" else -(-total // world_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch``'s order from the next iteration on (call it every epoch,
+        as with DistributedSampler, in the main process before iterating)."""
+        self.epoch = int(epoch)
+
+    def _windows(self, epoch: int, who: _Who) -> list[Window]:
+        spans = assign_samples(
+            self.counts, rank=who.rank, world_size=who.world_size, worker=who.worker,
+            num_workers=who.num_workers, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+            remainder=self.remainder,
+        )  # fmt: skip
+        mix = self.shuffle_shards if self.shuffle else 1
+        return make_windows(spans, self.layouts, self.shuffle_buffer, mix)
+
+    def _order(self, window: Window, index: int, epoch: int, who: _Who) -> np.ndarray | None:
+        if not self.shuffle:
+            return None
+        return permutation(window.count, self.seed, epoch, who.rank, who.worker, index)
+
+    def order(
+        self,
+        epoch: int | None = None,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        worker: int = 0,
+        num_workers: int = 1,
+    ) -> np.ndarray:
+        """Global sample numbers (positions in URL order) in the order this
+        (rank, worker) delivers them in ``epoch``: computed from the plan alone."""
+        default_rank, default_world = self._rank()
+        who = _Who(
+            default_rank if rank is None else rank,
+            default_world if world_size is None else world_size,
+            worker,
+            num_workers,
+        )
+        epoch = self.epoch if epoch is None else epoch
+        parts = []
+        for index, window in enumerate(self._windows(epoch, who)):
+            ids = np.concatenate(
+                [self._bases[p.shard] + np.arange(p.start, p.stop) for p in window.pieces]
+            ) if window.pieces else np.zeros(0, np.int64)  # fmt: skip
+            order = self._order(window, index, epoch, who)
+            parts.append(ids if order is None else ids[order])
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    # ---- state -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this iterator is: the epoch and the position in it (samples
+        delivered or skipped). Small and picklable; with DataLoader workers, use
+        torchdata's StatefulDataLoader, which keeps one per worker."""
+        who = self._who or self._current()
+        if self._running_epoch is not None:
+            epoch, position = self._running_epoch, self._position
+        elif self._resume is not None:
+            epoch, position = self._resume
+        else:
+            epoch, position = self.epoch, 0
+        return {
+            "version": _STATE_VERSION, "epoch": epoch, "position": position, "seed": self.seed,
+            "shuffle": self.shuffle, "total": self.total, "rank": who.rank,
+            "world_size": who.world_size, "worker": who.worker, "num_workers": who.num_workers,
+        }  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: the next iteration starts at the
+        next sample of that epoch, without reading what was delivered."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"state version {state.get('version')}, not {_STATE_VERSION}")
+        for key, mine in (("seed", self.seed), ("shuffle", self.shuffle), ("total", self.total)):
+            if state[key] != mine:
+                raise ValueError(
+                    f"state is of another dataset or order: {key} {state[key]!r}, here {mine!r}"
+                )
+        self.epoch = int(state["epoch"])
+        self._resume = (self.epoch, int(state["position"]))
+        self._saved_who = _Who(state["rank"], state["world_size"], state["worker"],
+                               state["num_workers"])  # fmt: skip
+        self._running_epoch = None
+
+    def _start(self) -> tuple[int, int, _Who]:
+        who = self._current()
+        epoch, position = self.epoch, 0
+        if self._resume is not None:
+            epoch, position = self._resume
+            saved = getattr(self, "_saved_who", None)
+            if saved is not None and saved != who:
+                raise ValueError(
+                    f"state was saved by rank {saved.rank}/{saved.world_size}, worker "
+                    f"{saved.worker}/{saved.num_workers}; resuming as rank {who.rank}/"
+                    f"{who.world_size}, worker {who.worker}/{who.num_workers} would change the "
+                    "order (resume with the same world size and number of workers)"
+                )
+            self._resume = None
+        self._who = who
+        self._running_epoch, self._position = epoch, position
+        return epoch, position, who
+
+    # ---- statistics ------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Samples delivered and skipped, shards left out as unreadable,
+        failures kept (up to 100) and the reader's statistics."""
+        return {
+            "samples": self._delivered, "skipped": self._skipped,
+            "shards_skipped": self._shards_skipped, "errors": list(self._errors),
+            "epoch": self._running_epoch, "position": self._position,
+            "reader": self._reader.stats().as_dict() if self._reader is not None else None,
+        }  # fmt: skip
+
+    # ---- iteration -------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._run(columnar=False, batch_size=0, drop_last=False)
+
+    def batches(self, batch_size: int, *, drop_last: bool = False) -> Batches:
+        """An iterable of batches of ``batch_size`` samples, one Python object per
+        batch: ``pyarrow.RecordBatch`` (webdataset, tfrecord, jsonl, lines,
+        parquet, arrow) or ``numpy.ndarray`` (fixed, npy), in the same order as
+        iterating samples. Usable as a DataLoader dataset with ``batch_size=None``."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, not {batch_size}")
+        return Batches(self, batch_size, drop_last)
+
+    def _reads(self, windows: list[Window], first: int, skip: int, epoch: int,
+               who: _Who) -> list[_Read]:  # fmt: skip
+        """Reads for windows ``first``.., the first of which has delivered
+        ``skip`` of its samples already (only the rest are read again)."""
+        reads: list[_Read] = []
+        for index in range(first, len(windows)):
+            window = windows[index]
+            if index != first or not skip:
+                reads.extend(_Read(index, p, p.start, p.stop) for p in window.pieces)
+                continue
+            order = self._order(window, index, epoch, who)
+            wanted = np.arange(skip, window.count) if order is None else np.sort(order[skip:])
+            for piece in window.pieces:
+                inside = wanted[(wanted >= piece.base) & (wanted < piece.base + len(piece))]
+                if not len(inside):
+                    continue
+                samples = inside - piece.base + piece.start
+                if not self.layouts[piece.shard].per_sample:
+                    reads.append(_Read(index, piece, int(samples[0]), int(samples[-1]) + 1))
+                    continue
+                # Runs of consecutive samples: read only those.
+                breaks = np.flatnonzero(np.diff(samples) != 1) + 1
+                runs = np.split(samples, breaks)
+                reads.extend(_Read(index, piece, int(r[0]), int(r[-1]) + 1) for r in runs)
+        return reads
+
+    def _decode(
+        self, read: _Read, chunks: Iterable[Any], columnar: bool
+    ) -> tuple[Any, int, Exception | None]:
+        """Decoded samples (a list, or a list of columnar parts) of ``read``,
+        how many, and the error that cut it short."""
+        layout = self.layouts[read.piece.shard]
+        _, first = layout.ranges(read.start, read.stop)
+        skip, want = read.start - first, read.stop - read.start
+        error: Exception | None = None
+        if not columnar:
+            samples: list[Any] = []
+            try:
+                samples.extend(islice(self._format.samples(chunks, layout), skip, skip + want))
+            except (DecodeError, OSError) as failure:
+                error = self._located(failure, layout)
+            if error is None and len(samples) < want:
+                error = TruncatedShardError(
+                    f"holds {skip + len(samples)} samples from {first} on, the index says "
+                    f"{skip + want} (the shard changed after it was indexed?)",
+                    layout.url, -1, first + skip + len(samples),
+                )  # fmt: skip
+            return samples, len(samples), error
+        parts: list[Any] = []
+        rows = 0
+        try:
+            for part in self._format.batches(chunks, layout):
+                n = _rows(part)
+                lo, hi = max(skip - rows, 0), min(skip + want - rows, n)
+                if lo < hi:
+                    parts.append(part if (lo, hi) == (0, n) else _slice(part, lo, hi))
+                rows += n
+                if rows >= skip + want:
+                    break
+        except (DecodeError, OSError) as failure:
+            error = self._located(failure, layout)
+        got = sum(_rows(p) for p in parts)
+        if error is None and got < want:
+            error = TruncatedShardError(
+                f"holds {got} of the {want} samples its index places from sample {read.start}",
+                layout.url, -1, read.start + got,
+            )  # fmt: skip
+        return parts, got, error
+
+    @staticmethod
+    def _located(error: Exception, layout: Layout) -> Exception:
+        """``error`` naming the sample (its number in the shard) where the
+        index knows which sample holds the failing byte."""
+        if not isinstance(error, DecodeError) or not layout.per_sample or error.offset < 0:
+            return error
+        assert layout.ends is not None
+        sample = int(np.searchsorted(layout.ends, error.offset, side="right"))
+        message = str(error).split(": ", 1)[1]
+        located = type(error)(f"{message} (sample {sample} of the shard)", error.url,
+                              error.offset, sample)  # fmt: skip
+        return located
+
+    def _execute(self, reads: list[_Read], columnar: bool) -> Iterator[tuple[_Read, Any, int]]:
+        """Every read decoded, in order: (read, decoded, count). A failing read
+        goes through the error policy; a failed stream restarts after it."""
+        shards = [Shard(tuple(self.layouts[r.piece.shard].ranges(r.start, r.stop)[0]))
+                  for r in reads]  # fmt: skip
+        k = 0
+        while k < len(reads):
+            guarded = _Guarded(self.reader.stream(shards[k:]))
+            expected = k
+            try:
+                for position, group in groupby(guarded, key=attrgetter("shard")):
+                    index = k + position
+                    while expected < index:  # reads that produced no bytes
+                        yield reads[expected], [], 0
+                        expected += 1
+                    decoded, count, error = self._decode(reads[index], group, columnar)
+                    if guarded.failed_at == position:  # the read itself failed midway
+                        error = guarded.failure
+                    if error is not None:
+                        lost = reads[index].stop - reads[index].start - count
+                        self._failure(error, lost, "read failed")
+                    yield reads[index], decoded, count
+                    expected = index + 1
+            finally:
+                guarded.close()
+            if guarded.failure is not None and guarded.failed_at is not None:
+                failed = k + guarded.failed_at
+                if failed >= expected:  # failed before delivering any of its bytes
+                    while expected < failed:
+                        yield reads[expected], [], 0
+                        expected += 1
+                    read = reads[failed]
+                    self._failure(guarded.failure, read.stop - read.start, "read failed")
+                    yield read, [], 0
+                    expected = failed + 1
+            else:
+                while expected < len(reads):
+                    yield reads[expected], [], 0
+                    expected += 1
+            k = expected
+
+    def _run(self, columnar: bool, batch_size: int, drop_last: bool) -> Iterator[Any]:
+        epoch, position, who = self._start()
+        try:
+            if columnar:
+                yield from _rebatch(self._units(epoch, position, who, True), batch_size,
+                                    drop_last, self)  # fmt: skip
+            else:
+                yield from self._units(epoch, position, who, False)
+        finally:
+            if (self._skipped or self._shards_skipped) and self.on_error == "skip":
+                log.warning("fastio: %d samples and %d unreadable shards skipped so far "
+                            "(on_error='skip'); see stats()", self._skipped,
+                            self._shards_skipped)  # fmt: skip
+
+    def _units(self, epoch: int, position: int, who: _Who, columnar: bool) -> Iterator[Any]:
+        """Samples in delivery order; or, ``columnar``, per window a table, the
+        rows to deliver in order, each row's position in the epoch, and the
+        position after the window. ``self._position`` counts every sample
+        passed, delivered or skipped (samples mode; batches set it as they go)."""
+        windows = self._windows(epoch, who)
+        sizes = np.cumsum([0] + [w.count for w in windows])
+        first = int(np.searchsorted(sizes, position, side="right")) - 1
+        if first >= len(windows):
+            return
+        skip = position - int(sizes[first])
+        reads = self._reads(windows, first, skip, epoch, who)
+        per_window = np.bincount([r.window for r in reads], minlength=len(windows))
+        executed = self._execute(reads, columnar)
+        for index in range(first, len(windows)):
+            window = windows[index]
+            order = self._order(window, index, epoch, who)
+            begin = skip if index == first else 0
+            its_reads = islice(executed, int(per_window[index]))
+            if order is None and not columnar:  # stored order: stream as decoded
+                expected = begin
+                for read, decoded, count in its_reads:
+                    at = read.piece.base + read.start - read.piece.start
+                    self._position += at - expected  # samples a failure lost
+                    for sample in decoded:
+                        self._position += 1
+                        self._delivered += 1
+                        yield sample
+                    expected = at + count
+                self._position = int(sizes[index + 1])
+                continue
+            # Collect the window (the shuffle buffer), then deliver it in its order.
+            slots: list[Any] = [_MISSING] * window.count
+            parts: list[tuple[int, Any]] = []
+            for read, decoded, count in its_reads:
+                at = read.piece.base + read.start - read.piece.start
+                if columnar:
+                    for part in decoded:
+                        parts.append((at, part))
+                        at += _rows(part)
+                else:
+                    slots[at : at + count] = decoded
+            sequence = order[begin:] if order is not None else np.arange(begin, window.count)
+            if columnar:
+                table, rows_at = _assemble(parts, window.count)
+                rows = rows_at[sequence]
+                present = rows >= 0
+                positions = int(sizes[index]) + begin + np.flatnonzero(present)
+                yield table, rows[present], positions, int(sizes[index + 1])
+                continue
+            for slot in sequence:
+                sample = slots[slot]
+                slots[slot] = None  # the buffer shrinks as it is delivered
+                self._position += 1
+                if sample is not _MISSING:
+                    self._delivered += 1
+                    yield sample
+
+    # ---- random access ---------------------------------------------------------------
+
+    def __getitem__(self, index: int) -> Any:
+        """Sample ``index`` of the whole dataset in stored order (URL order), read
+        on its own through the index."""
+        if not -self.total <= index < self.total:
+            raise IndexError(f"sample {index} out of range for {self.total} samples")
+        index %= self.total
+        shard = int(np.searchsorted(self._bases, index, side="right")) - 1
+        sample = index - int(self._bases[shard])
+        piece = Piece(shard, sample, sample + 1, 0)
+        on_error, self.on_error = self.on_error, "raise"
+        try:
+            for _, decoded, _ in self._execute([_Read(0, piece, sample, sample + 1)], False):
+                return decoded[0]
+        finally:
+            self.on_error = on_error
+        raise IndexError(index)  # unreachable: _execute yields once or raises
+
+    def __repr__(self) -> str:
+        return (f"<fastio.Dataset {self.format} shards={len(self.urls)} samples={self.total} "
+                f"shuffle={self.shuffle} seed={self.seed}>")  # fmt: skip
+
+
+_MISSING = object()
+
+
+class _Guarded:
+    """A reader stream that ends, instead of raising, at a failed read, and
+    says which of its shards failed: the decoder of the shard before never
+    sees the next shard's error (the reader raises it right after the last
+    chunk it delivered)."""
+
+    def __init__(self, stream: Iterator[Any]) -> None:
+        self.stream = stream
+        self.failure: OSError | None = None
+        self.failed_at: int | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        last = None
+        try:
+            for chunk in self.stream:
+                last = chunk
+                yield chunk
+        except OSError as error:
+            self.failure = error
+            if last is None:
+                self.failed_at = 0
+            else:
+                self.failed_at = last.shard + 1 if last.end_of_shard else last.shard
+
+    def close(self) -> None:
+        self.stream.close()  # type: ignore[attr-defined]
+
+
+def _format_options(
+    name: str,
+    columns: Sequence[str] | None,
+    record_size: int | None,
+    verify: bool,
+    example: bool,
+    index_dir: str | os.PathLike[str] | None,
+) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if name in ("webdataset", "tfrecord", "jsonl", "lines"):
+        options["index_dir"] = index_dir
+    if name == "tfrecord":
+        options.update(verify=verify, example=example)
+    if name in ("parquet", "arrow"):
+        options["columns"] = columns
+    elif columns is not None:
+        raise ValueError(f"columns= applies to parquet and arrow, not {name}")
+    if name == "fixed":
+        if record_size is None:
+            raise ValueError("format 'fixed' needs record_size=")
+        options["record_size"] = record_size
+    elif record_size is not None:
+        raise ValueError(f"record_size= applies to format 'fixed', not {name}")
+    return options
+
+
+# ---- columnar helpers ------------------------------------------------------------
+
+
+def _rows(part: Any) -> int:
+    return len(part) if isinstance(part, np.ndarray) else int(part.num_rows)
+
+
+def _slice(part: Any, lo: int, hi: int) -> Any:
+    return part[lo:hi] if isinstance(part, np.ndarray) else part.slice(lo, hi - lo)
+
+
+def _assemble(parts: list[tuple[int, Any]], count: int) -> tuple[Any, np.ndarray]:
+    """One table (or array) of a window's parts, and for each window position
+    its row in it (-1 where the sample was skipped)."""
+    rows_at = np.full(count, -1, np.int64)
+    row = 0
+    for at, part in parts:
+        n = _rows(part)
+        rows_at[at : at + n] = np.arange(row, row + n)
+        row += n
+    return _concat([part for _, part in parts]), rows_at
+
+
+def _concat(parts: list[Any]) -> Any:
+    import pyarrow as pa
+
+    if not parts:
+        return None
+    if isinstance(parts[0], np.ndarray):
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts]
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _take(table: Any, rows: np.ndarray) -> Any:
+    if isinstance(table, np.ndarray):
+        return table[rows]
+    return table.take(rows)
+
+
+def _as_batch(table: Any) -> Any:
+    import pyarrow as pa
+
+    if isinstance(table, (np.ndarray, pa.RecordBatch)):
+        return table
+    combined = table.combine_chunks()
+    batches = combined.to_batches()
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=combined.schema)
+    return batches[0]
+
+
+def _rebatch(
+    units: Iterator[Any], batch_size: int, drop_last: bool, dataset: Dataset
+) -> Iterator[Any]:
+    """Batches of exactly ``batch_size`` rows (the last may be short) from the
+    windows' (table, rows, positions, end) units. The dataset's position
+    advances as batches are delivered: a saved state never skips rows that
+    were assembled but not yet handed out."""
+    carry: list[Any] = []
+    carried = last_end = 0
+    for table, rows, positions, end in units:
+        last_end = end
+        start = 0
+        if carried:
+            need = min(batch_size - carried, len(rows))
+            carry.append(_take(table, rows[:need]))
+            carried += need
+            start = need
+            if carried == batch_size:
+                dataset._position = int(positions[need - 1]) + 1
+                dataset._delivered += batch_size
+                yield _as_batch(_concat(carry))
+                carry, carried = [], 0
+        while start + batch_size <= len(rows):
+            stop = start + batch_size
+            dataset._position = int(positions[stop - 1]) + 1 if stop < len(rows) else end
+            dataset._delivered += batch_size
+            yield _as_batch(_take(table, rows[start:stop]))
+            start = stop
+        if start < len(rows):
+            carry.append(_take(table, rows[start:]))
+            carried += len(rows) - start
+        elif not carried:
+            dataset._position = end
+    if carried and not drop_last:
+        dataset._delivered += carried
+        dataset._position = last_end
+        yield _as_batch(_concat(carry))
+    dataset._position = max(dataset._position, last_end)
+
+
+class Batches(_Base):
+    """``dataset.batches(n)``: iterate for batches; a DataLoader dataset (use
+    ``batch_size=None``) whose workers split the rank's samples."""
+
+    def __init__(self, dataset: Dataset, batch_size: int, drop_last: bool) -> None:
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.dataset._run(True, self.batch_size, self.drop_last)
+
+    def __len__(self) -> int:
+        n = len(self.dataset)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dataset.load_state_dict(state)
