@@ -552,6 +552,8 @@ class Dataset(_Base):
             sequence = order[begin:] if order is not None else np.arange(begin, window.count)
             if columnar:
                 table, rows_at = _assemble(parts, window.count)
+                if order is not None and not isinstance(table, np.ndarray) and table is not None:
+                    table = table.combine_chunks()  # one copy; gathers from one chunk are fast
                 rows = rows_at[sequence]
                 present = rows >= 0
                 positions = int(sizes[index]) + begin + np.flatnonzero(present)
@@ -683,6 +685,14 @@ def _concat(parts: list[Any]) -> Any:
 
 
 def _take(table: Any, rows: np.ndarray) -> Any:
+    """Rows of a table in order: a zero-copy slice where they are consecutive
+    (stored order), else one gather."""
+    if (
+        len(rows)
+        and int(rows[-1]) - int(rows[0]) + 1 == len(rows)
+        and (len(rows) == 1 or bool(np.all(np.diff(rows) == 1)))
+    ):
+        return _slice(table, int(rows[0]), int(rows[-1]) + 1)
     if isinstance(table, np.ndarray):
         return table[rows]
     return table.take(rows)

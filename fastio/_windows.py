@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from fastio._epochs import Span
     from fastio.formats._shards import Layout
 
-__all__ = ["Piece", "Window", "make_windows", "permutation"]
+__all__ = ["Piece", "Window", "make_windows", "permutation", "shuffle_quality"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +92,37 @@ def permutation(
         [seed & 0xFFFFFFFF, seed >> 32, epoch, rank, worker, window, 0x5EED]
     )
     return generator.permutation(count)
+
+
+def shuffle_quality(order: np.ndarray, bases: np.ndarray, window: int = 1000) -> dict[str, float]:
+    """How well ``order`` (global sample numbers in delivery order) is mixed.
+
+    ``rank_correlation``: Spearman's rho between stored and delivered position
+    (1 = stored order, near 0 = well mixed). ``longest_shard_run``: the most
+    consecutive samples from one shard. ``shards_per_window``: distinct
+    shards among ``window`` consecutive samples, on average. ``bases`` are the
+    shards' first sample numbers followed by the total.
+    """
+    count = len(order)
+    if count < 2:
+        return {
+            "samples": float(count),
+            "rank_correlation": 1.0,
+            "longest_shard_run": float(count),
+            "shards_per_window": float(min(count, 1)),
+        }
+    stored_rank = np.empty(count, np.float64)
+    stored_rank[np.argsort(order, kind="stable")] = np.arange(count)
+    delivered = np.arange(count, dtype=np.float64)
+    rho = float(np.corrcoef(delivered, stored_rank)[0, 1])
+    shards = np.searchsorted(bases, order, side="right") - 1
+    changes = np.flatnonzero(np.diff(shards) != 0)
+    edges = np.concatenate([[-1], changes, [count - 1]])
+    longest = int(np.diff(edges).max())
+    per_window = [len(np.unique(shards[i : i + window])) for i in range(0, count, window)]
+    return {
+        "samples": float(count),
+        "rank_correlation": rho,
+        "longest_shard_run": float(longest),
+        "shards_per_window": float(np.mean(per_window)),
+    }

@@ -30,9 +30,18 @@ def test_run_prints_one_json_object(tmp_path, make_file) -> None:
         target = folder / ("nested" if index == 1 else "") / f"f{index}.bin"
         target.write_bytes(b"\x01" * size)
     result = bench(
-        "run", str(folder), "--outstanding-requests", "8", "--read-size", "64KiB",
-        "--engine", "threads", "--json", "--repeat", "3",
-    )  # fmt: skip
+        "run",
+        str(folder),
+        "--outstanding-requests",
+        "8",
+        "--read-size",
+        "64KiB",
+        "--engine",
+        "threads",
+        "--json",
+        "--repeat",
+        "3",
+    )
     report = json.loads(result.stdout)
     assert report["bytes"] == sum(sizes)
     assert report["files"] == 3
@@ -103,3 +112,59 @@ def test_sizes(text: str, expected: int) -> None:
 def test_bad_size() -> None:
     with pytest.raises(ValueError, match="not a size"):
         parse_size("four")
+
+
+def test_run_reads_a_dataset_and_reports_shuffle_quality(tmp_path) -> None:
+    from .shards import write
+
+    written = write("webdataset", tmp_path, shards=5, per_shard=30)
+    total = len(written.samples)
+    shuffled = json.loads(
+        bench(
+            "run",
+            "--format",
+            "webdataset",
+            written.pattern,
+            "--json",
+            "--repeat",
+            "2",
+            "--shuffle-buffer",
+            "64KiB",
+            "--shuffle-shards",
+            "3",
+        ).stdout
+    )
+    assert shuffled["samples"] == shuffled["expected_samples"] == total
+    assert shuffled["runs"] == 2
+    assert shuffled["samples_per_s"] > 0
+    quality = shuffled["shuffle_quality"]
+    assert quality["samples"] == total
+    assert abs(quality["rank_correlation"]) < 0.9
+    assert quality["longest_shard_run"] < 30
+    stored = json.loads(
+        bench(
+            "run",
+            "--format",
+            "auto",
+            written.pattern,
+            "--json",
+            "--no-shuffle",
+            "--batch-size",
+            "16",
+        ).stdout
+    )
+    assert stored["samples"] == total
+    assert stored["batch_size"] == 16
+    assert stored["shuffle_quality"]["rank_correlation"] == pytest.approx(1.0)
+    table = bench("run", "--format", "webdataset", written.pattern).stdout
+    assert "rank correlation" in table
+    assert f"{total}" in table
+
+
+def test_run_dataset_errors_are_reported(tmp_path) -> None:
+    result = bench(
+        "run", "--format", "tfrecord", str(tmp_path / "none-{0..3}.tfrecord"), check=False
+    )
+    assert result.returncode == 1
+    assert "No such file" in result.stderr
+    assert "none-0.tfrecord" in result.stderr

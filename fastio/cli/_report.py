@@ -113,3 +113,60 @@ def _size(count: int) -> str:
         if count >= scale and count % scale == 0:
             return f"{count // scale}{unit}"
     return str(count)
+
+
+@contextlib.contextmanager
+def sample_progress(
+    label: str, total: int, quiet: bool = False
+) -> Iterator[ProgressCallback | None]:
+    """A progress bar over ``total`` samples on stderr (None when quiet or not a terminal)."""
+    if quiet or not error_console().is_terminal:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=error_console(), transient=True) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda count: progress.advance(task, count)
+
+
+def print_dataset_table(result: dict[str, Any]) -> None:
+    """The report of ``fastio-bench run --format``: speed, counts, shuffle quality."""
+    from rich.table import Table
+
+    table = Table(title=f"fastio-bench run: {result['format']} dataset", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    quality = result["shuffle_quality"]
+    rows = [
+        ("shards / samples in the dataset", f"{result['shards']:,} / {result['total_samples']:,}"),
+        ("samples read (expected)", f"{result['samples']:,} ({result['expected_samples']:,})"),
+        ("samples skipped", f"{result['skipped']:,}"),
+        ("samples/s", f"{result['samples_per_s']:,.0f}"),
+        ("MB/s", f"{result['mb_per_s']:,.0f}"),
+        ("seconds (median of runs)", f"{result['seconds']:.3f} ({result['runs']})"),
+        ("mode", f"batches of {result['batch_size']}" if result["batch_size"] else "samples"),
+        (
+            "shuffle",
+            f"{result['shuffle']} (seed {result['seed']}, buffer "
+            f"{result['shuffle_buffer'] / 2**20:.0f} MiB, {result['shuffle_shards']} shards)",
+        ),
+        ("rank correlation stored/delivered", f"{quality['rank_correlation']:+.3f}"),
+        ("longest run from one shard", f"{quality['longest_shard_run']:.0f}"),
+        ("shards per 1000 consecutive samples", f"{quality['shards_per_window']:.1f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    console().print(table)

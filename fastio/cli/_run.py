@@ -6,27 +6,92 @@ import json
 import os
 import statistics
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from fastio.cli._measure import Measurement, expand_paths, read_with_fastio
-from fastio.cli._options import reader_options, settings_from
-from fastio.cli._report import byte_progress, console, print_table
+from fastio.cli._options import SIZE, reader_options, settings_from
+from fastio.cli._report import (
+    byte_progress,
+    console,
+    print_dataset_table,
+    print_table,
+    sample_progress,
+)
+
+if TYPE_CHECKING:
+    from fastio._settings import ReaderSettings
+
+
+_FORMATS = ["auto", "webdataset", "tfrecord", "parquet", "arrow", "npy", "fixed", "jsonl", "lines"]
 
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @reader_options
-@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
-              help="Read everything this many times; the median run is reported.")  # fmt: skip
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="Read everything this many times; the median run is reported.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option(
+    "--format",
+    "format_name",
+    type=click.Choice(_FORMATS),
+    help="Read PATHS as a dataset of this format (URL patterns with {a..b} and "
+    "globs): samples/s and shuffle quality. Without it, files are read whole.",
+)
+@click.option(
+    "--shuffle/--no-shuffle",
+    default=True,
+    show_default=True,
+    help="Dataset mode: shuffled epoch order.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Dataset mode: shuffle seed.")
+@click.option(
+    "--shuffle-buffer",
+    type=SIZE,
+    default="64MiB",
+    show_default=True,
+    help="Dataset mode: bytes of encoded samples mixed at once.",
+)
+@click.option(
+    "--shuffle-shards",
+    type=click.IntRange(1, 4096),
+    default=8,
+    show_default=True,
+    help="Dataset mode: shards mixed at once.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1),
+    default=None,
+    help="Dataset mode: read batches of this many samples instead of samples.",
+)
+@click.option("--record-size", type=SIZE, default=None, help="Format fixed: bytes per record.")
+@click.option("--columns", default=None, help="Parquet/Arrow: comma-separated columns to read.")
+@click.option(
+    "--on-error",
+    type=click.Choice(["raise", "skip", "warn"]),
+    default="raise",
+    show_default=True,
+    help="Dataset mode: what a damaged or missing shard does.",
+)
 def run(paths: tuple[str, ...], repeat: int, as_json: bool, **options: Any) -> None:
-    """Read PATHS (files, or folders read recursively) and print the throughput.
+    """Read PATHS and print the throughput.
 
-    Every file is one shard, read whole, in sorted order.
+    Without --format, PATHS are files or folders (read recursively); every file
+    is one shard, read whole, in sorted order. With --format, PATHS are URL
+    patterns of a sharded dataset, read an epoch at a time as training reads it.
     """
     settings = settings_from(options)
+    if options["format_name"] is not None:
+        _run_dataset(paths, repeat, as_json, settings, options)
+        return
     try:
         files = expand_paths(paths)
     except FileNotFoundError as error:
@@ -61,3 +126,70 @@ def run(paths: tuple[str, ...], repeat: int, as_json: bool, **options: Any) -> N
             f"MB/s over {repeat} runs: median {statistics.median(spread):.0f}, "
             f"min {min(spread):.0f}, max {max(spread):.0f}"
         )
+
+
+def _run_dataset(
+    paths: tuple[str, ...],
+    repeat: int,
+    as_json: bool,
+    settings: ReaderSettings,
+    options: dict[str, Any],
+) -> None:
+    from fastio._dataset import Dataset
+    from fastio._errors import DecodeError
+    from fastio._windows import shuffle_quality
+    from fastio.cli._dataset_run import DatasetRun, describe, read_epoch
+
+    format_name = None if options["format_name"] == "auto" else options["format_name"]
+    columns = options["columns"].split(",") if options["columns"] else None
+    try:
+        dataset = Dataset(
+            list(paths),
+            format_name,
+            shuffle=options["shuffle"],
+            seed=options["seed"],
+            shuffle_buffer=options["shuffle_buffer"],
+            shuffle_shards=options["shuffle_shards"],
+            on_error=options["on_error"],
+            record_size=options["record_size"],
+            columns=columns,
+            reader=settings,
+        )
+    except (OSError, DecodeError, ValueError, TypeError) as error:
+        raise click.ClickException(str(error)) from None
+    runs: list[DatasetRun] = []
+    batch_size = options["batch_size"]
+    try:
+        with dataset:
+            for attempt in range(repeat):
+                label = f"epoch of {len(dataset):,} samples" + (
+                    f" (run {attempt + 1}/{repeat})" * (repeat > 1)
+                )
+                with sample_progress(label, len(dataset), quiet=as_json) as advance:
+                    runs.append(read_epoch(dataset, batch_size, advance))
+            quality = shuffle_quality(dataset.order(), dataset._bases)
+    except (OSError, DecodeError) as error:
+        raise click.ClickException(str(error)) from None
+    median = sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]
+    result = {
+        "mode": "dataset",
+        **describe(dataset),
+        "batch_size": batch_size,
+        "expected_samples": len(dataset),
+        "samples": median.samples,
+        "skipped": median.skipped,
+        "bytes": median.bytes,
+        "seconds": median.seconds,
+        "samples_per_s": median.samples_per_s,
+        "mb_per_s": median.mb_per_s,
+        "runs": len(runs),
+        "samples_per_s_runs": [r.samples_per_s for r in runs],
+        "shuffle_quality": quality,
+        "settings": dataset.reader.settings.as_dict() | {"engine_used": dataset.reader.engine_kind},
+        "stats": median.stats,
+    }
+    if as_json:
+        json.dump(result, sys.stdout)
+        sys.stdout.write("\n")
+        return
+    print_dataset_table(result)
