@@ -77,6 +77,22 @@ enum fio_tar_error_kind {
     FIO_TAR_BAD_PAX = 3,    /* a pax extended header is malformed */
 };
 
+enum fio_tar_step {
+    FIO_TAR_MEMBER = 0,     /* a complete member: its header blocks and padded data */
+    FIO_TAR_CUT_HEADER = 1, /* the header blocks are not all there yet */
+    FIO_TAR_CUT_DATA = 2,   /* the header is there (member filled in), not all its data */
+    FIO_TAR_END = 3,        /* the end-of-archive marker (a zero block) */
+    FIO_TAR_ERROR = 4,      /* a damaged header block, described in `error` */
+};
+
+/* One member at the start of `buf` (which starts on a header block): returns
+ * an enum fio_tar_step. For a member, even one whose data is cut, `member` is
+ * filled in with offsets from `buf` (header_offset 0); `*span` is the bytes
+ * the member takes (its long-name and pax blocks, header and padded data), as
+ * far as the blocks present tell when it is cut. fio_tar_scan is a loop of it. */
+int fio_tar_next(const uint8_t *buf, size_t len, fio_tar_member *member, size_t *span,
+                 fio_frame_error *error);
+
 /* Finds up to `max_out` complete members (header and padded data present) at
  * the start of `buf`, which must start on a header block. Stops at an
  * incomplete member, at the end-of-archive marker (two zero blocks; `*at_end`
@@ -88,5 +104,38 @@ enum fio_tar_error_kind {
  * to the member that follows it. */
 size_t fio_tar_scan(const uint8_t *buf, size_t len, fio_tar_member *out, size_t max_out,
                     size_t *consumed, size_t *needed, int *at_end, fio_frame_error *error);
+
+/* ---- tf.train.Example (protobuf wire format) ---- */
+
+enum fio_feature_kind {
+    FIO_FEATURE_NONE = 0, /* a Feature with no value list */
+    FIO_FEATURE_BYTES = 1,
+    FIO_FEATURE_FLOAT = 2,
+    FIO_FEATURE_INT64 = 3,
+};
+
+typedef struct fio_feature {
+    uint64_t name_offset; /* of the map entry's key within the record */
+    uint64_t list_offset; /* of its BytesList, FloatList or Int64List message */
+    uint64_t list_length;
+    uint64_t count; /* values in the list */
+    uint32_t name_length;
+    int kind; /* enum fio_feature_kind: the first value list of the Feature */
+} fio_feature;
+
+/* The features of a serialized tf.train.Example (Features map<string, Feature>)
+ * in the order the record lists them; a name given twice is there twice (the
+ * later one wins in a map). Every field walked is checked, so that reading the
+ * values afterwards cannot fail. Returns how many features there are (those
+ * past `max_out` are counted, not stored), or -1 for a malformed record, with
+ * `*what` saying why. */
+int64_t fio_example_features(const uint8_t *record, size_t len, fio_feature *out,
+                             size_t max_out, const char **what);
+
+/* A feature's values: int64s (varints, packed or not, as two's complement),
+ * float32s (packed or not), or the byte strings' offsets within `record`. */
+void fio_feature_int64s(const uint8_t *record, const fio_feature *feature, int64_t *values);
+void fio_feature_floats(const uint8_t *record, const fio_feature *feature, float *values);
+void fio_feature_bytes(const uint8_t *record, const fio_feature *feature, fio_record *values);
 
 #endif

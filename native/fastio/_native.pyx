@@ -6,9 +6,13 @@ Policy (which engine, warnings, retries) lives in fastio, not here."""
 cimport cython
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES, PyBUF_WRITABLE
 from cpython cimport array
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memset
 from posix.stdlib cimport posix_memalign
 
 import array as _array
@@ -472,3 +476,333 @@ def scan_tar(object data):
         free(found)
     problem = (_TAR_ERRORS[error.kind], error.offset) if error.kind else None
     return members, total, bool(at_end), problem, needed
+
+
+# ---- tf.train.Example (framing.h) ----
+
+cdef enum:
+    _EXAMPLE_FEATURES = 32  # described on the stack; more are allocated
+
+
+def parse_example(object record, object frombuffer, object int64, object float32):
+    """The features of a serialized ``tf.train.Example`` as ``{name: values}``.
+
+    Bytes features are lists of bytes; int64 and float features are arrays that
+    ``frombuffer(data, dtype, count, offset)`` makes (``numpy.frombuffer``: this
+    module does not import numpy) with dtype ``int64`` or ``float32``, views of one
+    bytearray per record. A name given twice keeps its first place and its last
+    value. Raises ValueError for a malformed record (UnicodeDecodeError for a
+    name that is not UTF-8).
+    """
+    cdef Py_buffer view
+    cdef fio_feature stack_features[_EXAMPLE_FEATURES]
+    cdef fio_feature *features = stack_features
+    cdef fio_feature *feature
+    cdef fio_record *values = NULL
+    cdef const unsigned char *data
+    cdef const char *what = NULL
+    cdef char *numbers
+    cdef int64_t count, index
+    cdef size_t numbers_size = 0, at = 0, most_strings = 1, item
+    cdef dict result = {}
+    PyObject_GetBuffer(record, &view, PyBUF_SIMPLE)
+    try:
+        data = <const unsigned char *>view.buf
+        count = fio_example_features(data, <size_t>view.len, features, _EXAMPLE_FEATURES, &what)
+        if count > _EXAMPLE_FEATURES:
+            features = <fio_feature *>malloc(count * sizeof(fio_feature))
+            if features == NULL:
+                raise MemoryError()
+            count = fio_example_features(data, <size_t>view.len, features, count, &what)
+        if count < 0:
+            raise ValueError(what.decode())
+        for index in range(count):
+            feature = &features[index]
+            if feature.kind == FIO_FEATURE_INT64:
+                numbers_size += feature.count * 8
+            elif feature.kind == FIO_FEATURE_FLOAT:
+                numbers_size += (feature.count * 4 + 7) & ~(<size_t>7)  # int64s stay aligned
+            elif feature.kind == FIO_FEATURE_BYTES:
+                most_strings = max(most_strings, feature.count)
+        slab = PyByteArray_FromStringAndSize(NULL, numbers_size)
+        numbers = PyByteArray_AS_STRING(slab)
+        values = <fio_record *>malloc(most_strings * sizeof(fio_record))
+        if values == NULL:
+            raise MemoryError()
+        for index in range(count):
+            feature = &features[index]
+            name = PyUnicode_DecodeUTF8(<const char *>data + feature.name_offset,
+                                        feature.name_length, NULL)
+            if feature.kind == FIO_FEATURE_INT64:
+                fio_feature_int64s(data, feature, <int64_t *>(numbers + at))
+                value = frombuffer(slab, int64, feature.count, at)
+                at += feature.count * 8
+            elif feature.kind == FIO_FEATURE_FLOAT:
+                fio_feature_floats(data, feature, <float *>(numbers + at))
+                value = frombuffer(slab, float32, feature.count, at)
+                at += (feature.count * 4 + 7) & ~(<size_t>7)
+            elif feature.kind == FIO_FEATURE_BYTES:
+                fio_feature_bytes(data, feature, values)
+                value = [data[values[item].offset:values[item].offset + values[item].length]
+                         for item in range(feature.count)]
+            else:
+                value = []
+            result[name] = value
+    finally:
+        PyBuffer_Release(&view)
+        if features != stack_features:
+            free(features)
+        free(values)
+    return result
+
+
+# ---- columns (columnar.h): records copied once into Arrow record batches ----
+# Batches leave through the Arrow PyCapsule interface (the C data interface):
+# this module never imports pyarrow; pyarrow.record_batch(batch) takes one.
+
+_TAR_COLUMN_ERRORS = {1: "header_checksum", 2: "bad_number", 3: "bad_pax",
+                      4: "repeated_extension", 5: "truncated", 6: "bad_name"}
+
+
+cdef void _release_schema_capsule(object capsule) noexcept:
+    cdef ArrowSchema *schema = <ArrowSchema *>PyCapsule_GetPointer(capsule, b"arrow_schema")
+    if schema != NULL:
+        if schema.release != NULL:  # not taken by a consumer
+            schema.release(schema)
+        free(schema)
+
+
+cdef void _release_array_capsule(object capsule) noexcept:
+    cdef ArrowArray *data = <ArrowArray *>PyCapsule_GetPointer(capsule, b"arrow_array")
+    if data != NULL:
+        if data.release != NULL:
+            data.release(data)
+        free(data)
+
+
+cdef class ArrowBatch:
+    """A record batch made natively. pyarrow takes it, once, through the Arrow
+    PyCapsule interface: ``pyarrow.record_batch(batch)``."""
+
+    def __cinit__(self):
+        self._schema = <ArrowSchema *>calloc(1, sizeof(ArrowSchema))
+        self._array = <ArrowArray *>calloc(1, sizeof(ArrowArray))
+        if self._schema == NULL or self._array == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        fio_export_release(self._schema, self._array)
+        free(self._schema)
+        free(self._array)
+
+    def __arrow_c_array__(self, requested_schema=None):
+        """The schema and array capsules (``requested_schema`` is not supported:
+        the batch has the schema it has)."""
+        if self._array == NULL or self._schema == NULL:
+            raise ValueError("this batch was handed over already")
+        schema = PyCapsule_New(self._schema, b"arrow_schema", _release_schema_capsule)
+        self._schema = NULL
+        data = PyCapsule_New(self._array, b"arrow_array", _release_array_capsule)
+        self._array = NULL
+        return schema, data
+
+
+cdef class Collector:
+    """Collects records from buffers into a batch: the buffers (kept here as
+    memoryviews, so that they stay put) until :meth:`take`. One thread at a
+    time may use a collector."""
+
+    def __cinit__(self, *args, **kwargs):
+        self._held = []
+
+    cdef int _collected(self, int rc, size_t rows, object view) except -1:
+        """After collecting from ``view``: keep it while records point into it."""
+        if rc < 0:
+            raise MemoryError()
+        if rows:
+            self._held.append(view)
+        return 0
+
+
+cdef class RecordColumns(Collector):
+    """Records collected into batches of one binary column ``name``."""
+
+    def __cinit__(self, str name="record"):
+        self._name = name.encode()
+        memset(&self._records, 0, sizeof(self._records))
+
+    def __dealloc__(self):
+        fio_records_free(&self._records)
+
+    @property
+    def rows(self):
+        """Records collected since the last :meth:`take`."""
+        return self._records.rows
+
+    def tfrecord(self, object data, bint verify=True,
+                 unsigned long long max_bytes=FIO_COLUMN_MAX_BYTES):
+        """Collect the complete TFRecords at the start of ``data`` (framed and
+        checked as :func:`scan_tfrecords` does).
+
+        Returns ``(rows, consumed, error, needed, full)``: the records added, and
+        ``consumed``, ``error`` and ``needed`` as :func:`scan_tfrecords` says;
+        ``full`` means the scan stopped before a record that would take the batch
+        past ``max_bytes`` (take the batch and scan again from ``consumed``; with
+        no rows collected, that record alone is too large). Runs without the GIL.
+        """
+        cdef Py_buffer buffer
+        cdef size_t rows = 0, consumed = 0, needed = 0
+        cdef int full = 0, rc = 0
+        cdef fio_frame_error error
+        error.kind = 0
+        view = memoryview(data)
+        PyObject_GetBuffer(view, &buffer, PyBUF_SIMPLE)
+        try:
+            with nogil:
+                rc = fio_tfrecord_collect(<const unsigned char *>buffer.buf, <size_t>buffer.len,
+                                          verify, max_bytes, &self._records, &rows, &consumed,
+                                          &needed, &full, &error)
+        finally:
+            PyBuffer_Release(&buffer)
+        self._collected(rc, rows, view)
+        problem = (_FRAME_ERRORS[error.kind], error.offset) if error.kind else None
+        return rows, consumed, problem, needed, bool(full)
+
+    def lines(self, object data, object prefix=b"", bint final=False,
+              unsigned long long max_bytes=FIO_COLUMN_MAX_BYTES):
+        """Collect the complete lines at the start of ``data``, without their
+        newlines; the first begins with ``prefix`` (the start of a line cut by
+        earlier buffers). With ``final``, what follows the last newline is a line
+        too. Returns ``(rows, consumed, full)`` (see :meth:`tfrecord`); both
+        buffers must stay unchanged until :meth:`take`. Runs without the GIL."""
+        cdef Py_buffer buffer, carried
+        cdef size_t rows = 0, consumed = 0
+        cdef int full = 0, rc = 0
+        view = memoryview(data)
+        carried_view = memoryview(prefix)
+        PyObject_GetBuffer(view, &buffer, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(carried_view, &carried, PyBUF_SIMPLE)
+            try:
+                with nogil:
+                    rc = fio_lines_collect(<const unsigned char *>buffer.buf, <size_t>buffer.len,
+                                           <const unsigned char *>carried.buf,
+                                           <size_t>carried.len, final, max_bytes,
+                                           &self._records, &rows, &consumed, &full)
+            finally:
+                PyBuffer_Release(&carried)
+        finally:
+            PyBuffer_Release(&buffer)
+        self._collected(rc, rows, view)
+        self._collected(rc, rows if len(carried_view) else 0, carried_view)
+        return rows, consumed, bool(full)
+
+    def take(self):
+        """The records collected since the last take as an :class:`ArrowBatch`,
+        or None without any; the buffers they came from are let go."""
+        cdef ArrowBatch batch
+        cdef const char *name = self._name
+        cdef size_t rows = self._records.rows
+        cdef int rc = 0
+        if not rows:
+            return None
+        batch = ArrowBatch()
+        with nogil:
+            rc = fio_records_export(&self._records, name, batch._schema, batch._array)
+        if rc < 0:
+            raise MemoryError()
+        batch.num_rows = rows
+        self._held.clear()
+        return batch
+
+
+cdef class TarColumns(Collector):
+    """WebDataset samples of tar buffers collected into batches.
+
+    Members are grouped into samples by key as webdataset does; each extension
+    has a column slot that lasts across batches (so that they share a schema)
+    until :meth:`reset`.
+    """
+
+    def __cinit__(self):
+        self._wds = fio_wds_new()
+        if self._wds == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        fio_wds_free(self._wds)
+
+    @property
+    def columns(self):
+        """Extension slots so far."""
+        return fio_wds_columns(self._wds)
+
+    @property
+    def rows(self):
+        """Samples collected since the last :meth:`take`."""
+        return fio_wds_rows(self._wds)
+
+    def reset(self):
+        """Forget the extension slots (only between batches)."""
+        if fio_wds_rows(self._wds):
+            raise ValueError("take the collected samples before resetting the columns")
+        fio_wds_reset_columns(self._wds)
+
+    def scan(self, object data, bint final=False,
+             unsigned long long max_bytes=FIO_COLUMN_MAX_BYTES):
+        """Collect the complete samples at the start of ``data``, which starts on
+        a member's header.
+
+        A sample is complete once its members are and the next member with
+        another key shows its header, or the end-of-archive marker follows, or
+        (``final``: nothing comes after ``data``) ``data`` ends.
+
+        Returns ``(rows, consumed, at_end, full, error, needed, members)``: the
+        samples added; where the first sample not added starts; whether the
+        end-of-archive marker ended them; ``full``, as
+        :meth:`RecordColumns.tfrecord` says; ``error``, None or ``(kind, offset,
+        members_before)`` with kind ``"header_checksum"``, ``"bad_number"``,
+        ``"bad_pax"``, ``"repeated_extension"``, ``"truncated"`` (only when
+        ``final``) or ``"bad_name"`` (a key or extension that is not UTF-8); how
+        many bytes from ``consumed`` on the next sample needs as far as known; and
+        the tar members before ``consumed``. Runs without the GIL.
+        """
+        cdef Py_buffer buffer
+        cdef fio_wds_result result
+        cdef int rc = 0
+        view = memoryview(data)
+        PyObject_GetBuffer(view, &buffer, PyBUF_SIMPLE)
+        try:
+            with nogil:
+                rc = fio_wds_scan(self._wds, <const unsigned char *>buffer.buf,
+                                  <size_t>buffer.len, final, max_bytes, &result)
+        finally:
+            PyBuffer_Release(&buffer)
+        self._collected(rc, result.rows, view)
+        error = None
+        if result.error.kind:
+            error = (_TAR_COLUMN_ERRORS[result.error.kind], result.error.offset,
+                     result.error_members)
+        return (result.rows, result.consumed, bool(result.at_end), bool(result.full), error,
+                result.needed, result.members)
+
+    def take(self, str url):
+        """The samples collected since the last take as an :class:`ArrowBatch`
+        (``__key__``, ``__url__`` and one binary column per extension slot, by
+        name), or None without any; the buffers they came from are let go."""
+        cdef ArrowBatch batch
+        cdef bytes encoded = url.encode()
+        cdef const char *text = encoded
+        cdef size_t length = len(encoded)
+        cdef size_t rows = fio_wds_rows(self._wds)
+        cdef int rc = 0
+        if not rows:
+            return None
+        batch = ArrowBatch()
+        with nogil:
+            rc = fio_wds_export(self._wds, text, length, batch._schema, batch._array)
+        if rc < 0:
+            raise MemoryError()
+        batch.num_rows = rows
+        self._held.clear()
+        return batch

@@ -1,0 +1,156 @@
+/*
+ * Columnar gathering: the records that framing finds, copied once into
+ * Arrow's binary layout (int32 offsets, one contiguous data buffer and a
+ * validity bitmap per column) and exported through the Arrow C data interface
+ * as one record batch, so that Python makes one object per batch instead of
+ * one per record.
+ *
+ * Collectors gather over several buffers: scanning one records where its
+ * records are (pointers: the caller keeps the buffer alive and unchanged until
+ * the batch is taken); taking the batch allocates the columns at their exact
+ * sizes, copies the records in and hands the memory to the exported arrays,
+ * whose release callbacks free it. Nothing here touches Python: the binding
+ * runs it without the GIL.
+ */
+#ifndef FASTIO_COLUMNAR_H
+#define FASTIO_COLUMNAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "framing.h"
+
+/* The Arrow C data interface (https://arrow.apache.org/docs/format/CDataInterface.html),
+ * ABI-stable: defined as the specification says, guarded as it says. */
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+
+#define ARROW_FLAG_DICTIONARY_ORDERED 1
+#define ARROW_FLAG_NULLABLE 2
+#define ARROW_FLAG_MAP_KEYS_SORTED 4
+
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+#endif
+
+/* Arrow's binary and string arrays count bytes with int32 offsets. */
+#define FIO_COLUMN_MAX_BYTES 0x7fffffffu
+
+/* ---- one binary column of records (TFRecord records, lines) ---- */
+
+/* Records in the caller's buffers; a record may continue over several pieces
+ * (a line cut by a chunk boundary: the carried start, then the rest). */
+typedef struct fio_piece {
+    const uint8_t *data;
+    uint64_t length;
+    int joins; /* continues the record of the piece before */
+} fio_piece;
+
+typedef struct fio_records {
+    fio_piece *pieces;
+    size_t count, capacity;
+    size_t rows;
+    uint64_t bytes;
+} fio_records;
+
+void fio_records_free(fio_records *records);
+
+/* Adds every complete TFRecord at the start of `buf` (as fio_tfrecord_scan
+ * frames them) to `out`, up to `max_bytes` of record data in `out` in all:
+ * `*full` is set when the scan stopped there rather than at the end of the
+ * buffer, an incomplete record or a checksum mismatch. `*rows` counts the
+ * records added. Returns 0, or -ENOMEM. */
+int fio_tfrecord_collect(const uint8_t *buf, size_t len, int verify, uint64_t max_bytes,
+                         fio_records *out, size_t *rows, size_t *consumed, size_t *needed,
+                         int *full, fio_frame_error *error);
+
+/* Adds the lines of `buf` (without their newlines) to `out`; the first one
+ * begins with `prefix` (the start of a line cut by earlier buffers). With
+ * `final`, what follows the last newline is a line too (when it, or the
+ * prefix, is not empty). Stops before a line that would take `out` past
+ * `max_bytes` (`*full`). Returns 0 or -ENOMEM. */
+int fio_lines_collect(const uint8_t *buf, size_t len, const uint8_t *prefix,
+                      size_t prefix_length, int final, uint64_t max_bytes, fio_records *out,
+                      size_t *rows, size_t *consumed, int *full);
+
+/* Exports the collected records as a record batch with one binary column
+ * `name`, and empties `records`. Returns 0 or -ENOMEM (records kept). */
+int fio_records_export(fio_records *records, const char *name, struct ArrowSchema *schema,
+                       struct ArrowArray *array);
+
+/* ---- WebDataset tar ---- */
+
+/* Groups consecutive tar members into samples by key as webdataset does (the
+ * member name up to the first dot of its last component; the rest is the
+ * extension), keeping only regular files whose names have an extension. Each
+ * extension is interned into a column slot that lasts across batches until
+ * fio_wds_reset_columns. */
+typedef struct fio_wds fio_wds;
+
+enum fio_wds_error_kind {
+    /* 1..3 are the tar header errors of enum fio_tar_error_kind */
+    FIO_WDS_REPEATED_EXTENSION = 4, /* a sample has two members with one extension */
+    FIO_WDS_TRUNCATED = 5,          /* (final) the data ends inside a member */
+    FIO_WDS_BAD_NAME = 6,           /* a key or extension is not UTF-8 */
+};
+
+typedef struct fio_wds_result {
+    size_t rows;     /* complete samples added */
+    size_t consumed; /* where the first sample not added starts */
+    size_t needed;   /* bytes from `consumed` on the open sample needs, as far as known */
+    size_t members;  /* tar members before `consumed` (the index of records) */
+    int at_end;      /* the end-of-archive marker ends the samples */
+    int full;        /* stopped before a sample that would take a column past max_bytes */
+    fio_frame_error error; /* kind: enum fio_tar_error_kind or fio_wds_error_kind */
+    size_t error_members;  /* tar members before the one in error */
+} fio_wds_result;
+
+fio_wds *fio_wds_new(void);
+void fio_wds_free(fio_wds *wds);
+size_t fio_wds_columns(const fio_wds *wds);
+void fio_wds_reset_columns(fio_wds *wds);
+size_t fio_wds_rows(const fio_wds *wds);
+
+/* Adds the complete samples at the start of `buf`, which starts on a member's
+ * header. A sample is complete once its members are and the header of the
+ * next member with another key follows, or the end-of-archive marker, or
+ * (with `final`: nothing follows `buf`) the end of `buf`. Stops at a damaged
+ * header, a repeated extension or (`final`) a cut member, in `result->error`,
+ * after the samples before it. Returns 0 or -ENOMEM. */
+int fio_wds_scan(fio_wds *wds, const uint8_t *buf, size_t len, int final, uint64_t max_bytes,
+                 fio_wds_result *result);
+
+/* Exports the samples added since the last export as a record batch: columns
+ * __key__ (string), __url__ (the `url_length` bytes of `url`, dictionary-encoded) and one binary column
+ * per extension slot, sorted by name (null where a sample lacks it). Returns 0
+ * or -ENOMEM (samples kept). */
+int fio_wds_export(fio_wds *wds, const char *url, size_t url_length, struct ArrowSchema *schema,
+                   struct ArrowArray *array);
+
+/* Releases what an export made, unless a consumer has taken it (release NULL). */
+void fio_export_release(struct ArrowSchema *schema, struct ArrowArray *array);
+
+#endif
