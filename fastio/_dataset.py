@@ -556,7 +556,15 @@ class Dataset(_Base):
                     table = table.combine_chunks()  # one copy; gathers from one chunk are fast
                 rows = rows_at[sequence]
                 present = rows >= 0
-                positions = int(sizes[index]) + begin + np.flatnonzero(present)
+                first_position = int(sizes[index]) + begin
+                if order is None and bool(present.all()) and len(rows):
+                    # Stored order, nothing skipped: rows and positions are runs.
+                    start_row = int(rows[0])
+                    yield (table, range(start_row, start_row + len(rows)),
+                           range(first_position, first_position + len(rows)),
+                           int(sizes[index + 1]))  # fmt: skip
+                    continue
+                positions = first_position + np.flatnonzero(present)
                 yield table, rows[present], positions, int(sizes[index + 1])
                 continue
             for slot in sequence:
@@ -684,9 +692,11 @@ def _concat(parts: list[Any]) -> Any:
     return pa.concat_tables(tables, promote_options="default")
 
 
-def _take(table: Any, rows: np.ndarray) -> Any:
+def _take(table: Any, rows: np.ndarray | range) -> Any:
     """Rows of a table in order: a zero-copy slice where they are consecutive
     (stored order), else one gather."""
+    if isinstance(rows, range):
+        return _slice(table, rows.start, rows.stop)
     if (
         len(rows)
         and int(rows[-1]) - int(rows[0]) + 1 == len(rows)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from fastio.cli import _demo, _run
+from fastio.cli import _demo, _gen, _run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -17,6 +17,7 @@ def main() -> None:
 
 
 main.add_command(_demo.demo)
+main.add_command(_gen.gen)
 main.add_command(_run.run)
 
 __all__ = ["main"]
