@@ -87,8 +87,11 @@ def _compress(url: str, codec: str) -> str:
 def _webdataset(folder: Path, shard: int, rows: list[dict[str, Any]]) -> Path:
     import webdataset
 
+    # webdataset's own ShardWriter, one shard per call (start_shard numbers it).
+    pattern = str(folder / "wds-%04d.tar")
     path = folder / f"wds-{shard:04d}.tar"
-    with webdataset.TarWriter(str(path)) as sink:
+    with webdataset.ShardWriter(pattern, maxcount=len(rows) + 1, start_shard=shard,
+                                verbose=0) as sink:  # fmt: skip
         for row in rows:
             sink.write({"__key__": f"sample{row['key']:07d}", "bin": row["data"],
                         "cls": row["label"]})  # fmt: skip

@@ -93,6 +93,10 @@ def test_tfrecord_with_a_bad_crc(tmp_path) -> None:
     bad_key = sum(fastio.Dataset(u, format="tfrecord").total for u in written.urls[:2]) + record
     assert got == [row["key"] for row in written.samples if row["key"] != bad_key]
     assert dataset.stats()["skipped"] == 1
+    with pytest.warns(fastio.SkippedSamplesWarning, match="checksum") as caught_warnings:
+        warned = fastio.Dataset(written.pattern, on_error="warn", shuffle=False)
+    assert [key_of("tfrecord", s) for s in warned] == got
+    assert f"byte {offset}" in str(caught_warnings[0].message)
     # verify=False delivers every record, the damaged one too; decoding it as an
     # Example then fails, naming where it is.
     raw = list(fastio.Dataset(written.pattern, verify=False, example=False, shuffle=False))
@@ -144,6 +148,8 @@ def test_missing_shard(tars) -> None:
     dataset = fastio.Dataset(tars.pattern, on_error="skip")
     assert dataset.stats()["shards_skipped"] == 1
     assert dataset.layouts[2].count == 0
+    with pytest.warns(fastio.SkippedSamplesWarning, match=missing):
+        fastio.Dataset(tars.pattern, on_error="warn")
     got = sorted(key_of("webdataset", s) for s in dataset)
     first, end = fastio.Dataset(tars.urls[:2]).total, fastio.Dataset(tars.urls[3])[0]
     end_key = key_of("webdataset", end)

@@ -84,3 +84,61 @@ def test_set_epoch_in_the_main_process_reaches_the_workers(written) -> None:
     assert orders[0] != orders[1]
     assert sorted(orders[0]) == sorted(orders[1])
     assert torch.utils.data.get_worker_info() is None
+
+
+DISTRIBUTED_SCRIPT = """
+import json, sys
+import torch.distributed as dist
+import fastio
+from tests.shards import key_of
+rank, world_size, port, pattern = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=world_size)
+dataset = fastio.Dataset(pattern, remainder="pad")  # rank and world size from torch
+keys = [key_of("webdataset", s) for s in dataset]
+length = len(dataset)
+counts = [None] * world_size
+dist.all_gather_object(counts, len(keys))  # padded: every rank the same count
+dist.destroy_process_group()
+print(json.dumps({"keys": keys, "length": length, "counts": counts}))
+"""
+
+
+def test_ranks_come_from_torch_distributed(written) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    root = os.path.dirname(os.path.dirname(__file__))
+    processes = [
+        subprocess.Popen([sys.executable, "-c", DISTRIBUTED_SCRIPT, str(rank), "2", port,
+                          written.pattern], cwd=root, stdout=subprocess.PIPE, text=True)
+        for rank in range(2)
+    ]  # fmt: skip
+    results = []
+    for process in processes:
+        out, _ = process.communicate(timeout=120)
+        assert process.returncode == 0
+        results.append(__import__("json").loads(out))
+    total = len(written.samples)
+    assert [r["counts"] for r in results] == [[-(-total // 2)] * 2] * 2
+    assert all(len(r["keys"]) == r["length"] == -(-total // 2) for r in results)
+    union = {k for r in results for k in r["keys"]}
+    assert union == {row["key"] for row in written.samples}
+
+
+def test_ranks_come_from_the_environment(written, monkeypatch) -> None:
+    per_rank = []
+    for rank in range(3):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "3")
+        dataset = fastio.Dataset(written.pattern)
+        per_rank.append([key_of("webdataset", s) for s in dataset])
+        assert dataset.state_dict()["rank"] == rank
+    union = collections.Counter(k for keys in per_rank for k in keys)
+    assert set(union.values()) == {1}
+    assert len(union) == len(written.samples)
