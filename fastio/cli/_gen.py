@@ -1,0 +1,585 @@
+"""``fastio-bench gen``: write a synthetic sharded dataset (for benchmarks, demos and tests).
+
+Every format holds the same samples for the same seed: sample ``i`` of shard
+``s`` has the key ``f"{s:06d}{i:08d}"``, a label in ``[0, classes)`` and a payload
+of about ``sample_size`` random bytes (text, for JSONL). Each shard draws from
+its own random streams (sizes, labels, payload bytes), and a payload consumes
+whole 64-bit words of its stream, so neither the block size a writer works in
+nor the format changes what a sample holds. The output is deterministic: the
+same arguments write the same bytes.
+
+The TFRecord writer encodes ``tf.train.Example`` and the record framing itself
+(no TensorFlow); WebDataset headers are plain ustar, written directly because
+``tarfile`` spends ~40 us per member, a minute for a million samples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import math
+import os
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import click
+
+from fastio.cli._options import SIZE
+from fastio.cli._report import byte_progress, console
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from fastio.cli._measure import ProgressCallback
+
+# format -> file extension
+FORMATS: dict[str, str] = {
+    "webdataset": "tar",
+    "tfrecord": "tfrecord",
+    "parquet": "parquet",
+    "arrow": "arrow",
+    "npy": "npy",
+    "fixed": "bin",
+    "jsonl": "jsonl",
+}
+COMPRESSIONS: dict[str, str] = {"none": "", "gzip": ".gz", "zstd": ".zst"}
+# Formats compressed inside the file (column chunks, IPC buffers), not as a whole.
+_SELF_COMPRESSED = ("parquet", "arrow")
+_FIXED_SIZE = ("npy", "fixed")
+_BLOCK_BYTES = 4 << 20  # payload generated and written at a time
+_ROW_GROUP_BYTES = 32 << 20  # default Parquet row group / Arrow record batch
+_ROW_GROUP_ROWS = 65_536
+_TEXT_ALPHABET = b"abcdefghijklmnopqrstuvwxyz      "  # 32 symbols: a byte's low 5 bits
+
+
+@dataclass(frozen=True)
+class Block:
+    """Consecutive samples of one shard: payloads are views of one buffer."""
+
+    keys: list[str]
+    labels: list[int]
+    payloads: list[memoryview]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(p.nbytes for p in self.payloads)
+
+
+@dataclass(frozen=True)
+class DatasetPlan:
+    """What to generate; :meth:`blocks` yields a shard's samples in any block size."""
+
+    samples: int
+    sample_size: int
+    shards: int
+    seed: int = 0
+    size_jitter: float = 0.0
+    classes: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.shards < 1:
+            raise ValueError(f"shards must be at least 1, not {self.shards}")
+        if self.samples < self.shards:
+            raise ValueError(f"{self.samples} samples cannot fill {self.shards} shards")
+        if self.sample_size < 1:
+            raise ValueError(f"sample_size must be positive, not {self.sample_size}")
+        if not 0.0 <= self.size_jitter < 1.0:
+            raise ValueError(f"size_jitter must be in [0, 1), not {self.size_jitter}")
+        if self.classes < 1:
+            raise ValueError(f"classes must be at least 1, not {self.classes}")
+
+    def shard_samples(self, shard: int) -> range:
+        """Indexes (global) of the samples in ``shard``."""
+        return range(shard * self.samples // self.shards, (shard + 1) * self.samples // self.shards)
+
+    def blocks(self, shard: int, block_samples: int) -> Iterator[Block]:
+        import numpy as np
+
+        count = len(self.shard_samples(shard))
+        sizes_seed, labels_seed, data_seed = np.random.SeedSequence([self.seed, shard]).spawn(3)
+        if self.size_jitter:
+            factors = np.random.default_rng(sizes_seed).uniform(
+                1 - self.size_jitter, 1 + self.size_jitter, count
+            )
+            sizes = np.maximum(1, np.rint(self.sample_size * factors)).astype(np.int64)
+        else:
+            sizes = np.full(count, self.sample_size, dtype=np.int64)
+        labels = np.random.default_rng(labels_seed).integers(0, self.classes, count)
+        data = np.random.PCG64DXSM(data_seed)
+        for start in range(0, count, block_samples):
+            stop = min(count, start + block_samples)
+            yield _block(shard, start, sizes[start:stop], labels[start:stop], data)
+
+
+def _block(
+    shard: int,
+    start: int,
+    sizes: npt.NDArray[np.int64],
+    labels: npt.NDArray[np.int64],
+    data: np.random.PCG64DXSM,
+) -> Block:
+    import numpy as np
+
+    words = (sizes + 7) // 8
+    raw = data.random_raw(int(words.sum())).astype("<u8", copy=False)
+    view = raw.view(np.uint8).data
+    starts = (np.cumsum(words) - words) * 8
+    payloads = [view[o : o + s] for o, s in zip(starts.tolist(), sizes.tolist(), strict=True)]
+    keys = [f"{shard:06d}{index:08d}" for index in range(start, start + len(sizes))]
+    return Block(keys, labels.tolist(), payloads)
+
+
+@dataclass(frozen=True)
+class GenResult:
+    """What :func:`write_dataset` wrote."""
+
+    format: str
+    compression: str
+    paths: tuple[str, ...]
+    url: str  # a brace pattern naming every shard, for fastio.expand_urls / webdataset
+    samples: int
+    payload_bytes: int
+    bytes: int  # on disk
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "compression": self.compression,
+            "files": len(self.paths),
+            "samples": self.samples,
+            "payload_bytes": self.payload_bytes,
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+            "url": self.url,
+        }
+
+
+def shard_names(
+    out_dir: str | os.PathLike[str], format: str, shards: int, compression: str
+) -> tuple[list[str], str]:
+    """The shard paths and the brace pattern that names them all."""
+    width = max(5, len(str(shards - 1)))
+    suffix = f".{FORMATS[format]}" + (
+        "" if format in _SELF_COMPRESSED else COMPRESSIONS[compression]
+    )
+    prefix = os.path.join(os.fspath(out_dir), f"{format}-")
+    paths = [f"{prefix}{index:0{width}d}{suffix}" for index in range(shards)]
+    url = f"{prefix}{{{0:0{width}d}..{shards - 1:0{width}d}}}{suffix}"
+    return paths, url
+
+
+def write_dataset(
+    out_dir: str | os.PathLike[str],
+    format: str,
+    samples: int,
+    sample_size: int,
+    shards: int,
+    seed: int = 0,
+    compression: str = "none",
+    size_jitter: float = 0.0,
+    row_group_size: int | None = None,
+    classes: int = 1000,
+    progress: ProgressCallback | None = None,
+) -> GenResult:
+    """Write ``samples`` samples of about ``sample_size`` bytes as ``shards`` files
+    ``<out_dir>/<format>-NNNNN.<ext>[.gz|.zst]``, replacing files of those names.
+
+    ``compression`` wraps whole files for the stream formats; Parquet and Arrow
+    compress their buffers instead (Arrow IPC: zstd only) and keep their names.
+    ``row_group_size`` is in rows (Parquet row groups, Arrow record batches;
+    default about 32 MiB each). ``npy`` and ``fixed`` hold equal-sized rows, so
+    they take no ``size_jitter``. ``progress`` is called with payload bytes.
+    Raises ValueError for an unknown format or compression or a bad size.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; choose from {', '.join(FORMATS)}")
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"unknown compression {compression!r}; choose from none, gzip, zstd")
+    if format in _FIXED_SIZE and size_jitter:
+        raise ValueError(f"{format} rows all have sample_size bytes: size_jitter must be 0")
+    if format == "arrow" and compression == "gzip":
+        raise ValueError("Arrow IPC files compress with zstd (or lz4), not gzip")
+    if row_group_size is not None and row_group_size < 1:
+        raise ValueError(f"row_group_size must be positive, not {row_group_size}")
+    plan = DatasetPlan(samples, sample_size, shards, seed, size_jitter, classes)
+    if format in _SELF_COMPRESSED:
+        default_rows = max(1, min(_ROW_GROUP_ROWS, _ROW_GROUP_BYTES // sample_size))
+        block_samples = row_group_size or default_rows
+    else:
+        block_samples = max(1, _BLOCK_BYTES // sample_size)
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths, url = shard_names(folder, format, shards, compression)
+    payload = 0
+    started = time.perf_counter()
+    for shard, path in enumerate(paths):
+        blocks = _Counted(plan.blocks(shard, block_samples), progress)
+        with _replacing(path) as partial:
+            if format in _SELF_COMPRESSED:
+                _write_columnar(partial, format, blocks, compression)
+            else:
+                with _compressed(partial, compression) as handle:
+                    _STREAM_WRITERS[format](handle, blocks, plan, shard)
+        payload += blocks.payload_bytes
+    seconds = time.perf_counter() - started
+    on_disk = sum(os.path.getsize(path) for path in paths)
+    return GenResult(format, compression, tuple(paths), url, samples, payload, on_disk, seconds)
+
+
+class _Counted(Iterator[Block]):
+    """Passes blocks through, counting payload bytes (and reporting progress)."""
+
+    def __init__(self, blocks: Iterator[Block], progress: ProgressCallback | None) -> None:
+        self._blocks = blocks
+        self._progress = progress
+        self.payload_bytes = 0
+
+    def __next__(self) -> Block:
+        block = next(self._blocks)
+        size = block.payload_bytes
+        self.payload_bytes += size
+        if self._progress is not None:
+            self._progress(size)
+        return block
+
+
+@contextlib.contextmanager
+def _replacing(path: str) -> Iterator[str]:
+    """A temporary name beside ``path``, renamed to it once written: a reader
+    that finds the file finds it whole (what a benchmark reusing data relies on)."""
+    partial = f"{path}.partial"
+    try:
+        yield partial
+        os.replace(partial, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+
+
+class _Writable(Protocol):
+    """A binary file, or a compressor in front of one."""
+
+    def write(self, data: bytes | bytearray | memoryview, /) -> int: ...
+
+
+@contextlib.contextmanager
+def _compressed(path: str, compression: str) -> Iterator[_Writable]:
+    with open(path, "wb", buffering=1 << 20) as raw:
+        if compression == "gzip":
+            # No name or time in the header, so the same data gives the same bytes.
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz:
+                yield gz
+        elif compression == "zstd":
+            try:
+                import zstandard
+            except ImportError:
+                raise ModuleNotFoundError(
+                    "zstd needs the zstandard package: pip install 'fastio[zstd]'"
+                ) from None
+            with zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False) as zst:
+                yield zst
+        else:
+            yield raw
+
+
+# ---- stream formats ------------------------------------------------------------------
+
+
+def _write_webdataset(handle: _Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+    written = 0
+    for block in blocks:
+        for key, label, payload in zip(block.keys, block.labels, block.payloads, strict=True):
+            for name, data in ((f"{key}.bin", payload), (f"{key}.cls", str(label).encode())):
+                size = len(data)
+                padding = -size % 512
+                handle.write(tar_header(name, size))
+                handle.write(data)
+                handle.write(bytes(padding))
+                written += 512 + size + padding
+    # Two zero blocks end the archive; tar pads it to whole 10 KiB records.
+    end = 1024 + (-(written + 1024) % tarfile.RECORDSIZE)
+    handle.write(bytes(end))
+
+
+def _ustar_template() -> bytearray:
+    """A ustar header without name, size and checksum."""
+    header = bytearray(512)
+    for offset, value in (
+        (100, b"0000644\0"),  # mode
+        (108, b"0000000\0"),  # uid
+        (116, b"0000000\0"),  # gid
+        (136, b"00000000000\0"),  # mtime
+        (148, b" " * 8),  # the checksum field counts as spaces
+        (156, b"0"),  # a regular file
+        (257, b"ustar\x0000"),  # magic and version; device numbers stay empty
+    ):
+        header[offset : offset + len(value)] = value
+    return header
+
+
+_USTAR_TEMPLATE = _ustar_template()
+_USTAR_SUM = sum(_USTAR_TEMPLATE)
+
+
+def tar_header(name: str, size: int) -> bytes:
+    """The ustar header of a regular file, as ``tarfile`` writes it (mode 644,
+    owner 0, time 0); names over 100 bytes go through ``tarfile`` (pax)."""
+    encoded = name.encode()
+    if len(encoded) > 100 or size >= 8**11:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime, info.uname, info.gname = size, 0o644, 0, "", ""
+        return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    size_field = b"%011o\0" % size
+    header = _USTAR_TEMPLATE.copy()
+    header[: len(encoded)] = encoded
+    header[124:136] = size_field
+    header[148:155] = b"%06o\0" % (_USTAR_SUM + sum(encoded) + sum(size_field))
+    return bytes(header)
+
+
+def _write_tfrecord(handle: _Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+    crc32c = _crc32c()
+    for block in blocks:
+        for key, label, payload in zip(block.keys, block.labels, block.payloads, strict=True):
+            head = example_head(key.encode(), label, payload.nbytes)
+            length = (len(head) + payload.nbytes).to_bytes(8, "little")
+            handle.write(length)
+            handle.write(_masked(crc32c(length, 0)).to_bytes(4, "little"))
+            handle.write(head)
+            handle.write(payload)
+            handle.write(_masked(crc32c(payload, crc32c(head, 0))).to_bytes(4, "little"))
+
+
+def _crc32c() -> Callable[[bytes | memoryview, int], int]:
+    """CRC-32C with a running value: fastio's native one, else google_crc32c."""
+    try:
+        from fastio._native import crc32c
+    except ImportError:  # a build without it
+        import google_crc32c
+
+        return lambda data, value: int(google_crc32c.extend(value, bytes(data)))
+    return crc32c
+
+
+def _masked(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1  # negative int64s as ten-byte two's complement, as protobuf does
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field_head(number: int, length: int) -> bytes:
+    """Tag and length of a length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(length)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _field_head(number, len(payload)) + payload
+
+
+def _entry(name: bytes, feature: bytes) -> bytes:
+    # Features.feature is map<string, Feature>: entries {1: name, 2: Feature}.
+    return _field(1, _field(1, name) + _field(2, feature))
+
+
+def example_head(key: bytes, label: int, data_length: int) -> bytes:
+    """A serialized ``tf.train.Example`` with features ``key`` (bytes), ``label``
+    (int64) and ``data`` (bytes), up to where the ``data`` bytes start: the
+    record is ``head + data``, so the payload is never copied to build it."""
+
+    def ending_in_data(number: int, head: bytes) -> bytes:
+        # A field whose payload is ``head`` followed by the data bytes.
+        return _field_head(number, len(head) + data_length) + head
+
+    key_feature = _field(1, _field(1, key))  # Feature.bytes_list.value
+    label_feature = _field(3, _field(1, _varint(label)))  # Feature.int64_list.value, packed
+    data_feature = ending_in_data(1, ending_in_data(1, b""))  # Feature.bytes_list.value
+    data_entry = ending_in_data(1, _field(1, b"data") + ending_in_data(2, data_feature))
+    features = _entry(b"key", key_feature) + _entry(b"label", label_feature) + data_entry
+    return ending_in_data(1, features)  # Example.features
+
+
+def _write_npy(handle: _Writable, blocks: Iterator[Block], plan: DatasetPlan, shard: int) -> None:
+    from numpy.lib import format as npy_format
+
+    rows = len(plan.shard_samples(shard))
+    header = {"descr": "|u1", "fortran_order": False, "shape": (rows, plan.sample_size)}
+    npy_format.write_array_header_1_0(handle, header)
+    _write_fixed(handle, blocks, plan, shard)
+
+
+def _write_fixed(handle: _Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+    for block in blocks:
+        for payload in block.payloads:
+            handle.write(payload)
+
+
+def _write_jsonl(handle: _Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+    import numpy as np
+
+    alphabet = np.frombuffer(_TEXT_ALPHABET, dtype=np.uint8)
+    for block in blocks:
+        lines = []
+        for key, label, payload in zip(block.keys, block.labels, block.payloads, strict=True):
+            text = alphabet[np.frombuffer(payload, dtype=np.uint8) & 31].tobytes().decode()
+            lines.append(json.dumps({"key": key, "label": label, "text": text}) + "\n")
+        handle.write("".join(lines).encode())
+
+
+_STREAM_WRITERS: dict[str, Callable[[_Writable, Iterator[Block], DatasetPlan, int], None]] = {
+    "webdataset": _write_webdataset,
+    "tfrecord": _write_tfrecord,
+    "npy": _write_npy,
+    "fixed": _write_fixed,
+    "jsonl": _write_jsonl,
+}
+
+
+# ---- columnar formats (pyarrow) -----------------------------------------------------
+
+
+def _write_columnar(path: str, format: str, blocks: Iterator[Block], compression: str) -> None:
+    """One Parquet row group / Arrow record batch per block."""
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
+    schema = pa.schema([("key", pa.string()), ("label", pa.int64()), ("data", pa.binary())])
+    codec = None if compression == "none" else compression
+    if format == "parquet":
+        import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
+
+        with pq.ParquetWriter(path, schema, compression=codec or "none") as writer:
+            for block in blocks:
+                writer.write_batch(_record_batch(block, schema), row_group_size=len(block))
+    else:
+        options = pa.ipc.IpcWriteOptions(compression=codec)
+        with pa.ipc.new_file(path, schema, options=options) as writer:
+            for block in blocks:
+                writer.write_batch(_record_batch(block, schema))
+
+
+def _record_batch(block: Block, schema: Any) -> Any:
+    import numpy as np
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
+    sizes = np.fromiter((p.nbytes for p in block.payloads), dtype=np.int64, count=len(block))
+    if sizes.sum() >= 2**31:
+        raise ValueError("a row group holds 2 GiB or more: choose a smaller row_group_size")
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int32)
+    data = pa.Array.from_buffers(
+        pa.binary(),
+        len(block),
+        [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(block.payloads))],
+    )
+    columns = [pa.array(block.keys, pa.string()), pa.array(block.labels, pa.int64()), data]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+# ---- the command -------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "dataset_format",
+    type=click.Choice(list(FORMATS)),
+    default="webdataset",
+    show_default=True,
+)
+@click.option("--samples", type=click.IntRange(1), default=10_000, show_default=True)
+@click.option(
+    "--sample-size",
+    type=SIZE,
+    default="100KB",
+    show_default=True,
+    help="Payload bytes per sample (characters of text for jsonl).",
+)
+@click.option("--shards", type=click.IntRange(1, 1_000_000), default=8, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--compression",
+    type=click.Choice(list(COMPRESSIONS)),
+    default="none",
+    show_default=True,
+    help="Whole files (.gz/.zst); Parquet and Arrow compress inside.",
+)
+@click.option(
+    "--size-jitter",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="Sizes vary uniformly by up to this fraction of --sample-size.",
+)
+@click.option(
+    "--row-group-size",
+    type=click.IntRange(1),
+    help="Rows per Parquet row group / Arrow batch [default: about 32 MiB of data].",
+)
+@click.option(
+    "--classes",
+    type=click.IntRange(1),
+    default=1000,
+    show_default=True,
+    help="Labels are drawn from [0, classes).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+def gen(
+    out_dir: Path,
+    dataset_format: str,
+    samples: int,
+    sample_size: int,
+    shards: int,
+    seed: int,
+    compression: str,
+    size_jitter: float,
+    row_group_size: int | None,
+    classes: int,
+    as_json: bool,
+) -> None:
+    """Write a synthetic sharded dataset to OUT_DIR: SAMPLES samples of about
+    SAMPLE_SIZE random bytes with integer labels, in SHARDS files.
+
+    The same arguments write the same bytes; every format holds the same samples.
+    """
+    total = samples * sample_size
+    try:
+        with byte_progress(f"writing {dataset_format}", total, quiet=as_json) as advance:
+            result = write_dataset(
+                out_dir, dataset_format, samples, sample_size, shards, seed, compression,
+                size_jitter, row_group_size, classes, advance,
+            )  # fmt: skip
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    except ImportError as error:
+        raise click.ClickException(str(error)) from None
+    except OSError as error:
+        raise click.ClickException(str(error)) from None
+    if as_json:
+        json.dump(result.as_dict(), sys.stdout)
+        sys.stdout.write("\n")
+        return
+    rate = result.payload_bytes / result.seconds / 1e6 if result.seconds else math.inf
+    console().print(
+        f"wrote {len(result.paths)} {result.format} shards: {result.samples:,} samples, "
+        f"{result.payload_bytes / 1e9:.3f} GB of payload, {result.bytes / 1e9:.3f} GB on disk, "
+        f"in {result.seconds:.2f} s ({rate:,.0f} MB/s)"
+    )
+    console().print(result.url, highlight=False, soft_wrap=True)
