@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from fastio._batching import assemble, rebatch, rows_of, slice_rows
 from fastio._epochs import Remainder, assign_samples, current_rank, current_worker
 from fastio._errors import DecodeError, SkippedSamplesWarning, TruncatedShardError
 from fastio._ranges import Shard
@@ -28,7 +29,7 @@ from fastio._reader import Reader
 from fastio._settings import ReaderSettings
 from fastio._urls import expand_urls
 from fastio._windows import Piece, Window, make_windows, permutation
-from fastio.formats._shards import Layout, format_for_url, make_format
+from fastio.formats._shards import Layout, format_for_url, format_options, make_format
 
 if TYPE_CHECKING:
     import os
@@ -135,7 +136,7 @@ class Dataset(_Base):
         self.format = format or format_for_url(self.urls[0])
         self._format = make_format(
             self.format,
-            **_format_options(self.format, columns, record_size, verify, example, index_dir),
+            **format_options(self.format, columns, record_size, verify, example, index_dir),
         )
         self.shuffle = shuffle
         self.seed = seed
@@ -422,16 +423,16 @@ class Dataset(_Base):
         rows = 0
         try:
             for part in self._format.batches(chunks, layout):
-                n = _rows(part)
+                n = rows_of(part)
                 lo, hi = max(skip - rows, 0), min(skip + want - rows, n)
                 if lo < hi:
-                    parts.append(part if (lo, hi) == (0, n) else _slice(part, lo, hi))
+                    parts.append(part if (lo, hi) == (0, n) else slice_rows(part, lo, hi))
                 rows += n
                 if rows >= skip + want:
                     break
         except (DecodeError, OSError) as failure:
             error = self._located(failure, layout)
-        got = sum(_rows(p) for p in parts)
+        got = sum(rows_of(p) for p in parts)
         if error is None and got < want:
             error = TruncatedShardError(
                 f"holds {got} of the {want} samples its index places from sample {read.start}",
@@ -497,7 +498,7 @@ class Dataset(_Base):
         epoch, position, who = self._start()
         try:
             if columnar:
-                yield from _rebatch(self._units(epoch, position, who, True), batch_size,
+                yield from rebatch(self._units(epoch, position, who, True), batch_size,
                                     drop_last, self)  # fmt: skip
             else:
                 yield from self._units(epoch, position, who, False)
@@ -546,12 +547,12 @@ class Dataset(_Base):
                 if columnar:
                     for part in decoded:
                         parts.append((at, part))
-                        at += _rows(part)
+                        at += rows_of(part)
                 else:
                     slots[at : at + count] = decoded
             sequence = order[begin:] if order is not None else np.arange(begin, window.count)
             if columnar:
-                table, rows_at = _assemble(parts, window.count)
+                table, rows_at = assemble(parts, window.count)
                 if order is not None and not isinstance(table, np.ndarray) and table is not None:
                     table = table.combine_chunks()  # one copy; gathers from one chunk are fast
                 rows = rows_at[sequence]
@@ -628,136 +629,6 @@ class _Guarded:
 
     def close(self) -> None:
         self.stream.close()  # type: ignore[attr-defined]
-
-
-def _format_options(
-    name: str,
-    columns: Sequence[str] | None,
-    record_size: int | None,
-    verify: bool,
-    example: bool,
-    index_dir: str | os.PathLike[str] | None,
-) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if name in ("webdataset", "tfrecord", "jsonl", "lines"):
-        options["index_dir"] = index_dir
-    if name == "tfrecord":
-        options.update(verify=verify, example=example)
-    if name in ("parquet", "arrow"):
-        options["columns"] = columns
-    elif columns is not None:
-        raise ValueError(f"columns= applies to parquet and arrow, not {name}")
-    if name == "fixed":
-        if record_size is None:
-            raise ValueError("format 'fixed' needs record_size=")
-        options["record_size"] = record_size
-    elif record_size is not None:
-        raise ValueError(f"record_size= applies to format 'fixed', not {name}")
-    return options
-
-
-# ---- columnar helpers ------------------------------------------------------------
-
-
-def _rows(part: Any) -> int:
-    return len(part) if isinstance(part, np.ndarray) else int(part.num_rows)
-
-
-def _slice(part: Any, lo: int, hi: int) -> Any:
-    return part[lo:hi] if isinstance(part, np.ndarray) else part.slice(lo, hi - lo)
-
-
-def _assemble(parts: list[tuple[int, Any]], count: int) -> tuple[Any, np.ndarray]:
-    """One table (or array) of a window's parts, and for each window position
-    its row in it (-1 where the sample was skipped)."""
-    rows_at = np.full(count, -1, np.int64)
-    row = 0
-    for at, part in parts:
-        n = _rows(part)
-        rows_at[at : at + n] = np.arange(row, row + n)
-        row += n
-    return _concat([part for _, part in parts]), rows_at
-
-
-def _concat(parts: list[Any]) -> Any:
-    import pyarrow as pa
-
-    if not parts:
-        return None
-    if isinstance(parts[0], np.ndarray):
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-    tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts]
-    if len(tables) == 1:
-        return tables[0]
-    return pa.concat_tables(tables, promote_options="default")
-
-
-def _take(table: Any, rows: np.ndarray | range) -> Any:
-    """Rows of a table in order: a zero-copy slice where they are consecutive
-    (stored order), else one gather."""
-    if isinstance(rows, range):
-        return _slice(table, rows.start, rows.stop)
-    if (
-        len(rows)
-        and int(rows[-1]) - int(rows[0]) + 1 == len(rows)
-        and (len(rows) == 1 or bool(np.all(np.diff(rows) == 1)))
-    ):
-        return _slice(table, int(rows[0]), int(rows[-1]) + 1)
-    if isinstance(table, np.ndarray):
-        return table[rows]
-    return table.take(rows)
-
-
-def _as_batch(table: Any) -> Any:
-    import pyarrow as pa
-
-    if isinstance(table, (np.ndarray, pa.RecordBatch)):
-        return table
-    combined = table.combine_chunks()
-    batches = combined.to_batches()
-    if not batches:
-        return pa.RecordBatch.from_pylist([], schema=combined.schema)
-    return batches[0]
-
-
-def _rebatch(
-    units: Iterator[Any], batch_size: int, drop_last: bool, dataset: Dataset
-) -> Iterator[Any]:
-    """Batches of exactly ``batch_size`` rows (the last may be short) from the
-    windows' (table, rows, positions, end) units. The dataset's position
-    advances as batches are delivered: a saved state never skips rows that
-    were assembled but not yet handed out."""
-    carry: list[Any] = []
-    carried = last_end = 0
-    for table, rows, positions, end in units:
-        last_end = end
-        start = 0
-        if carried:
-            need = min(batch_size - carried, len(rows))
-            carry.append(_take(table, rows[:need]))
-            carried += need
-            start = need
-            if carried == batch_size:
-                dataset._position = int(positions[need - 1]) + 1
-                dataset._delivered += batch_size
-                yield _as_batch(_concat(carry))
-                carry, carried = [], 0
-        while start + batch_size <= len(rows):
-            stop = start + batch_size
-            dataset._position = int(positions[stop - 1]) + 1 if stop < len(rows) else end
-            dataset._delivered += batch_size
-            yield _as_batch(_take(table, rows[start:stop]))
-            start = stop
-        if start < len(rows):
-            carry.append(_take(table, rows[start:]))
-            carried += len(rows) - start
-        elif not carried:
-            dataset._position = end
-    if carried and not drop_last:
-        dataset._delivered += carried
-        dataset._position = last_end
-        yield _as_batch(_concat(carry))
-    dataset._position = max(dataset._position, last_end)
 
 
 class Batches(_Base):

@@ -9,6 +9,7 @@ shard's size and modification time are those it was built from.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -183,18 +184,22 @@ def load_or_scan(
     not writable (an index that cannot be stored anywhere is still returned)."""
     status = os.stat(url)
     candidates = _index_paths(url, cache_dir)
+    # A scan that skipped checksums is kept under its own name: it serves
+    # unverified reads, never a dataset that asked for verification.
+    unverified = format_name == "tfrecord" and not verify
+    stored_as = f"{format_name}/unverified" if unverified else format_name
+    accepted = {format_name, stored_as}
     for path in candidates:
         try:
             index = ShardIndex.load(path)
         except (OSError, ValueError, KeyError):
             continue
-        if (index.size, index.mtime_ns, index.format) == (
-            status.st_size,
-            status.st_mtime_ns,
-            format_name,
+        if (index.size, index.mtime_ns) == (status.st_size, status.st_mtime_ns) and (
+            index.format in accepted
         ):
             return index, []
     index, problems = scan_shard(reader, url, format_name, tolerate=tolerate, verify=verify)
+    index = dataclasses.replace(index, format=stored_as)
     if problems:  # an index of a damaged shard is not kept: a repaired shard gets a new scan
         return index, problems
     for path in candidates:

@@ -97,13 +97,12 @@ def test_tfrecord_with_a_bad_crc(tmp_path) -> None:
         warned = fastio.Dataset(written.pattern, on_error="warn", shuffle=False)
     assert [key_of("tfrecord", s) for s in warned] == got
     assert f"byte {offset}" in str(caught_warnings[0].message)
-    # verify=False delivers every record, the damaged one too; decoding it as an
-    # Example then fails, naming where it is.
+    # verify=False delivers every record, the damaged one as it is on disk
+    # (protobuf parsing is no integrity check: that is what the CRC is for).
     raw = list(fastio.Dataset(written.pattern, verify=False, example=False, shuffle=False))
     assert len(raw) == len(written.samples)
-    with pytest.raises(fastio.DecodeError) as caught:
-        list(fastio.Dataset(written.pattern, verify=False, shuffle=False))
-    assert (caught.value.url, caught.value.offset, caught.value.record) == (url, offset, record)
+    intact = list(fastio.Dataset(written.pattern, example=False, shuffle=False, on_error="skip"))
+    assert [r for r in raw if r not in intact] == [raw[bad_key]]
 
 
 def test_checksum_damage_after_indexing_is_caught_while_reading(tmp_path) -> None:

@@ -1,0 +1,141 @@
+"""What the dataset needs of a shard format: a :class:`Layout` (how many
+samples a shard holds and which bytes hold any run of them, known without
+reading samples) and a :class:`ShardFormat` (those bytes decoded into samples
+the caller owns, or into columnar batches).
+
+Samples can be read in runs as small as a layout's *unit*: one sample for
+indexed and fixed formats, one row group or record batch for Parquet and
+Arrow, the whole shard for compressed ones (decompression starts at byte 0).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastio._ranges import ByteRange
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    from fastio._errors import DecodeError
+    from fastio._ranges import Chunk
+    from fastio._reader import Reader
+
+__all__ = ["Layout", "ShardFormat", "gather"]
+
+
+@dataclass
+class Layout:
+    """Where the samples of one shard are.
+
+    ``bounds`` are the sample numbers where readable units start, followed by
+    ``count``; ``unit_ranges[u]`` are the byte ranges unit ``u`` decodes from.
+    ``starts``/``ends`` (when every sample is its own unit) give each sample's
+    bytes. ``meta`` holds what the format needs to decode (a dtype, a schema).
+    """
+
+    url: str
+    count: int
+    size: int
+    bounds: np.ndarray  # int64, len = units + 1
+    unit_bytes: np.ndarray  # int64, bytes of each unit (for window sizing)
+    starts: np.ndarray | None = None
+    ends: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    whole: bool = False  # the only unit is the whole (compressed) file
+
+    @property
+    def per_sample(self) -> bool:
+        return self.starts is not None and not self.whole
+
+    def nbytes(self, start: int, stop: int) -> int:
+        """Encoded bytes of samples ``start`` to ``stop`` (for budgets; exact
+        where samples have their own ranges, proportional inside a unit)."""
+        if stop <= start:
+            return 0
+        if self.per_sample:
+            assert self.starts is not None
+            assert self.ends is not None
+            return int(self.ends[stop - 1]) - int(self.starts[start])
+        total = int(self.unit_bytes.sum())
+        return max(1, total * (stop - start) // max(self.count, 1))
+
+    def next_cut(self, start: int, stop: int, budget: int) -> int:
+        """Where a run of about ``budget`` bytes from sample ``start`` ends (at
+        most ``stop``, at least one unit, at a unit boundary)."""
+        if self.per_sample:
+            assert self.starts is not None
+            target = int(self.starts[start]) + budget
+            cut = int(np.searchsorted(self.starts, target, side="left"))
+            return min(max(cut, start + 1), stop)
+        unit = int(np.searchsorted(self.bounds, start, side="right")) - 1
+        total = 0
+        while unit < len(self.unit_bytes) and total < budget:
+            total += int(self.unit_bytes[unit])
+            unit += 1
+        return min(int(self.bounds[unit]), stop)
+
+    def ranges(self, start: int, stop: int) -> tuple[list[ByteRange], int]:
+        """Byte ranges that decode to samples ``first..`` covering ``start..stop``,
+        and ``first`` (the sample the decoded stream starts at)."""
+        if self.per_sample:
+            assert self.starts is not None
+            assert self.ends is not None
+            # One range per run of adjacent samples: a damaged record that the
+            # index left out (a gap) is not read.
+            gaps = np.flatnonzero(self.starts[start + 1 : stop] != self.ends[start : stop - 1])
+            edges = [start, *(start + 1 + gaps).tolist(), stop]
+            return [ByteRange(self.url, int(self.starts[a]), int(self.ends[b - 1] - self.starts[a]))
+                    for a, b in itertools.pairwise(edges)], start  # fmt: skip
+        if self.whole:
+            return [ByteRange(self.url)], 0
+        first_unit = int(np.searchsorted(self.bounds, start, side="right")) - 1
+        last_unit = int(np.searchsorted(self.bounds, stop, side="left"))
+        units = range(first_unit, last_unit)
+        return [r for u in units for r in self.meta["unit_ranges"](u)], int(self.bounds[first_unit])
+
+
+def gather(chunks: Iterable[Chunk]) -> dict[int, bytes]:
+    """The bytes of each range of a piece, keyed by file offset."""
+    parts: dict[int, list[memoryview]] = {}
+    starts: dict[int, int] = {}
+    for chunk in chunks:
+        if chunk.range not in starts:
+            starts[chunk.range] = chunk.offset
+        parts.setdefault(chunk.range, []).append(chunk.data)
+    return {starts[r]: b"".join(parts[r]) for r in parts}
+
+
+class ShardFormat:
+    """A format as the dataset drives it. Subclasses set ``name`` and implement
+    :meth:`layout`, :meth:`samples` and :meth:`batches`."""
+
+    name = ""
+    batch_kind = "arrow"  # "arrow": pyarrow RecordBatch; "numpy": ndarray
+
+    def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
+        raise NotImplementedError  # every concrete format overrides it
+
+    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        raise NotImplementedError  # every concrete format overrides it
+
+    def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        """Columnar batches of the same samples (any sizes), in order."""
+        import pyarrow as pa
+
+        rows = [_plain(sample) for sample in self.samples(chunks, layout)]
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows)
+
+    def options(self) -> dict[str, Any]:
+        return {}
+
+
+def _plain(sample: Any) -> dict[str, Any]:
+    if isinstance(sample, dict):
+        return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in sample.items()}
+    return {"value": sample}

@@ -1,0 +1,312 @@
+"""Parquet and Arrow IPC files, read by row group or record batch through
+fastio's reader: footers and the selected columns' byte ranges are fetched
+first, and pyarrow decodes them from memory (it never opens the file)."""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastio._errors import DecodeError, TruncatedShardError
+from fastio._ranges import ByteRange
+from fastio.formats._layout import Layout, ShardFormat, gather
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+
+    import pyarrow as pa
+
+    from fastio._ranges import Chunk
+    from fastio._reader import Reader
+
+__all__ = ["ArrowFormat", "ParquetFormat"]
+
+
+class _RangeFile(io.RawIOBase):
+    """A read-only file of ``size`` bytes of which only some ranges are known:
+    what pyarrow reads of a Parquet or Arrow file is fetched by fastio's reader
+    first and served from here. A read outside the known ranges is a bug in
+    the range planning, reported as such rather than silently re-read."""
+
+    def __init__(self, url: str, size: int, pieces: dict[int, bytes]) -> None:
+        super().__init__()
+        self.url = url
+        self.size = size
+        merged: list[tuple[int, bytes]] = []
+        for start, data in sorted(pieces.items()):  # neighbours become one (pyarrow reads across)
+            if merged and merged[-1][0] + len(merged[-1][1]) == start:
+                merged[-1] = (merged[-1][0], merged[-1][1] + data)
+            else:
+                merged.append((start, data))
+        self.pieces = merged
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.position, 2: self.size}[whence]
+        self.position = base + offset
+        return self.position
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self.size - self.position)
+        if want <= 0:
+            return 0
+        for start, data in self.pieces:
+            if start <= self.position and self.position + want <= start + len(data):
+                begin = self.position - start
+                view[:want] = data[begin : begin + want]
+                self.position += want
+                return want
+        raise OSError(f"{self.url}: bytes {self.position}..{self.position + want} were not fetched")
+
+
+def _tail(reader: Reader, url: str, size: int, at_least: int) -> tuple[int, bytes]:
+    length = min(size, max(at_least, 64 << 10))
+    start = size - length
+    data = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, start, length)]))
+    return start, data
+
+
+def _leaf_columns(metadata: Any, columns: Sequence[str] | None) -> list[int]:
+    schema = metadata.schema
+    leaves = range(metadata.num_columns)
+    if columns is None:
+        return list(leaves)
+    chosen = [i for i in leaves
+              if schema.column(i).path.split(".")[0] in columns]  # fmt: skip
+    return chosen
+
+
+def _footer(
+    reader: Reader, url: str, kind: str, magic: bytes, head_bytes: int
+) -> tuple[int, int, bytes, int]:
+    """Fetch a file's tail holding its footer, which ends in a little-endian
+    int32 footer length and ``magic``; ``head_bytes`` are the bytes a valid
+    file has besides the footer at least. Returns (size, tail start, tail,
+    footer length)."""
+    trailer = 4 + len(magic)
+    size = os.stat(url).st_size
+    start, tail = _tail(reader, url, size, trailer)
+    if size < trailer + head_bytes or tail[-len(magic) :] != magic:
+        raise DecodeError(
+            f"not {kind} file (no {magic.decode()} footer magic)", url, max(size - len(magic), 0)
+        )
+    footer_length = int.from_bytes(tail[-trailer : -len(magic)], "little")
+    if footer_length + trailer + head_bytes > size:
+        raise TruncatedShardError(
+            f"{kind} footer of {footer_length} bytes does not fit the file", url, size - trailer
+        )
+    if footer_length + trailer > len(tail):
+        start, tail = _tail(reader, url, size, footer_length + trailer)
+    return size, start, tail, footer_length
+
+
+class _ColumnFile(ShardFormat):
+    """A file format of columns, with column selection."""
+
+    def __init__(self, columns: Sequence[str] | None = None) -> None:
+        self.columns = list(columns) if columns is not None else None
+
+    def options(self) -> dict[str, Any]:
+        return {"columns": self.columns}
+
+
+class ParquetFormat(_ColumnFile):
+    """Parquet files read by row group through fastio's reader, with column selection."""
+
+    name = "parquet"
+
+    def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        size, start, tail, footer_length = _footer(reader, url, "a Parquet", b"PAR1", 4)
+        try:
+            metadata = pq.read_metadata(pa.PythonFile(_RangeFile(url, size, {start: tail})))
+        except (pa.ArrowException, OSError) as error:
+            raise DecodeError(
+                f"Parquet footer is damaged: {error}", url, size - 8 - footer_length
+            ) from None
+        leaves = _leaf_columns(metadata, self.columns)
+        if self.columns is not None:
+            names = set(metadata.schema.to_arrow_schema().names)
+            missing = [c for c in self.columns if c not in names]
+            if missing:
+                raise ValueError(f"{url}: no column {missing[0]!r}; columns are {sorted(names)}")
+        groups = metadata.num_row_groups
+        rows = [metadata.row_group(g).num_rows for g in range(groups)]
+        spans: list[list[ByteRange]] = []
+        for g in range(groups):
+            group = metadata.row_group(g)
+            ranges = []
+            for leaf in leaves:
+                column = group.column(leaf)
+                begin = column.data_page_offset
+                if column.has_dictionary_page and column.dictionary_page_offset:
+                    begin = min(begin, column.dictionary_page_offset)
+                ranges.append(ByteRange(url, begin, column.total_compressed_size))
+            spans.append(sorted(ranges, key=lambda r: r.offset))
+        bounds = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+        unit_bytes = np.array([sum(r.length or 0 for r in s) for s in spans], np.int64)
+        meta = {"unit_ranges": spans.__getitem__, "metadata": metadata, "tail": (start, tail)}
+        return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
+
+    def _tables(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.Table]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pieces = gather(chunks)
+        start, tail = layout.meta["tail"]
+        pieces.setdefault(start, tail)
+        handle = pq.ParquetFile(pa.PythonFile(_RangeFile(layout.url, layout.size, pieces)),
+                                metadata=layout.meta["metadata"], pre_buffer=False)  # fmt: skip
+        offsets = {offset for offset in pieces if offset != start}
+        for g in range(handle.num_row_groups):
+            ranges = layout.meta["unit_ranges"](g)
+            if ranges and ranges[0].offset in offsets:
+                try:
+                    yield handle.read_row_group(g, columns=self.columns)
+                except (pa.ArrowException, OSError) as error:
+                    raise DecodeError(
+                        f"row group {g} does not decode: {error}", layout.url, ranges[0].offset,
+                        int(layout.bounds[g]),
+                    ) from None  # fmt: skip
+
+    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
+        for table in self._tables(chunks, layout):
+            yield from table.to_pylist()
+
+    def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        for table in self._tables(chunks, layout):
+            yield from table.to_batches()
+
+
+# Arrow IPC file: "ARROW1" + padding, a stream of messages, a flatbuffer footer
+# naming each record batch's block, its length (int32) and "ARROW1" again.
+_ARROW_MAGIC = b"ARROW1"
+
+
+def _fb_table(buffer: bytes, position: int) -> tuple[int, list[int]]:
+    """A flatbuffer table at ``position``: (position, field offsets, 0 = absent)."""
+    vtable = position - struct.unpack_from("<i", buffer, position)[0]
+    vtable_size = struct.unpack_from("<H", buffer, vtable)[0]
+    fields = [struct.unpack_from("<H", buffer, vtable + 4 + 2 * i)[0]
+              for i in range((vtable_size - 4) // 2)]  # fmt: skip
+    return position, fields
+
+
+def _fb_field(buffer: bytes, table: tuple[int, list[int]], index: int) -> int | None:
+    position, fields = table
+    if index >= len(fields) or not fields[index]:
+        return None
+    return position + fields[index]
+
+
+def _fb_deref(buffer: bytes, at: int) -> int:
+    return at + int(struct.unpack_from("<I", buffer, at)[0])
+
+
+def _arrow_blocks(footer: bytes, vector_field: int) -> list[tuple[int, int, int]]:
+    root = _fb_table(footer, _fb_deref(footer, 0))
+    at = _fb_field(footer, root, vector_field)
+    if at is None:
+        return []
+    vector = _fb_deref(footer, at)
+    count = struct.unpack_from("<I", footer, vector)[0]
+    return [struct.unpack_from("<qi4xq", footer, vector + 4 + 24 * i) for i in range(count)]
+
+
+def _message_rows(data: bytes) -> int:
+    """Rows of a record batch message (its header's ``length``)."""
+    position = 8 if data[:4] == b"\xff\xff\xff\xff" else 4
+    message = data[position:]
+    root = _fb_table(message, _fb_deref(message, 0))
+    header_at = _fb_field(message, root, 2)
+    if header_at is None:
+        raise ValueError("message without a header")
+    header = _fb_table(message, _fb_deref(message, header_at))
+    length_at = _fb_field(message, header, 0)
+    return 0 if length_at is None else int(struct.unpack_from("<q", message, length_at)[0])
+
+
+class ArrowFormat(_ColumnFile):
+    """Arrow IPC files read by record batch through fastio's reader, with column selection."""
+
+    name = "arrow"
+
+    def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
+        size, start, tail, footer_length = _footer(reader, url, "an Arrow IPC", _ARROW_MAGIC, 8)
+        footer = tail[len(tail) - 10 - footer_length : len(tail) - 10]
+        try:
+            batches = _arrow_blocks(footer, 3)
+            dictionaries = _arrow_blocks(footer, 2)
+        except struct.error:
+            raise DecodeError("Arrow footer is damaged", url, size - 10 - footer_length) from None
+        heads = [ByteRange(url, offset, meta) for offset, meta, _ in batches]
+        rows = []
+        if heads:
+            pieces = gather(reader.stream([heads]))
+            for offset, _, _ in batches:
+                try:
+                    rows.append(_message_rows(pieces[offset]))
+                except (struct.error, ValueError, KeyError):
+                    raise DecodeError("Arrow record batch header is damaged", url, offset) from None
+        extra = [ByteRange(url, o, m + b) for o, m, b in dictionaries]
+        spans = [[ByteRange(url, o, m + b), *extra] for o, m, b in batches]
+        bounds = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)]).astype(np.int64)
+        unit_bytes = np.array([m + b for _, m, b in batches], np.int64)
+        meta = {"unit_ranges": spans.__getitem__, "tail": (start, tail),
+                "batch_offsets": [o for o, _, _ in batches]}  # fmt: skip
+        # The schema message at the start of the file (served to pyarrow from here).
+        head = min(size, 64 << 10)
+        schema_head = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, 0, head)]))
+        meta["head"] = schema_head
+        if self.columns is not None:
+            import pyarrow as pa
+
+            try:
+                names = pa.ipc.read_schema(pa.py_buffer(schema_head[8:])).names
+            except (pa.ArrowException, OSError):
+                names = None  # a schema larger than the head: checked when batches decode
+            missing = [c for c in self.columns if names is not None and c not in names]
+            if missing:
+                raise ValueError(
+                    f"{url}: no column {missing[0]!r}; columns are {sorted(names or [])}"
+                )
+        return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
+
+    def _batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        pieces = gather(chunks)
+        wanted = [i for i, o in enumerate(layout.meta["batch_offsets"]) if o in pieces]
+        start, tail = layout.meta["tail"]
+        pieces.setdefault(start, tail)
+        pieces.setdefault(0, layout.meta["head"])
+        try:
+            handle = pa.ipc.open_file(pa.PythonFile(_RangeFile(layout.url, layout.size, pieces)))
+            for i in wanted:
+                batch = handle.get_batch(i)
+                yield batch.select(self.columns) if self.columns is not None else batch
+        except (pa.ArrowException, OSError) as error:
+            raise DecodeError(f"Arrow data does not decode: {error}", layout.url, -1) from None
+
+    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
+        for batch in self._batches(chunks, layout):
+            yield from batch.to_pylist()
+
+    def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        return self._batches(chunks, layout)
