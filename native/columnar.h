@@ -18,43 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arrow_export.h" /* the Arrow structs, and fio_export_release for a batch */
 #include "framing.h"
-
-/* The Arrow C data interface (https://arrow.apache.org/docs/format/CDataInterface.html),
- * ABI-stable: defined as the specification says, guarded as it says. */
-#ifndef ARROW_C_DATA_INTERFACE
-#define ARROW_C_DATA_INTERFACE
-
-#define ARROW_FLAG_DICTIONARY_ORDERED 1
-#define ARROW_FLAG_NULLABLE 2
-#define ARROW_FLAG_MAP_KEYS_SORTED 4
-
-struct ArrowSchema {
-    const char *format;
-    const char *name;
-    const char *metadata;
-    int64_t flags;
-    int64_t n_children;
-    struct ArrowSchema **children;
-    struct ArrowSchema *dictionary;
-    void (*release)(struct ArrowSchema *);
-    void *private_data;
-};
-
-struct ArrowArray {
-    int64_t length;
-    int64_t null_count;
-    int64_t offset;
-    int64_t n_buffers;
-    int64_t n_children;
-    const void **buffers;
-    struct ArrowArray **children;
-    struct ArrowArray *dictionary;
-    void (*release)(struct ArrowArray *);
-    void *private_data;
-};
-
-#endif
 
 /* Arrow's binary and string arrays count bytes with int32 offsets. */
 #define FIO_COLUMN_MAX_BYTES 0x7fffffffu
@@ -149,8 +114,5 @@ int fio_wds_scan(fio_wds *wds, const uint8_t *buf, size_t len, int final, uint64
  * or -ENOMEM (samples kept). */
 int fio_wds_export(fio_wds *wds, const char *url, size_t url_length, struct ArrowSchema *schema,
                    struct ArrowArray *array);
-
-/* Releases what an export made, unless a consumer has taken it (release NULL). */
-void fio_export_release(struct ArrowSchema *schema, struct ArrowArray *array);
 
 #endif
