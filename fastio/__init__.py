@@ -7,6 +7,7 @@ numpy, pyarrow, optuna or any framework.
 from __future__ import annotations
 
 from fastio._errors import (
+    ConfigError,
     CorruptRecordError,
     DecodeError,
     DirectIOFallbackWarning,
@@ -28,11 +29,16 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    # The dataset pulls in numpy (and torch where installed): loaded on first use.
+    # The dataset pulls in numpy (and torch where installed), configs pydantic:
+    # loaded on first use.
     if name in ("Dataset", "Batches"):
         from fastio import _dataset
 
         return getattr(_dataset, name)
+    if name in ("DatasetConfig", "load_config", "save_config"):
+        from fastio import _config
+
+        return getattr(_config, name)
     raise AttributeError(f"module 'fastio' has no attribute {name!r}")
 
 
@@ -40,8 +46,10 @@ __all__ = [
     "Batches",
     "ByteRange",
     "Chunk",
+    "ConfigError",
     "CorruptRecordError",
     "Dataset",
+    "DatasetConfig",
     "DecodeError",
     "DirectIOFallbackWarning",
     "EngineFallbackWarning",
@@ -56,5 +64,7 @@ __all__ = [
     "TruncatedShardError",
     "__version__",
     "expand_urls",
+    "load_config",
     "new_event_loop",
+    "save_config",
 ]

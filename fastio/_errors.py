@@ -7,6 +7,7 @@ import errno
 from typing import Any
 
 __all__ = [
+    "ConfigError",
     "CorruptRecordError",
     "DecodeError",
     "DirectIOFallbackWarning",
@@ -73,6 +74,25 @@ class CorruptRecordError(DecodeError):
 
 class TruncatedShardError(DecodeError):
     """A shard ends in the middle of a record: an interrupted write or copy."""
+
+
+class ConfigError(FastIOError, ValueError):
+    """A config (its file, explicit arguments or a ``FASTIO_*`` variable) is not
+    a valid dataset config.
+
+    The message has a line per problem, in ``problems``: where it came from (the
+    file, ``arguments``, or the environment variable), the key path, what was
+    expected and what was found. ``file`` is the config file's path. Fix the
+    key named, or unset the variable.
+    """
+
+    def __init__(self, *problems: str, file: str | None = None) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+        self.file = file
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), self.problems, {"file": self.file})
 
 
 class ReaderClosedError(FastIOError, ValueError):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from fastio.cli import _demo, _gen, _run
+from fastio.cli import _config_cmd, _demo, _gen, _run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -16,6 +16,7 @@ def main() -> None:
     """Measure how fast fastio reads your storage, next to plain Python."""
 
 
+main.add_command(_config_cmd.config)
 main.add_command(_demo.demo)
 main.add_command(_gen.gen)
 main.add_command(_run.run)

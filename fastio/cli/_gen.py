@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
+from fastio.cli._config_cmd import config_option, gen_target
 from fastio.cli._options import SIZE
 from fastio.cli._report import byte_progress, console
 
@@ -496,7 +497,7 @@ def _record_batch(block: Block, schema: Any) -> Any:
 
 
 @click.command()
-@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("out_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--format",
     "dataset_format",
@@ -541,8 +542,14 @@ def _record_batch(block: Block, schema: Any) -> Any:
     help="Labels are drawn from [0, classes).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+@config_option(
+    "Take the format from a dataset config (unless --format is given) and, without "
+    "OUT_DIR, the folder of its urls."
+)
+@click.pass_context
 def gen(
-    out_dir: Path,
+    ctx: click.Context,
+    out_dir: Path | None,
     dataset_format: str,
     samples: int,
     sample_size: int,
@@ -553,12 +560,18 @@ def gen(
     row_group_size: int | None,
     classes: int,
     as_json: bool,
+    config_file: Path | None,
 ) -> None:
     """Write a synthetic sharded dataset to OUT_DIR: SAMPLES samples of about
     SAMPLE_SIZE random bytes with integer labels, in SHARDS files.
 
     The same arguments write the same bytes; every format holds the same samples.
+    Shards are named <format>-NNNNN.<ext>; the pattern printed last names them all.
     """
+    if config_file is not None:
+        out_dir, dataset_format = gen_target(ctx, config_file, out_dir, dataset_format)
+    if out_dir is None:
+        raise click.UsageError("give OUT_DIR, or --config FILE whose urls name a local folder")
     total = samples * sample_size
     try:
         with byte_progress(f"writing {dataset_format}", total, quiet=as_json) as advance:

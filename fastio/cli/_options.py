@@ -20,14 +20,11 @@ def parse_size(text: str) -> int:
 
     A bare ``k``/``m``/``g``/``t`` means binary units, as fio and dd read them.
     """
-    from pydantic import ByteSize, TypeAdapter, ValidationError
+    from fastio._config import parse_size as parse
 
-    bare = _BARE_UNIT.match(text)
-    if bare:
-        text = f"{bare.group(1)}{bare.group(2)}iB"
     try:
-        return int(TypeAdapter(ByteSize).validate_python(text))
-    except ValidationError:
+        return parse(text)
+    except ValueError:
         raise ValueError(f"not a size: {text!r} (try 65536, 64KiB, 4m or 1GiB)") from None
 
 

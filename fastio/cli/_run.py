@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from fastio.cli._config_cmd import config_option, explicit_options, load
 from fastio.cli._measure import Measurement, expand_paths, read_with_fastio
 from fastio.cli._options import SIZE, reader_options, settings_from
 from fastio.cli._report import (
@@ -21,14 +22,33 @@ from fastio.cli._report import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from fastio._dataset import Dataset
     from fastio._settings import ReaderSettings
 
 
 _FORMATS = ["auto", "webdataset", "tfrecord", "parquet", "arrow", "npy", "fixed", "jsonl", "lines"]
 
 
+# Options a config file also sets: option name -> config key.
+_CONFIG_KEYS = {
+    **{knob: f"reader__{knob}" for knob in
+       ("outstanding_requests", "read_size", "engine", "direct", "memory_budget")},
+    "format_name": "format", "shuffle": "shuffle__enabled", "seed": "shuffle__seed",
+    "shuffle_buffer": "shuffle__buffer", "shuffle_shards": "shuffle__shards",
+    "record_size": "format_options__record_size", "columns": "format_options__columns",
+    "on_error": "on_error",
+}  # fmt: skip
+
+
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, type=click.Path())
+@config_option(
+    "Read the dataset a config file (YAML, TOML, JSON) describes, with its reader "
+    "knobs; options given here override it, and PATHS its urls."
+)
 @reader_options
 @click.option(
     "--repeat",
@@ -81,16 +101,33 @@ _FORMATS = ["auto", "webdataset", "tfrecord", "parquet", "arrow", "npy", "fixed"
     show_default=True,
     help="Dataset mode: what a damaged or missing shard does.",
 )
-def run(paths: tuple[str, ...], repeat: int, as_json: bool, **options: Any) -> None:
+@click.pass_context
+def run(
+    ctx: click.Context,
+    /,
+    paths: tuple[str, ...],
+    repeat: int,
+    as_json: bool,
+    config_file: Path | None,
+    **options: Any,
+) -> None:
     """Read PATHS and print the throughput.
 
     Without --format, PATHS are files or folders (read recursively); every file
     is one shard, read whole, in sorted order. With --format, PATHS are URL
     patterns of a sharded dataset, read an epoch at a time as training reads it.
+    With --config, the dataset is the config's (PATHS, if given, replace its urls).
     """
+    batch_size = options["batch_size"]
+    if config_file is not None:
+        config = load(config_file, _config_overrides(ctx, paths))
+        _run_dataset(config.to_dataset, repeat, as_json, batch_size)
+        return
+    if not paths:
+        raise click.UsageError("give PATHS to read, or --config FILE")
     settings = settings_from(options)
     if options["format_name"] is not None:
-        _run_dataset(paths, repeat, as_json, settings, options)
+        _run_dataset(lambda: _dataset(paths, settings, options), repeat, as_json, batch_size)
         return
     try:
         files = expand_paths(paths)
@@ -128,37 +165,49 @@ def run(paths: tuple[str, ...], repeat: int, as_json: bool, **options: Any) -> N
         )
 
 
-def _run_dataset(
-    paths: tuple[str, ...],
-    repeat: int,
-    as_json: bool,
-    settings: ReaderSettings,
-    options: dict[str, Any],
-) -> None:
+def _config_overrides(ctx: click.Context, paths: tuple[str, ...]) -> dict[str, Any]:
+    """The options given on the command line, as overrides of the config file."""
+    overrides = explicit_options(ctx, _CONFIG_KEYS)
+    if overrides.get("format") == "auto":
+        overrides["format"] = None
+    if overrides.get("format_options__columns"):
+        overrides["format_options__columns"] = overrides["format_options__columns"].split(",")
+    if paths:
+        overrides["urls"] = list(paths)
+    return overrides
+
+
+def _dataset(paths: tuple[str, ...], settings: ReaderSettings, options: dict[str, Any]) -> Dataset:
     from fastio._dataset import Dataset
+
+    format_name = None if options["format_name"] == "auto" else options["format_name"]
+    columns = options["columns"].split(",") if options["columns"] else None
+    return Dataset(
+        list(paths),
+        format_name,
+        shuffle=options["shuffle"],
+        seed=options["seed"],
+        shuffle_buffer=options["shuffle_buffer"],
+        shuffle_shards=options["shuffle_shards"],
+        on_error=options["on_error"],
+        record_size=options["record_size"],
+        columns=columns,
+        reader=settings,
+    )
+
+
+def _run_dataset(
+    make_dataset: Callable[[], Dataset], repeat: int, as_json: bool, batch_size: int | None
+) -> None:
     from fastio._errors import DecodeError
     from fastio._windows import shuffle_quality
     from fastio.cli._dataset_run import DatasetRun, describe, read_epoch
 
-    format_name = None if options["format_name"] == "auto" else options["format_name"]
-    columns = options["columns"].split(",") if options["columns"] else None
     try:
-        dataset = Dataset(
-            list(paths),
-            format_name,
-            shuffle=options["shuffle"],
-            seed=options["seed"],
-            shuffle_buffer=options["shuffle_buffer"],
-            shuffle_shards=options["shuffle_shards"],
-            on_error=options["on_error"],
-            record_size=options["record_size"],
-            columns=columns,
-            reader=settings,
-        )
+        dataset = make_dataset()
     except (OSError, DecodeError, ValueError, TypeError) as error:
         raise click.ClickException(str(error)) from None
     runs: list[DatasetRun] = []
-    batch_size = options["batch_size"]
     try:
         with dataset:
             for attempt in range(repeat):
