@@ -1,0 +1,277 @@
+"""The shard cache's shared index: what is cached, reserved, pinned and planned.
+
+One SQLite database (WAL journal) per cache, shared by every process that opens
+the cache on this machine. Each step of the cache is one ``BEGIN IMMEDIATE``
+transaction, so "does it fit?" and "reserve it" happen at once for all
+processes: the sum of ``entries.size`` (complete shards and downloads in
+progress alike) is what the byte limit bounds.
+
+Eviction order is a query. ``plan``: Belady's rule over the plans of every live
+cache object (each DataLoader worker has its own): a shard's next use is the
+nearest position at or after a plan's cursor where it comes up again, and the
+shard used furthest in the future (or never) goes first. ``lru``: the shard
+used longest ago goes first. Pinned shards are never candidates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+__all__ = ["FETCHING", "READY", "CacheIndex", "Entry", "Policy"]
+
+Policy = Literal["plan", "lru"]
+READY, FETCHING = "ready", "fetching"
+_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    key TEXT PRIMARY KEY, url TEXT NOT NULL, path TEXT NOT NULL, size INTEGER NOT NULL,
+    etag TEXT, state TEXT NOT NULL, owner TEXT NOT NULL, last_used INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS owners (
+    owner TEXT PRIMARY KEY, pid INTEGER NOT NULL, max_bytes INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS pins (
+    owner TEXT NOT NULL, key TEXT NOT NULL, count INTEGER NOT NULL, PRIMARY KEY (owner, key));
+CREATE INDEX IF NOT EXISTS pins_by_key ON pins (key);
+CREATE TABLE IF NOT EXISTS plans (
+    owner TEXT NOT NULL, position INTEGER NOT NULL, key TEXT NOT NULL, url TEXT NOT NULL,
+    PRIMARY KEY (owner, position));
+CREATE INDEX IF NOT EXISTS plans_by_key ON plans (key, owner, position);
+CREATE TABLE IF NOT EXISTS cursors (owner TEXT PRIMARY KEY, position INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS clock (id INTEGER PRIMARY KEY CHECK (id = 0), tick INTEGER NOT NULL);
+INSERT OR IGNORE INTO clock VALUES (0, 0);
+"""
+
+# The distance from each plan's cursor to the shard's next use there; the nearest counts.
+_NEXT_USE = """(SELECT MIN(p.position - c.position) FROM plans AS p
+    JOIN cursors AS c ON c.owner = p.owner WHERE p.key = e.key AND p.position >= c.position)"""
+_CANDIDATES = f"""SELECT e.key, e.path, e.size, {_NEXT_USE} AS next_use FROM entries AS e
+    WHERE e.state = '{READY}' AND NOT EXISTS (SELECT 1 FROM pins WHERE pins.key = e.key)"""
+_EVICTION_ORDER = {
+    "plan": f"{_CANDIDATES} ORDER BY next_use IS NULL DESC, next_use DESC, e.last_used",
+    "lru": f"{_CANDIDATES} ORDER BY e.last_used",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A shard in the cache: complete (``READY``) or being downloaded by ``owner``."""
+
+    key: str
+    url: str
+    path: str
+    size: int
+    etag: str | None
+    state: str
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    key: str
+    path: str
+    size: int
+
+
+class CacheIndex:
+    """The database, one connection per process; threads take turns (``transaction``).
+
+    Every method but :meth:`transaction` and :meth:`close` must run inside one.
+    """
+
+    def __init__(self, path: str, busy_timeout: float) -> None:
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(
+            path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        deadline = time.monotonic() + busy_timeout
+        while True:  # a database being created elsewhere can refuse the switch to WAL
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        with self.transaction():
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, _VERSION):
+                raise ValueError(f"{path}: a cache index of version {version}, not {_VERSION}; "
+                                 "remove the cache folder or use another")  # fmt: skip
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version={_VERSION}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # ---- entries ---------------------------------------------------------------------------
+
+    def entry(self, key: str) -> Entry | None:
+        row = self._db.execute(
+            "SELECT key, url, path, size, etag, state, owner FROM entries WHERE key = ?", (key,)
+        ).fetchone()
+        return Entry(*row) if row else None
+
+    def downloads(self, owner: str | None = None) -> list[Entry]:
+        """Downloads in progress: ``owner``'s, or everyone's."""
+        query = "SELECT key, url, path, size, etag, state, owner FROM entries WHERE state = ?"
+        rows = self._db.execute(query + " AND owner = ?", (FETCHING, owner)) if owner else (
+            self._db.execute(query, (FETCHING,)))  # fmt: skip
+        return [Entry(*row) for row in rows]
+
+    def keys(self) -> set[str]:
+        return {key for (key,) in self._db.execute("SELECT key FROM entries")}
+
+    def reserve(self, entry: Entry) -> None:
+        """Counts ``entry`` (a download about to start) against the limit."""
+        self._db.execute(
+            "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (entry.key, entry.url, entry.path, entry.size, entry.etag, FETCHING, entry.owner,
+             self._tick()),
+        )  # fmt: skip
+
+    def publish(self, key: str, owner: str) -> bool:
+        """Marks ``owner``'s download of ``key`` complete; False if it was taken
+        from it (its owner was thought dead)."""
+        cursor = self._db.execute(
+            "UPDATE entries SET state = ?, last_used = ? WHERE key = ? AND owner = ? AND state = ?",
+            (READY, self._tick(), key, owner, FETCHING),
+        )
+        return cursor.rowcount == 1
+
+    def remove(self, key: str) -> None:
+        self._db.execute("DELETE FROM entries WHERE key = ?", (key,))
+
+    def touch(self, key: str) -> None:
+        self._db.execute("UPDATE entries SET last_used = ? WHERE key = ?", (self._tick(), key))
+
+    def _tick(self) -> int:
+        self._db.execute("UPDATE clock SET tick = tick + 1 WHERE id = 0")
+        tick: int = self._db.execute("SELECT tick FROM clock WHERE id = 0").fetchone()[0]
+        return tick
+
+    def totals(self) -> dict[str, int]:
+        """Bytes and counts of complete shards, of downloads in progress, and of
+        shards pinned (in use)."""
+        rows = self._db.execute(
+            "SELECT state, COUNT(*), COALESCE(SUM(size), 0) FROM entries GROUP BY state"
+        )
+        found = {state: (count, size) for state, count, size in rows}
+        ready, fetching = found.get(READY, (0, 0)), found.get(FETCHING, (0, 0))
+        pinned = self._db.execute(
+            "SELECT COALESCE(SUM(size), 0) FROM entries WHERE key IN (SELECT key FROM pins)"
+        ).fetchone()[0]
+        return {"bytes_used": ready[1], "bytes_reserved": fetching[1], "bytes_pinned": pinned,
+                "shards_cached": ready[0], "downloads": fetching[0]}  # fmt: skip
+
+    def victims(self, excess: int, policy: Policy, sooner_than: int | None) -> list[Victim] | None:
+        """Unpinned shards, in eviction order, that free ``excess`` bytes; None if
+        those there are do not. With ``sooner_than``, only shards whose next use
+        is later than that many steps (or never)."""
+        chosen: list[Victim] = []
+        freed = 0
+        for key, path, size, next_use in self._db.execute(_EVICTION_ORDER[policy]):
+            if freed >= excess:
+                break
+            if sooner_than is not None and next_use is not None and next_use <= sooner_than:
+                return None  # in plan order every shard left is needed sooner
+            chosen.append(Victim(key, path, size))
+            freed += size
+        return chosen if freed >= excess else None
+
+    # ---- pins ------------------------------------------------------------------------------
+
+    def pin(self, owner: str, key: str) -> None:
+        self._db.execute(
+            "INSERT INTO pins VALUES (?, ?, 1) ON CONFLICT (owner, key) DO UPDATE "
+            "SET count = count + 1",
+            (owner, key),
+        )
+
+    def unpin(self, owner: str, key: str) -> bool:
+        cursor = self._db.execute(
+            "UPDATE pins SET count = count - 1 WHERE owner = ? AND key = ?", (owner, key)
+        )
+        self._db.execute("DELETE FROM pins WHERE owner = ? AND key = ? AND count <= 0",
+                         (owner, key))  # fmt: skip
+        return cursor.rowcount == 1
+
+    def pinned(self, key: str) -> bool:
+        return self._db.execute("SELECT 1 FROM pins WHERE key = ?", (key,)).fetchone() is not None
+
+    # ---- plans -----------------------------------------------------------------------------
+
+    def set_plan(self, owner: str, planned: Iterable[tuple[str, str]]) -> None:
+        """``owner`` will use these ``(key, url)``s in this order, from now."""
+        self._db.execute("DELETE FROM plans WHERE owner = ?", (owner,))
+        self._db.executemany(
+            "INSERT INTO plans VALUES (?, ?, ?, ?)",
+            ((owner, position, key, url) for position, (key, url) in enumerate(planned)),
+        )
+        self._db.execute("INSERT OR REPLACE INTO cursors VALUES (?, 0)", (owner,))
+
+    def advance(self, owner: str, key: str) -> None:
+        """``owner`` used ``key``: its plan moves past that use of it."""
+        self._db.execute(
+            "UPDATE cursors SET position = (SELECT MIN(p.position) + 1 FROM plans AS p "
+            "WHERE p.owner = cursors.owner AND p.key = ? AND p.position >= cursors.position) "
+            "WHERE owner = ? AND EXISTS (SELECT 1 FROM plans AS p WHERE p.owner = cursors.owner "
+            "AND p.key = ? AND p.position >= cursors.position)",
+            (key, owner, key),
+        )
+
+    def next_use(self, key: str) -> int | None:
+        """Steps until some plan uses ``key`` again; None if none does."""
+        row = self._db.execute(f"SELECT {_NEXT_USE} FROM (SELECT ? AS key) AS e", (key,))
+        steps: int | None = row.fetchone()[0]
+        return steps
+
+    def upcoming(self, owner: str, count: int) -> list[str]:
+        """The next ``count`` URLs of ``owner``'s plan that are not in the cache."""
+        rows = self._db.execute(
+            "SELECT p.url FROM plans AS p JOIN cursors AS c ON c.owner = p.owner "
+            "WHERE p.owner = ? AND p.position >= c.position "
+            "AND NOT EXISTS (SELECT 1 FROM entries WHERE entries.key = p.key) ORDER BY p.position",
+            (owner,),
+        )
+        urls: dict[str, None] = {}
+        for (url,) in rows:
+            if len(urls) >= count:
+                break
+            urls[url] = None
+        return list(urls)
+
+    # ---- owners ----------------------------------------------------------------------------
+
+    def register(self, owner: str, pid: int, max_bytes: int) -> None:
+        self._db.execute("INSERT INTO owners VALUES (?, ?, ?)", (owner, pid, max_bytes))
+
+    def owners(self) -> list[tuple[str, int]]:
+        """``(owner, max_bytes)`` of every registered cache object."""
+        return list(self._db.execute("SELECT owner, max_bytes FROM owners"))
+
+    def unregister(self, owner: str) -> None:
+        """Forgets ``owner``: its pins, plan and registration (not its downloads)."""
+        for table in ("pins", "plans", "cursors", "owners"):
+            self._db.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))
