@@ -166,6 +166,9 @@ class ReaderSection(_Section):
     memory_budget: Size = _READER.memory_budget
     coalesce_gap: Size = _READER.coalesce_gap
     max_idle_files: Count = _READER.max_idle_files
+    retries: Count = _READER.retries
+    retry_seconds: float = _READER.retry_seconds
+    request_timeout: float = _READER.request_timeout
 
     @field_validator("*")
     @classmethod
@@ -313,9 +316,9 @@ class DatasetConfig(BaseSettings):
     def to_dataset(self) -> Dataset:
         """The :class:`fastio.Dataset` this config describes.
 
-        ``storage_options`` and ``cache`` are carried but not used yet: the
-        dataset reads local files until remote sources and the shard cache
-        (issue #4, parts 2 and 3) take them. Raises what ``Dataset`` raises.
+        ``storage_options`` go to fsspec for remote URLs. ``cache`` is carried
+        but not used yet (the shard cache is being wired in). Raises what
+        ``Dataset`` raises.
         """
         from fastio._dataset import Dataset
 
@@ -336,6 +339,7 @@ class DatasetConfig(BaseSettings):
             verify=options.verify,
             example=options.example,
             index_dir=options.index_dir,
+            storage_options=self.storage_options,
             reader=self.reader.to_settings(),
         )
 

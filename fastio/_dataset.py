@@ -93,7 +93,10 @@ class Dataset(_Base):
     Format options: ``verify`` and ``example`` (tfrecord: check CRCs; decode
     ``tf.train.Example``), ``record_size`` (fixed), ``columns`` (parquet,
     arrow), ``index_dir`` (where indexes go when the shard's folder is
-    read-only). ``reader`` and further keywords are :class:`ReaderSettings`.
+    read-only; remote shards' indexes go there or to ``~/.cache/fastio/index``).
+    URLs may name remote objects (``https://``, ``s3://``, ``gs://``, fsspec
+    chaining); ``storage_options`` go to fsspec. ``reader`` and further
+    keywords are :class:`ReaderSettings`.
 
     ``on_error``: ``"raise"`` (default; the error names URL, byte offset and
     sample), ``"skip"`` (go on, count skipped samples in :meth:`stats`, log a
@@ -119,6 +122,7 @@ class Dataset(_Base):
         verify: bool = True,
         example: bool = True,
         index_dir: str | os.PathLike[str] | None = None,
+        storage_options: dict[str, Any] | None = None,
         reader: ReaderSettings | None = None,
         **reader_knobs: Any,
     ) -> None:
@@ -130,7 +134,8 @@ class Dataset(_Base):
             raise ValueError("give both rank and world_size, or neither")
         if shuffle_buffer < 1 or shuffle_shards < 1:
             raise ValueError("shuffle_buffer and shuffle_shards must be positive")
-        self.urls = expand_urls(urls)
+        self.storage_options = dict(storage_options or {})
+        self.urls = expand_urls(urls, self.storage_options)
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
         self.format = format or format_for_url(self.urls[0])
@@ -165,7 +170,7 @@ class Dataset(_Base):
     @property
     def reader(self) -> Reader:
         if self._reader is None or self._reader.closed:
-            self._reader = Reader(self.settings)
+            self._reader = Reader(self.settings, storage_options=self.storage_options)
         return self._reader
 
     def _load_layouts(self) -> list[Layout]:

@@ -13,8 +13,13 @@ import os
 import stat
 import warnings
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from fastio._errors import DirectIOFallbackWarning
+from fastio._remote import is_remote, local_path
+
+if TYPE_CHECKING:
+    from fastio._remote import Remotes
 
 __all__ = ["FileTable", "OpenFile"]
 
@@ -43,8 +48,9 @@ def _device_size(fd: int) -> int:
 
 
 class FileTable:
-    def __init__(self, max_idle: int) -> None:
+    def __init__(self, max_idle: int, remotes: Remotes | None = None) -> None:
         self._max_idle = max_idle
+        self._remotes = remotes
         self._files: dict[tuple[str, bool], OpenFile] = {}
         self._idle: OrderedDict[tuple[str, bool], OpenFile] = OrderedDict()
         self._direct_refused: set[int] = set()  # st_dev of filesystems that refused O_DIRECT
@@ -53,6 +59,9 @@ class FileTable:
         """An open file for ``path`` with one more reference. Raises the OSError
         subclass of the failure (FileNotFoundError, PermissionError,
         IsADirectoryError, ...) with ``filename`` set."""
+        if self._remotes is not None and is_remote(path):
+            return self._remotes.open(path)  # type: ignore[return-value]  # same shape
+        path = local_path(path)
         key = (path, direct)
         file = self._files.get(key)
         if file is not None:

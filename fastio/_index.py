@@ -22,6 +22,7 @@ import numpy as np
 
 from fastio._errors import CorruptRecordError, DecodeError
 from fastio._ranges import ByteRange
+from fastio._remote import is_remote, local_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -116,7 +117,7 @@ def scan_shard(
         def locate(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, Any]]:
             return locate_tfrecords(chunks, url, verify=False)
 
-    status = os.stat(url)
+    size, version = reader.describe(url)
     codec = codec_for(url)
     starts: list[int] = []
     ends: list[int] = []
@@ -135,11 +136,11 @@ def scan_shard(
                 raise
             problems.append(error)
             skip_to = _resync(reader, url, format_name, error) if codec is None else None
-            if skip_to is not None and skip_to < status.st_size:
+            if skip_to is not None and skip_to < size:
                 begin = skip_to
                 continue
         break
-    index = ShardIndex(url, format_name, status.st_size, status.st_mtime_ns,
+    index = ShardIndex(url, format_name, size, version,
                        np.array(starts, np.uint64), np.array(ends, np.uint64))  # fmt: skip
     return index, problems
 
@@ -155,10 +156,23 @@ def _resync(reader: Reader, url: str, format_name: str, error: DecodeError) -> i
     return error.offset + 12 + int.from_bytes(header, "little") + 4
 
 
+def default_cache_dir() -> Path:
+    """Where indexes of remote shards go unless told: $XDG_CACHE_HOME/fastio/index."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fastio" / "index"
+
+
 def _index_paths(url: str, cache_dir: str | os.PathLike[str] | None) -> list[Path]:
-    paths = [Path(url + INDEX_SUFFIX)]
+    if is_remote(url):  # nothing is written beside a remote object
+        paths = []
+        cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
+        key = url
+    else:
+        url = local_path(url)
+        paths = [Path(url + INDEX_SUFFIX)]
+        key = os.path.abspath(url)
     if cache_dir is not None:
-        digest = hashlib.sha256(os.path.abspath(url).encode()).hexdigest()[:32]
+        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
         paths.append(Path(cache_dir) / f"{digest}{INDEX_SUFFIX}")
     return paths
 
@@ -182,7 +196,7 @@ def load_or_scan(
     """The index of ``url``: a stored one that still matches the shard, else a
     new scan, stored beside the shard, or in ``cache_dir`` where that folder is
     not writable (an index that cannot be stored anywhere is still returned)."""
-    status = os.stat(url)
+    size, version = reader.describe(url)
     candidates = _index_paths(url, cache_dir)
     # A scan that skipped checksums is kept under its own name: it serves
     # unverified reads, never a dataset that asked for verification.
@@ -194,9 +208,7 @@ def load_or_scan(
             index = ShardIndex.load(path)
         except (OSError, ValueError, KeyError):
             continue
-        if (index.size, index.mtime_ns) == (status.st_size, status.st_mtime_ns) and (
-            index.format in accepted
-        ):
+        if (index.size, index.mtime_ns) == (size, version) and (index.format in accepted):
             return index, []
     index, problems = scan_shard(reader, url, format_name, tolerate=tolerate, verify=verify)
     index = dataclasses.replace(index, format=stored_as)

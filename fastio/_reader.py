@@ -36,12 +36,13 @@ from fastio._errors import EngineFallbackWarning, ReaderClosedError
 from fastio._files import FileTable
 from fastio._plan import Piece, plan_pieces
 from fastio._ranges import Chunk, ShardLike
+from fastio._remote import Remotes, is_remote, local_path, version_number
 from fastio._settings import MAX_OUTSTANDING_REQUESTS, ReaderSettings
 from fastio._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
 from fastio._sync import Handoff, LoopThread
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Iterator
+    from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 
 __all__ = ["Reader"]
 
@@ -123,9 +124,17 @@ class Reader:
     pickling keeps only its settings.
     """
 
-    def __init__(self, settings: ReaderSettings | None = None, /, **knobs: Any) -> None:
+    def __init__(
+        self,
+        settings: ReaderSettings | None = None,
+        /,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        **knobs: Any,
+    ) -> None:
         base = settings if settings is not None else ReaderSettings()
         self._settings = base.replace(**knobs) if knobs else base
+        self._storage_options = dict(storage_options or {})
         self._closed = False
         self._lock = threading.Lock()
         self._reset_process_state()
@@ -136,7 +145,10 @@ class Reader:
         self._engine: _native.Engine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: LoopThread | None = None
-        self._files = FileTable(settings.max_idle_files)
+        self._remotes = Remotes(settings, self._storage_options)
+        self._files = FileTable(settings.max_idle_files, self._remotes)
+        self._remote_tasks: set[asyncio.Task[None]] = set()
+        self._remote_done: list[tuple[int, int | BaseException]] = []
         self._pool = BufferPool(idle_limit=settings.memory_budget)
         self._inflight: dict[int, Piece] = {}
         self._streams: list[_Stream] = []
@@ -179,6 +191,17 @@ class Reader:
     @read_size.setter
     def read_size(self, value: int) -> None:
         self._settings = self._settings.replace(read_size=value)
+
+    def describe(self, url: str) -> tuple[int, int]:
+        """``(size, version)`` of a local file or remote object: the version is
+        the modification time in ns, or a number derived from the ETag, so that
+        a changed object is told from the one an index was built from."""
+        self._check_usable()
+        if is_remote(url):
+            remote = self._remotes.stat(url)
+            return remote.size, version_number(remote.version)
+        status = os.stat(local_path(url))
+        return status.st_size, status.st_mtime_ns
 
     @property
     def engine_kind(self) -> str:
@@ -243,6 +266,7 @@ class Reader:
         engine, loop = self._engine, self._loop
         if engine is None or loop is None:
             return
+        self._cancel_remote()
         while engine.inflight:
             engine.wait(0.1)
             self._reap()
@@ -276,6 +300,8 @@ class Reader:
             if stream.waiter is not None and not stream.waiter.done():
                 stream.waiter.set_exception(error)
         self._streams.clear()
+        self._cancel_remote()
+        self._remotes.close()
         engine, loop = self._engine, self._loop
         if engine is not None:
             if loop is not None and not loop.is_closed():
@@ -301,10 +327,12 @@ class Reader:
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self._settings}
+        return {"settings": self._settings, "storage_options": self._storage_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["settings"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["settings"], storage_options=state.get("storage_options")
+        )
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True) and getattr(self, "_pid", None) == os.getpid():
@@ -521,7 +549,10 @@ class Reader:
     def _reap(self) -> None:
         engine = self._engine
         assert engine is not None
-        completions = engine.reap()
+        completions: Sequence[tuple[int, int | BaseException]] = engine.reap()
+        if self._remote_done:
+            completions = [*completions, *self._remote_done]
+            self._remote_done = []
         if not completions:
             return
         now = time.perf_counter_ns()
@@ -529,12 +560,17 @@ class Reader:
         for tag, result in completions:
             piece = inflight.pop(tag)
             latency[latency_bucket(now - piece.submitted_ns)] += 1
-            if result > 0:
-                self._bytes_read += result
             if piece.file is not None:
                 files.release(piece.file)
-            if piece.finish(result) is not None:
+            if isinstance(result, BaseException):  # a remote read's final error
+                piece.done, piece.error = True, result
                 self._errors += 1
+                self._remotes.forget(piece.path)
+            else:
+                if result > 0:
+                    self._bytes_read += result
+                if piece.finish(result) is not None:
+                    self._errors += 1
             if piece.stream.closed:
                 self._drop(piece)
         self._requests += len(completions)
@@ -573,8 +609,11 @@ class Reader:
                 tag = self._next_tag
                 self._next_tag = tag + 1
                 assert piece.file is not None
-                engine.submit(piece.file.fd, memoryview(buffer)[: piece.length], piece.offset,
-                              tag, piece.direct)  # fmt: skip
+                if piece.file.fd < 0:
+                    self._start_remote(piece, buffer, tag)
+                else:
+                    engine.submit(piece.file.fd, memoryview(buffer)[: piece.length], piece.offset,
+                                  tag, piece.direct)  # fmt: skip
                 piece.buffer = buffer
                 piece.tag = tag
                 piece.submitted_ns = time.perf_counter_ns()
@@ -591,6 +630,38 @@ class Reader:
         elif submitted:
             self._end_throttle()
         return submitted
+
+    def _start_remote(self, piece: Piece, buffer: Any, tag: int) -> None:
+        """A remote read as a task on this loop; it completes like an engine read."""
+        assert self._loop is not None
+        task = self._loop.create_task(self._remote_read(piece.path, piece.offset, piece.length,
+                                                        buffer, tag))  # fmt: skip
+        self._remote_tasks.add(task)
+        task.add_done_callback(self._remote_tasks.discard)
+
+    async def _remote_read(self, url: str, offset: int, length: int, buffer: Any, tag: int) -> None:
+        result: int | BaseException
+        try:
+            data = await self._remotes.read(url, offset, length)
+            memoryview(buffer)[: len(data)] = data
+            result = len(data)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # delivered in order, like an engine error
+            result = error
+        self._remote_done.append((tag, result))
+        self._pump()
+
+    def _cancel_remote(self) -> None:
+        """Cancel remote reads in flight (their buffers were never handed out)."""
+        for task in list(self._remote_tasks):
+            task.cancel()
+        self._remote_tasks.clear()
+        for tag in [t for t, p in self._inflight.items() if p.file is not None and p.file.fd < 0]:
+            piece = self._inflight.pop(tag)
+            piece.done, piece.error = True, ReaderClosedError("remote read cancelled")
+            self._drop(piece)
+        self._remote_done.clear()
 
     def _end_throttle(self) -> None:
         if self._throttled_since is not None:

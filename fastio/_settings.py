@@ -48,6 +48,12 @@ class ReaderSettings:
     """Neighbouring small ranges of one file closer than this are read as one request."""
     max_idle_files: int = 128
     """Open file descriptors kept for reuse after their reads finish."""
+    retries: int = 5
+    """Remote reads: retries of a failed request (timeouts, resets, 5xx) before giving up."""
+    retry_seconds: float = 60.0
+    """Remote reads: longest time one request may spend retrying."""
+    request_timeout: float = 30.0
+    """Remote reads: seconds one request may take before it counts as failed (a stall)."""
 
     def __post_init__(self) -> None:
         _check_int("outstanding_requests", self.outstanding_requests, 1, MAX_OUTSTANDING_REQUESTS)
@@ -55,6 +61,11 @@ class ReaderSettings:
         _check_int("memory_budget", self.memory_budget, MIN_READ_SIZE, 1 << 50)
         _check_int("coalesce_gap", self.coalesce_gap, 0, MAX_READ_SIZE)
         _check_int("max_idle_files", self.max_idle_files, 0, 1 << 20)
+        _check_int("retries", self.retries, 0, 100)
+        for name in ("retry_seconds", "request_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
         if self.engine not in ENGINE_KINDS:
             raise ValueError(
                 f"engine must be one of {', '.join(ENGINE_KINDS)}, not {self.engine!r}"

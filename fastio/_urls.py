@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -14,7 +14,10 @@ __all__ = ["expand_urls"]
 _GLOB_CHARACTERS = frozenset("*?[")
 
 
-def expand_urls(patterns: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[str]:
+def expand_urls(
+    patterns: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    storage_options: dict[str, Any] | None = None,
+) -> list[str]:
     """The shard URLs that ``patterns`` name, in order.
 
     Braces expand as in bash and webdataset (``train-{0000..0127}.tar``,
@@ -34,15 +37,17 @@ def expand_urls(patterns: str | os.PathLike[str] | Iterable[str | os.PathLike[st
             if not _GLOB_CHARACTERS & set(url):
                 urls.append(url)
                 continue
-            matches = _remote_glob(url) if "://" in url else sorted(glob.glob(url))
+            matches = (
+                _remote_glob(url, storage_options or {}) if "://" in url else sorted(glob.glob(url))
+            )
             if not matches:
                 raise FileNotFoundError(2, "no file matches the pattern", url)
             urls.extend(matches)
     return urls
 
 
-def _remote_glob(url: str) -> list[str]:
+def _remote_glob(url: str, storage_options: dict[str, Any]) -> list[str]:
     import fsspec
 
-    filesystem, path = fsspec.core.url_to_fs(url)
+    filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
     return sorted(filesystem.unstrip_protocol(match) for match in filesystem.glob(path))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -78,7 +77,7 @@ class FixedFormat(ShardFormat):
         return {"record_size": self.record_size}
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
-        size = os.stat(url).st_size
+        size, _ = reader.describe(url)
         meta = {"dtype": np.dtype(np.uint8), "shape": (self.record_size,)}
         return _fixed_layout(url, size, 0, self.record_size, tolerate, meta)
 
@@ -111,7 +110,7 @@ class NpyFormat(ShardFormat):
     batch_kind = "numpy"
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
-        size = os.stat(url).st_size
+        size, _ = reader.describe(url)
         head = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, 0, min(size, 4096))]))
         header_length = _npy_header_length(head, url)
         if header_length > len(head):

@@ -5,7 +5,6 @@ first, and pyarrow decodes them from memory (it never opens the file)."""
 from __future__ import annotations
 
 import io
-import os
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +97,7 @@ def _footer(
     file has besides the footer at least. Returns (size, tail start, tail,
     footer length)."""
     trailer = 4 + len(magic)
-    size = os.stat(url).st_size
+    size, _ = reader.describe(url)
     start, tail = _tail(reader, url, size, trailer)
     if size < trailer + head_bytes or tail[-len(magic) :] != magic:
         raise DecodeError(
