@@ -67,9 +67,18 @@ class RangeServer:
     def stop(self) -> None:
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._cancel_handlers(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+    async def _cancel_handlers(self) -> None:
+        """Handlers still sleeping (stalls) end with the server, not at exit."""
+        current = asyncio.current_task()
+        pending = [t for t in asyncio.all_tasks() if t is not current]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
