@@ -166,7 +166,7 @@ class ShardCache:
 
     def get(
         self, url: str, size: int, fetch: Fetch, etag: str | None = None, *,
-        checksum: str | None = None,
+        checksum: str | None = None, wait: bool = True,
     ) -> str:  # fmt: skip
         """The local path of a complete, verified copy of ``url`` (``size`` bytes).
 
@@ -183,9 +183,11 @@ class ShardCache:
         :class:`CacheFullError` for a shard larger than ``max_bytes`` or no room
         left by pinned shards within ``wait_timeout``, and
         :class:`CacheTimeoutError` when another process downloading the shard
-        does not finish within ``wait_timeout``.
+        does not finish within ``wait_timeout``. With ``wait=False`` both are
+        raised at once instead of waiting (for callers that must not block,
+        such as a reader whose own pins hold the room).
         """
-        path = self._obtain(url, size, fetch, etag, checksum, demand=True)
+        path = self._obtain(url, size, fetch, etag, checksum, demand=True, wait=wait)
         assert path is not None  # a demand either gets its path or raises
         return path
 
@@ -325,7 +327,7 @@ class ShardCache:
 
     def _obtain(
         self, url: str, size: int, fetch: Fetch, etag: str | None, checksum: str | None,
-        demand: bool,
+        demand: bool, wait: bool = True,
     ) -> str | None:  # fmt: skip
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(f"size must be a byte count, not {size!r}")
@@ -356,7 +358,7 @@ class ShardCache:
             if step.outcome == "skip":
                 return None
             elapsed = time.monotonic() - started
-            if elapsed > self.wait_timeout:
+            if elapsed > self.wait_timeout or not wait:
                 raise self._timeout(state, url, size, step, elapsed)
             if step.outcome == "full" and time.monotonic() - reaped > _REAP_INTERVAL:
                 with state.index.transaction():  # dead processes' pins may hold the room

@@ -217,8 +217,9 @@ class SplitSection(_Section):
 
 
 class CacheSection(_Section):
-    """The local shard cache for remote data (issue #4's cache fills this in;
-    the dataset does not use it yet)."""
+    """The local shard cache for remote data: remote shards are read from
+    local copies under ``dir``, never more than ``max_bytes`` in all.
+    ``prefetch`` is carried but not yet used (shards are fetched on demand)."""
 
     dir: str | None = None
     max_bytes: Annotated[Size, Field(ge=1)] | None = None
@@ -316,9 +317,9 @@ class DatasetConfig(BaseSettings):
     def to_dataset(self) -> Dataset:
         """The :class:`fastio.Dataset` this config describes.
 
-        ``storage_options`` go to fsspec for remote URLs. ``cache`` is carried
-        but not used yet (the shard cache is being wired in). Raises what
-        ``Dataset`` raises.
+        ``storage_options`` go to fsspec for remote URLs; ``cache`` (with
+        ``dir`` and ``max_bytes``) puts remote shards in a shard cache. Raises
+        what ``Dataset`` raises.
         """
         from fastio._dataset import Dataset
 
@@ -340,6 +341,9 @@ class DatasetConfig(BaseSettings):
             example=options.example,
             index_dir=options.index_dir,
             storage_options=self.storage_options,
+            cache_dir=self.cache.dir,
+            cache_bytes=self.cache.max_bytes,
+            cache_policy=self.cache.policy,
             reader=self.reader.to_settings(),
         )
 

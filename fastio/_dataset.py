@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Iterable, Iterator, Sequence
 
-    pass
+    from fastio._cache import ShardCache
 
 __all__ = ["Batches", "Dataset"]
 
@@ -95,7 +95,10 @@ class Dataset(_Base):
     arrow), ``index_dir`` (where indexes go when the shard's folder is
     read-only; remote shards' indexes go there or to ``~/.cache/fastio/index``).
     URLs may name remote objects (``https://``, ``s3://``, ``gs://``, fsspec
-    chaining); ``storage_options`` go to fsspec. ``reader`` and further
+    chaining); ``storage_options`` go to fsspec. With ``cache_dir`` and
+    ``cache_bytes``, remote shards are read from local copies in a shard cache
+    that never exceeds ``cache_bytes`` and evicts by this plan's future use
+    (``cache_policy="plan"``, or ``"lru"``). ``reader`` and further
     keywords are :class:`ReaderSettings`.
 
     ``on_error``: ``"raise"`` (default; the error names URL, byte offset and
@@ -123,6 +126,9 @@ class Dataset(_Base):
         example: bool = True,
         index_dir: str | os.PathLike[str] | None = None,
         storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+        cache_bytes: int | None = None,
+        cache_policy: Literal["plan", "lru"] = "plan",
         reader: ReaderSettings | None = None,
         **reader_knobs: Any,
     ) -> None:
@@ -135,6 +141,13 @@ class Dataset(_Base):
         if shuffle_buffer < 1 or shuffle_shards < 1:
             raise ValueError("shuffle_buffer and shuffle_shards must be positive")
         self.storage_options = dict(storage_options or {})
+        self.cache: ShardCache | None = None
+        if cache_dir is not None:
+            from fastio._cache import ShardCache
+
+            if cache_bytes is None:
+                raise ValueError("cache_dir needs cache_bytes (the cache's byte limit)")
+            self.cache = ShardCache(cache_dir, cache_bytes, cache_policy)
         self.urls = expand_urls(urls, self.storage_options)
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
@@ -170,7 +183,9 @@ class Dataset(_Base):
     @property
     def reader(self) -> Reader:
         if self._reader is None or self._reader.closed:
-            self._reader = Reader(self.settings, storage_options=self.storage_options)
+            self._reader = Reader(
+                self.settings, storage_options=self.storage_options, cache=self.cache
+            )
         return self._reader
 
     def _load_layouts(self) -> list[Layout]:
@@ -525,6 +540,8 @@ class Dataset(_Base):
             return
         skip = position - int(sizes[first])
         reads = self._reads(windows, first, skip, epoch, who)
+        if self.cache is not None:
+            self._plan_cache(reads, epoch, who)
         per_window = np.bincount([r.window for r in reads], minlength=len(windows))
         executed = self._execute(reads, columnar)
         for index in range(first, len(windows)):
@@ -580,6 +597,20 @@ class Dataset(_Base):
                 if sample is not _MISSING:
                     self._delivered += 1
                     yield sample
+
+    def _plan_cache(self, reads: list[_Read], epoch: int, who: _Who) -> None:
+        """Tell the shard cache the order shards are needed in: the rest of this
+        epoch, then the next (so that eviction keeps what is used soonest)."""
+        assert self.cache is not None
+        order: list[str] = []
+        for read in reads:
+            url = self.layouts[read.piece.shard].url
+            if not order or order[-1] != url:
+                order.append(url)
+        following = self._windows(epoch + 1, who)
+        for window in following:
+            order.extend(self.layouts[p.shard].url for p in window.pieces)
+        self.cache.plan([u for i, u in enumerate(order) if i == 0 or order[i - 1] != u])
 
     # ---- random access ---------------------------------------------------------------
 

@@ -25,7 +25,7 @@ __all__ = ["FileTable", "OpenFile"]
 
 
 class OpenFile:
-    __slots__ = ("direct", "fd", "identity", "key", "path", "refs", "size")
+    __slots__ = ("direct", "fd", "identity", "key", "path", "pinned_url", "refs", "size")
 
     def __init__(
         self, key: tuple[str, bool], path: str, fd: int, direct: bool, st: os.stat_result
@@ -35,6 +35,7 @@ class OpenFile:
         self.fd = fd
         self.direct = direct
         self.refs = 1
+        self.pinned_url: str | None = None  # a shard cache copy held for this remote URL
         self.identity = _identity(st)
         self.size = st.st_size if stat.S_ISREG(st.st_mode) else _device_size(fd)
 
@@ -60,7 +61,9 @@ class FileTable:
         subclass of the failure (FileNotFoundError, PermissionError,
         IsADirectoryError, ...) with ``filename`` set."""
         if self._remotes is not None and is_remote(path):
-            return self._remotes.open(path)  # type: ignore[return-value]  # same shape
+            if self._remotes.cache is None:
+                return self._remotes.open(path)  # type: ignore[return-value]  # same shape
+            return self._acquire_cached(path, direct)
         path = local_path(path)
         key = (path, direct)
         file = self._files.get(key)
@@ -74,8 +77,33 @@ class FileTable:
             return file
         return self._open(key, path, direct)
 
+    def _acquire_cached(self, url: str, direct: bool) -> OpenFile:
+        """The shard cache's local copy of a remote object, read by the native
+        engine. The copy stays pinned (never evicted) while referenced."""
+        assert self._remotes is not None
+        assert self._remotes.cache is not None
+        from fastio._cache_errors import CacheFullError, CacheTimeoutError
+
+        try:
+            local = self._remotes.local_copy(url)  # pins once
+        except (CacheFullError, CacheTimeoutError):
+            # No room now (shards in use hold it) or another process is
+            # downloading it: read this one remotely rather than wait.
+            return self._remotes.open(url)  # type: ignore[return-value]
+        file = self.acquire(local, direct)
+        if file.pinned_url is None:
+            file.pinned_url = url  # this pin is held until the last reference goes
+        else:
+            self._remotes.cache.release(url)  # already pinned for an earlier reference
+        return file
+
     def release(self, file: OpenFile) -> None:
         file.refs -= 1
+        url = getattr(file, "pinned_url", None)  # remote files have none
+        if not file.refs and url is not None:
+            file.pinned_url = None
+            if self._remotes is not None and self._remotes.cache is not None:
+                self._remotes.cache.release(url)
         if file.refs or file.fd < 0:
             return
         self._idle[file.key] = file

@@ -44,6 +44,8 @@ from fastio._sync import Handoff, LoopThread
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 
+    from fastio._cache import ShardCache
+
 __all__ = ["Reader"]
 
 _EMPTY = memoryview(b"")
@@ -130,11 +132,13 @@ class Reader:
         /,
         *,
         storage_options: dict[str, Any] | None = None,
+        cache: ShardCache | None = None,
         **knobs: Any,
     ) -> None:
         base = settings if settings is not None else ReaderSettings()
         self._settings = base.replace(**knobs) if knobs else base
         self._storage_options = dict(storage_options or {})
+        self._cache = cache
         self._closed = False
         self._lock = threading.Lock()
         self._reset_process_state()
@@ -145,7 +149,7 @@ class Reader:
         self._engine: _native.Engine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: LoopThread | None = None
-        self._remotes = Remotes(settings, self._storage_options)
+        self._remotes = Remotes(settings, self._storage_options, self._cache)
         self._files = FileTable(settings.max_idle_files, self._remotes)
         self._remote_tasks: set[asyncio.Task[None]] = set()
         self._remote_done: list[tuple[int, int | BaseException]] = []
@@ -191,6 +195,11 @@ class Reader:
     @read_size.setter
     def read_size(self, value: int) -> None:
         self._settings = self._settings.replace(read_size=value)
+
+    @property
+    def cache(self) -> ShardCache | None:
+        """The shard cache remote objects are read through, if any."""
+        return self._cache
 
     def describe(self, url: str) -> tuple[int, int]:
         """``(size, version)`` of a local file or remote object: the version is
@@ -327,11 +336,14 @@ class Reader:
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self._settings, "storage_options": self._storage_options}
+        return {"settings": self._settings, "storage_options": self._storage_options,
+                "cache": self._cache}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            state["settings"], storage_options=state.get("storage_options")
+            state["settings"],
+            storage_options=state.get("storage_options"),
+            cache=state.get("cache"),
         )
 
     def __del__(self) -> None:

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from fastio._errors import FastIOError
 
 if TYPE_CHECKING:
+    from fastio._cache import ShardCache
+    from fastio._cache_files import Download
     from fastio._settings import ReaderSettings
 
 __all__ = [
@@ -100,9 +102,15 @@ def _transient(error: BaseException) -> bool:
 class Remotes:
     """The fsspec filesystems of one reader in one process."""
 
-    def __init__(self, settings: ReaderSettings, storage_options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        settings: ReaderSettings,
+        storage_options: dict[str, Any],
+        cache: ShardCache | None = None,
+    ) -> None:
         self.settings = settings
         self.storage_options = storage_options
+        self.cache = cache
         self._filesystems: dict[str, tuple[Any, str]] = {}
         self._info: dict[str, RemoteFile] = {}
         self._lock = threading.Lock()
@@ -146,6 +154,31 @@ class Remotes:
         remote = RemoteFile(url, int(size), version)
         self._info[url] = remote
         return remote
+
+    def local_copy(self, url: str) -> str:
+        """The path of a verified local copy of ``url`` in the shard cache,
+        downloaded on a miss; the copy stays pinned until ``cache.release``.
+        Raises CacheFullError / CacheTimeoutError at once when there is no
+        room now or another process is downloading it (never waits: the
+        reader's own pins may be what holds the room)."""
+        from fastio._cache_files import etag_checksum
+
+        assert self.cache is not None
+        remote = self.stat(url)
+        # S3 ETags of single-part uploads are the MD5 of the object; other
+        # stores' ETags (HTTP servers, GCS) only name a version.
+        is_s3 = url.startswith(("s3://", "s3a://"))
+        checksum = etag_checksum(remote.version) if is_s3 and remote.version else None
+        return self.cache.get(url, remote.size, self._download, remote.version or None,
+                              checksum=checksum, wait=False)  # fmt: skip
+
+    def _download(self, url: str, file: Download) -> None:
+        """The whole object into ``file``, in ranged requests retried like reads."""
+        fs, path = self.filesystem(url)
+        size = self.stat(url).size
+        step = max(self.settings.read_size, 8 << 20)
+        for offset in range(0, size, step):
+            file.write(self._read_sync(fs, path, url, offset, min(step, size - offset)))
 
     def forget(self, url: str) -> None:
         """Drop what is known of ``url`` (after an error: it may have changed)."""

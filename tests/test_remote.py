@@ -170,3 +170,29 @@ def test_dataloader_workers_read_remote_shards(http, tars, tmp_path) -> None:
     )
     got = [k for batch in loader for k in batch]
     assert sorted(got) == [row["key"] for row in tars.samples]
+
+
+def test_remote_shards_are_served_from_the_shard_cache(http, tars, tmp_path) -> None:
+    shard_bytes = [os.path.getsize(url) for url in tars.urls]
+    limit = sum(shard_bytes) // 2 + max(shard_bytes)  # about half the dataset
+    options = {"index_dir": tmp_path / "index", "cache_dir": tmp_path / "cache",
+               "cache_bytes": limit, "seed": 2}  # fmt: skip
+    dataset = fastio.Dataset(remote_pattern(tars, http.url("faulty/")), **options)
+    expected = sorted(row["key"] for row in tars.samples)
+    before = http.faults.requests
+    for epoch in range(3):
+        dataset.set_epoch(epoch)
+        assert sorted(key_of("webdataset", s) for s in dataset) == expected
+        on_disk = sum(
+            entry.stat().st_size for entry in os.scandir(tmp_path / "cache") if entry.is_file()
+        )
+        assert on_disk <= limit
+    stats = dataset.cache.stats()
+    assert stats["hits"] > 0 and stats["bytes_used"] <= limit
+    # Whole shards were downloaded (a few large requests), then read locally.
+    assert stats["bytes_downloaded"] < 3 * sum(shard_bytes)
+    assert http.faults.requests - before < 3 * len(tars.urls) * 4
+    same = fastio.Dataset(remote_pattern(tars, http.url("faulty/")), **{**options, "seed": 2})
+    assert [key_of("webdataset", s) for s in same] == [
+        key_of("webdataset", s) for s in fastio.Dataset(tars.pattern, seed=2)
+    ]

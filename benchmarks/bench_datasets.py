@@ -1,0 +1,681 @@
+"""Datasets end to end: fastio.Dataset vs WebDataset, MosaicML Streaming, tf.data and pyarrow.
+
+    sudo python benchmarks/bench_datasets.py                 # ~4 GB + 1M samples, ~1 h
+    sudo python benchmarks/bench_datasets.py --scale 0.1 --repeats 1 --plot datasets.png
+
+Two datasets, written once with ``fastio-bench gen`` (reused from ``--data-dir``):
+
+* large: ~4 GB of ~110 KB samples; small: 1M samples of 1 KB. Each as WebDataset
+  tar, and the same samples as TFRecord (tf.train.Example), MDS (MosaicML
+  Streaming's ``MDSWriter``) and Parquet. fastio's per-shard index is built then
+  too (like MDS's index, it is part of preparing a dataset).
+
+Methods: fastio.Dataset per sample, ``.batches(1024)`` and in a torch
+DataLoader (2 workers); webdataset.WebDataset, alone and in a DataLoader;
+streaming.StreamingDataset, alone and in a DataLoader; tf.data.TFRecordDataset
+(per record and ``.batch(1024)``); pyarrow ``ParquetFile.iter_batches(1024)``;
+and the hardware: fio reading the tar files sequentially (io_uring, 16 x 1 MiB;
+cold: O_DIRECT, also from hugetlbfs buffers; warm: also psync) and a plain
+Python read loop. Every sample is touched (counted, payload length summed); a
+method that delivers a wrong count or payload total is reported as failed.
+
+Every run is a fresh process (so libraries do not share threads, forks or
+memory), timed inside from constructing the dataset to the last sample. Cold
+runs drop the page cache first (root); warm runs read the files once, untimed,
+first. Methods run in a shuffled order in each of ``--repeats`` rounds; the
+tables show medians. MB/s is the bytes of the files each method reads (its own
+copy) per second. Results go to benchmarks/results/ as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench_read import drop_caches, hugetlbfs, run_python
+
+from fastio.cli._gen import DatasetPlan, write_dataset
+
+RESULTS = Path(__file__).parent / "results"
+BATCH = 1024
+LOADER_BATCH = 256
+WORKERS = 2
+FIO_DEPTH, FIO_BLOCK = 16, 1 << 20
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    sample_size: int
+    samples: int
+    shards: int
+
+
+def cases(scale: float) -> list[Case]:
+    return [
+        Case("large", 110_000, max(64, round(4e9 / 110_000 * scale)), 64),
+        Case("small", 1_000, max(64, round(1_000_000 * scale)), 64),
+    ]
+
+
+# ---- data ----------------------------------------------------------------------------
+
+
+def prepare(case: Case, data_dir: Path, seed: int) -> dict[str, Any]:
+    """Every copy of the case's samples; reused when the manifest matches."""
+    folder = data_dir / f"{case.name}-{case.samples}x{case.sample_size}"
+    manifest_path = folder / "manifest.json"
+    wanted = asdict(case) | {"seed": seed}
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        if manifest["case"] == wanted:
+            return manifest
+    shutil.rmtree(folder, ignore_errors=True)
+    copies = {}
+    for format in ("webdataset", "tfrecord", "parquet"):
+        started = time.perf_counter()
+        result = write_dataset(
+            folder / format,
+            format,
+            case.samples,
+            case.sample_size,
+            case.shards,
+            seed,
+            row_group_size=BATCH,
+        )
+        copies[format] = {"paths": list(result.paths), "url": result.url, "bytes": result.bytes}
+        print(
+            f"{case.name}: wrote {format} {result.bytes / 1e9:.2f} GB in "
+            f"{time.perf_counter() - started:.0f} s",
+            file=sys.stderr,
+        )
+        payload = result.payload_bytes
+    copies["mds"] = write_mds(folder / "mds", case, seed)
+    import fastio
+
+    with fastio.Dataset(copies["webdataset"]["url"], format="webdataset", shuffle=False) as ds:
+        if len(ds) != case.samples:  # building the index found the wrong count
+            raise RuntimeError(f"fastio indexed {len(ds)} samples, not {case.samples}")
+    manifest = {"case": wanted, "payload_bytes": payload, "copies": copies}
+    manifest_path.write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def import_streaming() -> types.ModuleType:
+    """``streaming`` imports torchvision for its vision datasets, and PyPI's
+    torchvision wheel is built against CUDA torch; with CPU torch, stand-ins for
+    the two names it imports let the rest load (we use no vision class)."""
+    try:
+        import torchvision  # noqa: F401
+    except Exception:
+        import torch
+        import transformers  # noqa: F401 - first, so it sees torchvision as absent
+
+        for name in (
+            "torchvision",
+            "torchvision.datasets",
+            "torchvision.transforms",
+            "torchvision.transforms.functional",
+        ):
+            sys.modules[name] = types.ModuleType(name)
+        sys.modules["torchvision.datasets"].VisionDataset = torch.utils.data.Dataset
+        sys.modules["torchvision.transforms.functional"].to_tensor = lambda x: x
+    import streaming
+
+    return streaming
+
+
+def write_mds(folder: Path, case: Case, seed: int) -> dict[str, Any]:
+    streaming = import_streaming()
+    started = time.perf_counter()
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    plan = DatasetPlan(case.samples, case.sample_size, case.shards, seed)
+    columns = {"key": "str", "label": "int", "data": "bytes"}
+    with streaming.MDSWriter(out=str(partial), columns=columns, compression=None) as writer:
+        for shard in range(case.shards):
+            for block in plan.blocks(shard, 4096):
+                for key, label, data in zip(block.keys, block.labels, block.payloads, strict=True):
+                    writer.write({"key": key, "label": label, "data": bytes(data)})
+    partial.rename(folder)
+    paths = sorted(str(p) for p in folder.iterdir())
+    total = sum(os.path.getsize(p) for p in paths)
+    print(
+        f"{case.name}: wrote mds {total / 1e9:.2f} GB in {time.perf_counter() - started:.0f} s",
+        file=sys.stderr,
+    )
+    return {"paths": paths, "url": str(folder), "bytes": total}
+
+
+# ---- methods (each runs in a child process; returns samples and payload bytes) ----
+
+
+def fastio_dataset(copies: dict[str, Any], **knobs: Any) -> Any:
+    import fastio
+
+    return fastio.Dataset(copies["webdataset"]["url"], format="webdataset", shuffle=False, **knobs)
+
+
+def fastio_samples(copies: dict[str, Any], **knobs: Any) -> tuple[int, int | None]:
+    samples = payload = 0
+    with fastio_dataset(copies, **knobs) as ds:
+        for sample in ds:
+            samples += 1
+            payload += len(sample["bin"])
+    return samples, payload
+
+
+def fastio_batches(copies: dict[str, Any]) -> tuple[int, int | None]:
+    import pyarrow.compute as pc
+
+    samples = payload = 0
+    with fastio_dataset(copies) as ds:
+        for batch in ds.batches(BATCH):
+            samples += batch.num_rows
+            payload += pc.sum(pc.binary_length(batch.column("bin"))).as_py()
+    return samples, payload
+
+
+def fastio_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
+    from torch.utils.data import DataLoader
+
+    samples = payload = 0
+    ds = fastio_dataset(copies)
+    for batch in DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS):
+        samples += len(batch["bin"])
+        payload += sum(len(b) for b in batch["bin"])
+    return samples, payload
+
+
+def fastio_batches_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
+    import pyarrow.compute as pc
+    from torch.utils.data import DataLoader
+
+    samples = payload = 0
+    ds = fastio_dataset(copies)
+    for batch in DataLoader(ds.batches(BATCH), batch_size=None, num_workers=WORKERS):
+        samples += batch.num_rows
+        payload += pc.sum(pc.binary_length(batch.column("bin"))).as_py()
+    return samples, payload
+
+
+def webdataset_samples(copies: dict[str, Any]) -> tuple[int, int | None]:
+    import webdataset
+
+    samples = payload = 0
+    for sample in webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False):
+        samples += 1
+        payload += len(sample["bin"])
+    return samples, payload
+
+
+def webdataset_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
+    import webdataset
+    from torch.utils.data import DataLoader
+
+    samples = payload = 0
+    ds = webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False)
+    for batch in DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS):
+        samples += len(batch["bin"])
+        payload += sum(len(b) for b in batch["bin"])
+    return samples, payload
+
+
+def streaming_dataset(copies: dict[str, Any]) -> Any:
+    streaming = import_streaming()
+    from streaming.base.util import clean_stale_shared_memory
+
+    clean_stale_shared_memory()
+    return streaming.StreamingDataset(
+        local=copies["mds"]["url"], shuffle=False, batch_size=LOADER_BATCH
+    )
+
+
+def streaming_samples(copies: dict[str, Any]) -> tuple[int, int | None]:
+    samples = payload = 0
+    for sample in streaming_dataset(copies):
+        samples += 1
+        payload += len(sample["data"])
+    return samples, payload
+
+
+def streaming_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
+    from torch.utils.data import DataLoader
+
+    samples = payload = 0
+    ds = streaming_dataset(copies)
+    for batch in DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS):
+        samples += len(batch["data"])
+        payload += sum(len(b) for b in batch["data"])
+    return samples, payload
+
+
+def tfdata(copies: dict[str, Any], batch: int | None) -> tuple[int, int | None]:
+    import tensorflow as tf
+
+    ds = tf.data.TFRecordDataset(copies["tfrecord"]["paths"], num_parallel_reads=tf.data.AUTOTUNE)
+    samples = 0
+    if batch is None:
+        for _ in ds:  # serialized Examples (the payload is not parsed out)
+            samples += 1
+    else:
+        for records in ds.batch(batch).prefetch(tf.data.AUTOTUNE):
+            samples += int(records.shape[0])
+    return samples, None
+
+
+def pyarrow_batches(copies: dict[str, Any]) -> tuple[int, int | None]:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    samples = payload = 0
+    for path in copies["parquet"]["paths"]:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH):
+            samples += batch.num_rows
+            payload += pc.sum(pc.binary_length(batch.column("data"))).as_py()
+    return samples, payload
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    copy: str  # which copy it reads
+    run: Callable[[dict[str, Any]], tuple[int, int | None]] | None  # None: in the parent
+    modes: tuple[str, ...] = ("cold", "warm")
+
+
+# Imported before the clock starts: a once-per-process cost (tensorflow's is seconds).
+IMPORTS = {
+    "webdataset": (
+        "fastio",
+        "fastio._dataset",
+        "fastio.formats",
+        "numpy",
+        "pyarrow",
+        "pyarrow.compute",
+        "torch",
+        "torch.utils.data",
+        "uvloop",
+        "webdataset",
+    ),
+    "mds": ("torch", "torch.utils.data"),
+    "tfrecord": ("tensorflow",),
+    "parquet": ("pyarrow", "pyarrow.compute", "pyarrow.parquet"),
+}
+
+
+METHODS = [
+    Method("fastio", "webdataset", fastio_samples),
+    Method("fastio direct", "webdataset", lambda c: fastio_samples(c, direct=True), ("cold",)),
+    Method("fastio batches", "webdataset", fastio_batches),
+    Method("fastio loader", "webdataset", fastio_loader),
+    Method("fastio batches loader", "webdataset", fastio_batches_loader),
+    Method("webdataset", "webdataset", webdataset_samples),
+    Method("webdataset loader", "webdataset", webdataset_loader),
+    Method("streaming", "mds", streaming_samples),
+    Method("streaming loader", "mds", streaming_loader),
+    Method("tf.data", "tfrecord", lambda c: tfdata(c, None)),
+    Method("tf.data batch", "tfrecord", lambda c: tfdata(c, BATCH)),
+    Method("pyarrow", "parquet", pyarrow_batches),
+    Method("fio", "webdataset", None),
+    # fio's default (malloc) buffers read the page cache at ~2.6 GB/s here, its
+    # hugetlbfs ones at ~14 GB/s: the best of its variants is the reference.
+    Method("fio hugetlb", "webdataset", None),
+    Method("fio psync", "webdataset", None, ("warm",)),
+    Method("python read", "webdataset", None),
+]
+BY_NAME = {method.name: method for method in METHODS}
+
+
+def child(method_name: str, manifest_path: str) -> None:
+    """Run one method in this (fresh) process and print its measurement."""
+    manifest = json.loads(Path(manifest_path).read_text())
+    method = BY_NAME[method_name]
+    assert method.run is not None
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    for module in IMPORTS[method.copy]:
+        importlib.import_module(module)
+    if method.copy == "mds":
+        import_streaming()
+    started = time.perf_counter()
+    samples, payload = method.run(manifest["copies"])
+    seconds = time.perf_counter() - started
+    print(json.dumps({"samples": samples, "payload": payload, "seconds": seconds}))
+
+
+# ---- measuring -----------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    case: str
+    mode: str
+    method: str
+    bytes: int  # of the copy it reads
+    samples: int | None = None  # per run; None for the raw readers
+    seconds: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.seconds) if self.seconds else None
+
+    def mb_per_s(self) -> float | None:
+        return None if self.median is None else self.bytes / self.median / 1e6
+
+    def samples_per_s(self) -> float | None:
+        if self.median is None or self.samples is None:
+            return None
+        return self.samples / self.median
+
+
+def run_fio(paths: list[str], engine: str, direct: bool, huge_mount: str | None) -> float:
+    """MB/s of fio reading the files one after another. fio reads the same
+    whole number of blocks from each file (an uneven size would make it extend
+    the smaller files, and it skips a last partial block), so it reads all but
+    the last < 1 MiB of the largest files: a rate, not a full pass."""
+    block_bytes = min(os.path.getsize(p) for p in paths) // FIO_BLOCK * FIO_BLOCK
+    total = block_bytes * len(paths)
+    command = [
+        "fio", "--name=read", "--rw=read", f"--bs={FIO_BLOCK}", f"--iodepth={FIO_DEPTH}",
+        f"--ioengine={engine}", f"--direct={int(direct)}", "--readonly", "--invalidate=0",
+        # Names relative to their folder: fio takes at most 4096 characters of them.
+        f"--directory={Path(paths[0]).parent}",
+        "--filename=" + ":".join(Path(p).name for p in paths),
+        "--file_service_type=sequential", f"--size={total}", "--output-format=json",
+    ]  # fmt: skip
+    if huge_mount is not None:
+        command.append(f"--iomem=mmaphuge:{huge_mount}/fio-buffers")
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    job = json.loads(output[output.index("{") :])["jobs"][0]["read"]
+    if job["io_bytes"] != total:
+        raise RuntimeError(f"fio read {job['io_bytes']} of {total} bytes")
+    if job["runtime"] == 0:
+        raise RuntimeError("too little data for fio's millisecond clock")
+    return float(job["io_bytes"] / (job["runtime"] / 1000) / 1e6)
+
+
+def warm_up(paths: list[str]) -> None:
+    buffer = bytearray(1 << 20)
+    for path in paths:
+        with open(path, "rb", buffering=0) as handle:
+            while handle.readinto(buffer):
+                pass
+
+
+def measure_once(
+    method: Method, manifest: dict[str, Any], manifest_path: Path, mode: str, huge_mount: str | None
+) -> tuple[float | None, str | None]:
+    """(seconds, failure) of one run."""
+    copy = manifest["copies"][method.copy]
+    if method.run is None:
+        paths = copy["paths"]
+        cold = mode == "cold"
+        if method.name == "python read":
+            return copy["bytes"] / (run_python(paths, FIO_BLOCK, cold) * 1e6), None
+        engine = "psync" if method.name == "fio psync" else "io_uring"
+        huge = huge_mount if method.name == "fio hugetlb" else None
+        try:
+            mb_per_s = run_fio(paths, engine, cold, huge)
+        except (RuntimeError, subprocess.CalledProcessError) as error:
+            return None, str(error)
+        return copy["bytes"] / (mb_per_s * 1e6), None
+    command = [sys.executable, __file__, "--child", method.name, str(manifest_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return None, f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = manifest["case"]["samples"]
+    if report["samples"] != expected:
+        return None, f"delivered {report['samples']} samples, not {expected}"
+    if report["payload"] is not None and report["payload"] != manifest["payload_bytes"]:
+        return None, f"delivered {report['payload']} payload bytes, not {manifest['payload_bytes']}"
+    return report["seconds"], None
+
+
+def measure(
+    args: argparse.Namespace, case: Case, manifest: dict[str, Any], huge_mount: str | None
+) -> list[Cell]:
+    manifest_path = args.data_dir / f"{case.name}-{case.samples}x{case.sample_size}"
+    manifest_path = manifest_path / "manifest.json"
+    order = random.Random(args.seed)
+    cells: dict[tuple[str, str], Cell] = {}
+    chosen = [m for m in METHODS if not args.methods or m.name in args.methods]
+    for mode in args.modes:
+        for round_ in range(args.repeats):
+            plan = [m for m in chosen if mode in m.modes]
+            if huge_mount is None:
+                plan = [m for m in plan if m.name != "fio hugetlb"]
+            order.shuffle(plan)
+            for method in plan:
+                copy = manifest["copies"][method.copy]
+                cell = cells.setdefault(
+                    (mode, method.name),
+                    Cell(
+                        case.name,
+                        mode,
+                        method.name,
+                        copy["bytes"],
+                        None if method.run is None else case.samples,
+                    ),
+                )
+                if mode == "cold":
+                    drop_caches()
+                else:
+                    warm_up(copy["paths"])
+                seconds, failure = measure_once(method, manifest, manifest_path, mode, huge_mount)
+                if failure is None and seconds is not None:
+                    cell.seconds.append(seconds)
+                    line = f"{cell.bytes / seconds / 1e6:9,.0f} MB/s"
+                    if cell.samples is not None:
+                        line += f" {cell.samples / seconds:12,.0f} samples/s"
+                else:
+                    cell.failures.append(failure or "no result")
+                    line = f"FAILED: {failure}"
+                print(
+                    f"{case.name} {mode} round {round_ + 1}: {method.name:22} {line}",
+                    file=sys.stderr,
+                )
+    return list(cells.values())
+
+
+# ---- reporting -----------------------------------------------------------------------
+
+
+def reference(cells: list[Cell], case: str, mode: str, names: tuple[str, ...]) -> Cell | None:
+    found = [c for c in cells if (c.case, c.mode) == (case, mode) and c.method in names]
+    found = [c for c in found if c.median is not None]
+    return max(found, key=lambda c: c.mb_per_s() or 0.0) if found else None
+
+
+def print_tables(cells: list[Cell]) -> None:
+    for case, mode in sorted({(c.case, c.mode) for c in cells}):
+        rows = [c for c in cells if (c.case, c.mode) == (case, mode)]
+        wds = reference(cells, case, mode, ("webdataset",))
+        fio = reference(cells, case, mode, ("fio", "fio hugetlb", "fio psync"))
+        print(f"\n{case}, {mode} (median of runs; MB/s of the files each method reads)")
+        print("| method | samples/s | MB/s | vs webdataset (samples/s) | vs fio (MB/s) | runs |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for cell in sorted(rows, key=lambda c: -(c.mb_per_s() or 0.0)):
+            if cell.median is None:
+                print(f"| {cell.method} | failed: {cell.failures[0]} | | | | 0 |")
+                continue
+            rate = cell.samples_per_s()
+            vs_wds = f"{rate / wds.samples_per_s():.2f}x" if rate and wds else ""
+            vs_fio = f"{cell.mb_per_s() / fio.mb_per_s():.2f}" if fio else ""
+            samples = f"{rate:,.0f}" if rate else ""
+            print(
+                f"| {cell.method} | {samples} | {cell.mb_per_s():,.0f} | {vs_wds} | {vs_fio} "
+                f"| {len(cell.seconds)} |"
+            )
+
+
+def targets(cells: list[Cell]) -> list[dict[str, Any]]:
+    """The issue's targets, each with the numbers behind it."""
+
+    def rate(case: str, mode: str, method: str, what: str) -> float | None:
+        cell = reference(cells, case, mode, (method,))
+        if cell is None:
+            return None
+        return cell.samples_per_s() if what == "samples" else cell.mb_per_s()
+
+    def fio(case: str, mode: str) -> float | None:
+        cell = reference(cells, case, mode, ("fio", "fio hugetlb", "fio psync"))
+        return None if cell is None else cell.mb_per_s()
+
+    def best_fastio_mb(case: str, mode: str) -> float | None:
+        found = [rate(case, mode, m, "mb") for m in ("fastio", "fastio direct", "fastio batches")]
+        return max((v for v in found if v is not None), default=None)
+
+    large_wds = rate("large", "warm", "webdataset", "samples")
+    small_wds = rate("small", "warm", "webdataset", "samples")
+    checks = [
+        (
+            "large, warm: fastio samples/s >= 2x webdataset",
+            2.0,
+            rate("large", "warm", "fastio", "samples"),
+            large_wds,
+        ),
+        (
+            "large, cold: fastio MB/s >= 0.85x fio",
+            0.85,
+            best_fastio_mb("large", "cold"),
+            fio("large", "cold"),
+        ),
+        (
+            "small, warm: fastio samples/s >= 10x webdataset",
+            10.0,
+            rate("small", "warm", "fastio", "samples"),
+            small_wds,
+        ),
+        (
+            "small, warm: fastio .batches() >= 1M samples/s",
+            1.0,
+            rate("small", "warm", "fastio batches", "samples"),
+            1e6,
+        ),
+    ]
+    results = []
+    for label, goal, ours, theirs in checks:
+        ratio = ours / theirs if ours is not None and theirs else None
+        results.append(
+            {
+                "target": label,
+                "goal": goal,
+                "ratio": ratio,
+                "met": ratio is not None and ratio >= goal,
+            }
+        )
+    return results
+
+
+def plot(cells: list[Cell], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    panels = sorted({(c.case, c.mode) for c in cells})
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 6), squeeze=False)
+    for axis, (case, mode) in zip(axes[0], panels, strict=True):
+        rows = [c for c in cells if (c.case, c.mode) == (case, mode) and c.median is not None]
+        rows.sort(key=lambda c: c.mb_per_s() or 0.0)
+        colors = [
+            "tab:orange"
+            if c.method.startswith("fastio")
+            else "tab:gray"
+            if c.method.startswith(("fio", "python"))
+            else "tab:blue"
+            for c in rows
+        ]
+        axis.barh([c.method for c in rows], [c.mb_per_s() for c in rows], color=colors)
+        axis.set_xscale("log")
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        axis.set_xlabel("MB/s (log)")
+        axis.set_title(f"{case} samples, {mode}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data-dir", type=Path, default=Path("/work/data/bench-datasets"))
+    parser.add_argument("--scale", type=float, default=1.0, help="of the sample counts")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help="for the data and the method order")
+    parser.add_argument("--cases", type=lambda s: s.split(","), default=["large", "small"])
+    parser.add_argument("--modes", type=lambda s: s.split(","), default=["cold", "warm"])
+    parser.add_argument(
+        "--methods",
+        type=lambda s: s.split(","),
+        default=[],
+        help="comma-separated subset (default: all)",
+    )
+    parser.add_argument("--json", type=Path, help="default: benchmarks/results/datasets-*.json")
+    parser.add_argument("--plot", type=Path, help="write a PNG bar chart here (matplotlib)")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    unknown = set(args.methods) - set(BY_NAME)
+    if unknown:
+        parser.error(f"unknown methods {sorted(unknown)}; known: {', '.join(BY_NAME)}")
+    if "cold" in args.modes and os.geteuid() != 0:
+        parser.error("cold runs drop the page cache, which needs root (or use --modes warm)")
+    started = time.time()
+    cells: list[Cell] = []
+    manifests = {}
+    with hugetlbfs(FIO_DEPTH * FIO_BLOCK) as huge_mount:
+        for case in cases(args.scale):
+            if case.name not in args.cases:
+                continue
+            manifests[case.name] = prepare(case, args.data_dir, args.seed)
+            cells += measure(args, case, manifests[case.name], huge_mount)
+    print_tables(cells)
+    checks = targets(cells)
+    print()
+    for check in checks:
+        ratio = "n/a" if check["ratio"] is None else f"{check['ratio']:.2f}"
+        print(f"{'MET ' if check['met'] else 'MISSED'} {check['target']}: ratio {ratio}")
+    RESULTS.mkdir(exist_ok=True)
+    out = args.json or RESULTS / f"datasets-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    record = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "seconds": time.time() - started,
+        "kernel": os.uname().release,
+        "cases": {
+            name: m["case"] | {"copies": {k: v["bytes"] for k, v in m["copies"].items()}}
+            for name, m in manifests.items()
+        },
+        "cells": [
+            asdict(c) | {"mb_per_s": c.mb_per_s(), "samples_per_s": c.samples_per_s()}
+            for c in cells
+        ],
+        "targets": checks,
+    }
+    out.write_text(json.dumps(record, indent=1))
+    print(f"results: {out}")
+    if args.plot:
+        plot(cells, args.plot)
+        print(f"plot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
