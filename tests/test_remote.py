@@ -188,7 +188,8 @@ def test_remote_shards_are_served_from_the_shard_cache(http, tars, tmp_path) -> 
         )
         assert on_disk <= limit
     stats = dataset.cache.stats()
-    assert stats["hits"] > 0 and stats["bytes_used"] <= limit
+    assert stats["hits"] > 0
+    assert stats["bytes_used"] <= limit
     # Whole shards were downloaded (a few large requests), then read locally.
     assert stats["bytes_downloaded"] < 3 * sum(shard_bytes)
     assert http.faults.requests - before < 3 * len(tars.urls) * 4
