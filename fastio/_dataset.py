@@ -191,6 +191,7 @@ class Dataset(_Base):
     def _load_layouts(self) -> list[Layout]:
         layouts = []
         tolerate = self.on_error != "raise"
+        self.reader.prefetch_info(self.urls)  # remote objects: one round trip for all
         for url in self.urls:
             try:
                 layout, problems = self._format.layout(self.reader, url, tolerate)

@@ -196,6 +196,24 @@ class Reader:
     def read_size(self, value: int) -> None:
         self._settings = self._settings.replace(read_size=value)
 
+    def prefetch_info(self, urls: Iterable[str]) -> None:
+        """Ask for the size and version of many remote objects at once
+        (``outstanding_requests`` at a time), so that later lookups of them
+        cost nothing; errors are left for those lookups to raise."""
+        self._check_usable()
+        remote = [url for url in urls if is_remote(url)]
+        if len(remote) < 2:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        def stat(url: str) -> None:
+            with contextlib.suppress(OSError):
+                self._remotes.stat(url)
+
+        workers = min(len(remote), self._settings.outstanding_requests)
+        with ThreadPoolExecutor(workers, thread_name_prefix="fastio-stat") as pool:
+            list(pool.map(stat, remote))
+
     @property
     def cache(self) -> ShardCache | None:
         """The shard cache remote objects are read through, if any."""
