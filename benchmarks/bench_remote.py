@@ -255,7 +255,7 @@ def fastio_run(spec: dict[str, Any], knobs: dict[str, int]) -> tuple[int, int, d
     with fastio.Dataset(
         spec["pattern"], format="webdataset", shuffle=False, index_dir=spec["index_dir"], **knobs
     ) as dataset:
-        opened = time.perf_counter() - started  # a HEAD per shard, one after another
+        opened = time.perf_counter() - started  # a HEAD per shard
         for sample in dataset:
             samples += 1
             payload += len(sample["bin"])
