@@ -23,24 +23,31 @@ def native_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def thread_ids() -> set[int]:
+    """The kernel ids of this process's threads (Python's and native ones)."""
+    return {int(name) for name in os.listdir("/proc/self/task")}
+
+
 class ResourceSnapshot:
     """Counts descriptors and threads now, to compare with later."""
 
     def __init__(self) -> None:
         self.fds = open_fds()
-        self.tasks = native_threads()
-        self.python_threads = threading.active_count()
+        self.tasks = thread_ids()
+        self.python_threads = set(threading.enumerate())
 
     def assert_released(self, timeout: float = 5.0) -> None:
         # A joined thread can stay listed in /proc for a moment while the kernel
         # finishes its exit, and io_uring's kernel workers exit asynchronously:
-        # wait for the counts to settle rather than race them.
+        # wait for the new threads to go rather than race them. Threads are
+        # compared by id: threads of earlier tests (pools, servers) that end
+        # meanwhile are not this test's business, threads it started are.
         deadline = time.monotonic() + timeout
-        while native_threads() != self.tasks and time.monotonic() < deadline:
+        while thread_ids() - self.tasks and time.monotonic() < deadline:
             time.sleep(0.01)
         assert open_fds() == self.fds, "file descriptors leaked"
-        assert native_threads() == self.tasks, "native threads leaked"
-        assert threading.active_count() == self.python_threads, "Python threads leaked"
+        assert not thread_ids() - self.tasks, "native threads leaked"
+        assert not set(threading.enumerate()) - self.python_threads, "Python threads leaked"
 
 
 @pytest.fixture
