@@ -10,6 +10,7 @@ Arrow, the whole shard for compressed ones (decompression starts at byte 0).
 
 from __future__ import annotations
 
+import abc
 import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -110,18 +111,21 @@ def gather(chunks: Iterable[Chunk]) -> dict[int, bytes]:
     return {starts[r]: b"".join(parts[r]) for r in parts}
 
 
-class ShardFormat:
+class ShardFormat(abc.ABC):
     """A format as the dataset drives it. Subclasses set ``name`` and implement
-    :meth:`layout`, :meth:`samples` and :meth:`batches`."""
+    :meth:`layout` and :meth:`samples`; :meth:`batches` has a generic default
+    (one Python object per sample) that columnar formats replace."""
 
     name = ""
     batch_kind = "arrow"  # "arrow": pyarrow RecordBatch; "numpy": ndarray
 
+    @abc.abstractmethod
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
-        raise NotImplementedError  # every concrete format overrides it
+        """The shard's layout, and (with ``tolerate``) the problems its scan met."""
 
+    @abc.abstractmethod
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        raise NotImplementedError  # every concrete format overrides it
+        """The samples of the chunks of ``layout.ranges(...)``, owned by the caller."""
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         """Columnar batches of the same samples (any sizes), in order."""
