@@ -166,7 +166,8 @@ class Dataset(_Base):
         self.settings = (reader or ReaderSettings()).replace(**reader_knobs)
         self._reader: Reader | None = None
         self.epoch = 0
-        self._resume: tuple[int, int] | None = None
+        # (epoch, position, who saved it) from load_state_dict, for the next iteration
+        self._resume: tuple[int, int, _Who] | None = None
         self._position = 0
         self._running_epoch: int | None = None
         self._who: _Who | None = None
@@ -208,16 +209,20 @@ class Dataset(_Base):
             layouts.append(layout)
         return layouts
 
-    def _failure(self, error: Exception, lost: int | None, what: str) -> None:
-        """Apply the ``on_error`` policy to ``error`` (``lost`` samples, if known)."""
-        if self.on_error == "raise":
+    def _failure(
+        self, error: Exception, lost: int | None, what: str, on_error: OnError | None = None
+    ) -> None:
+        """Apply the ``on_error`` policy (the dataset's unless given) to
+        ``error`` (``lost`` samples, if known)."""
+        on_error = on_error or self.on_error
+        if on_error == "raise":
             raise error
         if lost:
             self._skipped += lost
         text = f"{error} ({what}" + (f"; {lost} samples skipped)" if lost else ")")
         if len(self._errors) < _MAX_KEPT_ERRORS:
             self._errors.append(text)
-        if self.on_error == "warn":
+        if on_error == "warn":
             warnings.warn(text, SkippedSamplesWarning, stacklevel=3)
         else:
             log.debug("fastio: %s", text)
@@ -323,7 +328,7 @@ class Dataset(_Base):
         if self._running_epoch is not None:
             epoch, position = self._running_epoch, self._position
         elif self._resume is not None:
-            epoch, position = self._resume
+            epoch, position, _ = self._resume
         else:
             epoch, position = self.epoch, 0
         return {
@@ -343,18 +348,16 @@ class Dataset(_Base):
                     f"state is of another dataset or order: {key} {state[key]!r}, here {mine!r}"
                 )
         self.epoch = int(state["epoch"])
-        self._resume = (self.epoch, int(state["position"]))
-        self._saved_who = _Who(state["rank"], state["world_size"], state["worker"],
-                               state["num_workers"])  # fmt: skip
+        saved = _Who(state["rank"], state["world_size"], state["worker"], state["num_workers"])
+        self._resume = (self.epoch, int(state["position"]), saved)
         self._running_epoch = None
 
     def _start(self) -> tuple[int, int, _Who]:
         who = self._current()
         epoch, position = self.epoch, 0
         if self._resume is not None:
-            epoch, position = self._resume
-            saved = getattr(self, "_saved_who", None)
-            if saved is not None and saved != who:
+            epoch, position, saved = self._resume
+            if saved != who:
                 raise ValueError(
                     f"state was saved by rank {saved.rank}/{saved.world_size}, worker "
                     f"{saved.worker}/{saved.num_workers}; resuming as rank {who.rank}/"
@@ -419,12 +422,12 @@ class Dataset(_Base):
         return reads
 
     def _decode(
-        self, read: _Read, chunks: Iterable[Any], columnar: bool
+        self, read: _Read, chunks: Iterable[Any], columnar: bool, first: int
     ) -> tuple[Any, int, Exception | None]:
         """Decoded samples (a list, or a list of columnar parts) of ``read``,
-        how many, and the error that cut it short."""
+        whose bytes decode from sample ``first`` on, how many, and the error
+        that cut it short."""
         layout = self.layouts[read.piece.shard]
-        _, first = layout.ranges(read.start, read.stop)
         skip, want = read.start - first, read.stop - read.start
         error: Exception | None = None
         if not columnar:
@@ -474,11 +477,13 @@ class Dataset(_Base):
                               error.offset, sample)  # fmt: skip
         return located
 
-    def _execute(self, reads: list[_Read], columnar: bool) -> Iterator[tuple[_Read, Any, int]]:
+    def _execute(
+        self, reads: list[_Read], columnar: bool, on_error: OnError | None = None
+    ) -> Iterator[tuple[_Read, Any, int]]:
         """Every read decoded, in order: (read, decoded, count). A failing read
         goes through the error policy; a failed stream restarts after it."""
-        shards = [Shard(tuple(self.layouts[r.piece.shard].ranges(r.start, r.stop)[0]))
-                  for r in reads]  # fmt: skip
+        planned = [self.layouts[r.piece.shard].ranges(r.start, r.stop) for r in reads]
+        shards = [Shard(tuple(ranges)) for ranges, _ in planned]
         k = 0
         while k < len(reads):
             guarded = _Guarded(self.reader.stream(shards[k:]))
@@ -489,12 +494,14 @@ class Dataset(_Base):
                     while expected < index:  # reads that produced no bytes
                         yield reads[expected], [], 0
                         expected += 1
-                    decoded, count, error = self._decode(reads[index], group, columnar)
+                    decoded, count, error = self._decode(
+                        reads[index], group, columnar, planned[index][1]
+                    )
                     if guarded.failed_at == position:  # the read itself failed midway
                         error = guarded.failure
                     if error is not None:
                         lost = reads[index].stop - reads[index].start - count
-                        self._failure(error, lost, "read failed")
+                        self._failure(error, lost, "read failed", on_error)
                     yield reads[index], decoded, count
                     expected = index + 1
             finally:
@@ -506,7 +513,7 @@ class Dataset(_Base):
                         yield reads[expected], [], 0
                         expected += 1
                     read = reads[failed]
-                    self._failure(guarded.failure, read.stop - read.start, "read failed")
+                    self._failure(guarded.failure, read.stop - read.start, "read failed", on_error)
                     yield read, [], 0
                     expected = failed + 1
             else:
@@ -603,15 +610,10 @@ class Dataset(_Base):
         """Tell the shard cache the order shards are needed in: the rest of this
         epoch, then the next (so that eviction keeps what is used soonest)."""
         assert self.cache is not None
-        order: list[str] = []
-        for read in reads:
-            url = self.layouts[read.piece.shard].url
-            if not order or order[-1] != url:
-                order.append(url)
-        following = self._windows(epoch + 1, who)
-        for window in following:
-            order.extend(self.layouts[p.shard].url for p in window.pieces)
-        self.cache.plan([u for i, u in enumerate(order) if i == 0 or order[i - 1] != u])
+        shards = [read.piece.shard for read in reads]
+        shards += [p.shard for window in self._windows(epoch + 1, who) for p in window.pieces]
+        order = [self.layouts[s].url for i, s in enumerate(shards) if i == 0 or shards[i - 1] != s]
+        self.cache.plan(order)
 
     # ---- random access ---------------------------------------------------------------
 
@@ -624,12 +626,9 @@ class Dataset(_Base):
         shard = int(np.searchsorted(self._bases, index, side="right")) - 1
         sample = index - int(self._bases[shard])
         piece = Piece(shard, sample, sample + 1, 0)
-        on_error, self.on_error = self.on_error, "raise"
-        try:
-            for _, decoded, _ in self._execute([_Read(0, piece, sample, sample + 1)], False):
-                return decoded[0]
-        finally:
-            self.on_error = on_error
+        read = _Read(0, piece, sample, sample + 1)
+        for _, decoded, _ in self._execute([read], False, on_error="raise"):
+            return decoded[0]
         raise IndexError(index)  # unreachable: _execute yields once or raises
 
     def __repr__(self) -> str:

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from fastio._errors import DirectIOFallbackWarning
-from fastio._remote import is_remote, local_path
+from fastio._remote import RemoteFile, is_remote, local_path
 
 if TYPE_CHECKING:
     from fastio._remote import Remotes
@@ -62,7 +62,7 @@ class FileTable:
         IsADirectoryError, ...) with ``filename`` set."""
         if self._remotes is not None and is_remote(path):
             if self._remotes.cache is None:
-                return self._remotes.open(path)  # type: ignore[return-value]  # same shape
+                return self._remotes.stat(path)  # type: ignore[return-value]  # same shape
             return self._acquire_cached(path, direct)
         path = local_path(path)
         key = (path, direct)
@@ -89,7 +89,7 @@ class FileTable:
         except (CacheFullError, CacheTimeoutError):
             # No room now (shards in use hold it) or another process is
             # downloading it: read this one remotely rather than wait.
-            return self._remotes.open(url)  # type: ignore[return-value]
+            return self._remotes.stat(url)  # type: ignore[return-value]
         file = self.acquire(local, direct)
         if file.pinned_url is None:
             file.pinned_url = url  # this pin is held until the last reference goes
@@ -97,9 +97,11 @@ class FileTable:
             self._remotes.cache.release(url)  # already pinned for an earlier reference
         return file
 
-    def release(self, file: OpenFile) -> None:
+    def release(self, file: OpenFile | RemoteFile) -> None:
+        if isinstance(file, RemoteFile):
+            return  # nothing is held open for a remote object
         file.refs -= 1
-        url = getattr(file, "pinned_url", None)  # remote files have none
+        url = file.pinned_url
         if not file.refs and url is not None:
             file.pinned_url = None
             if self._remotes is not None and self._remotes.cache is not None:

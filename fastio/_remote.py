@@ -72,14 +72,15 @@ def version_number(version: str) -> int:
 class RemoteFile:
     """A remote object as the read planner sees a file (no descriptor)."""
 
-    __slots__ = ("direct", "fd", "key", "path", "refs", "size", "version")
+    __slots__ = ("direct", "fd", "key", "path", "pinned_url", "refs", "size", "version")
 
     def __init__(self, path: str, size: int, version: str) -> None:
         self.path = path
         self.key = (path, False)
         self.fd = -1
         self.direct = False
-        self.refs = 1
+        self.refs = 1  # the planner counts references; nothing is held open for them
+        self.pinned_url: str | None = None
         self.size = size
         self.version = version
 
@@ -111,7 +112,7 @@ class Remotes:
         self.settings = settings
         self.storage_options = storage_options
         self.cache = cache
-        self._filesystems: dict[str, tuple[Any, str]] = {}
+        self._filesystems: dict[str, Any] = {}
         self._info: dict[str, RemoteFile] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -123,15 +124,9 @@ class Remotes:
         protocol = url.split("://", 1)[0]
         with self._lock:
             if protocol not in self._filesystems:
-                fs, _ = fsspec.core.url_to_fs(url, **self.storage_options)
-                self._filesystems[protocol] = (fs, protocol)
-            fs = self._filesystems[protocol][0]
+                self._filesystems[protocol] = fsspec.core.url_to_fs(url, **self.storage_options)[0]
+            fs = self._filesystems[protocol]
         return fs, fs._strip_protocol(url) if protocol not in ("http", "https") else url
-
-    def open(self, url: str) -> RemoteFile:
-        """``url`` as the planner's file (descriptor-less; references are not
-        counted as nothing is held open)."""
-        return self.stat(url)
 
     def stat(self, url: str) -> RemoteFile:
         """Size and version (ETag, else modification time) of ``url``, asked

@@ -32,26 +32,27 @@ def error_console() -> Console:
 def byte_progress(label: str, total: int, quiet: bool = False) -> Iterator[ProgressCallback | None]:
     """A progress bar over ``total`` bytes on stderr; yields the callback that
     advances it (None when quiet or stderr is not a terminal)."""
+    with _progress(label, total, quiet, unit="bytes") as advance:
+        yield advance
+
+
+@contextlib.contextmanager
+def _progress(label: str, total: int, quiet: bool, unit: str) -> Iterator[ProgressCallback | None]:
+    """A transient rich progress bar on stderr counting ``unit`` ("bytes": with
+    sizes and speed; anything else: done of total)."""
     if quiet or not error_console().is_terminal:
         yield None
         return
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+    from rich import progress as bars
 
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
+    counts: tuple[bars.ProgressColumn, ...] = (
+        (bars.DownloadColumn(), bars.TransferSpeedColumn())
+        if unit == "bytes"
+        else (bars.MofNCompleteColumn(),)
     )
-    with Progress(*columns, console=error_console(), transient=True) as progress:
+    columns = (bars.TextColumn("{task.description}"), bars.BarColumn(), *counts,
+               bars.TimeRemainingColumn())  # fmt: skip
+    with bars.Progress(*columns, console=error_console(), transient=True) as progress:
         task = progress.add_task(label, total=total)
         yield lambda count: progress.advance(task, count)
 
@@ -120,26 +121,8 @@ def sample_progress(
     label: str, total: int, quiet: bool = False
 ) -> Iterator[ProgressCallback | None]:
     """A progress bar over ``total`` samples on stderr (None when quiet or not a terminal)."""
-    if quiet or not error_console().is_terminal:
-        yield None
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=error_console(), transient=True) as progress:
-        task = progress.add_task(label, total=total)
-        yield lambda count: progress.advance(task, count)
+    with _progress(label, total, quiet, unit="samples") as advance:
+        yield advance
 
 
 def print_dataset_table(result: dict[str, Any]) -> None:
