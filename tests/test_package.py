@@ -61,3 +61,24 @@ def test_typing_stub_and_marker_ship_with_the_package() -> None:
     package = files("fastio")
     assert package.joinpath("py.typed").is_file()
     assert "class Engine" in package.joinpath("_native.pyi").read_text()
+
+
+def test_every_subpackage_is_listed_for_the_wheel() -> None:
+    # The editable install finds any folder, a wheel only the listed packages:
+    # a subpackage missing from pyproject.toml would vanish from real installs.
+    from pathlib import Path
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the backport fastio depends on there
+        import tomli as tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(("fastio", *init.parent.relative_to(root / "fastio").parts))
+        for init in (root / "fastio").rglob("__init__.py")
+    } | {"fastio.tuners"}
+    assert found <= listed, f"not in pyproject.toml's packages: {sorted(found - listed)}"
