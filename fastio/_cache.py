@@ -122,7 +122,9 @@ class ShardCache:
     process sharing the cache must name the same first directory and the same
     ``max_bytes`` (a different limit while others are open raises ValueError).
     A cache object survives pickling and ``fork`` (each process registers on
-    its own); ``close`` it, or use it as a context manager.
+    its own); ``close`` it, or use it as a context manager. A reader using the
+    cache keeps ``prefetch`` downloads of the plan's next shards running ahead
+    of it (0: download on demand only).
     """
 
     def __init__(
@@ -133,6 +135,7 @@ class ShardCache:
         placement: Placement | None = None,
         *,
         wait_timeout: float = 600.0,
+        prefetch: int = 2,
     ) -> None:
         if isinstance(directories, (str, os.PathLike)):
             directories = [directories]
@@ -145,10 +148,13 @@ class ShardCache:
             raise ValueError(f"policy must be 'plan' or 'lru', not {policy!r}")
         if wait_timeout <= 0:
             raise ValueError(f"wait_timeout must be positive, not {wait_timeout!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be a shard count >= 0, not {prefetch!r}")
         self.max_bytes = max_bytes
         self.policy: Policy = policy
         self.placement = placement
         self.wait_timeout = wait_timeout
+        self.prefetch_count = prefetch
         self._owners = os.path.join(self.directories[0], META_FOLDER, "owners")
         self._guard = threading.Lock()
         self._process: _Process | None = None
@@ -166,7 +172,7 @@ class ShardCache:
 
     def get(
         self, url: str, size: int, fetch: Fetch, etag: str | None = None, *,
-        checksum: str | None = None, wait: bool = True,
+        checksum: str | None = None, wait: bool | Literal["download"] = True,
     ) -> str:  # fmt: skip
         """The local path of a complete, verified copy of ``url`` (``size`` bytes).
 
@@ -184,8 +190,9 @@ class ShardCache:
         left by pinned shards within ``wait_timeout``, and
         :class:`CacheTimeoutError` when another process downloading the shard
         does not finish within ``wait_timeout``. With ``wait=False`` both are
-        raised at once instead of waiting (for callers that must not block,
-        such as a reader whose own pins hold the room).
+        raised at once instead of waiting; with ``wait="download"`` only
+        CacheFullError is (for a reader, whose own pins may hold the room, but
+        who would rather wait for a download than fetch the shard twice).
         """
         path = self._obtain(url, size, fetch, etag, checksum, demand=True, wait=wait)
         assert path is not None  # a demand either gets its path or raises
@@ -278,11 +285,12 @@ class ShardCache:
     def __getstate__(self) -> dict[str, Any]:
         return {"directories": self.directories, "max_bytes": self.max_bytes,
                 "policy": self.policy, "placement": self.placement,
-                "wait_timeout": self.wait_timeout}  # fmt: skip
+                "wait_timeout": self.wait_timeout,
+                "prefetch": self.prefetch_count}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        wait_timeout = state.pop("wait_timeout")
-        self.__init__(**state, wait_timeout=wait_timeout)  # type: ignore[misc]
+        options = {name: state.pop(name) for name in ("wait_timeout", "prefetch")}
+        self.__init__(**state, **options)  # type: ignore[misc]
 
     def _state(self) -> _Process:
         if self._closed:
@@ -327,7 +335,7 @@ class ShardCache:
 
     def _obtain(
         self, url: str, size: int, fetch: Fetch, etag: str | None, checksum: str | None,
-        demand: bool, wait: bool = True,
+        demand: bool, wait: bool | Literal["download"] = True,
     ) -> str | None:  # fmt: skip
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(f"size must be a byte count, not {size!r}")
@@ -341,32 +349,43 @@ class ShardCache:
         started = time.monotonic()
         reaped, delay, waited = started, 0.001, False
         if demand:
+            # The pin comes first: while this waits for a download (a prefetch's,
+            # another process's), the plan has moved past the shard, and only
+            # the pin keeps a prefetch from evicting it as if it were used.
             with state.index.transaction():
                 state.index.advance(owner, key)
-        while True:
-            with state.index.transaction():  # which also guards the counters
-                step = self._step(state, key, url, size, etag, demand)
-                if step.outcome == "hit" and demand:
-                    state.counters["hits"] += 1
-                    state.counters["waits"] += waited
-            if step.outcome == "hit":
-                assert step.entry is not None
-                return step.entry.path
-            if step.outcome == "fetch":
-                assert step.entry is not None
-                return self._download(state, step.entry, fetch, checksum, demand)
-            if step.outcome == "skip":
-                return None
-            elapsed = time.monotonic() - started
-            if elapsed > self.wait_timeout or not wait:
-                raise self._timeout(state, url, size, step, elapsed)
-            if step.outcome == "full" and time.monotonic() - reaped > _REAP_INTERVAL:
-                with state.index.transaction():  # dead processes' pins may hold the room
-                    reap(state.index, self._owners, owner)
-                reaped = time.monotonic()
-            waited = True
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+                state.index.pin(owner, key)
+        try:
+            while True:
+                with state.index.transaction():  # which also guards the counters
+                    step = self._step(state, key, url, size, etag, demand)
+                    if step.outcome == "hit" and demand:
+                        state.counters["hits"] += 1
+                        state.counters["waits"] += waited
+                if step.outcome == "hit":
+                    assert step.entry is not None
+                    return step.entry.path
+                if step.outcome == "fetch":
+                    assert step.entry is not None
+                    return self._download(state, step.entry, fetch, checksum, demand)
+                if step.outcome == "skip":
+                    return None
+                elapsed = time.monotonic() - started
+                if (elapsed > self.wait_timeout or not wait
+                        or (wait == "download" and step.outcome == "full")):  # fmt: skip
+                    raise self._timeout(state, url, size, step, elapsed)
+                if step.outcome == "full" and time.monotonic() - reaped > _REAP_INTERVAL:
+                    with state.index.transaction():  # dead processes' pins may hold the room
+                        reap(state.index, self._owners, owner)
+                    reaped = time.monotonic()
+                waited = True
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        except BaseException:
+            if demand:
+                with state.index.transaction():
+                    state.index.unpin(owner, key)
+            raise
 
     def _step(
         self, state: _Process, key: str, url: str, size: int, etag: str | None, demand: bool
@@ -376,11 +395,10 @@ class ShardCache:
         if entry is not None and entry.state == READY:
             current = entry.size == size and (etag is None or entry.etag in (None, etag))
             if current and os.path.exists(entry.path):
-                if demand:
-                    index.pin(owner, key)
+                if demand:  # pinned already, by _obtain
                     index.touch(key)
                 return _Step("hit", entry)
-            if index.pinned(key) and os.path.exists(entry.path):
+            if index.pin_count(key) > demand and os.path.exists(entry.path):  # besides ours
                 return _Step("fetching" if demand else "skip", entry)  # another version in use
             index.remove(key)
             remove_quietly(entry.path)
@@ -424,8 +442,6 @@ class ShardCache:
             if not index.publish(entry.key, owner):
                 raise CacheError(entry.url, "the cache index lost this download's reservation "
                                             "(was the cache folder removed?)")  # fmt: skip
-            if demand:
-                index.pin(owner, entry.key)
             state.counters["misses" if demand else "prefetched"] += 1
             state.counters["bytes_downloaded"] += entry.size
         return entry.path

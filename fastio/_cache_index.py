@@ -217,8 +217,10 @@ class CacheIndex:
                          (owner, key))  # fmt: skip
         return cursor.rowcount == 1
 
-    def pinned(self, key: str) -> bool:
-        return self._db.execute("SELECT 1 FROM pins WHERE key = ?", (key,)).fetchone() is not None
+    def pin_count(self, key: str) -> int:
+        """Pins on ``key`` over all owners."""
+        row = self._db.execute("SELECT SUM(count) FROM pins WHERE key = ?", (key,)).fetchone()
+        return int(row[0] or 0)
 
     # ---- plans -----------------------------------------------------------------------------
 

@@ -218,8 +218,8 @@ class SplitSection(_Section):
 
 class CacheSection(_Section):
     """The local shard cache for remote data: remote shards are read from
-    local copies under ``dir``, never more than ``max_bytes`` in all.
-    ``prefetch`` is carried but not yet used (shards are fetched on demand)."""
+    local copies under ``dir``, never more than ``max_bytes`` in all, with
+    ``prefetch`` downloads of the plan's next shards running ahead of the reader."""
 
     dir: str | None = None
     max_bytes: Annotated[Size, Field(ge=1)] | None = None
@@ -344,6 +344,7 @@ class DatasetConfig(BaseSettings):
             cache_dir=self.cache.dir,
             cache_bytes=self.cache.max_bytes,
             cache_policy=self.cache.policy,
+            cache_prefetch=self.cache.prefetch,
             reader=self.reader.to_settings(),
         )
 

@@ -98,7 +98,8 @@ class Dataset(_Base):
     chaining); ``storage_options`` go to fsspec. With ``cache_dir`` and
     ``cache_bytes``, remote shards are read from local copies in a shard cache
     that never exceeds ``cache_bytes`` and evicts by this plan's future use
-    (``cache_policy="plan"``, or ``"lru"``). ``reader`` and further
+    (``cache_policy="plan"``, or ``"lru"``), downloading the
+    ``cache_prefetch`` shards the plan needs next in the background. ``reader`` and further
     keywords are :class:`ReaderSettings`.
 
     ``on_error``: ``"raise"`` (default; the error names URL, byte offset and
@@ -129,6 +130,7 @@ class Dataset(_Base):
         cache_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
         cache_bytes: int | None = None,
         cache_policy: Literal["plan", "lru"] = "plan",
+        cache_prefetch: int = 2,
         reader: ReaderSettings | None = None,
         **reader_knobs: Any,
     ) -> None:
@@ -147,7 +149,7 @@ class Dataset(_Base):
 
             if cache_bytes is None:
                 raise ValueError("cache_dir needs cache_bytes (the cache's byte limit)")
-            self.cache = ShardCache(cache_dir, cache_bytes, cache_policy)
+            self.cache = ShardCache(cache_dir, cache_bytes, cache_policy, prefetch=cache_prefetch)
         self.urls = expand_urls(urls, self.storage_options)
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
@@ -193,6 +195,8 @@ class Dataset(_Base):
         layouts = []
         tolerate = self.on_error != "raise"
         self.reader.prefetch_info(self.urls)  # remote objects: one round trip for all
+        if self.cache is not None:  # shards without an index are read in this order
+            self.cache.plan(self.urls)
         for url in self.urls:
             try:
                 layout, problems = self._format.layout(self.reader, url, tolerate)

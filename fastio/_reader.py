@@ -307,6 +307,9 @@ class Reader:
             return
         if os.getpid() != self._pid:
             self._after_fork()
+        # First, from this thread: the loop thread may be waiting for a shard's
+        # download, which must end before that thread can run the shutdown.
+        self._remotes.stop_downloads()
         background = self._background
         if background is not None and not background.loop.is_closed():
             background.call(self._shutdown)

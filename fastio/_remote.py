@@ -21,14 +21,17 @@ import asyncio
 import errno
 import hashlib
 import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from fastio._errors import FastIOError
+from fastio._prefetch import DownloadCancelled
 
 if TYPE_CHECKING:
     from fastio._cache import ShardCache
     from fastio._cache_files import Download
+    from fastio._prefetch import Prefetcher
     from fastio._settings import ReaderSettings
 
 __all__ = [
@@ -39,6 +42,12 @@ __all__ = [
     "local_path",
     "version_number",
 ]
+
+# Bytes per request of a whole-shard download (at least; read_size if larger):
+# large enough that request overhead is small, small enough that several are
+# in flight for a shard of tens of MiB.
+_DOWNLOAD_STEP = 4 << 20
+_CANCEL_POLL_SECONDS = 0.05  # how soon a running download notices its reader closed
 
 _TRANSIENT_ERRNOS = frozenset(
     {errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.EPIPE, errno.ETIMEDOUT,
@@ -116,6 +125,17 @@ class Remotes:
         self._info: dict[str, RemoteFile] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._prefetcher: Prefetcher | None = None
+
+    @property
+    def prefetcher(self) -> Prefetcher:
+        """Background downloads of the shards the cache's plan needs next."""
+        if self._prefetcher is None:
+            from fastio._prefetch import Prefetcher
+
+            count = self.cache.prefetch_count if self.cache is not None else 0
+            self._prefetcher = Prefetcher(self, count)
+        return self._prefetcher
 
     def filesystem(self, url: str) -> tuple[Any, str]:
         """(filesystem, path within it) for ``url``."""
@@ -153,27 +173,82 @@ class Remotes:
     def local_copy(self, url: str) -> str:
         """The path of a verified local copy of ``url`` in the shard cache,
         downloaded on a miss; the copy stays pinned until ``cache.release``.
-        Raises CacheFullError / CacheTimeoutError at once when there is no
-        room now or another process is downloading it (never waits: the
-        reader's own pins may be what holds the room)."""
-        from fastio._cache_files import etag_checksum
+        A download already running (a prefetch, or another process's) is
+        waited for, up to the cache's ``wait_timeout``. Raises CacheFullError
+        at once when there is no room now (the reader's own pins may be what
+        holds it), CacheTimeoutError when the wait runs out."""
+        assert self.cache is not None
+        self.prefetcher.kick()
+        remote = self.stat(url)
+        return self.cache.get(url, remote.size, self._download, remote.version or None,
+                              checksum=self._checksum(url, remote), wait="download")  # fmt: skip
 
+    def fetch_ahead(self, url: str) -> bool:
+        """Download ``url`` into the cache ahead of its use (see ShardCache.fetch_ahead)."""
         assert self.cache is not None
         remote = self.stat(url)
+        return self.cache.fetch_ahead(url, remote.size, self._download, remote.version or None,
+                                      checksum=self._checksum(url, remote))  # fmt: skip
+
+    @staticmethod
+    def _checksum(url: str, remote: RemoteFile) -> str | None:
+        from fastio._cache_files import etag_checksum
+
         # S3 ETags of single-part uploads are the MD5 of the object; other
         # stores' ETags (HTTP servers, GCS) only name a version.
         is_s3 = url.startswith(("s3://", "s3a://"))
-        checksum = etag_checksum(remote.version) if is_s3 and remote.version else None
-        return self.cache.get(url, remote.size, self._download, remote.version or None,
-                              checksum=checksum, wait=False)  # fmt: skip
+        return etag_checksum(remote.version) if is_s3 and remote.version else None
 
     def _download(self, url: str, file: Download) -> None:
-        """The whole object into ``file``, in ranged requests retried like reads."""
+        """The whole object into ``file``, in ranged requests retried like reads,
+        several in flight (``outstanding_requests`` shared by the prefetches)."""
         fs, path = self.filesystem(url)
         size = self.stat(url).size
-        step = max(self.settings.read_size, 8 << 20)
-        for offset in range(0, size, step):
-            file.write(self._read_sync(fs, path, url, offset, min(step, size - offset)))
+        step = max(self.settings.read_size, _DOWNLOAD_STEP)
+        ranges = [(offset, min(step, size - offset)) for offset in range(0, size, step)]
+        in_flight = max(1, self.settings.outstanding_requests // max(1, self.prefetcher.count))
+        stopping = self.prefetcher.stopping
+        if getattr(fs, "async_impl", False) and in_flight > 1:
+            from fsspec.asyn import get_loop, sync
+
+            sync(get_loop(), self._download_async, fs, path, url, file, ranges, in_flight)
+            return
+        for offset, length in ranges:
+            if stopping.is_set():
+                raise DownloadCancelled(f"{url}: the reader closed during the download")
+            file.write(self._read_sync(fs, path, url, offset, length))
+
+    async def _download_async(
+        self, fs: Any, path: str, url: str, file: Download, ranges: list[tuple[int, int]],
+        in_flight: int,
+    ) -> None:  # fmt: skip
+        """On fsspec's loop: ``in_flight`` ranges requested at once, written in order."""
+        pending: deque[asyncio.Task[tuple[bytes, OSError | None]]] = deque()
+        upcoming = iter(ranges)
+        stopping = self.prefetcher.stopping
+        try:
+            while True:
+                while len(pending) < in_flight and not stopping.is_set():
+                    offset, length = next(upcoming, (-1, 0))
+                    if offset < 0:
+                        break
+                    pending.append(asyncio.ensure_future(
+                        self._read_async(fs, path, url, offset, length)))  # fmt: skip
+                if not pending:
+                    if stopping.is_set():
+                        raise DownloadCancelled(f"{url}: the reader closed during the download")
+                    break
+                while not pending[0].done():  # a close must not wait out a slow request
+                    await asyncio.wait({pending[0]}, timeout=_CANCEL_POLL_SECONDS)
+                    if stopping.is_set():
+                        raise DownloadCancelled(f"{url}: the reader closed during the download")
+                data, error = pending.popleft().result()
+                if error is not None:
+                    raise error
+                file.write(data)
+        finally:
+            for task in pending:
+                task.cancel()
 
     def forget(self, url: str) -> None:
         """Drop what is known of ``url`` (after an error: it may have changed)."""
@@ -249,7 +324,15 @@ class Remotes:
             raise _final(error, url, offset, length, attempts) from None
         return _checked(data, url, offset, length)
 
+    def stop_downloads(self) -> None:
+        """Make running shard downloads end at once (safe from any thread)."""
+        if self._prefetcher is not None:
+            self._prefetcher.stopping.set()
+
     def close(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

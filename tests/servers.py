@@ -27,6 +27,7 @@ class Faults:
     latency: float = 0.0  # added before every answer
     missing: set[str] = field(default_factory=set)  # names that answer 404
     requests: int = 0  # data requests served (all answers)
+    bytes_served: int = 0  # body bytes of successful data answers
 
     def take(self, name: str) -> bool:
         count = getattr(self, name)
@@ -119,6 +120,7 @@ class RangeServer:
             assert request.transport is not None
             request.transport.close()  # the connection drops mid-answer
             return response
+        faults.bytes_served += len(body)
         return web.Response(status=status, body=body, headers=headers)
 
 

@@ -168,3 +168,18 @@ def test_run_dataset_errors_are_reported(tmp_path) -> None:
     assert result.returncode == 1
     assert "No such file" in result.stderr
     assert "none-0.tfrecord" in result.stderr
+
+
+def test_demo_reads_with_a_config_files_reader_settings(tmp_path) -> None:
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        "urls: unused-{0..1}.bin\nreader: {outstanding_requests: 3, read_size: 256KiB}\n"
+    )
+    report = json.loads(
+        bench(
+            "demo", "--shards", "2", "--shard-size", "1MiB", "--json", "--config", str(config)
+        ).stdout
+    )
+    assert report["reader"]["outstanding_requests"] == 3
+    assert report["reader"]["read_size"] == 256 << 10
+    assert report["fastio"]["bytes"] == 2 << 20

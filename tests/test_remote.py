@@ -11,6 +11,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastio
+from fastio._cache import ShardCache
 from fastio._remote import RangeIgnoredError
 
 from .servers import RangeServer, S3Server
@@ -197,3 +198,68 @@ def test_remote_shards_are_served_from_the_shard_cache(http, tars, tmp_path) -> 
     assert [key_of("webdataset", s) for s in same] == [
         key_of("webdataset", s) for s in fastio.Dataset(tars.pattern, seed=2)
     ]
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_the_cache_downloads_each_shard_once_ahead_of_the_reader(
+    http, tars, tmp_path, prefetch
+) -> None:
+    http.faults.latency = 0.02  # downloads take long enough for the reader to catch up
+    total = sum(os.path.getsize(url) for url in tars.urls)
+    before = http.faults.requests
+    dataset = http_dataset(http, tars, tmp_path, cache_dir=tmp_path / "cache",
+                           cache_bytes=total, cache_prefetch=prefetch)  # fmt: skip
+    assert sorted(key_of("webdataset", s) for s in dataset) == sorted(
+        row["key"] for row in tars.samples
+    )
+    stats = dataset.cache.stats()
+    dataset.close()
+    # Every shard came over the network exactly once, as a download (indexing
+    # included): a shard the prefetcher was still fetching was waited for, not
+    # read a second time.
+    assert stats["bytes_downloaded"] == total
+    assert stats["misses"] + stats["prefetched"] == len(tars.urls)
+    assert http.faults.requests - before == len(tars.urls)  # one range each (< 4 MiB)
+    if prefetch:
+        assert stats["prefetched"] >= len(tars.urls) - 2  # all but the first (or two)
+    else:
+        assert stats["prefetched"] == 0
+
+
+@pytest.fixture(scope="module")
+def large_tars(folder):
+    """8 shards of one 3 MiB sample each: the reader's read-ahead (4 MiB) spans
+    only two of them, so the others are left to prefetching."""
+    import webdataset
+
+    rng = random.Random(5)
+    (folder / "large").mkdir()
+    for shard in range(8):
+        with webdataset.TarWriter(str(folder / "large" / f"big-{shard}.tar")) as writer:
+            writer.write({"__key__": f"s{shard}", "bin": rng.randbytes(3 << 20)})
+    return "large/big-{0..7}.tar"
+
+
+def test_closing_mid_epoch_stops_prefetches_and_leaves_no_partial_files(
+    http, large_tars, folder, tmp_path, resources
+) -> None:
+    url = http.url(large_tars)
+    options = {"shuffle": False, "index_dir": tmp_path, "read_size": 64 << 10}
+    fastio.Dataset(url, **options).close()  # indexes first: iteration is what prefetches
+    http.faults.latency = 0.5
+    total = sum(e.stat().st_size for e in os.scandir(folder / "large"))
+    dataset = fastio.Dataset(url, **options, cache_dir=tmp_path / "cache", cache_bytes=total,
+                             cache_prefetch=3)  # fmt: skip
+    samples = iter(dataset)
+    next(samples)
+    assert dataset.reader._remotes.prefetcher.running  # later shards are being downloaded
+    dataset.close()  # while the loop may be waiting for a download: that ends too
+    samples.close()
+    cache = ShardCache(tmp_path / "cache", total)
+    stats = cache.stats()
+    cache.close()
+    assert stats["bytes_reserved"] == 0
+    assert stats["shards_cached"] < 8
+    leftovers = [e.name for e in os.scandir(tmp_path / "cache") if e.is_file()]
+    assert len(leftovers) == stats["shards_cached"]  # published copies only, no temporaries
+    resources.assert_released()

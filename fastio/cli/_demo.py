@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from fastio._settings import ReaderSettings
+from fastio.cli._config_cmd import config_option, load
 from fastio.cli._measure import read_with_fastio, read_with_python
 from fastio.cli._options import SIZE
 from fastio.cli._report import byte_progress, print_table
@@ -52,14 +53,23 @@ def write_demo_dataset(folder: Path, shards: int, shard_size: int, seed: int = 0
 @click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True,
               help="Read with each method this many times; the median run is shown.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def demo(shards: int, shard_size: int, folder: Path | None, repeat: int, as_json: bool) -> None:
+@config_option(
+    "Read with the reader settings of a config file (YAML, TOML, JSON); its urls "
+    "are not read: the demo writes its own dataset."
+)
+def demo(
+    shards: int, shard_size: int, folder: Path | None, repeat: int, as_json: bool,
+    config_file: Path | None,
+) -> None:  # fmt: skip
     """Write a small synthetic sharded dataset, read it with fastio and with
     plain Python, and print both throughputs side by side.
 
     The files were just written, so both read from the page cache: this shows
     the per-byte cost of each reader, not the disk (see benchmarks/ for cold reads).
     """
-    settings = ReaderSettings()
+    settings = (
+        ReaderSettings() if config_file is None else load(config_file, {}).reader.to_settings()
+    )
     temporary = folder is None
     root = Path(tempfile.mkdtemp(prefix="fastio-demo-")) if folder is None else folder
     root.mkdir(parents=True, exist_ok=True)
@@ -83,6 +93,7 @@ def demo(shards: int, shard_size: int, folder: Path | None, repeat: int, as_json
     if as_json:
         result = {
             "dataset": {"shards": shards, "shard_size": shard_size, "folder": str(root)},
+            "reader": settings.as_dict(),
             "fastio": fast.as_dict(),
             "python": python.as_dict(),
             "speedup": fast.mb_per_s / python.mb_per_s,
