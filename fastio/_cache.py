@@ -158,7 +158,6 @@ class ShardCache:
         self._owners = os.path.join(self.directories[0], META_FOLDER, "owners")
         self._guard = threading.Lock()
         self._process: _Process | None = None
-        self._closed = False
         for folder in self.directories:
             os.makedirs(folder, exist_ok=True)
         os.makedirs(self._owners, exist_ok=True)
@@ -262,9 +261,11 @@ class ShardCache:
         return {**state.counters, **totals, "max_bytes": self.max_bytes}
 
     def close(self) -> None:
-        """Unpins this object's shards and forgets its plan. Downloads still
-        running on other threads must have finished."""
-        process, self._process, self._closed = self._process, None, True
+        """Unpins this object's shards, forgets its plan and closes its index
+        connection. Downloads still running on other threads must have
+        finished. Using the object again opens it anew (as a dataset's reader
+        is made anew after ``Dataset.close``)."""
+        process, self._process = self._process, None
         if process is None:
             return
         if process.pid != os.getpid():  # a copy inherited across fork: the parent's to close
@@ -293,8 +294,6 @@ class ShardCache:
         self.__init__(**state, **options)  # type: ignore[misc]
 
     def _state(self) -> _Process:
-        if self._closed:
-            raise ValueError("the shard cache is closed")
         process = self._process
         if process is not None and process.pid == os.getpid():
             return process
@@ -397,6 +396,9 @@ class ShardCache:
             if current and os.path.exists(entry.path):
                 if demand:  # pinned already, by _obtain
                     index.touch(key)
+                    record_use = getattr(self.placement, "record_use", None)  # tiering hook
+                    if record_use is not None:  # a hit is a whole read of the copy
+                        record_use(entry.path, entry.size)
                 return _Step("hit", entry)
             if index.pin_count(key) > demand and os.path.exists(entry.path):  # besides ours
                 return _Step("fetching" if demand else "skip", entry)  # another version in use

@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from fastio._dataset import Dataset
+    from fastio.fairness._settings import FairnessSettings
 
 __all__ = ["DatasetConfig", "dumps", "load_config", "parse_size", "save_config"]
 
@@ -230,21 +231,96 @@ class CacheSection(_Section):
 
 
 class TunerSection(_Section):
-    """The online tuner (issue #5 adds its options)."""
+    """The online tuner (see :mod:`fastio._tuning`): with ``enabled``, the
+    reader's outstanding requests and read size are tuned while data flows."""
 
     enabled: bool = False
+    storage: str | None = None
+    """Trials persist here: a journal file, a ``.db`` SQLite file or an RDB URL."""
+    memory_budget: Annotated[Size, Field(ge=16 << 10)] | None = None
+    """Bytes in flight the tuner may use; unset: half of ``reader.memory_budget``."""
+    window_seconds: Annotated[float, Field(gt=0)] = 2.0
+    window_bytes: Annotated[Size, Field(ge=0)] = 0
+    warmup_seconds: Annotated[float, Field(ge=0)] = 0.5
+    max_trials: Annotated[Count, Field(ge=1)] = 30
+    seed: Annotated[Count, Field(ge=0)] | None = 0
+
+    def to_options(self) -> Any:
+        """The :class:`fastio._tuning.TuningOptions`, or None when not enabled."""
+        if not self.enabled:
+            return None
+        from fastio._tuning import TuningOptions
+
+        options = dict(self)  # the values, not their serialized forms ("8MiB")
+        del options["enabled"]
+        return TuningOptions(**options)
 
 
 class FairnessSection(_Section):
-    """The fairness monitor (issue #6 adds its options)."""
+    """The fairness monitor: :class:`fastio.fairness.FairnessSettings` as a config
+    section (its defaults and checks; the callback is given in code only)."""
 
-    enabled: bool = False
+    enabled: bool = True
+    mitigate: bool = True
+    balance: Literal["budget", "steal"] = "budget"
+    window_seconds: float = 1.0
+    rate_threshold: float = 0.6
+    readiness_gap: float = 0.3
+    readiness_floor: float = 0.5
+    flag_after: Count = 2
+    clear_after: Count = 2
+    max_share: float = 4.0
+    exchange_dir: str | None = None
+
+    @field_validator("*")
+    @classmethod
+    def _within_bounds(cls, value: Any, info: ValidationInfo) -> Any:
+        from fastio.fairness._settings import FairnessSettings
+
+        try:
+            FairnessSettings(**{info.field_name or "": value})
+        except (TypeError, ValueError) as error:
+            raise ValueError(str(error).removeprefix(f"{info.field_name} ")) from None
+        return value
+
+    def to_settings(self) -> FairnessSettings:
+        from fastio.fairness._settings import FairnessSettings
+
+        return FairnessSettings(**dict(self))
+
+
+class TierEntry(_Section):
+    """One tier: a directory, its medium (left out: detected) and its byte budget."""
+
+    name: str
+    path: str
+    capacity: Annotated[Size, Field(ge=1)]
+    media: Literal["ram", "ssd", "hdd"] | None = None
 
 
 class TieringSection(_Section):
-    """SSD/HDD tiering of intermediate files (issue #7 adds its options)."""
+    """Tiering of intermediate files (:mod:`fastio.tiering`): ``tiers`` to place
+    shuffle spill on, by predicted I/O density learned online."""
 
     enabled: bool = False
+    tiers: list[TierEntry] = Field(default_factory=list)
+    shuffle_memory: Annotated[Size, Field(ge=1)] | None = None
+    """Shuffle windows larger than this spill to a tier file (None: stay in memory)."""
+    prior_strength: Annotated[float, Field(gt=0)] = 20.0
+    """Outcomes' worth of belief in the model's prior."""
+    prior_seconds: Annotated[float, Field(gt=0)] = 60.0
+    """Seconds of observed I/O it takes to overrule a file's predicted density."""
+
+    def to_tiering(self) -> Any:
+        """The :class:`fastio.tiering.Tiering` of ``tiers`` (None when not enabled)."""
+        if not self.enabled:
+            return None
+        from fastio.tiering import DensityModel, Tier, Tiering
+
+        if not self.tiers:
+            raise ValueError("tiering is enabled but lists no tiers")
+        tiers = [Tier(t.name, t.path, t.capacity, t.media) for t in self.tiers]
+        return Tiering(tiers, DensityModel(self.prior_strength), prior_seconds=self.prior_seconds)
 
 
 # ---- the config --------------------------------------------------------------------------
@@ -341,11 +417,15 @@ class DatasetConfig(BaseSettings):
             example=options.example,
             index_dir=options.index_dir,
             storage_options=self.storage_options,
-            cache_dir=self.cache.dir,
+            cache_dir=self.cache.dir if not self.tiering.enabled else None,
             cache_bytes=self.cache.max_bytes,
             cache_policy=self.cache.policy,
             cache_prefetch=self.cache.prefetch,
             reader=self.reader.to_settings(),
+            fairness=self.fairness.to_settings(),
+            tune=self.tuner.to_options(),
+            tiering=self.tiering.to_tiering(),
+            shuffle_memory=self.tiering.shuffle_memory,
         )
 
 

@@ -15,20 +15,23 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
-from itertools import groupby, islice
-from operator import attrgetter
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from fastio._batching import assemble, rebatch, rows_of, slice_rows
+from fastio import _tuning  # tuner hook (issue #5)
+from fastio._batching import assemble, rebatch, rows_of
+from fastio._dataset_reads import Read, execute, plan_reads
 from fastio._epochs import Remainder, assign_samples, current_rank, current_worker
-from fastio._errors import DecodeError, SkippedSamplesWarning, TruncatedShardError
-from fastio._ranges import Shard
+from fastio._errors import DecodeError, SkippedSamplesWarning
 from fastio._reader import Reader
 from fastio._settings import ReaderSettings
+from fastio._spill import MISSING as SPILL_MISSING  # tiering hook
+from fastio._spill import make_spill  # tiering hook
 from fastio._urls import expand_urls
 from fastio._windows import Piece, Window, make_windows, permutation
+from fastio.fairness._monitor import FairnessMonitor  # fairness hook (issue #6)
 from fastio.formats._shards import Layout, format_for_url, format_options, make_format
 
 if TYPE_CHECKING:
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
     from fastio._cache import ShardCache
+    from fastio.fairness._settings import FairnessSettings
+    from fastio.tiering import Tiering  # tiering hook
 
 __all__ = ["Batches", "Dataset"]
 
@@ -53,16 +58,6 @@ else:
         from torch.utils.data import IterableDataset as _Base
     except ImportError:  # torch is an optional extra
         _Base = object
-
-
-@dataclass(frozen=True, slots=True)
-class _Read:
-    """Samples ``start``..``stop`` of ``piece``'s shard, for window ``window``."""
-
-    window: int
-    piece: Piece
-    start: int
-    stop: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +101,16 @@ class Dataset(_Base):
     sample), ``"skip"`` (go on, count skipped samples in :meth:`stats`, log a
     summary each epoch) or ``"warn"`` (as skip, with a
     :class:`SkippedSamplesWarning` per failure).
+
+    ``fairness``: the fairness monitor's :class:`~fastio.fairness.FairnessSettings`
+    (or a dict of them; ``False`` turns it off); its report is in :meth:`stats`.
+    ``tune=True`` (or tuner options) tunes ``outstanding_requests`` and
+    ``read_size`` online (see :mod:`fastio._tuning`).
+
+    ``tiering`` (a :class:`fastio.tiering.Tiering`) places intermediate files
+    by predicted I/O density: shuffle windows larger than ``shuffle_memory``
+    spill to a tier file, and with ``cache_bytes`` the shard cache keeps its
+    copies in the tiers' directories, each where the policy puts it.
     """
 
     def __init__(
@@ -132,6 +137,10 @@ class Dataset(_Base):
         cache_policy: Literal["plan", "lru"] = "plan",
         cache_prefetch: int = 2,
         reader: ReaderSettings | None = None,
+        fairness: FairnessSettings | dict[str, Any] | bool | None = None,
+        shuffle_memory: int | None = None,  # tiering hook: shuffle spill (fastio._spill)
+        tiering: Tiering | None = None,  # tiering hook: where spill and cache copies go
+        tune: bool | dict[str, Any] | _tuning.TuningOptions | None = None,  # tuner hook (#5)
         **reader_knobs: Any,
     ) -> None:
         if on_error not in _ON_ERROR:
@@ -143,13 +152,23 @@ class Dataset(_Base):
         if shuffle_buffer < 1 or shuffle_shards < 1:
             raise ValueError("shuffle_buffer and shuffle_shards must be positive")
         self.storage_options = dict(storage_options or {})
+        if tiering is not None and shuffle_memory is None and cache_bytes is None:
+            raise ValueError("tiering places shuffle spill and shard cache copies: give "
+                             "shuffle_memory, cache_bytes or both")  # fmt: skip
+        self._spill = make_spill(shuffle_memory, tiering)  # tiering hook (fastio._spill)
         self.cache: ShardCache | None = None
-        if cache_dir is not None:
+        if cache_dir is not None or (tiering is not None and cache_bytes is not None):
             from fastio._cache import ShardCache
 
             if cache_bytes is None:
                 raise ValueError("cache_dir needs cache_bytes (the cache's byte limit)")
-            self.cache = ShardCache(cache_dir, cache_bytes, cache_policy, prefetch=cache_prefetch)
+            if tiering is not None and cache_dir is not None:
+                raise ValueError("with tiering, the shard cache lives in the tiers' "
+                                 "directories: give cache_bytes, not cache_dir")  # fmt: skip
+            folders = tiering.directories if tiering is not None else cache_dir
+            assert folders is not None  # one of the two, checked above
+            self.cache = ShardCache(folders, cache_bytes, cache_policy, placement=tiering,
+                                    prefetch=cache_prefetch)  # fmt: skip
         self.urls = expand_urls(urls, self.storage_options)
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
@@ -167,6 +186,8 @@ class Dataset(_Base):
         self._explicit_rank = None if rank is None else (rank, world_size or 1)
         self.settings = (reader or ReaderSettings()).replace(**reader_knobs)
         self._reader: Reader | None = None
+        self.tune = _tuning.TuningOptions.of(tune)  # tuner hook (issue #5): see fastio._tuning
+        self._tuning: _tuning.ReaderTuning | None = None  # tuner hook (issue #5)
         self.epoch = 0
         # (epoch, position, who saved it) from load_state_dict, for the next iteration
         self._resume: tuple[int, int, _Who] | None = None
@@ -176,6 +197,7 @@ class Dataset(_Base):
         self._skipped = 0
         self._delivered = 0
         self._errors: list[str] = []
+        self.fairness = FairnessMonitor(fairness, self.urls, seed)  # fairness hook (issue #6)
         self._shards_skipped = 0
         self.layouts = self._load_layouts()
         counts = [layout.count for layout in self.layouts]
@@ -189,6 +211,7 @@ class Dataset(_Base):
             self._reader = Reader(
                 self.settings, storage_options=self.storage_options, cache=self.cache
             )
+            self._tuning = _tuning.reattach(self._tuning, self._reader, self.tune, self.urls)
         return self._reader
 
     def _load_layouts(self) -> list[Layout]:
@@ -234,12 +257,18 @@ class Dataset(_Base):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_reader"] = None  # each process makes its own
+        state["_tuning"] = None  # tuner hook (issue #5): and tunes its own
         return state
 
     def close(self) -> None:
-        """Release the reader (its descriptors, buffers and loop thread)."""
+        """Release the reader (its descriptors, buffers and loop thread) and the
+        shard cache's connection; using the dataset again makes them anew."""
+        _tuning.reattach(self._tuning, None, None, self.urls)  # tuner hook (issue #5): stop it
         if self._reader is not None:
             self._reader.close()
+        if self.cache is not None:  # its index connection and pins; reopened on use
+            self.cache.close()
+        self.fairness.close()  # fairness hook (issue #6)
 
     def __enter__(self) -> Dataset:
         return self
@@ -339,7 +368,7 @@ class Dataset(_Base):
             "version": _STATE_VERSION, "epoch": epoch, "position": position, "seed": self.seed,
             "shuffle": self.shuffle, "total": self.total, "rank": who.rank,
             "world_size": who.world_size, "worker": who.worker, "num_workers": who.num_workers,
-        }  # fmt: skip
+        } | self.fairness.steal_state()  # fmt: skip  # fairness hook (issue #6): steal units
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next iteration starts at the
@@ -355,6 +384,7 @@ class Dataset(_Base):
         saved = _Who(state["rank"], state["world_size"], state["worker"], state["num_workers"])
         self._resume = (self.epoch, int(state["position"]), saved)
         self._running_epoch = None
+        self.fairness.load_steal_state(state.get("steal"))  # fairness hook (issue #6)
 
     def _start(self) -> tuple[int, int, _Who]:
         who = self._current()
@@ -383,6 +413,8 @@ class Dataset(_Base):
             "shards_skipped": self._shards_skipped, "errors": list(self._errors),
             "epoch": self._running_epoch, "position": self._position,
             "reader": self._reader.stats().as_dict() if self._reader is not None else None,
+            "fairness": self.fairness.report(),  # fairness hook (issue #6)
+            "tuner": self._tuning.summary() if self._tuning is not None else None,  # issue #5
         }  # fmt: skip
 
     # ---- iteration -------------------------------------------------------------------
@@ -399,163 +431,47 @@ class Dataset(_Base):
             raise ValueError(f"batch_size must be positive, not {batch_size}")
         return Batches(self, batch_size, drop_last)
 
-    def _reads(self, windows: list[Window], first: int, skip: int, epoch: int,
-               who: _Who) -> list[_Read]:  # fmt: skip
-        """Reads for windows ``first``.., the first of which has delivered
-        ``skip`` of its samples already (only the rest are read again)."""
-        reads: list[_Read] = []
-        for index in range(first, len(windows)):
-            window = windows[index]
-            if index != first or not skip:
-                reads.extend(_Read(index, p, p.start, p.stop) for p in window.pieces)
-                continue
-            order = self._order(window, index, epoch, who)
-            wanted = np.arange(skip, window.count) if order is None else np.sort(order[skip:])
-            for piece in window.pieces:
-                inside = wanted[(wanted >= piece.base) & (wanted < piece.base + len(piece))]
-                if not len(inside):
-                    continue
-                samples = inside - piece.base + piece.start
-                if not self.layouts[piece.shard].per_sample:
-                    reads.append(_Read(index, piece, int(samples[0]), int(samples[-1]) + 1))
-                    continue
-                # Runs of consecutive samples: read only those.
-                breaks = np.flatnonzero(np.diff(samples) != 1) + 1
-                runs = np.split(samples, breaks)
-                reads.extend(_Read(index, piece, int(r[0]), int(r[-1]) + 1) for r in runs)
-        return reads
-
-    def _decode(
-        self, read: _Read, chunks: Iterable[Any], columnar: bool, first: int
-    ) -> tuple[Any, int, Exception | None]:
-        """Decoded samples (a list, or a list of columnar parts) of ``read``,
-        whose bytes decode from sample ``first`` on, how many, and the error
-        that cut it short."""
-        layout = self.layouts[read.piece.shard]
-        skip, want = read.start - first, read.stop - read.start
-        error: Exception | None = None
-        if not columnar:
-            samples: list[Any] = []
-            try:
-                samples.extend(islice(self._format.samples(chunks, layout), skip, skip + want))
-            except (DecodeError, OSError) as failure:
-                error = self._located(failure, layout)
-            if error is None and len(samples) < want:
-                error = TruncatedShardError(
-                    f"holds {skip + len(samples)} samples from {first} on, the index says "
-                    f"{skip + want} (the shard changed after it was indexed?)",
-                    layout.url, -1, first + skip + len(samples),
-                )  # fmt: skip
-            return samples, len(samples), error
-        parts: list[Any] = []
-        rows = 0
-        try:
-            for part in self._format.batches(chunks, layout):
-                n = rows_of(part)
-                lo, hi = max(skip - rows, 0), min(skip + want - rows, n)
-                if lo < hi:
-                    parts.append(part if (lo, hi) == (0, n) else slice_rows(part, lo, hi))
-                rows += n
-                if rows >= skip + want:
-                    break
-        except (DecodeError, OSError) as failure:
-            error = self._located(failure, layout)
-        got = sum(rows_of(p) for p in parts)
-        if error is None and got < want:
-            error = TruncatedShardError(
-                f"holds {got} of the {want} samples its index places from sample {read.start}",
-                layout.url, -1, read.start + got,
-            )  # fmt: skip
-        return parts, got, error
-
-    @staticmethod
-    def _located(error: Exception, layout: Layout) -> Exception:
-        """``error`` naming the sample (its number in the shard) where the
-        index knows which sample holds the failing byte."""
-        if not isinstance(error, DecodeError) or not layout.per_sample or error.offset < 0:
-            return error
-        assert layout.ends is not None
-        sample = int(np.searchsorted(layout.ends, error.offset, side="right"))
-        message = str(error).split(": ", 1)[1]
-        located = type(error)(f"{message} (sample {sample} of the shard)", error.url,
-                              error.offset, sample)  # fmt: skip
-        return located
-
-    def _execute(
-        self, reads: list[_Read], columnar: bool, on_error: OnError | None = None
-    ) -> Iterator[tuple[_Read, Any, int]]:
-        """Every read decoded, in order: (read, decoded, count). A failing read
-        goes through the error policy; a failed stream restarts after it."""
-        planned = [self.layouts[r.piece.shard].ranges(r.start, r.stop) for r in reads]
-        shards = [Shard(tuple(ranges)) for ranges, _ in planned]
-        k = 0
-        while k < len(reads):
-            guarded = _Guarded(self.reader.stream(shards[k:]))
-            expected = k
-            try:
-                for position, group in groupby(guarded, key=attrgetter("shard")):
-                    index = k + position
-                    while expected < index:  # reads that produced no bytes
-                        yield reads[expected], [], 0
-                        expected += 1
-                    decoded, count, error = self._decode(
-                        reads[index], group, columnar, planned[index][1]
-                    )
-                    if guarded.failed_at == position:  # the read itself failed midway
-                        error = guarded.failure
-                    if error is not None:
-                        lost = reads[index].stop - reads[index].start - count
-                        self._failure(error, lost, "read failed", on_error)
-                    yield reads[index], decoded, count
-                    expected = index + 1
-            finally:
-                guarded.close()
-            if guarded.failure is not None and guarded.failed_at is not None:
-                failed = k + guarded.failed_at
-                if failed >= expected:  # failed before delivering any of its bytes
-                    while expected < failed:
-                        yield reads[expected], [], 0
-                        expected += 1
-                    read = reads[failed]
-                    self._failure(guarded.failure, read.stop - read.start, "read failed", on_error)
-                    yield read, [], 0
-                    expected = failed + 1
-            else:
-                while expected < len(reads):
-                    yield reads[expected], [], 0
-                    expected += 1
-            k = expected
-
     def _run(self, columnar: bool, batch_size: int, drop_last: bool) -> Iterator[Any]:
         epoch, position, who = self._start()
+        # fairness hook (issue #6): times and publishes what this process delivers
+        watch = self.fairness.watcher(self, who, epoch, position, lambda: self._delivered)
+        # fairness hook (issue #6): with balance="steal", units shared between workers
+        stolen = self.fairness.stolen_units(self, epoch, position, who, columnar, batch_size,
+                                            drop_last)  # fmt: skip
         try:
-            if columnar:
-                yield from rebatch(self._units(epoch, position, who, True), batch_size,
-                                    drop_last, self)  # fmt: skip
+            if stolen is not None:
+                yield from watch(stolen)
+            elif columnar:
+                yield from watch(rebatch(self._units(epoch, position, who, True), batch_size,
+                                         drop_last, self))  # fmt: skip
             else:
-                yield from self._units(epoch, position, who, False)
+                yield from watch(self._units(epoch, position, who, False))
         finally:
+            self.fairness.finish()  # fairness hook (issue #6)
             if (self._skipped or self._shards_skipped) and self.on_error == "skip":
                 log.warning("fastio: %d samples and %d unreadable shards skipped so far "
                             "(on_error='skip'); see stats()", self._skipped,
                             self._shards_skipped)  # fmt: skip
 
-    def _units(self, epoch: int, position: int, who: _Who, columnar: bool) -> Iterator[Any]:
+    def _units(
+        self, epoch: int, position: int, who: _Who, columnar: bool, stop: int | None = None
+    ) -> Iterator[Any]:
         """Samples in delivery order; or, ``columnar``, per window a table, the
         rows to deliver in order, each row's position in the epoch, and the
         position after the window. ``self._position`` counts every sample
-        passed, delivered or skipped (samples mode; batches set it as they go)."""
-        windows = self._windows(epoch, who)
+        passed, delivered or skipped (samples mode; batches set it as they go).
+        ``stop``: windows before it only (a unit of work, fairness issue #6)."""
+        windows = self._windows(epoch, who)[:stop]
         sizes = np.cumsum([0] + [w.count for w in windows])
         first = int(np.searchsorted(sizes, position, side="right")) - 1
         if first >= len(windows):
             return
         skip = position - int(sizes[first])
-        reads = self._reads(windows, first, skip, epoch, who)
+        reads = plan_reads(self, windows, first, skip, epoch, who)
         if self.cache is not None:
             self._plan_cache(reads, epoch, who)
         per_window = np.bincount([r.window for r in reads], minlength=len(windows))
-        executed = self._execute(reads, columnar)
+        executed = execute(self, reads, columnar)
         for index in range(first, len(windows)):
             window = windows[index]
             order = self._order(window, index, epoch, who)
@@ -572,6 +488,16 @@ class Dataset(_Base):
                         yield sample
                     expected = at + count
                 self._position = int(sizes[index + 1])
+                continue
+            # tiering hook: a window over shuffle_memory waits in a spill file (fastio._spill)
+            if self._spill is not None and self._spill.applies(window.nbytes, columnar):
+                placed = ((r.piece.base + r.start - r.piece.start, d) for r, d, _ in its_reads)
+                sequence = order[begin:] if order is not None else np.arange(begin, window.count)
+                for sample in self._spill.window(placed, window.count, sequence, window.nbytes):
+                    self._position += 1
+                    if sample is not SPILL_MISSING:
+                        self._delivered += 1
+                        yield sample
                 continue
             # Collect the window (the shuffle buffer), then deliver it in its order.
             slots: list[Any] = [_MISSING] * window.count
@@ -610,7 +536,7 @@ class Dataset(_Base):
                     self._delivered += 1
                     yield sample
 
-    def _plan_cache(self, reads: list[_Read], epoch: int, who: _Who) -> None:
+    def _plan_cache(self, reads: list[Read], epoch: int, who: _Who) -> None:
         """Tell the shard cache the order shards are needed in: the rest of this
         epoch, then the next (so that eviction keeps what is used soonest)."""
         assert self.cache is not None
@@ -630,8 +556,8 @@ class Dataset(_Base):
         shard = int(np.searchsorted(self._bases, index, side="right")) - 1
         sample = index - int(self._bases[shard])
         piece = Piece(shard, sample, sample + 1, 0)
-        read = _Read(0, piece, sample, sample + 1)
-        for _, decoded, _ in self._execute([read], False, on_error="raise"):
+        read = Read(0, piece, sample, sample + 1)
+        for _, decoded, _ in execute(self, [read], False, on_error="raise"):
             return decoded[0]
         raise IndexError(index)  # unreachable: _execute yields once or raises
 
@@ -641,34 +567,6 @@ class Dataset(_Base):
 
 
 _MISSING = object()
-
-
-class _Guarded:
-    """A reader stream that ends, instead of raising, at a failed read, and
-    says which of its shards failed: the decoder of the shard before never
-    sees the next shard's error (the reader raises it right after the last
-    chunk it delivered)."""
-
-    def __init__(self, stream: Iterator[Any]) -> None:
-        self.stream = stream
-        self.failure: OSError | None = None
-        self.failed_at: int | None = None
-
-    def __iter__(self) -> Iterator[Any]:
-        last = None
-        try:
-            for chunk in self.stream:
-                last = chunk
-                yield chunk
-        except OSError as error:
-            self.failure = error
-            if last is None:
-                self.failed_at = 0
-            else:
-                self.failed_at = last.shard + 1 if last.end_of_shard else last.shard
-
-    def close(self) -> None:
-        self.stream.close()  # type: ignore[attr-defined]
 
 
 class Batches(_Base):

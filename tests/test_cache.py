@@ -542,5 +542,5 @@ def test_bad_arguments(tmp_path) -> None:
         ShardCache(tmp_path, 10, "fifo")  # type: ignore[arg-type]
     with ShardCache(tmp_path, 10) as cache, pytest.raises(ValueError, match="checksum"):
         cache.get("mem://z", 1, serve("mem://z", 1), checksum="nope")
-    with pytest.raises(ValueError, match="closed"):
-        cache.stats()
+    assert cache.stats()["shards_cached"] == 0  # a closed cache opens anew when used
+    cache.close()

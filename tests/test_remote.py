@@ -14,6 +14,7 @@ import fastio
 from fastio._cache import ShardCache
 from fastio._remote import RangeIgnoredError
 
+from .conftest import ResourceSnapshot
 from .servers import RangeServer, S3Server
 from .shards import FORMATS, key_of, write
 
@@ -241,11 +242,12 @@ def large_tars(folder):
 
 
 def test_closing_mid_epoch_stops_prefetches_and_leaves_no_partial_files(
-    http, large_tars, folder, tmp_path, resources
+    http, large_tars, folder, tmp_path
 ) -> None:
     url = http.url(large_tars)
     options = {"shuffle": False, "index_dir": tmp_path, "read_size": 64 << 10}
     fastio.Dataset(url, **options).close()  # indexes first: iteration is what prefetches
+    resources = ResourceSnapshot()  # after fsspec's loop and client exist (they stay)
     http.faults.latency = 0.5
     total = sum(e.stat().st_size for e in os.scandir(folder / "large"))
     dataset = fastio.Dataset(url, **options, cache_dir=tmp_path / "cache", cache_bytes=total,
@@ -262,4 +264,30 @@ def test_closing_mid_epoch_stops_prefetches_and_leaves_no_partial_files(
     assert stats["shards_cached"] < 8
     leftovers = [e.name for e in os.scandir(tmp_path / "cache") if e.is_file()]
     assert len(leftovers) == stats["shards_cached"]  # published copies only, no temporaries
-    resources.assert_released()
+    resources.assert_released(pooled_connections=True)
+
+
+def test_tiering_places_the_datasets_cache_copies(http, tars, tmp_path) -> None:
+    from fastio.tiering import Tier, Tiering
+
+    sizes = sorted(os.path.getsize(url) for url in tars.urls)
+    fast, slow = tmp_path / "fast", tmp_path / "slow"
+    # Room on the fast tier for one copy at most: the rest must go to the slow one.
+    tiering = Tiering(
+        [Tier("fast", fast, sizes[-1] + 1, "ssd"), Tier("slow", slow, 1 << 30, "hdd")]
+    )
+    dataset = http_dataset(http, tars, tmp_path, cache_bytes=sum(sizes), tiering=tiering)
+    assert sorted(key_of("webdataset", s) for s in dataset) == sorted(
+        row["key"] for row in tars.samples
+    )
+    dataset.close()
+
+    def copies(folder):
+        return sorted(e.stat().st_size for e in os.scandir(folder) if e.is_file())
+
+    assert len(copies(fast)) == 1
+    assert sorted(copies(fast) + copies(slow)) == sizes  # every shard once, where placed
+    assert all(tiering.tier_of(str(fast / name)).name == "fast" for name in os.listdir(fast))
+    with pytest.raises(ValueError, match="not cache_dir"):
+        http_dataset(http, tars, tmp_path, cache_dir=tmp_path / "c", cache_bytes=1 << 20,
+                     tiering=tiering)  # fmt: skip

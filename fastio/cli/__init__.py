@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import click
 
-from fastio.cli import _config_cmd, _demo, _gen, _run
+from fastio.cli import _config_cmd, _demo, _gen, _run, _sweep, _tiering, _tune  # issue #5
+from fastio.cli._fairness import fairness  # issue 6
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -20,5 +21,9 @@ main.add_command(_config_cmd.config)
 main.add_command(_demo.demo)
 main.add_command(_gen.gen)
 main.add_command(_run.run)
+main.add_command(_sweep.sweep)  # issue #5
+main.add_command(_tune.tune)  # issue #5
+main.add_command(fairness)  # issue 6
+main.add_command(_tiering.tiering)
 
 __all__ = ["main"]

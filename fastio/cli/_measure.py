@@ -61,6 +61,20 @@ def expand_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     return files
 
 
+def files_to_read(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """:func:`expand_paths` for a command: a missing path or nothing to read
+    ends it with a usage error naming the problem."""
+    import click
+
+    try:
+        files = expand_paths(paths)
+    except FileNotFoundError as error:
+        raise click.BadParameter(f"{error.filename}: no such file or directory") from None
+    if not files:
+        raise click.BadParameter("no files found under the given paths")
+    return files
+
+
 def read_with_fastio(
     files: Sequence[str], settings: ReaderSettings, progress: ProgressCallback | None = None
 ) -> Measurement:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fastio.cli._config_cmd import config_option, explicit_options, load
-from fastio.cli._measure import Measurement, expand_paths, read_with_fastio
+from fastio.cli._measure import Measurement, files_to_read, read_with_fastio
 from fastio.cli._options import SIZE, reader_options, settings_from
 from fastio.cli._report import (
     byte_progress,
@@ -129,12 +129,7 @@ def run(
     if options["format_name"] is not None:
         _run_dataset(lambda: _dataset(paths, settings, options), repeat, as_json, batch_size)
         return
-    try:
-        files = expand_paths(paths)
-    except FileNotFoundError as error:
-        raise click.BadParameter(f"{error.filename}: no such file or directory") from None
-    if not files:
-        raise click.BadParameter("no files found under the given paths")
+    files = files_to_read(paths)
     total = sum(os.path.getsize(path) for path in files)
     runs: list[Measurement] = []
     try:

@@ -1,0 +1,212 @@
+"""The fairness monitor: its overhead, what mitigation buys, and false flags.
+
+    python benchmarks/bench_fairness.py                       # ~4 min, with a 3-minute balanced run
+    python benchmarks/bench_fairness.py --duration 10 --runs 3 --size-mb 64   # a quick check
+    python benchmarks/bench_fairness.py --only injected --runs 2              # mitigation only
+
+Three parts, results as JSON in benchmarks/results/fairness-<time>.json:
+
+1. overhead: an epoch of real local files (fixed records, read by
+   fastio.Dataset in this process, warm page cache) with monitoring on and off,
+   alternating, ``--runs`` times each; the ratio of median throughputs (the
+   target is within 3%).
+2. injected: 2 DataLoader workers, a consumer training 5 ms per batch of 8, and
+   worker 0's shards behind 40 ms of added latency per request
+   (``ThrottledFileSystem``); mitigation off and on: Jain's index (mean over
+   the judged windows after the first three) and epoch time; and
+   ``balance="steal"`` against no mitigation with a loader that takes batches
+   as they come (``in_order=False``), with the units stolen.
+3. balanced: ``--duration`` seconds of epochs over the real local files with 2
+   DataLoader workers, default settings (1 s windows): flags raised (the target
+   is none), and the lowest relative rate and largest readiness gap seen, the
+   margins under the defaults (0.6 and 0.3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import DataLoader
+
+import fastio
+import fastio.fairness._inject  # registers throttled://
+
+RECORD = 4096
+FLAGS = Path(tempfile.gettempdir()) / f"fastio-bench-fairness-{os.getpid()}.jsonl"
+
+
+def write_shards(folder: Path, size_mb: int, shards: int = 8) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    per_shard = size_mb * (1 << 20) // shards // RECORD * RECORD
+    rng = np.random.default_rng(0)
+    urls = []
+    for index in range(shards):
+        path = folder / f"part-{index}.bin"
+        if not path.exists() or path.stat().st_size != per_shard:
+            path.write_bytes(rng.bytes(per_shard))
+        urls.append(str(path))
+    return urls
+
+
+def overhead(urls: list[str], runs: int) -> dict[str, object]:
+    def epoch(enabled: bool) -> float:
+        with fastio.Dataset(urls, "fixed", record_size=RECORD, shuffle=False,
+                            fairness=enabled) as dataset:  # fmt: skip
+            started = time.perf_counter()
+            total = sum(len(batch) for batch in dataset.batches(256))
+            seconds = time.perf_counter() - started
+            assert total == dataset.total
+            return total * RECORD / seconds / 1e6
+
+    epoch(True)  # warm the page cache
+    speeds: dict[bool, list[float]] = {True: [], False: []}
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(runs):
+        for enabled in (False, True):
+            speeds[enabled].append(epoch(enabled))
+            with fastio.Dataset(urls, "fixed", record_size=RECORD, shuffle=False,
+                                fairness=enabled) as dataset:  # fmt: skip
+                started = time.perf_counter()
+                count = sum(1 for _ in dataset)
+                samples[enabled].append(count / (time.perf_counter() - started))
+    on, off = statistics.median(speeds[True]), statistics.median(speeds[False])
+    per_on, per_off = statistics.median(samples[True]), statistics.median(samples[False])
+    return {"batches_mb_s_on": on, "batches_mb_s_off": off, "batches_ratio": on / off,
+            "samples_per_s_on": per_on, "samples_per_s_off": per_off,
+            "samples_ratio": per_on / per_off, "runs": runs,
+            "mb_s_runs": {"on": speeds[True], "off": speeds[False]}}  # fmt: skip
+
+
+def loader_epoch(
+    dataset: fastio.Dataset, step: float, epoch: int = 0, in_order: bool = True
+) -> float:
+    dataset.set_epoch(epoch)
+    started = time.perf_counter()
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=len, in_order=in_order)
+    for _ in loader:
+        pace = time.perf_counter() + step
+        while time.perf_counter() < pace:
+            pass
+    return time.perf_counter() - started
+
+
+# name: (mitigate, balance, in_order). Stealing pays off only when the loader
+# takes batches as they come: in its default round-robin the fast worker runs at
+# most prefetch_factor batches ahead and never finishes its own part early.
+VARIANTS = {
+    "unmitigated": (False, "budget", True),
+    "mitigated": (True, "budget", True),
+    "unmitigated_out_of_order": (False, "budget", False),
+    "steal_out_of_order": (True, "steal", False),
+}
+
+
+def injected(urls: list[str], runs: int) -> dict[str, object]:
+    slow = [os.path.basename(url) for url in urls[: len(urls) // 2]]
+    result: dict[str, object] = {}
+    for name, (mitigate, balance, in_order) in VARIANTS.items():
+        seconds, jains, stolen = [], [], []
+        for _ in range(runs):
+            dataset = fastio.Dataset(
+                [f"throttled://{url}" for url in urls], "fixed", record_size=RECORD,
+                shuffle=False, shuffle_buffer=64 << 10,
+                storage_options={"delay": 0.001, "slow": slow, "slow_delay": 0.04},
+                reader=fastio.ReaderSettings(outstanding_requests=5, read_size=16 << 10,
+                                             memory_budget=256 << 10),
+                fairness={"window_seconds": 0.2, "mitigate": mitigate, "balance": balance},
+            )  # fmt: skip
+            seconds.append(loader_epoch(dataset, 0.005, in_order=in_order))
+            report = dataset.fairness.report(timeline=True)
+            stolen.append(sum(w["units_stolen"] for w in report["workers"]))
+            rows = report["timeline"][3:]
+            judged = [r["jain_index"] for r in rows
+                      if sum(w["rate"] is not None for w in r["workers"]) == 2]  # fmt: skip
+            jains.append(float(np.mean(judged)))
+            dataset.close()
+        result[name] = {
+            "epoch_seconds": statistics.median(seconds), "jain_index": statistics.median(jains),
+            "units_stolen": statistics.median(stolen), "in_order": in_order,
+            "epoch_seconds_runs": seconds, "jain_runs": jains}  # fmt: skip
+    seconds_of = {name: r["epoch_seconds"] for name, r in result.items() if isinstance(r, dict)}
+    result["speedup"] = seconds_of["unmitigated"] / seconds_of["mitigated"]
+    result["steal_speedup"] = (
+        seconds_of["unmitigated_out_of_order"] / seconds_of["steal_out_of_order"]
+    )
+    result["steal_speedup_vs_in_order"] = (
+        seconds_of["unmitigated"] / seconds_of["steal_out_of_order"]
+    )
+    return result
+
+
+def record_flag(event: dict) -> None:
+    with open(FLAGS, "a") as handle:
+        handle.write(json.dumps(event) + "\n")
+
+
+def balanced(urls: list[str], duration: float) -> dict[str, object]:
+    FLAGS.unlink(missing_ok=True)
+    dataset = fastio.Dataset(urls, "fixed", record_size=RECORD, shuffle=True,
+                             fairness={"callback": record_flag})  # fmt: skip
+    started, epochs, lowest, widest, windows = time.perf_counter(), 0, 1.0, 0.0, 0
+    while time.perf_counter() - started < duration:
+        loader_epoch(dataset, 0.0005, epochs)
+        epochs += 1
+    for row in dataset.fairness.report(timeline=True)["timeline"]:
+        judged = [w for w in row["workers"] if w["rate"] is not None]
+        if len(judged) == 2:
+            windows += 1
+            rates = sorted(w["rate"] for w in judged)
+            lowest = min(lowest, rates[0] / rates[1])
+            widest = max(widest, abs(judged[0]["readiness"] - judged[1]["readiness"]))
+    report = dataset.fairness.report()
+    dataset.close()
+    flags = FLAGS.read_text().splitlines() if FLAGS.exists() else []
+    FLAGS.unlink(missing_ok=True)
+    return {"seconds": time.perf_counter() - started, "epochs": epochs,
+            "windows": report["windows"], "windows_inspected": windows,
+            "flags_raised": len(flags), "flag_events": [json.loads(f) for f in flags],
+            "lowest_relative_rate": lowest, "widest_readiness_gap": widest}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "fastio-fair"))
+    parser.add_argument("--size-mb", type=int, default=256, help="local data for parts 1 and 3")
+    parser.add_argument("--runs", type=int, default=5, help="runs per variant (medians)")
+    parser.add_argument("--duration", type=float, default=180.0, help="balanced run, seconds")
+    parser.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/)")
+    parser.add_argument("--only", choices=("overhead", "injected", "balanced"), default=None,
+                        help="run one part")  # fmt: skip
+    args = parser.parse_args()
+    parts = [args.only] if args.only else ["overhead", "injected", "balanced"]
+    folder = Path(args.data_dir)
+    urls = write_shards(folder / "local", args.size_mb)
+    slow_urls = write_shards(folder / "slow", 16)
+    results: dict[str, dict[str, object]] = {}
+    if "overhead" in parts:
+        results["overhead"] = overhead(urls, args.runs)
+        print(json.dumps({"overhead": {k: v for k, v in results["overhead"].items()
+                                       if not k.endswith("runs")}}, indent=1))  # fmt: skip
+    if "injected" in parts:
+        results["injected"] = injected(slow_urls, max(1, args.runs // 2))
+        print(json.dumps({"injected": results["injected"]}, indent=1))
+    if "balanced" in parts:
+        results["balanced"] = balanced(urls, args.duration)
+        print(json.dumps({"balanced": {k: v for k, v in results["balanced"].items()
+                                       if k != "flag_events"}}, indent=1))  # fmt: skip
+    out = Path(args.out or Path(__file__).parent / "results" /
+               f"fairness-{time.strftime('%Y%m%d-%H%M%S')}.json")  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"args": vars(args), **results}, indent=1))
+    print(f"results: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""``fastio-bench fairness``: read a dataset through DataLoader workers at a
+training pace and show, window by window, each worker's delivery rate,
+readiness, starved flag and outstanding requests; optionally with one
+worker's shards behind injected latency (a drill for the monitor)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from fastio.cli._config_cmd import config_option, load
+from fastio.cli._options import reader_options, settings_from
+from fastio.cli._report import console
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from fastio._dataset import Dataset
+
+
+@click.command()
+@click.argument("paths", nargs=-1)
+@config_option("Read the dataset a config file describes (its fairness section included).")
+@reader_options
+@click.option("--format", "format_name", default=None, help="Dataset format (default: from URL).")
+@click.option("--record-size", type=int, default=None, help="Format fixed: bytes per record.")
+@click.option("--workers", type=click.IntRange(0, 64), default=2, show_default=True,
+              help="DataLoader worker processes (0: the main process reads).")  # fmt: skip
+@click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True)
+@click.option("--step-ms", type=float, default=5.0, show_default=True,
+              help="Milliseconds the consumer spends per batch (a training step).")  # fmt: skip
+@click.option("--epochs", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--window", type=float, default=None, help="Window seconds (default: settings').")
+@click.option("--mitigate/--no-mitigate", default=None, help="Shift requests to starved workers.")
+@click.option("--slow", multiple=True, help="Inject latency on URLs containing this (repeatable).")
+@click.option("--slow-delay", type=float, default=0.04, show_default=True,
+              help="Seconds added to each request of --slow URLs.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Save a per-worker timeline plot here (needs the plot extra).")  # fmt: skip
+def fairness(
+    paths: tuple[str, ...],
+    config_file: Path | None,
+    workers: int,
+    batch_size: int,
+    step_ms: float,
+    epochs: int,
+    window: float | None,
+    mitigate: bool | None,
+    slow: tuple[str, ...],
+    slow_delay: float,
+    as_json: bool,
+    plot_path: str | None,
+    **options: Any,
+) -> None:
+    """Per-worker fairness of reading PATHS (or --config's dataset) as training does."""
+    dataset = _make_dataset(paths, config_file, options, window, mitigate, slow, slow_delay)
+    with dataset:
+        seconds = [_epoch(dataset, workers, batch_size, step_ms / 1e3, epoch)
+                   for epoch in range(epochs)]  # fmt: skip
+        report = dataset.fairness.report(timeline=True)
+    result = {"epochs": epochs, "epoch_seconds": seconds, "workers": workers,
+              "slow": list(slow), "slow_delay": slow_delay if slow else 0.0,
+              "settings": dataset.fairness.settings.as_dict(), "report": report}  # fmt: skip
+    if plot_path is not None:
+        plot_timeline(report, plot_path)
+    if as_json:
+        json.dump(result, sys.stdout)
+        sys.stdout.write("\n")
+        return
+    print_timeline(result)
+
+
+def _make_dataset(
+    paths: tuple[str, ...],
+    config_file: Path | None,
+    options: dict[str, Any],
+    window: float | None,
+    mitigate: bool | None,
+    slow: tuple[str, ...],
+    slow_delay: float,
+) -> Dataset:
+    from fastio._dataset import Dataset
+    from fastio.fairness._settings import FairnessSettings
+
+    changes: dict[str, Any] = {}
+    if window is not None:
+        changes["window_seconds"] = window
+    if mitigate is not None:
+        changes["mitigate"] = mitigate
+    storage: dict[str, Any] = {}
+    try:
+        if config_file is not None:
+            overrides = {f"fairness__{k}": v for k, v in changes.items()}
+            config = load(config_file, overrides | ({"urls": list(paths)} if paths else {}))
+            urls, fmt = config.urls, config.format
+            kwargs: dict[str, Any] = {"reader": config.reader.to_settings(),
+                                      "fairness": config.fairness.to_settings(),
+                                      "record_size": config.format_options.record_size}  # fmt: skip
+        else:
+            if not paths:
+                raise click.UsageError("give PATHS to read, or --config FILE")
+            urls, fmt = list(paths), options["format_name"]
+            kwargs = {"reader": settings_from(options), "record_size": options["record_size"],
+                      "fairness": FairnessSettings(**changes)}  # fmt: skip
+        if slow:
+            import fastio.fairness._inject  # noqa: F401 - registers throttled://
+
+            listed = [urls] if isinstance(urls, str) else urls
+            urls = [f"throttled://{url}" for url in listed]
+            storage = {"slow": list(slow), "slow_delay": slow_delay}
+        return Dataset(urls, fmt, shuffle=False, storage_options=storage, **kwargs)
+    except (OSError, ValueError, TypeError) as error:
+        raise click.ClickException(str(error)) from None
+
+
+def _epoch(dataset: Dataset, workers: int, batch_size: int, step: float, epoch: int) -> float:
+    dataset.set_epoch(epoch)
+    if workers:
+        try:
+            from torch.utils.data import DataLoader
+        except ImportError:
+            raise click.ClickException(
+                "--workers needs torch: pip install 'fastio[torch]' (or use --workers 0)"
+            ) from None
+        # An IterableDataset at run time (typed as a plain class where torch is optional).
+        source: Any = dataset
+        batches: Any = DataLoader(source, batch_size=batch_size, num_workers=workers,
+                                  collate_fn=len)  # fmt: skip
+    else:
+        batches = dataset.batches(batch_size)
+    started = time.perf_counter()
+    for _ in batches:
+        pace = time.perf_counter() + step
+        while time.perf_counter() < pace:  # the consumer's step, on the CPU like training
+            pass
+    return time.perf_counter() - started
+
+
+def print_timeline(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    report = result["report"]
+    table = Table(title="fastio-bench fairness: per-worker rate / readiness / requests")
+    table.add_column("window", justify="right")
+    table.add_column("Jain", justify="right")
+    used = [w["worker"] for w in report["workers"]]
+    for worker in used:
+        table.add_column(f"worker {worker}", justify="right")
+    for row in report["timeline"]:
+        cells = []
+        for entry in row["workers"]:
+            if entry["rate"] is None:
+                cells.append("idle")
+                continue
+            flag = " [bold red]STARVED[/]" if entry["starved"] else ""
+            cells.append(f"{entry['rate']:,.0f}/s {entry['readiness']:.0%} "
+                         f"q={entry['outstanding_requests']}{flag}")  # fmt: skip
+        table.add_row(str(row["window"]), f"{row['jain_index']:.3f}", *cells)
+    console().print(table)
+    seconds = ", ".join(f"{s:.2f}" for s in result["epoch_seconds"])
+    console().print(f"epoch seconds: {seconds}  starved now: {report['starved_workers'] or 'none'}"
+                    f"  mitigation: {'on' if report['mitigate'] else 'off'}")  # fmt: skip
+
+
+def plot_timeline(report: dict[str, Any], path: str) -> None:
+    """Rates per worker over the windows, starved windows marked, Jain's index below."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise click.ClickException("--plot needs matplotlib: pip install 'fastio[plot]'") from None
+    rows = report["timeline"]
+    figure, (rates, jain) = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
+    for worker in [w["worker"] for w in report["workers"]]:
+        points = [(r["window"], e["rate"], e["starved"]) for r in rows for e in r["workers"]
+                  if e["worker"] == worker and e["rate"] is not None]  # fmt: skip
+        if not points:
+            continue
+        line = rates.plot([p[0] for p in points], [p[1] for p in points],
+                          label=f"worker {worker}")[0]  # fmt: skip
+        starved = [p for p in points if p[2]]
+        rates.scatter([p[0] for p in starved], [p[1] for p in starved], color=line.get_color(),
+                      marker="x", s=60)  # fmt: skip
+    rates.set_ylabel("samples/s when asked (x: starved)")
+    rates.legend()
+    jain.plot([r["window"] for r in rows], [r["jain_index"] for r in rows], color="black")
+    jain.set_ylabel("Jain's index")
+    jain.set_xlabel("window")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)

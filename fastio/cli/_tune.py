@@ -1,0 +1,319 @@
+"""``fastio-bench tune``: online tuning on a real read, shown as it happens.
+
+PATHS are read over and over through one reader while the tuner (the same
+:class:`fastio._tuning.ReaderTuning` a dataset with ``tune=True`` runs)
+changes its outstanding requests and read size between windows. A live table
+shows the trials; at the end come a table of every configuration measured,
+a plot of throughput over time with the trial boundaries (``--plot``), JSON
+(``--json``), and the tuned configuration as a config file (``--out``) that
+``--config`` of the other subcommands, and ``fastio.load_config``, read back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from fastio.cli._config_cmd import config_option, explicit_options, load
+from fastio.cli._measure import files_to_read
+from fastio.cli._options import SIZE, reader_options, settings_from
+from fastio.cli._report import _size, console, error_console
+
+if TYPE_CHECKING:
+    from fastio._settings import ReaderSettings
+    from fastio._tuning import ReaderTuning
+    from tuners import Decision  # fastio.tuners, as mypy reads the tuners/ folder
+
+_KNOBS = ("outstanding_requests", "read_size", "engine", "direct", "memory_budget")
+_SHOWN = 14  # trials in the live table
+
+
+def _human(size: int) -> str:
+    exact = _size(size)
+    return exact if not exact.isdigit() else f"{size / 1024:,.0f}KiB"
+
+
+def _label(config: dict[str, Any]) -> str:
+    return f"{config['outstanding_requests']} x {_human(config['read_size'])}"
+
+
+def _live_table(decisions: list[Decision], status: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title="fastio-bench tune", caption=status)
+    for column in ("window", "phase", "knobs", "MB/s", "decision"):
+        table.add_column(column, justify="right" if column in ("window", "MB/s") else "left")
+    for decision in decisions[-_SHOWN:]:
+        table.add_row(str(decision.window), decision.phase, _label(decision.config),
+                      f"{decision.rate / 1e6:,.0f}", decision.reason)  # fmt: skip
+    return table
+
+
+def run_tuning(
+    files: list[str],
+    tuning: ReaderTuning,
+    max_seconds: float,
+    settled_windows: int,
+    on_tick: Any,
+) -> tuple[list[tuple[float, int]], float]:
+    """Read ``files`` over and over, ticking ``tuning`` every tick, until it has
+    settled and measured ``settled_windows`` more windows (or ``max_seconds``
+    pass). Returns (seconds, delivered bytes) at every tick and the duration."""
+    reader = tuning.reader
+    tick = tuning.options.tick_seconds
+    started = last = time.perf_counter()
+    timeline = [(0.0, reader.stats().bytes_delivered)]
+    tuning.tick()
+
+    def finished() -> bool:
+        tuner = tuning.tuner
+        if not tuner.converged:
+            return False
+        settled = next(d.window for d in reversed(tuner.decisions) if d.next_phase == "settled"
+                       and d.phase != "settled")  # fmt: skip
+        return len(tuner.decisions) - settled >= settled_windows
+
+    while True:
+        stream = reader.stream(files)
+        try:
+            for _chunk in stream:
+                now = time.perf_counter()
+                if now - last < tick:
+                    continue
+                last = now
+                tuning.tick()
+                timeline.append((now - started, reader.stats().bytes_delivered))
+                on_tick(now - started)
+                if finished() or now - started > max_seconds:
+                    return timeline, now - started
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+
+
+def summarize(decisions: list[Decision]) -> list[dict[str, Any]]:
+    """Every configuration measured while exploring: windows, mean MB/s."""
+    rates: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for decision in decisions:
+        if decision.phase != "settled":
+            config = decision.config
+            rates[(config["outstanding_requests"], config["read_size"])].append(decision.rate)
+    rows = [{"outstanding_requests": q, "read_size": s, "windows": len(r),
+             "mb_per_s": statistics.fmean(r) / 1e6} for (q, s), r in rates.items()]  # fmt: skip
+    return sorted(rows, key=lambda row: -row["mb_per_s"])
+
+
+def plot_timeline(timeline: list[tuple[float, int]], decisions: list[Decision],
+                  changes: list[tuple[float, dict[str, Any]]], path: Path) -> None:  # fmt: skip
+    try:
+        import matplotlib
+    except ImportError:
+        raise click.ClickException("plots need matplotlib: pip install 'fastio[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    times = [t for t, _ in timeline[1:]]
+    rates = [(b1 - b0) / (t1 - t0) / 1e6 if t1 > t0 else 0.0
+             for (t0, b0), (t1, b1) in itertools.pairwise(timeline)]  # fmt: skip
+    figure, axis = plt.subplots(figsize=(10, 4.5))
+    axis.plot(times, rates, color="tab:blue", linewidth=0.8, label="delivered MB/s (per tick)")
+    for index, (when, config) in enumerate(changes):
+        axis.axvline(when, color="tab:gray", linewidth=0.6, linestyle="--")
+        if index < 40:
+            axis.annotate(_label(config), (when, 0), rotation=90, fontsize=6, color="tab:gray",
+                          xytext=(2, 2), textcoords="offset points")  # fmt: skip
+    axis.set_xlabel("seconds")
+    axis.set_ylabel("MB/s")
+    axis.set_title("fastio-bench tune: throughput over time (dashed: a new configuration)")
+    axis.legend(loc="upper right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_config(out: Path, base_config: Path | None, files: list[str], tuned: dict[str, Any],
+                 settings: ReaderSettings, storage: str | None) -> dict[str, Any]:  # fmt: skip
+    """Save the tuned knobs as a config file and load it back; its reader section."""
+    from fastio._config import ReaderSection, load_config, save_config
+
+    knobs = {"outstanding_requests": tuned["outstanding_requests"],
+             "read_size": tuned["read_size"]}  # fmt: skip
+    tuner: dict[str, Any] = {"storage": storage} if storage else {}
+    if base_config is not None:
+        config = load_config(base_config, reader=knobs, tuner=tuner)
+    else:
+        from fastio._config import DatasetConfig, TunerSection
+
+        section = ReaderSection(**(settings.as_dict() | knobs))
+        config = DatasetConfig(urls=files, reader=section, tuner=TunerSection(storage=storage))
+    save_config(config, out)
+    loaded = load_config(out)
+    if (loaded.reader.outstanding_requests, loaded.reader.read_size) != (
+        knobs["outstanding_requests"], knobs["read_size"]
+    ):  # fmt: skip
+        raise click.ClickException(f"{out}: the written config does not load back the same")
+    return dict(loaded.reader)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@config_option("Read the files the config's urls name, starting from its reader knobs.")
+@reader_options
+@click.option(
+    "--budget",
+    type=SIZE,
+    default=None,
+    help="Bytes in flight the tuner may use (default: half the memory budget).",
+)
+@click.option("--window-seconds", type=click.FloatRange(0.01), default=1.0, show_default=True,
+              help="Seconds of reading per measurement.")  # fmt: skip
+@click.option("--warmup-seconds", type=click.FloatRange(0), default=0.25, show_default=True,
+              help="Reading discarded after each change.")  # fmt: skip
+@click.option("--max-trials", type=click.IntRange(1, 500), default=30, show_default=True)
+@click.option("--max-seconds", type=click.FloatRange(1), default=300.0, show_default=True,
+              help="Stop after this long even if not settled.")  # fmt: skip
+@click.option("--settled-windows", type=click.IntRange(0), default=3, show_default=True,
+              help="Windows measured at the best after settling.")  # fmt: skip
+@click.option("--storage", default=None,
+              help="Persist trials here (journal file, .db SQLite, or database URL); a "
+              "second run then starts at the best known configuration.")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="fastio-tuned.yaml",
+              show_default=True, help="The tuned configuration, as a config file.")  # fmt: skip
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Throughput over time with trial boundaries, as PNG (plot extra).")  # fmt: skip
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write trials and results as JSON here ('-': stdout).")  # fmt: skip
+@click.pass_context
+def tune(ctx: click.Context, /, paths: tuple[str, ...], config_file: Path | None,
+         **options: Any) -> None:  # fmt: skip
+    """Tune outstanding requests and read size online while reading PATHS
+    (files or folders, read whole, over and over), and write the result."""
+    from fastio._tuning import TuningOptions, storage_fingerprint
+
+    settings = settings_from(options)
+    if config_file is not None:
+        overrides = explicit_options(ctx, {knob: f"reader__{knob}" for knob in _KNOBS})
+        config = load(config_file, overrides)
+        settings = config.reader.to_settings()
+        if not paths:
+            from fastio._urls import expand_urls
+
+            paths = tuple(expand_urls(config.urls))  # patterns and globs, as a dataset reads them
+    if not paths:
+        raise click.UsageError("give PATHS to read, or --config FILE")
+    files = files_to_read(paths)
+    try:
+        tuning_options = TuningOptions(
+            storage=options["storage"], memory_budget=options["budget"],
+            window_seconds=options["window_seconds"], warmup_seconds=options["warmup_seconds"],
+            max_trials=options["max_trials"], seed=options["seed"],
+            tick_seconds=min(0.1, options["window_seconds"] / 4),
+        )  # fmt: skip
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    to_stdout = options["json_path"] == "-"
+    _tune_files(files, settings, tuning_options, options, config_file, to_stdout,
+                storage_fingerprint(files))  # fmt: skip
+
+
+def _tune_files(files: list[str], settings: ReaderSettings, tuning_options: Any,
+                options: dict[str, Any], config_file: Path | None, to_stdout: bool,
+                study_name: str) -> None:  # fmt: skip
+    from rich.live import Live
+
+    from fastio._reader import Reader
+    from fastio._tuning import ReaderTuning
+
+    changes: list[tuple[float, dict[str, Any]]] = []
+    clock = {"now": 0.0}
+    live_on = not to_stdout and error_console().is_terminal
+    with Reader(settings) as reader, Live(console=error_console(), transient=False,
+                                         auto_refresh=False) as live:  # fmt: skip
+        if not live_on:
+            live.stop()
+
+        def decided(decision: Decision) -> None:
+            if decision.next_config != decision.config:
+                changes.append((clock["now"], decision.next_config))
+
+        def ticked(now: float) -> None:
+            clock["now"] = now
+            if live_on:
+                tuner = tuning.tuner
+                best, rate = tuner.best
+                status = (
+                    f"{now:5.1f} s  {tuner.phase}  round {tuner.round}  trials "
+                    f"{tuner.trials}  best {_label(best)} {rate / 1e6:,.0f} MB/s"
+                )
+                live.update(_live_table(tuner.decisions, status), refresh=True)
+
+        tuning = ReaderTuning(reader, tuning_options, study_name, on_decision=decided)
+        changes.append((0.0, dict(tuning.tuner.config)))
+        try:
+            timeline, seconds = run_tuning(files, tuning, options["max_seconds"],
+                                           options["settled_windows"], ticked)  # fmt: skip
+        except OSError as error:
+            raise click.ClickException(str(error)) from None
+        finally:
+            tuning.close()
+    tuner = tuning.tuner
+    best, best_rate = tuner.best
+    rows = summarize(tuner.decisions)
+    first = next((d.rate for d in tuner.decisions), 0.0)
+    settled_at = next((d.window for d in tuner.decisions if d.next_phase == "settled"), None)
+    result: dict[str, Any] = {
+        "files": len(files), "seconds": seconds, "converged": tuner.converged,
+        "windows": len(tuner.decisions), "trials": tuner.trials, "round": tuner.round,
+        "settled_after_windows": settled_at, "memory_budget": tuning.budget,
+        "start_config": changes[0][1], "start_mb_per_s": first / 1e6,
+        "best_config": best, "best_mb_per_s": best_rate / 1e6,
+        "gain_over_start": best_rate / first if first else None,
+        "configurations": rows, "decisions": [d.as_dict() for d in tuner.decisions],
+        "timeline": timeline,
+    }  # fmt: skip
+    out = Path(options["out_path"])
+    result["config_file"] = str(out)
+    result["reader"] = write_config(out, config_file, files, best, settings, options["storage"])
+    if to_stdout:
+        json.dump(result, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        _print_result(result, rows, best)
+        if options["json_path"] is not None:
+            Path(options["json_path"]).write_text(json.dumps(result, indent=1))
+    if options["plot_path"] is not None:
+        plot_timeline(timeline, tuner.decisions, changes, Path(options["plot_path"]))
+        if not to_stdout:
+            console().print(f"plot: {options['plot_path']}")
+
+
+def _print_result(result: dict[str, Any], rows: list[dict[str, Any]],
+                  best: dict[str, Any]) -> None:  # fmt: skip
+    from rich.table import Table
+
+    table = Table(title="fastio-bench tune: configurations measured")
+    for column in ("outstanding requests", "read size", "windows", "MB/s"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        mark = "[bold green]" if (row["outstanding_requests"], row["read_size"]) == (
+            best["outstanding_requests"], best["read_size"]) else "[default]"  # fmt: skip
+        table.add_row(f"{mark}{row['outstanding_requests']}", f"{mark}{_human(row['read_size'])}",
+                      str(row["windows"]), f"{mark}{row['mb_per_s']:,.0f}")  # fmt: skip
+    console().print(table)
+    gain = result["gain_over_start"]
+    console().print(
+        f"{'settled' if result['converged'] else 'NOT settled'} after "
+        f"{result['settled_after_windows'] or result['windows']} windows "
+        f"({result['seconds']:.1f} s in all, {result['round']} re-tunes after drift): "
+        f"{_label(best)} at {result['best_mb_per_s']:,.0f} "
+        f"MB/s, x{gain or 0:.2f} the start ({_label(result['start_config'])}); "
+        f"config: {result['config_file']}"
+    )

@@ -1,0 +1,43 @@
+"""fastio.fairness: which DataLoader worker or rank is starved of I/O.
+
+Each process iterating a :class:`fastio.Dataset` publishes what it delivers to
+a board in shared memory; per window the monitor computes Jain's index over the
+workers' delivery rates, flags workers (and ranks) that stay behind their peers,
+and shifts outstanding requests toward them. ``dataset.stats()["fairness"]``
+holds the report, :func:`prometheus_text` renders it for scraping, and
+:class:`ThrottledFileSystem` reproduces a slow path for drills and tests;
+:func:`all_gather_report` compares ranks through torch.distributed, called by
+the training loop (a collective); ``balance="steal"`` lets workers share work.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastio.fairness._gather import all_gather_report
+from fastio.fairness._metrics import prometheus_text
+from fastio.fairness._monitor import FairnessMonitor
+from fastio.fairness._settings import FairnessSettings
+from fastio.fairness._verdict import jain_index
+
+if TYPE_CHECKING:
+    from fastio.fairness._inject import ThrottledFileSystem
+
+
+def __getattr__(name: str) -> object:
+    # fsspec is heavy: loaded only for the slow-path injection.
+    if name == "ThrottledFileSystem":
+        from fastio.fairness._inject import ThrottledFileSystem
+
+        return ThrottledFileSystem
+    raise AttributeError(f"module 'fastio.fairness' has no attribute {name!r}")
+
+
+__all__ = [
+    "FairnessMonitor",
+    "FairnessSettings",
+    "ThrottledFileSystem",
+    "all_gather_report",
+    "jain_index",
+    "prometheus_text",
+]

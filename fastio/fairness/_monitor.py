@@ -1,0 +1,564 @@
+"""The fairness monitor of one dataset: publishers in every process, judging
+by whichever process closes a window.
+
+Every process that iterates the dataset (the main process, or each DataLoader
+worker) wraps its decoded reads in :meth:`FairnessMonitor.watch`: a clock read
+per read, and every tenth of a window its counters go to its slot of the board
+(:mod:`fastio.fairness._board`). The first process to notice that a window has
+ended judges it (:mod:`fastio.fairness._verdict`) under the board's lock: flags
+raised and cleared go to the log and the callback, new budget shares to the
+slots, which each worker applies to its own reader's ``outstanding_requests``.
+Ranks compare through a :class:`~fastio.fairness._exchange.FileExchange`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastio._epochs import assign_samples
+from fastio._settings import MAX_OUTSTANDING_REQUESTS
+from fastio.fairness import _board as b
+from fastio.fairness._claims import remove_claims
+from fastio.fairness._exchange import FileExchange, job_folder
+from fastio.fairness._settings import FairnessSettings
+from fastio.fairness._steal import Stealer, check_steal_state
+from fastio.fairness._verdict import BUSY_FLOOR, judge, shift_budget, update_flags
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    from fastio._dataset import Dataset, _Who
+    from fastio._reader import Reader
+
+__all__ = ["FairnessMonitor"]
+
+log = logging.getLogger("fastio.fairness")
+
+_swept: set[int] = set()  # processes that removed stale boards already
+
+
+class _Publisher:
+    """One process's iteration: moves its counters into its slot and applies
+    the share of outstanding requests the monitor gave it."""
+
+    def __init__(self, slot: np.ndarray, reader: Reader, delivered: Callable[[], int]) -> None:
+        self.slot = slot
+        self.reader = reader
+        self.delivered = delivered
+        stats = reader.stats()
+        self.seen_delivered = delivered()
+        self.seen_wait = stats.wait_seconds
+        self.seen_requests = stats.requests
+        self.seen_bytes = stats.bytes_delivered
+        self.seen_latency = np.array(stats.latency_histogram, np.float64)
+        self.base = reader.outstanding_requests
+        self.applied: int | None = None
+        slot[b.PID] = os.getpid()
+        slot[b.ACTIVE] = 1.0
+
+    def publish(self, busy: float) -> None:
+        slot, stats = self.slot, self.reader.stats()
+        delivered = self.delivered()
+        slot[b.SAMPLES] += delivered - self.seen_delivered
+        slot[b.BUSY] += busy
+        slot[b.WAIT] += _grown(stats.wait_seconds, self.seen_wait)
+        slot[b.REQUESTS] += _grown(stats.requests, self.seen_requests)
+        slot[b.BYTES] += _grown(stats.bytes_delivered, self.seen_bytes)
+        latency = np.array(stats.latency_histogram, np.float64)
+        fresh = latency.sum() < self.seen_latency.sum()
+        slot[b.LATENCY : b.SLOT] += latency if fresh else latency - self.seen_latency
+        self.seen_delivered, self.seen_wait = delivered, stats.wait_seconds
+        self.seen_requests, self.seen_bytes, self.seen_latency = (
+            stats.requests, stats.bytes_delivered, latency)  # fmt: skip
+        slot[b.INFLIGHT_BYTES] = stats.inflight_bytes
+        slot[b.UPDATED] = time.monotonic()
+        self.apply_share()
+
+    def apply_share(self) -> None:
+        """Set the reader's outstanding requests to this worker's share of the
+        node's total. A value someone else set meanwhile (the tuner) is the new
+        base the share applies to."""
+        reader, slot = self.reader, self.slot
+        current = reader.outstanding_requests
+        if self.applied is not None and current != self.applied:
+            self.base = current
+        slot[b.BASE_OUTSTANDING] = self.base
+        weight = float(slot[b.WEIGHT]) or 1.0
+        # Rounded down, so that the workers' requests never add up to more than
+        # the node's total (shares average 1, each at least 1 / max_share).
+        target = min(max(int(self.base * weight), 1), MAX_OUTSTANDING_REQUESTS)
+        if target != current:
+            reader.outstanding_requests = target
+        self.applied = target
+        slot[b.OUTSTANDING] = target
+
+    def finish(self) -> None:
+        self.publish(0.0)
+        self.slot[b.ACTIVE] = 0.0
+
+
+class FairnessMonitor:
+    """Per-worker and per-rank delivery of one dataset, its verdicts and its
+    mitigation (see :class:`FairnessSettings`). Made by :class:`fastio.Dataset`;
+    read it through ``dataset.stats()["fairness"]`` or :meth:`report`."""
+
+    def __init__(
+        self,
+        settings: FairnessSettings | bool | dict[str, Any] | None = None,
+        urls: Iterable[str] = (),
+        seed: int = 0,
+    ) -> None:
+        self.settings = FairnessSettings.coerce(settings)
+        self._owner = os.getpid()
+        self._folder = b.board_folder()
+        self._path = os.path.join(self._folder, f"{b.PREFIX}{self._owner}-{secrets.token_hex(6)}")
+        self._exchange = FileExchange(job_folder(urls, seed, self.settings.exchange_dir))
+        self._rank = (0, 1)
+        self._board: b.Board | None = None
+        self._publisher: _Publisher | None = None
+        self._stealer: Stealer | None = None
+        self._steal_resume: dict[str, Any] | None = None
+        self._iterations = 0  # with steal, in this process (names the claim table's generation)
+        self._finalizer = weakref.finalize(self, _remove_files, self._path, self._owner)
+
+    # ---- processes ---------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A spawned worker finds the board by name; the owner alone removes it.
+        return {"settings": self.settings, "_owner": self._owner, "_folder": self._folder,
+                "_path": self._path, "_exchange": self._exchange, "_rank": self._rank}  # fmt: skip
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._board = None
+        self._publisher = None
+        self._stealer = None
+        self._steal_resume = None
+        self._iterations = 0
+        self._finalizer = weakref.finalize(self, _remove_files, self._path, self._owner)
+
+    def _get_board(self) -> b.Board:
+        if self._board is None:
+            if os.getpid() not in _swept:
+                _swept.add(os.getpid())
+                b.sweep_stale_boards(self._folder)
+            self._board = b.Board(self._path)
+        return self._board
+
+    def _learn_rank(self, board: b.Board) -> None:
+        """The rank as the workers recorded it (the main process of a DataLoader
+        with workers never iterates itself)."""
+        if board.header[b.WORLD_SIZE] > 0:
+            self._rank = (int(board.header[b.RANK]), int(board.header[b.WORLD_SIZE]))
+
+    def close(self) -> None:
+        """Unmap the board; the owner also removes it and its rank's summary.
+        The monitor stays usable: the next iteration makes a fresh board."""
+        if self._board is not None:
+            self._learn_rank(self._board)
+            self._publisher = None
+            self._board.close()
+            self._board = None
+        if os.getpid() == self._owner:
+            _remove_files(self._path, self._owner)
+            self._exchange.remove(self._rank[0])
+
+    # ---- publishing --------------------------------------------------------------------
+
+    def watcher(
+        self, dataset: Dataset, who: _Who, epoch: int, position: int, delivered: Callable[[], int]
+    ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+        """What wraps one iteration of ``dataset`` by ``who`` (from ``position``
+        of ``epoch``) in this process: its items timed and published
+        (``delivered()`` counts samples delivered so far); unchanged when off."""
+        if not self.settings.enabled:
+            return _unchanged
+        if who.worker >= b.MAX_WORKERS or (who.world_size > 1 and who.rank >= b.MAX_RANKS):
+            raise ValueError(
+                f"the fairness monitor follows up to {b.MAX_WORKERS} DataLoader workers per rank "
+                f"and {b.MAX_RANKS} ranks, not {who.num_workers} and {who.world_size}; pass "
+                "fairness=False to the dataset"
+            )
+        spans = assign_samples(
+            dataset.counts, rank=who.rank, world_size=who.world_size, worker=who.worker,
+            num_workers=who.num_workers, seed=dataset.seed, epoch=epoch,
+            shuffle=dataset.shuffle, remainder=dataset.remainder,
+        )  # fmt: skip
+        # With steal a resumed position is inside some worker's unit: the share
+        # counts whole parts, and moves with each stolen unit (see _steal).
+        assigned = sum(len(span) for span in spans) - (0 if self._steals(who) else position)
+        reader = dataset.reader
+        return lambda items: self._watch(items, reader, who, assigned, delivered)
+
+    def _watch(
+        self,
+        items: Iterator[Any],
+        reader: Reader,
+        who: _Who,
+        assigned: int,
+        delivered: Callable[[], int],
+    ) -> Iterator[Any]:
+        """Yields ``items``; the time between handing one out and being asked for
+        the next is the consumer's (idle), the rest is busy."""
+        board = self._get_board()
+        self._rank = (who.rank, who.world_size)
+        board.header[b.RANK], board.header[b.WORLD_SIZE] = who.rank, who.world_size
+        slot = board.slots[who.worker]
+        slot[b.ASKED] += assigned
+        publisher = self._publisher = _Publisher(slot, reader, delivered)
+        publisher.apply_share()
+        clock = time.perf_counter
+        interval = self.settings.window_seconds / 10
+        mark = clock()
+        idle = 0.0
+        next_publish = mark + interval
+        try:
+            for item in items:
+                handed = clock()
+                yield item
+                back = clock()
+                idle += back - handed
+                if back >= next_publish:
+                    publisher.publish(max(back - mark - idle, 0.0))
+                    mark, idle = back, 0.0
+                    self._maybe_close_window(board)
+                    next_publish = back + interval
+        finally:
+            if self._board is board:
+                publisher.publish(max(clock() - mark - idle, 0.0))
+
+    # ---- balance="steal" ----------------------------------------------------------------
+
+    def _steals(self, who: _Who) -> bool:
+        settings = self.settings
+        return settings.mitigate and settings.balance == "steal" and who.num_workers > 1
+
+    def stolen_units(
+        self, dataset: Dataset, epoch: int, position: int, who: _Who, columnar: bool,
+        batch_size: int, drop_last: bool,
+    ) -> Iterator[Any] | None:  # fmt: skip
+        """With ``balance="steal"`` in a DataLoader worker, this iteration's
+        items, units of work shared with the rank's other workers; else None.
+        Raises ValueError for a state saved without steal."""
+        resume, self._steal_resume = self._steal_resume, None
+        if not self._steals(who):
+            if resume is not None:
+                raise ValueError(
+                    "state was saved with balance='steal' and more than one DataLoader worker: "
+                    "resume it the same way"
+                )
+            return None
+        if resume is None and position:
+            raise ValueError(
+                "state was saved without balance='steal' (or with one DataLoader worker): "
+                "resume it the same way"
+            )
+        self._iterations += 1
+        slots = self._get_board().slots if self.settings.enabled else None
+        stealer = Stealer(_claims_path(self._path), dataset, epoch, who, resume,
+                          self._iterations, slots)  # fmt: skip
+        self._stealer = stealer
+        return stealer.run(columnar, batch_size, drop_last)
+
+    def steal_state(self) -> dict[str, Any]:
+        """The ``"steal"`` part of the dataset's state (empty without steal)."""
+        if self._stealer is not None:
+            return {"steal": self._stealer.state()}
+        if self._steal_resume is not None:
+            current = self._steal_resume["current"]
+            return {"steal": {"done": [list(u) for u in self._steal_resume["done"]],
+                              "current": None if current is None else list(current)}}  # fmt: skip
+        return {}
+
+    def load_steal_state(self, state: object) -> None:
+        """Keep the ``"steal"`` part of a state for the next iteration."""
+        self._stealer = None
+        self._steal_resume = None if state is None else check_steal_state(state)
+
+    def finish(self) -> None:
+        """The iteration ended: publish what was delivered after the last read."""
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None and self._board is not None:
+            publisher.finish()
+            self._maybe_close_window(self._board)
+
+    # ---- judging -----------------------------------------------------------------------
+
+    def _maybe_close_window(self, board: b.Board) -> None:
+        header, now = board.header, time.monotonic()
+        if header[b.WINDOW_START] == 0.0:
+            header[b.WINDOW_START] = now
+            return
+        if now - header[b.WINDOW_START] < self.settings.window_seconds:
+            return
+        with board.exclusive() as mine:
+            span = now - float(header[b.WINDOW_START])
+            if not mine or span < self.settings.window_seconds:
+                return  # another process is closing it, or just did
+            try:
+                self._close_window(board, span)
+            except Exception:  # a failing callback or exchange must not stop the data
+                log.exception("fastio: the fairness monitor failed to judge a window")
+            header[b.WINDOW_START] = now
+
+    def _close_window(self, board: b.Board, span: float) -> None:
+        settings, slots, header = self.settings, board.slots, board.header
+        samples = slots[:, b.SAMPLES] - slots[:, b.LAST_SAMPLES]
+        busy = slots[:, b.BUSY] - slots[:, b.LAST_BUSY]
+        wait = slots[:, b.WAIT] - slots[:, b.LAST_WAIT]
+        verdict = judge(samples, busy, wait, _assigned(slots), span, settings)
+        raised, cleared = update_flags(slots[:, b.FLAGGED], slots[:, b.STARVED_STREAK],
+                                       slots[:, b.GOOD_STREAK], verdict, settings)  # fmt: skip
+        active = verdict.active
+        slots[active, b.RATE] = verdict.rate[active]
+        slots[active, b.RELATIVE_RATE] = verdict.relative_rate[active]
+        slots[active, b.READINESS] = verdict.readiness[active]
+        slots[active, b.JUDGED] += 1
+        if settings.mitigate and settings.balance == "budget":
+            weights = np.where(slots[:, b.WEIGHT] > 0, slots[:, b.WEIGHT], 1.0)
+            slots[:, b.WEIGHT] = shift_budget(weights, verdict, settings)
+        slots[:, b.LAST_SAMPLES] = slots[:, b.SAMPLES]
+        slots[:, b.LAST_BUSY] = slots[:, b.BUSY]
+        slots[:, b.LAST_WAIT] = slots[:, b.WAIT]
+        index = int(header[b.WINDOW_INDEX])
+        if active.any():
+            header[b.JAIN] = verdict.jain
+        row = board.timeline[index % b.TIMELINE]
+        row[b.T_TIME], row[b.T_JAIN] = time.time(), verdict.jain
+        per_worker = row[2:].reshape(b.MAX_WORKERS, b.T_PER_WORKER)
+        per_worker[:, b.T_RATE] = verdict.rate
+        per_worker[:, b.T_READINESS] = verdict.readiness
+        per_worker[:, b.T_FLAGGED] = slots[:, b.FLAGGED]
+        per_worker[:, b.T_OUTSTANDING] = slots[:, b.OUTSTANDING]
+        header[b.WINDOW_INDEX] = index + 1
+        rank, world_size = self._rank
+        for worker in raised + cleared:
+            self._notify("worker", rank, worker, worker in raised, slots[worker, b.RELATIVE_RATE],
+                         slots[worker, b.READINESS], index)  # fmt: skip
+        if active.any():
+            own = board.ranks[rank] if world_size > 1 else None
+            floor = BUSY_FLOOR * span
+            rates = samples[active] / np.maximum(busy[active], floor)
+            if own is not None:
+                own[b.R_RATE] = float(rates.sum())
+                own[b.R_READINESS] = 1.0 - float(wait[active].sum() / busy[active].sum())
+        if world_size > 1:
+            self._judge_ranks(board, index)
+
+    def _rank_summary(self, board: b.Board) -> dict[str, Any]:
+        slots, rank = board.slots, self._rank[0]
+        used = slots[:, b.PID] != 0
+        own = board.ranks[rank]
+        return {
+            "pid": os.getpid(), "window": int(board.header[b.WINDOW_INDEX]),
+            "samples": int(slots[used, b.SAMPLES].sum()),
+            "bytes": int(slots[used, b.BYTES].sum()),
+            "asked": int(_assigned(slots)[used].sum()),
+            "workers": int(used.sum()),
+            "rate": float(own[b.R_RATE]), "readiness": float(own[b.R_READINESS]),
+            "starved_workers": [int(w) for w in np.flatnonzero(slots[:, b.FLAGGED])],
+        }  # fmt: skip
+
+    def _judge_ranks(self, board: b.Board, index: int) -> None:
+        rank, world_size = self._rank
+        self._exchange.publish(rank, self._rank_summary(board))
+        seen = self._exchange.gather(world_size, self._max_age())
+        table = board.ranks[:world_size]
+        fresh = np.zeros(world_size, bool)
+        for other, summary in seen.items():
+            # A rank whose window has not advanced since the last look is idle.
+            fresh[other] = summary["window"] != table[other, b.R_WINDOW] or other == rank
+            table[other, b.R_WINDOW] = summary["window"]
+            table[other, b.R_SAMPLES] = summary["samples"]
+            table[other, b.R_RATE] = summary["rate"]
+            table[other, b.R_READINESS] = summary["readiness"]
+        asked = np.array([seen.get(r, {}).get("asked", 0) for r in range(world_size)], float)
+        verdict = judge(table[:, b.R_RATE] * fresh, fresh.astype(float),
+                        (1.0 - table[:, b.R_READINESS]) * fresh, asked, 1.0,
+                        self.settings)  # fmt: skip
+        raised, cleared = update_flags(
+            table[:, b.R_FLAGGED], table[:, b.R_STARVED_STREAK], table[:, b.R_GOOD_STREAK],
+            verdict, self.settings,
+        )  # fmt: skip
+        table[fresh, b.R_RELATIVE_RATE] = verdict.relative_rate[fresh]
+        if fresh.sum() >= 2:
+            board.header[b.RANK_JAIN] = verdict.jain
+        for other in raised + cleared:
+            self._notify("rank", other, None, other in raised, table[other, b.R_RELATIVE_RATE],
+                         table[other, b.R_READINESS], index)  # fmt: skip
+
+    def _max_age(self) -> float:
+        return max(5 * self.settings.window_seconds, 5.0)
+
+    def _notify(self, kind: str, rank: int, worker: int | None, starved: bool,
+                relative_rate: float, readiness: float, window: int) -> None:  # fmt: skip
+        who = f"rank {rank}" if worker is None else f"DataLoader worker {worker} of rank {rank}"
+        if starved:
+            log.warning("fastio: %s is starved of I/O: %.0f%% of its peers' delivery rate, data "
+                        "ready %.0f%% of the time (window %d)", who, 100 * relative_rate,
+                        100 * readiness, window)  # fmt: skip
+        else:
+            log.warning("fastio: %s is no longer starved of I/O (window %d)", who, window)
+        callback = self.settings.callback
+        if callback is not None:
+            callback({"event": "starved" if starved else "recovered", "kind": kind,
+                      "rank": rank, "worker": worker, "window": window,
+                      "relative_rate": _number(relative_rate), "readiness": _number(readiness),
+                      "time": time.time()})  # fmt: skip
+
+    # ---- reporting ---------------------------------------------------------------------
+
+    def report(self, timeline: bool = False) -> dict[str, Any]:
+        """What the monitor knows now: per worker of this rank and per rank,
+        counters, last window's rate and readiness, flags, outstanding requests;
+        with ``timeline``, the last windows' per-worker values too."""
+        settings = self.settings
+        if not settings.enabled:
+            return {"enabled": False}
+        board = self._get_board()
+        self._maybe_close_window(board)
+        slots, header = board.slots, board.header
+        self._learn_rank(board)
+        rank, world_size = self._rank
+        workers = []
+        for worker in np.flatnonzero(slots[:, b.PID]):
+            slot = slots[worker]
+            histogram = tuple(int(v) for v in slot[b.LATENCY : b.SLOT])
+            workers.append({
+                "worker": int(worker), "pid": int(slot[b.PID]), "active": bool(slot[b.ACTIVE]),
+                "samples": int(slot[b.SAMPLES]), "bytes": int(slot[b.BYTES]),
+                "assigned": int(_assigned(slots)[worker]), "requests": int(slot[b.REQUESTS]),
+                "units_stolen": int(slot[b.UNITS_STOLEN]),
+                "samples_stolen": int(slot[b.SAMPLES_STOLEN]),
+                "samples_given": int(slot[b.SAMPLES_GIVEN]),
+                "busy_seconds": float(slot[b.BUSY]), "wait_seconds": float(slot[b.WAIT]),
+                "readiness_total": _number(1.0 - slot[b.WAIT] / slot[b.BUSY])
+                if slot[b.BUSY] > 0 else None,
+                "windows_judged": int(slot[b.JUDGED]),
+                **_last_window(slot), "starved": bool(slot[b.FLAGGED]),
+                "outstanding_requests": int(slot[b.OUTSTANDING]),
+                "share": float(slot[b.WEIGHT]) or 1.0,
+                "inflight_bytes": int(slot[b.INFLIGHT_BYTES]),
+                **{f"latency_{name}_seconds": _percentile(histogram, q)
+                   for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))},
+            })  # fmt: skip
+        result: dict[str, Any] = {
+            "enabled": True, "mitigate": settings.mitigate, "balance": settings.balance,
+            "window_seconds": settings.window_seconds, "windows": int(header[b.WINDOW_INDEX]),
+            "jain_index": float(header[b.JAIN]) if header[b.WINDOW_INDEX] else None,
+            "rank": rank, "world_size": world_size, "workers": workers,
+            "samples": sum(w["samples"] for w in workers),
+            "starved_workers": [w["worker"] for w in workers if w["starved"]],
+        }  # fmt: skip
+        if world_size > 1:
+            result |= self._ranks_report(board)
+        if timeline:
+            result["timeline"] = self._timeline(board)
+        return result
+
+    def rank_summary(self) -> dict[str, Any]:
+        """This rank's totals, as it would publish them to its peers (what
+        :func:`fastio.fairness.all_gather_report` gathers)."""
+        board = self._get_board()
+        self._maybe_close_window(board)
+        self._learn_rank(board)
+        return {"rank": self._rank[0], **self._rank_summary(board)}
+
+    def _ranks_report(self, board: b.Board) -> dict[str, Any]:
+        rank, world_size = self._rank
+        self._exchange.publish(rank, self._rank_summary(board))
+        seen = self._exchange.gather(world_size, self._max_age())
+        table = board.ranks
+        ranks = [{
+            "rank": other, "samples": summary["samples"], "bytes": summary["bytes"],
+            "assigned": summary["asked"], "workers": summary["workers"],
+            "rate": summary["rate"], "readiness": summary["readiness"],
+            "relative_rate": _number(table[other, b.R_RELATIVE_RATE]),
+            "starved": bool(table[other, b.R_FLAGGED]),
+            "starved_workers": summary["starved_workers"],
+        } for other, summary in sorted(seen.items())]  # fmt: skip
+        return {
+            "ranks": ranks,
+            "rank_jain_index": _number(board.header[b.RANK_JAIN]),
+            "starved_ranks": [r["rank"] for r in ranks if r["starved"]],
+            "samples_all_ranks": sum(r["samples"] for r in ranks),
+        }
+
+    def _timeline(self, board: b.Board) -> list[dict[str, Any]]:
+        count = int(board.header[b.WINDOW_INDEX])
+        used = np.flatnonzero(board.slots[:, b.PID])
+        rows = []
+        for index in range(max(0, count - b.TIMELINE), count):
+            row = board.timeline[index % b.TIMELINE]
+            per_worker = row[2:].reshape(b.MAX_WORKERS, b.T_PER_WORKER)
+            rows.append({
+                "window": index, "time": float(row[b.T_TIME]), "jain_index": float(row[b.T_JAIN]),
+                "workers": [{
+                    "worker": int(w), "rate": _number(per_worker[w, b.T_RATE]),
+                    "readiness": _number(per_worker[w, b.T_READINESS]),
+                    "starved": bool(per_worker[w, b.T_FLAGGED]),
+                    "outstanding_requests": int(per_worker[w, b.T_OUTSTANDING]),
+                } for w in used],
+            })  # fmt: skip
+        return rows
+
+
+def _assigned(slots: np.ndarray) -> np.ndarray:
+    """Samples each worker was to deliver: its part, plus what it took from
+    others' parts, minus what others took from its part (balance="steal")."""
+    result: np.ndarray = slots[:, b.ASKED] + slots[:, b.SAMPLES_STOLEN] - slots[:, b.SAMPLES_GIVEN]
+    return result
+
+
+def _claims_path(board: str) -> str:
+    return f"{board}.claims"
+
+
+def _remove_files(path: str, owner: int) -> None:
+    """The board and its claim table, in the owner process only."""
+    b.remove_board(path, owner)
+    if os.getpid() == owner:
+        remove_claims(_claims_path(path))
+
+
+def _grown(now: float, seen: float) -> float:
+    """How much a reader counter grew; a reader made before a fork counts
+    afresh in the child from its first use (its counters restart at zero)."""
+    return now - seen if now >= seen else now
+
+
+def _unchanged(items: Iterator[Any]) -> Iterator[Any]:
+    return items
+
+
+def _last_window(slot: np.ndarray) -> dict[str, float | None]:
+    """The slot's values of the last window it was judged in (None before any)."""
+    judged = slot[b.JUDGED] > 0
+    return {
+        name: _number(slot[field]) if judged else None
+        for name, field in (
+            ("rate", b.RATE),
+            ("relative_rate", b.RELATIVE_RATE),
+            ("readiness", b.READINESS),
+        )
+    }
+
+
+def _number(value: float) -> float | None:
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _percentile(histogram: tuple[int, ...], q: float) -> float | None:
+    from fastio._stats import ReaderStats
+
+    stats = ReaderStats("", 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0, histogram)
+    return _number(stats.latency_percentile(q))

@@ -1,0 +1,294 @@
+"""Placement policies: where a new file goes (the fast tier or the slow one), and
+what leaves the fast tier when room is needed.
+
+Each policy answers :meth:`Policy.place` for a new file, given the fast tier's
+state (:class:`FastTier`: free bytes, residents, their last access and observed
+operations), and may :meth:`FastTier.demote` residents to make room. The
+learned policy and the oracle are the same knapsack with different knowledge:
+
+* rank by density (operations per byte per second: the value of a byte of SSD
+  spent on the file) and admit a file only if its density clears the cutoff at
+  which the densest files fill the budget over time (the fractional knapsack's
+  threshold, from recent history), then make room by demoting residents colder
+  than the newcomer, coldest first;
+* after each burst of a file's I/O, a file not on the fast tier is promoted
+  if it now looks clearly hotter (:data:`PROMOTION_MARGIN`) than the cutoff and
+  than the residents it displaces; a promotion writes the whole file to SSD,
+  and the simulator counts those bytes;
+* the oracle knows each file's real density; the learned policy predicts it at
+  creation (:class:`DensityModel`: ridge on the features plus what the job's
+  ended files say, re-read whenever it is asked, so live files are re-ranked as
+  their job's outcomes arrive), ranks by a log-normal belief that counts part
+  of its variance (:data:`UNCERTAINTY_WEIGHT`), and, once the file has lived a
+  while, blends the prediction with the operations seen so far (a Gamma-Poisson
+  posterior whose prior is worth ``prior_seconds`` of observation), learning
+  from every file that ends. Both play by the same rules: one budget, the
+  same admission, demotion and promotion code.
+
+The simple baselines are what caches do today: everything on HDD; SSD first
+come, first served until full; SSD for files under a size threshold (tuned on
+the training period); everything to SSD, demoting the least recently used.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import TYPE_CHECKING, Protocol
+
+from fastio.tiering._model import DensityModel
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from fastio.tiering._trace import TraceFile
+
+__all__ = [
+    "AllSlow",
+    "DensityPolicy",
+    "FastTier",
+    "FirstCome",
+    "Lru",
+    "Policy",
+    "SizeThreshold",
+    "knapsack_cutoff",
+]
+
+OVER_ADMISSION = 1.6
+"""Space-time admitted per unit of budget: packing is never perfect (files come
+and go at their own times), and demotion sorts out any excess (measured best
+of 0.8-2.0 for the learned policy; the oracle is indifferent within 1.25-1.6)."""
+UNCERTAINTY_WEIGHT = 0.25
+"""How much of a prediction's variance ``v`` counts for it: ranking by
+``exp(log density + 0.25 v)`` is half-way between the median (0) and the mean
+(0.5) of a log-normal belief; measured best of 0, 0.25, 0.5 and -0.5 (which
+prefers confident files, and serves less)."""
+PROMOTION_MARGIN = 2.0
+"""A file is promoted when its belief is this many times the cutoff and the
+residents it displaces: promotions write whole files to SSD, so a margin keeps
+them for files that are clearly hot (1.5 serves the same and writes 10 % more)."""
+_REFIT_EVERY = 20
+
+
+class FastTier(Protocol):
+    budget: int
+    used: int
+    residents: dict[int, TraceFile]
+    last_access: dict[int, float]
+    observed: dict[int, int]
+
+    def demote(self, number: int) -> None: ...
+
+    def promote(self, file: TraceFile, now: float) -> None: ...
+
+
+class Policy:
+    """The baseline's interface: place a file, learn from ends."""
+
+    name = "policy"
+
+    def fit(self, history: Sequence[TraceFile], budget: int, seconds: float) -> None:
+        """Learn from a finished period (``seconds`` long) before replaying another."""
+
+    def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
+        """True to put ``file`` on the fast tier (after any demotions made here)."""
+        raise NotImplementedError  # each policy defines it; the base is an interface
+
+    def observe(self, file: TraceFile, now: float, fast: FastTier) -> None:
+        """A burst of ``file``'s I/O was just served (``fast.observed`` counts it);
+        the policy may promote it (demoting others to make room)."""
+
+    def ended(self, file: TraceFile) -> None:
+        """``file`` was removed; its outcome is known now."""
+
+
+class AllSlow(Policy):
+    name = "all-hdd"
+
+    def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
+        return False
+
+
+class FirstCome(Policy):
+    name = "first-come"
+
+    def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
+        return fast.used + file.size <= fast.budget
+
+
+class SizeThreshold(Policy):
+    """Files under a size go first-come to the fast tier. The threshold is the
+    one of a few quantiles of sizes that served most I/O on the training period."""
+
+    name = "size-threshold"
+
+    def __init__(self) -> None:
+        self.threshold = 0
+
+    def fit(self, history: Sequence[TraceFile], budget: int, seconds: float) -> None:
+        from fastio.tiering._simulate import replay
+
+        sizes = sorted(file.size for file in history)
+        best = -1.0
+        for quantile in (0.1, 0.25, 0.5, 0.75, 0.9):
+            self.threshold = sizes[int(quantile * (len(sizes) - 1))]
+            trial = SizeThreshold()
+            trial.threshold = self.threshold
+            served = replay(list(history), budget, trial).ssd_fraction
+            if served > best:
+                best, chosen = served, self.threshold
+        self.threshold = chosen
+
+    def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
+        return file.size <= self.threshold and fast.used + file.size <= fast.budget
+
+
+class Lru(Policy):
+    """Every file to the fast tier; the least recently used make room."""
+
+    name = "lru"
+
+    def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
+        if file.size > fast.budget:
+            return False
+        if fast.used + file.size > fast.budget:
+            order = sorted(fast.residents, key=lambda n: fast.last_access[n])
+            for number in order:
+                fast.demote(number)
+                if fast.used + file.size <= fast.budget:
+                    break
+        return True
+
+
+def knapsack_cutoff(densities: Sequence[float], space_time: Sequence[float],
+                    capacity: float) -> float:  # fmt: skip
+    """The density above which files fill ``capacity`` (byte-seconds): the
+    fractional knapsack's threshold. 0 when everything fits."""
+    total = 0.0
+    for density, cost in sorted(zip(densities, space_time, strict=False), reverse=True):
+        total += cost
+        if total >= capacity:
+            return density
+    return 0.0
+
+
+class DensityPolicy(Policy):
+    """The knapsack by density: ``oracle=True`` knows real densities; else a
+    :class:`DensityModel` predicts them and learns online."""
+
+    def __init__(self, model: DensityModel | None = None, *, oracle: bool = False,
+                 future: Sequence[TraceFile] = ()) -> None:  # fmt: skip
+        self.oracle = oracle
+        self.name = "oracle" if oracle else "learned"
+        self.model = model if model is not None else DensityModel()
+        self.future = list(future)
+        self.cutoff = 0.0
+        self.prior_seconds = 3600.0
+        self._spread: dict[str, float] = {}
+        self._predicted: dict[int, float] = {}
+        self._recent: list[tuple[TraceFile, float]] = []
+        self._ended_since_refit = 0
+        self._capacity = 0.0
+        self._seconds = 0.0
+
+    def fit(self, history: Sequence[TraceFile], budget: int, seconds: float) -> None:
+        self._capacity = budget * seconds * OVER_ADMISSION
+        self._seconds = seconds
+        if self.oracle:  # knows the period it is scored on
+            period = self.future or history
+            self.cutoff = knapsack_cutoff([f.density for f in period],
+                                          [f.size * f.lifetime for f in period],
+                                          self._capacity)  # fmt: skip
+            return
+        self.model.update(file.outcome() for file in history)
+        lifetimes = sorted(file.lifetime for file in history)
+        if lifetimes:
+            self.prior_seconds = lifetimes[len(lifetimes) // 2]
+        residuals: dict[str, list[float]] = {}
+        fitted = self.model.predict_log([file.features for file in history])
+        for file, log_density in zip(history, fitted, strict=True):
+            residuals.setdefault(file.features.kind, []).append(
+                math.log(file.density) - log_density
+            )
+        self._spread = {kind: statistics.pvariance(values) for kind, values in residuals.items()}
+        predicted = self.model.predict(file.features for file in history)
+        self._recent = list(zip(history, (float(d) for d in predicted), strict=False))
+        self._refit()
+
+    def _refit(self) -> None:
+        self.cutoff = knapsack_cutoff([d for _, d in self._recent],
+                                      [f.size * f.lifetime for f, _ in self._recent],
+                                      self._capacity)  # fmt: skip
+
+    def estimate(self, file: TraceFile, now: float, fast: FastTier | None = None) -> float:
+        """The density believed now: the real one (oracle), else the prediction
+        (with what the job's ended files say now) blended with the operations seen so far."""
+        if self.oracle:
+            return file.density
+        ridge = self._predicted.get(file.number)
+        if ridge is None:
+            ridge = float(self.model.predict_log([file.features], jobs=False)[0])
+            self._predicted[file.number] = ridge
+        # The belief is log-normal: its spread is the kind's residual variance (from
+        # the training period) plus what remains unknown of the job's effect.
+        job = file.features.job
+        spread = self._spread.get(file.features.kind, 1.0)
+        spread *= 1.0 + 1.0 / (self.model.job_outcomes(job) + self.model.job_strength)
+        predicted = math.exp(ridge + self.model.job_effect(job) + UNCERTAINTY_WEIGHT * spread)
+        if fast is None:
+            return predicted
+        age = max(now - file.created, 0.0)
+        seen = fast.observed.get(file.number, 0)
+        rate = (predicted * file.size * self.prior_seconds + seen) / (self.prior_seconds + age)
+        return rate / file.size
+
+    def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
+        density = self.estimate(file, now)
+        if density < self.cutoff or file.size > fast.budget:
+            return False
+        return self._make_room(file, density, now, fast)
+
+    def observe(self, file: TraceFile, now: float, fast: FastTier) -> None:
+        if file.number in fast.residents or file.size > fast.budget:
+            return
+        density = self.estimate(file, now, fast)
+        if density < self.cutoff * PROMOTION_MARGIN:
+            return
+        if self._make_room(file, density / PROMOTION_MARGIN, now, fast):
+            fast.promote(file, now)
+
+    def _make_room(self, file: TraceFile, density: float, now: float, fast: FastTier) -> bool:
+        need = fast.used + file.size - fast.budget
+        if need <= 0:
+            return True
+        colder = sorted(
+            (estimate, number)
+            for number, resident in fast.residents.items()
+            if (estimate := self.estimate(resident, now, fast)) < density
+        )
+        freed, victims = 0, []
+        for _, number in colder:
+            victims.append(number)
+            freed += fast.residents[number].size
+            if freed >= need:
+                break
+        if freed < need:
+            return False
+        for number in victims:
+            fast.demote(number)
+        return True
+
+    def ended(self, file: TraceFile) -> None:
+        if self.oracle:
+            return
+        ridge = self._predicted.pop(file.number, None)
+        if ridge is not None:
+            self._recent.append((file, math.exp(ridge + self.model.job_effect(file.features.job))))
+        self.model.update([file.outcome()])
+        self._ended_since_refit += 1
+        if self._ended_since_refit >= _REFIT_EVERY:
+            self._ended_since_refit = 0
+            # The cutoff's history: files that ended within the last period's length.
+            since = file.ended - self._seconds
+            self._recent = [(f, d) for f, d in self._recent if f.ended >= since]
+            self._refit()
