@@ -315,6 +315,9 @@ class FairnessMonitor:
         busy = slots[:, b.BUSY] - slots[:, b.LAST_BUSY]
         wait = slots[:, b.WAIT] - slots[:, b.LAST_WAIT]
         verdict = judge(samples, busy, wait, _assigned(slots), span, settings)
+        # A worker's first window holds its start (process, reader, first reads):
+        # it counts toward rates and the timeline, never toward a flag.
+        verdict.starved[slots[:, b.JUDGED] == 0] = False
         raised, cleared = update_flags(slots[:, b.FLAGGED], slots[:, b.STARVED_STREAK],
                                        slots[:, b.GOOD_STREAK], verdict, settings)  # fmt: skip
         active = verdict.active
