@@ -360,13 +360,18 @@ class FairnessMonitor:
         slots, rank = board.slots, self._rank[0]
         used = slots[:, b.PID] != 0
         own = board.ranks[rank]
+        rate, readiness = float(own[b.R_RATE]), float(own[b.R_READINESS])
+        busy = float(slots[used, b.BUSY].sum())
+        if rate == 0.0 and busy > 0:  # no window of this rank judged yet: the totals so far
+            rate = float(slots[used, b.SAMPLES].sum()) / busy
+            readiness = 1.0 - float(slots[used, b.WAIT].sum()) / busy
         return {
             "pid": os.getpid(), "window": int(board.header[b.WINDOW_INDEX]),
             "samples": int(slots[used, b.SAMPLES].sum()),
             "bytes": int(slots[used, b.BYTES].sum()),
             "asked": int(_assigned(slots)[used].sum()),
             "workers": int(used.sum()),
-            "rate": float(own[b.R_RATE]), "readiness": float(own[b.R_READINESS]),
+            "rate": rate, "readiness": readiness,
             "starved_workers": [int(w) for w in np.flatnonzero(slots[:, b.FLAGGED])],
         }  # fmt: skip
 
@@ -471,8 +476,8 @@ class FairnessMonitor:
         """This rank's totals, as it would publish them to its peers (what
         :func:`fastio.fairness.all_gather_report` gathers)."""
         board = self._get_board()
+        self._learn_rank(board)  # first: a window closed here must count for this rank
         self._maybe_close_window(board)
-        self._learn_rank(board)
         return {"rank": self._rank[0], **self._rank_summary(board)}
 
     def _ranks_report(self, board: b.Board) -> dict[str, Any]:
