@@ -10,10 +10,13 @@ Densities are drawn so that the features explain only part of them:
 
 ``log density = base(pipeline, kind) + size and reuse effects + job effect + file noise``
 
-where the job effect (a job's data and code: never a feature) is normal with
-sd 0.8 and the file noise is Student-t with 3 degrees of freedom (sd about 1):
-heavy-tailed, so a few files carry much of the I/O, and a feature-blind
-guess is off by 3-4 orders of magnitude. Sizes are log-normal or Pareto.
+where the job effect (a job's data and code; the job's id is a feature, its
+effect is not) is normal with sd 0.8 and the file noise is Laplace with scale
+0.7 (sd about 1): heavier-tailed than normal, so a few files carry much of the
+I/O, and a feature-blind guess is off by orders of magnitude. (A first version
+drew Student-t noise with 3 degrees of freedom, which put 95% of all I/O in the
+densest 1% of space-time and made every policy look nearly perfect.) Sizes are
+log-normal or Pareto.
 
 When the I/O comes follows the kind of file, because that is what tells
 recency-based policies apart from density-based ones:
