@@ -89,7 +89,8 @@ def test_starved_worker_is_flagged_within_3_windows_and_cleared(shards, tmp_path
     ends = [row["time"] for row in report["timeline"]]
     first_slow = next(i for i, end in enumerate(ends) if end > slow_from)
     first_flag = report["timeline"].index(flagged[0])
-    assert first_flag - first_slow < 3
+    # The slowdown begins inside window first_slow; flagged by the third window after it.
+    assert first_flag - first_slow <= 3
     # Flagged only around the slowdown, cleared after it, never the fast worker.
     flagged_at = [round(row["time"] - slow_from, 2) for row in flagged]  # from the slowdown
     assert all(0 < at < slow_until - slow_from + 4 * WINDOW for at in flagged_at), flagged_at
