@@ -56,31 +56,47 @@ def write_shards(folder: Path, size_mb: int, shards: int = 8) -> list[str]:
 
 
 def overhead(urls: list[str], runs: int) -> dict[str, object]:
+    # Wall time on a shared VM swings by 2-3x between runs; CPU time per sample
+    # (all threads of this process) shows a few percent where wall time cannot.
+    cpu: dict[tuple[str, bool], list[float]] = {}
+
     def epoch(enabled: bool) -> float:
         with fastio.Dataset(urls, "fixed", record_size=RECORD, shuffle=False,
                             fairness=enabled) as dataset:  # fmt: skip
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             total = sum(len(batch) for batch in dataset.batches(256))
             seconds = time.perf_counter() - started
+            cpu.setdefault(("batches", enabled), []).append(
+                (time.process_time() - cpu_started) / total * 1e9
+            )
             assert total == dataset.total
             return total * RECORD / seconds / 1e6
 
     epoch(True)  # warm the page cache
+    cpu.clear()
     speeds: dict[bool, list[float]] = {True: [], False: []}
     samples: dict[bool, list[float]] = {True: [], False: []}
-    for _ in range(runs):
-        for enabled in (False, True):
+    for run in range(runs):
+        for enabled in (False, True) if run % 2 else (True, False):
             speeds[enabled].append(epoch(enabled))
             with fastio.Dataset(urls, "fixed", record_size=RECORD, shuffle=False,
                                 fairness=enabled) as dataset:  # fmt: skip
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 count = sum(1 for _ in dataset)
                 samples[enabled].append(count / (time.perf_counter() - started))
+                cpu.setdefault(("samples", enabled), []).append(
+                    (time.process_time() - cpu_started) / count * 1e9
+                )
     on, off = statistics.median(speeds[True]), statistics.median(speeds[False])
     per_on, per_off = statistics.median(samples[True]), statistics.median(samples[False])
+    ns = {key: statistics.median(values) for key, values in cpu.items()}
     return {"batches_mb_s_on": on, "batches_mb_s_off": off, "batches_ratio": on / off,
             "samples_per_s_on": per_on, "samples_per_s_off": per_off,
             "samples_ratio": per_on / per_off, "runs": runs,
+            "cpu_ns_per_sample": {f"{mode} {'on' if enabled else 'off'}": value
+                                  for (mode, enabled), value in ns.items()},
+            "cpu_ratio_samples": ns[("samples", True)] / ns[("samples", False)],
+            "cpu_ratio_batches": ns[("batches", True)] / ns[("batches", False)],
             "mb_s_runs": {"on": speeds[True], "off": speeds[False]}}  # fmt: skip
 
 
