@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 import fastio
 
+from .ranks import run_ranks
 from .shards import batch_keys, key_of, write
 
 
@@ -91,7 +92,7 @@ import json, sys
 import torch.distributed as dist
 import fastio
 from tests.shards import key_of
-rank, world_size, port, pattern = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rank, port, world_size, pattern = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=world_size)
 dataset = fastio.Dataset(pattern, remainder="pad")  # rank and world size from torch
@@ -105,25 +106,7 @@ print(json.dumps({"keys": keys, "length": length, "counts": counts}))
 
 
 def test_ranks_come_from_torch_distributed(written) -> None:
-    import os
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
-    root = os.path.dirname(os.path.dirname(__file__))
-    processes = [
-        subprocess.Popen([sys.executable, "-c", DISTRIBUTED_SCRIPT, str(rank), "2", port,
-                          written.pattern], cwd=root, stdout=subprocess.PIPE, text=True)
-        for rank in range(2)
-    ]  # fmt: skip
-    results = []
-    for process in processes:
-        out, _ = process.communicate(timeout=120)
-        assert process.returncode == 0
-        results.append(__import__("json").loads(out))
+    results = run_ranks(DISTRIBUTED_SCRIPT, "2", written.pattern)
     total = len(written.samples)
     assert [r["counts"] for r in results] == [[-(-total // 2)] * 2] * 2
     assert all(len(r["keys"]) == r["length"] == -(-total // 2) for r in results)

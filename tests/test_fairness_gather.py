@@ -4,18 +4,13 @@ get the same report, whose totals are what each rank delivered."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import fastio
 from fastio.fairness import all_gather_report, jain_index
 
+from .ranks import run_ranks
 from .shards import write
 
 GATHER_SCRIPT = """
@@ -43,20 +38,7 @@ print(json.dumps({"keys": keys, "length": length, "report": report}))
 @pytest.mark.slow  # two interpreters import torch and start DataLoader workers: ~6 s
 def test_two_gloo_ranks_gather_the_same_report(tmp_path) -> None:
     written = write("webdataset", tmp_path, shards=8, per_shard=25)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
-    root = os.path.dirname(os.path.dirname(__file__))
-    processes = [
-        subprocess.Popen([sys.executable, "-c", GATHER_SCRIPT, str(rank), port, written.pattern,
-                          str(tmp_path / "exchange")], cwd=root, stdout=subprocess.PIPE, text=True)
-        for rank in range(2)
-    ]  # fmt: skip
-    results = []
-    for process in processes:
-        out, _ = process.communicate(timeout=120)
-        assert process.returncode == 0
-        results.append(json.loads(out))
+    results = run_ranks(GATHER_SCRIPT, written.pattern, str(tmp_path / "exchange"))
     reports = [r["report"] for r in results]
     assert reports[0] == reports[1], reports  # one collective: every rank sees the same
     report = reports[0]

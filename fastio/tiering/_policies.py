@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Protocol
 
 from fastio.tiering._model import DensityModel
@@ -82,23 +83,23 @@ class FastTier(Protocol):
     def promote(self, file: TraceFile, now: float) -> None: ...
 
 
-class Policy:
+class Policy(ABC):
     """The baseline's interface: place a file, learn from ends."""
 
     name = "policy"
 
-    def fit(self, history: Sequence[TraceFile], budget: int, seconds: float) -> None:
+    def fit(self, history: Sequence[TraceFile], budget: int, seconds: float) -> None:  # noqa: B027 (optional hook; no-op default)
         """Learn from a finished period (``seconds`` long) before replaying another."""
 
+    @abstractmethod
     def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
         """True to put ``file`` on the fast tier (after any demotions made here)."""
-        raise NotImplementedError  # each policy defines it; the base is an interface
 
-    def observe(self, file: TraceFile, now: float, fast: FastTier) -> None:
+    def observe(self, file: TraceFile, now: float, fast: FastTier) -> None:  # noqa: B027 (optional hook; no-op default)
         """A burst of ``file``'s I/O was just served (``fast.observed`` counts it);
         the policy may promote it (demoting others to make room)."""
 
-    def ended(self, file: TraceFile) -> None:
+    def ended(self, file: TraceFile) -> None:  # noqa: B027 (optional hook; no-op default)
         """``file`` was removed; its outcome is known now."""
 
 
