@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
     from fastio._cache import ShardCache
+    from fastio.fairness._publish import Publisher
     from fastio.fairness._settings import FairnessSettings
     from fastio.tiering import Tiering  # tiering hook
 
@@ -432,26 +433,32 @@ class Dataset(_Base):
         return Batches(self, batch_size, drop_last)
 
     def _run(self, columnar: bool, batch_size: int, drop_last: bool) -> Iterator[Any]:
+        # fairness hook (issue #6): the monitor runs the outermost loop, timing and
+        # publishing what this process delivers (no generator layer of its own)
+        return self.fairness.iterate(lambda: self._begin(columnar, batch_size, drop_last),
+                                     self._ended)  # fmt: skip
+
+    def _begin(
+        self, columnar: bool, batch_size: int, drop_last: bool
+    ) -> tuple[Iterator[Any], Publisher | None]:
+        """At the first item: the iteration's items, and what publishes them."""
         epoch, position, who = self._start()
-        # fairness hook (issue #6): times and publishes what this process delivers
-        watch = self.fairness.watcher(self, who, epoch, position, lambda: self._delivered)
+        publisher = self.fairness.watcher(self, who, epoch, position, lambda: self._delivered)
         # fairness hook (issue #6): with balance="steal", units shared between workers
         stolen = self.fairness.stolen_units(self, epoch, position, who, columnar, batch_size,
                                             drop_last)  # fmt: skip
-        try:
-            if stolen is not None:
-                yield from watch(stolen)
-            elif columnar:
-                yield from watch(rebatch(self._units(epoch, position, who, True), batch_size,
-                                         drop_last, self))  # fmt: skip
-            else:
-                yield from watch(self._units(epoch, position, who, False))
-        finally:
-            self.fairness.finish()  # fairness hook (issue #6)
-            if (self._skipped or self._shards_skipped) and self.on_error == "skip":
-                log.warning("fastio: %d samples and %d unreadable shards skipped so far "
-                            "(on_error='skip'); see stats()", self._skipped,
-                            self._shards_skipped)  # fmt: skip
+        if stolen is not None:
+            return stolen, publisher
+        if columnar:
+            return rebatch(self._units(epoch, position, who, True), batch_size, drop_last,
+                           self), publisher  # fmt: skip
+        return self._units(epoch, position, who, False), publisher
+
+    def _ended(self) -> None:
+        if (self._skipped or self._shards_skipped) and self.on_error == "skip":
+            log.warning("fastio: %d samples and %d unreadable shards skipped so far "
+                        "(on_error='skip'); see stats()", self._skipped,
+                        self._shards_skipped)  # fmt: skip
 
     def _units(
         self, epoch: int, position: int, who: _Who, columnar: bool, stop: int | None = None

@@ -2,12 +2,13 @@
 by whichever process closes a window.
 
 Every process that iterates the dataset (the main process, or each DataLoader
-worker) wraps its decoded reads in :meth:`FairnessMonitor.watch`: a clock read
-per read, and every tenth of a window its counters go to its slot of the board
-(:mod:`fastio.fairness._board`). The first process to notice that a window has
-ended judges it (:mod:`fastio.fairness._verdict`) under the board's lock: flags
-raised and cleared go to the log and the callback, new budget shares to the
-slots, which each worker applies to its own reader's ``outstanding_requests``.
+worker) runs its iteration through :meth:`FairnessMonitor.iterate`: some of its
+items timed, and every tenth of a window its counters go to its slot of the
+board (:mod:`fastio.fairness._publish`, :mod:`fastio.fairness._board`). The
+first process to notice that a window has ended judges it
+(:mod:`fastio.fairness._verdict`) under the board's lock: flags raised and
+cleared go to the log and the callback, new budget shares to the slots, which
+each worker applies to its own reader's ``outstanding_requests``.
 Ranks compare through a :class:`~fastio.fairness._exchange.FileExchange`.
 """
 
@@ -16,20 +17,18 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
 import secrets
 import time
 import weakref
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fastio._epochs import assign_samples
-from fastio._settings import MAX_OUTSTANDING_REQUESTS
 from fastio.fairness import _board as b
 from fastio.fairness._claims import remove_claims
 from fastio.fairness._exchange import FileExchange, job_folder
+from fastio.fairness._publish import Publisher, deliver
 from fastio.fairness._settings import FairnessSettings
 from fastio.fairness._steal import Stealer, check_steal_state
 from fastio.fairness._verdict import BUSY_FLOOR, judge, shift_budget, update_flags
@@ -38,78 +37,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
     from fastio._dataset import Dataset, _Who
-    from fastio._reader import Reader
 
 __all__ = ["FairnessMonitor"]
 
 log = logging.getLogger("fastio.fairness")
 
 _swept: set[int] = set()  # processes that removed stale boards already
-
-
-class _Publisher:
-    """One process's iteration: moves its counters into its slot and applies
-    the share of outstanding requests the monitor gave it."""
-
-    def __init__(self, slot: np.ndarray, reader: Reader, delivered: Callable[[], int]) -> None:
-        self.slot = slot
-        self.reader = reader
-        self.delivered = delivered
-        stats = reader.stats()
-        self.seen_delivered = delivered()
-        self.seen_wait = stats.wait_seconds
-        self.seen_requests = stats.requests
-        self.seen_bytes = stats.bytes_delivered
-        self.seen_latency = np.array(stats.latency_histogram, np.float64)
-        self.base = reader.outstanding_requests
-        self.applied: int | None = None
-        slot[b.PID] = os.getpid()
-        slot[b.ACTIVE] = 1.0
-
-    def publish(self, busy: float) -> None:
-        slot, stats = self.slot, self.reader.stats()
-        delivered = self.delivered()
-        slot[b.SAMPLES] += delivered - self.seen_delivered
-        slot[b.BUSY] += busy
-        slot[b.WAIT] += _grown(stats.wait_seconds, self.seen_wait)
-        slot[b.REQUESTS] += _grown(stats.requests, self.seen_requests)
-        slot[b.BYTES] += _grown(stats.bytes_delivered, self.seen_bytes)
-        latency = np.array(stats.latency_histogram, np.float64)
-        fresh = latency.sum() < self.seen_latency.sum()
-        slot[b.LATENCY : b.SLOT] += latency if fresh else latency - self.seen_latency
-        self.seen_delivered, self.seen_wait = delivered, stats.wait_seconds
-        self.seen_requests, self.seen_bytes, self.seen_latency = (
-            stats.requests, stats.bytes_delivered, latency)  # fmt: skip
-        slot[b.INFLIGHT_BYTES] = stats.inflight_bytes
-        slot[b.UPDATED] = time.monotonic()
-        self.apply_share()
-
-    def apply_share(self) -> None:
-        """Set the reader's outstanding requests to this worker's share of the
-        node's total. A value someone else set meanwhile (the tuner) is the new
-        base the share applies to."""
-        reader, slot = self.reader, self.slot
-        current = reader.outstanding_requests
-        if self.applied is not None and current != self.applied:
-            self.base = current
-        slot[b.BASE_OUTSTANDING] = self.base
-        weight = float(slot[b.WEIGHT]) or 1.0
-        # Rounded down, so that the workers' requests never add up to more than
-        # the node's total (shares average 1, each at least 1 / max_share).
-        target = min(max(int(self.base * weight), 1), MAX_OUTSTANDING_REQUESTS)
-        if target != current:
-            reader.outstanding_requests = target
-        self.applied = target
-        slot[b.OUTSTANDING] = target
-
-    def finish(self) -> None:
-        self.publish(0.0)
-        self.slot[b.ACTIVE] = 0.0
-
-
-_FAST_ITEM_SECONDS = 20e-6
-_END = object()
-_MAX_STRIDE = 16
 
 
 class FairnessMonitor:
@@ -130,7 +63,7 @@ class FairnessMonitor:
         self._exchange = FileExchange(job_folder(urls, seed, self.settings.exchange_dir))
         self._rank = (0, 1)
         self._board: b.Board | None = None
-        self._publisher: _Publisher | None = None
+        self._publisher: Publisher | None = None
         self._stealer: Stealer | None = None
         self._steal_resume: dict[str, Any] | None = None
         self._iterations = 0  # with steal, in this process (names the claim table's generation)
@@ -180,14 +113,31 @@ class FairnessMonitor:
 
     # ---- publishing --------------------------------------------------------------------
 
+    def iterate(
+        self,
+        begin: Callable[[], tuple[Iterator[Any], Publisher | None]],
+        end: Callable[[], None],
+    ) -> Iterator[Any]:
+        """One iteration of the dataset (see :func:`deliver`): ``begin()`` gives
+        its items and :meth:`watcher`'s publisher; then :meth:`finish` and
+        ``end()``."""
+
+        def ended() -> None:
+            try:
+                self.finish()
+            finally:
+                end()
+
+        return deliver(begin, ended)
+
     def watcher(
         self, dataset: Dataset, who: _Who, epoch: int, position: int, delivered: Callable[[], int]
-    ) -> Callable[[Iterator[Any]], Iterator[Any]]:
-        """What wraps one iteration of ``dataset`` by ``who`` (from ``position``
-        of ``epoch``) in this process: its items timed and published
-        (``delivered()`` counts samples delivered so far); unchanged when off."""
+    ) -> Publisher | None:
+        """What publishes one iteration of ``dataset`` by ``who`` (from
+        ``position`` of ``epoch``) in this process (``delivered()`` counts
+        samples delivered so far); None when monitoring is off."""
         if not self.settings.enabled:
-            return _unchanged
+            return None
         if who.worker >= b.MAX_WORKERS or (who.world_size > 1 and who.rank >= b.MAX_RANKS):
             raise ValueError(
                 f"the fairness monitor follows up to {b.MAX_WORKERS} DataLoader workers per rank "
@@ -202,66 +152,17 @@ class FairnessMonitor:
         # With steal a resumed position is inside some worker's unit: the share
         # counts whole parts, and moves with each stolen unit (see _steal).
         assigned = sum(len(span) for span in spans) - (0 if self._steals(who) else position)
-        reader = dataset.reader
-        return lambda items: self._watch(items, reader, who, assigned, delivered)
-
-    def _watch(
-        self,
-        items: Iterator[Any],
-        reader: Reader,
-        who: _Who,
-        assigned: int,
-        delivered: Callable[[], int],
-    ) -> Iterator[Any]:
-        """Yields ``items``; the time between handing one out and being asked for
-        the next is the consumer's (idle), the rest is busy."""
         board = self._get_board()
         self._rank = (who.rank, who.world_size)
         board.header[b.RANK], board.header[b.WORLD_SIZE] = who.rank, who.world_size
         slot = board.slots[who.worker]
         slot[b.ASKED] += assigned
-        publisher = self._publisher = _Publisher(slot, reader, delivered)
+        publisher = Publisher(slot, dataset.reader, delivered,
+                              lambda: self._maybe_close_window(board),
+                              self.settings.window_seconds / 10, seed=who.worker)  # fmt: skip
         publisher.apply_share()
-        clock = time.perf_counter
-        interval = self.settings.window_seconds / 10
-        mark = last_timed = clock()
-        idle = 0.0
-        next_publish = mark + interval
-        # Items that come every few microseconds (page-cached samples) are timed
-        # about one in `stride`, at random (a fixed stride would line up with a
-        # loader's batches and always time the same place in them), and the
-        # consumer's share extrapolated, an unbiased estimate: two clock reads
-        # per item would cost several percent of the delivery rate.
-        stride = countdown = 1
-        draw = random.Random(who.worker).random
-        items = iter(items)  # the untimed runs below continue the same iterator
-        try:
-            for item in items:
-                if countdown > 1:  # the untimed run, delegated: no bytecode per item here
-                    yield item
-                    yield from islice(items, countdown - 2)
-                    item = next(items, _END)
-                    if item is _END:
-                        break
-                handed = clock()
-                yield item
-                back = clock()
-                idle += (back - handed) * stride
-                per_item = (back - last_timed) / stride
-                last_timed = back
-                if per_item < _FAST_ITEM_SECONDS and stride < _MAX_STRIDE:
-                    stride *= 2
-                elif per_item > 4 * _FAST_ITEM_SECONDS and stride > 1:
-                    stride //= 2
-                countdown = 1 + int(draw() * (2 * stride - 1))  # stride on average
-                if back >= next_publish:
-                    publisher.publish(max(back - mark - idle, 0.0))
-                    mark, idle = back, 0.0
-                    self._maybe_close_window(board)
-                    next_publish = back + interval
-        finally:
-            if self._board is board:
-                publisher.publish(max(clock() - mark - idle, 0.0))
+        self._publisher = publisher
+        return publisher
 
     # ---- balance="steal" ----------------------------------------------------------------
 
@@ -312,7 +213,7 @@ class FairnessMonitor:
         self._steal_resume = None if state is None else check_steal_state(state)
 
     def finish(self) -> None:
-        """The iteration ended: publish what was delivered after the last read."""
+        """The iteration ended: publish what it delivered since the last publish."""
         publisher, self._publisher = self._publisher, None
         if publisher is not None and self._board is not None:
             publisher.finish()
@@ -563,16 +464,6 @@ def _remove_files(path: str, owner: int) -> None:
     b.remove_board(path, owner)
     if os.getpid() == owner:
         remove_claims(_claims_path(path))
-
-
-def _grown(now: float, seen: float) -> float:
-    """How much a reader counter grew; a reader made before a fork counts
-    afresh in the child from its first use (its counters restart at zero)."""
-    return now - seen if now >= seen else now
-
-
-def _unchanged(items: Iterator[Any]) -> Iterator[Any]:
-    return items
 
 
 def _last_window(slot: np.ndarray) -> dict[str, float | None]:
