@@ -68,8 +68,9 @@ if TYPE_CHECKING:
 
     Fetch = Callable[[str, Download], object]
     """Downloads the URL's whole object into the file object given (``write``)."""
-    Placement = Callable[[str, int, str], str]
-    """``(key, size, kind) -> directory``: where a cache file of ``kind`` goes."""
+    Placement = Callable[[str, int, str, float], str]
+    """``(key, size, kind, reuse) -> directory``: where a cache file of ``kind``
+    goes; ``reuse`` is how many reads of it the plans hold (at least 1)."""
 
 __all__ = [
     "CacheError",
@@ -116,8 +117,9 @@ class _Step:
 class ShardCache:
     """Local copies of remote shards in ``directories``, at most ``max_bytes`` of them.
 
-    ``placement(key, size, kind)`` picks the directory of each new file (the
-    tiering hook); by default the first directory with room on its filesystem.
+    ``placement(key, size, kind, reuse)`` picks the directory of each new file
+    (the tiering hook; ``reuse``: the reads of it the epoch plans hold); by
+    default the first directory with room on its filesystem.
     The first directory also holds the shared index (``.fastio-cache/``); every
     process sharing the cache must name the same first directory and the same
     ``max_bytes`` (a different limit while others are open raises ValueError).
@@ -419,7 +421,10 @@ class ShardCache:
         victims = index.victims(excess, self.policy, sooner_than) if excess > 0 else []
         if victims is None:
             return _Step("full" if demand else "skip")
-        path = os.path.join(self._place(key, size), data_name(url))
+        # The reads the copy will serve: those planned, and this one (a demand
+        # get has moved its plan past it already).
+        uses = index.planned_uses(key) + int(demand)
+        path = os.path.join(self._place(key, size, uses), data_name(url))
         for victim in victims:
             index.remove(victim.key)
             remove_quietly(victim.path)
@@ -448,10 +453,10 @@ class ShardCache:
             state.counters["bytes_downloaded"] += entry.size
         return entry.path
 
-    def _place(self, key: str, size: int) -> str:
+    def _place(self, key: str, size: int, uses: int) -> str:
         if self.placement is None:
             return first_with_room(self.directories, size)
-        folder = os.path.abspath(self.placement(key, size, SHARD))
+        folder = os.path.abspath(self.placement(key, size, SHARD, float(max(uses, 1))))
         if folder not in self.directories:
             raise ValueError(f"placement chose {folder!r}, which is not one of the cache's "
                              f"directories {self.directories}")  # fmt: skip

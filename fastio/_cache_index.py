@@ -249,6 +249,16 @@ class CacheIndex:
         steps: int | None = row.fetchone()[0]
         return steps
 
+    def planned_uses(self, key: str) -> int:
+        """How many uses of ``key`` the plans hold from their cursors on."""
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM plans AS p JOIN cursors AS c ON c.owner = p.owner "
+            "WHERE p.key = ? AND p.position >= c.position",
+            (key,),
+        )
+        uses: int = row.fetchone()[0]
+        return uses
+
     def upcoming(self, owner: str, count: int) -> list[str]:
         """The next ``count`` URLs of ``owner``'s plan that are not in the cache."""
         rows = self._db.execute(

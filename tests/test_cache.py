@@ -459,8 +459,8 @@ def test_etag_checksum_takes_only_md5_etags() -> None:
 def test_placement_chooses_the_directory(tmp_path) -> None:
     asked = []
 
-    def placement(key: str, size: int, kind: str) -> str:
-        asked.append((len(key), size, kind))
+    def placement(key: str, size: int, kind: str, reuse: float) -> str:
+        asked.append((len(key), size, kind, reuse))
         return str(tmp_path / "hdd")
 
     folders = [tmp_path / "ssd", tmp_path / "hdd"]
@@ -468,9 +468,14 @@ def test_placement_chooses_the_directory(tmp_path) -> None:
         path = cache.get("mem://p.tar", 10, serve("mem://p.tar", 10))
         assert Path(path).parent == tmp_path / "hdd"
         assert path.endswith(".tar")
-        assert asked == [(40, 10, "shard")]
+        assert asked == [(40, 10, "shard", 1.0)]  # no plan: one read
         cache.release("mem://p.tar")
-        cache.placement = lambda key, size, kind: str(tmp_path)
+        # With a plan, the placement hears how many reads of the copy it holds.
+        cache.plan(["mem://r", "mem://p.tar", "mem://r", "mem://s", "mem://r"])
+        cache.get("mem://r", 10, serve("mem://r", 10))
+        cache.release("mem://r")
+        assert asked[-1] == (40, 10, "shard", 3.0)
+        cache.placement = lambda key, size, kind, reuse: str(tmp_path)
         with pytest.raises(ValueError, match="not one of the cache's directories"):
             cache.get("mem://q", 10, serve("mem://q", 10))
         assert cache.stats()["bytes_reserved"] == 0

@@ -139,11 +139,11 @@ class Tiering:
                 del self._files[placed.number]
                 raise
 
-    def __call__(self, key: str, size: int, kind: str) -> str:
-        """The :class:`ShardCache` hook: the directory for a new cache file. The
-        copy's space is held until the cache removes it (seen at the next call
-        or :meth:`usage`)."""
-        features = Features(kind, size, "", "sequential", 1.0, "fastio.cache", self.job)
+    def __call__(self, key: str, size: int, kind: str, reuse: float = 1.0) -> str:
+        """The :class:`ShardCache` hook: the directory for a new cache file
+        that the epoch plans will read ``reuse`` times. The copy's space is held
+        until the cache removes it (seen at the next call or :meth:`usage`)."""
+        features = Features(kind, size, "", "sequential", reuse, "fastio.cache", self.job)
         with self._lock:
             self._reconcile()
             for placed in list(self._files.values()):
