@@ -21,16 +21,16 @@ strength of 20 learned it far too slowly: held-out MAE 0.96-1.02 against
 0.87-0.95 with the random effect, on outcomes as they end).
 
 **Why our own and not a library's** (``benchmarks/bench_tiering.py --compare-models``:
-held-out period of the default traces, 2000 files a period, seeds 0-2; mean absolute
+held-out period of the default traces, 2000 files a period, seeds 0-4; mean absolute
 error of log density, lower is better; the learned policy's share of the oracle's
 SSD I/O at a 20 % budget with that model inside):
 
 ====================================  ==========  ========================
 model                                 MAE (log)   share of oracle at 20 %
 ====================================  ==========  ========================
-this ridge with a prior (ours)        1.05        0.92
-scikit-learn SGDRegressor partial_fit 1.10        0.89
-prior only (no learning)              1.56        0.86
+this ridge with a prior (ours)        1.06        0.96
+scikit-learn SGDRegressor partial_fit 1.08        0.92
+prior only (no learning)              1.55        0.91
 ====================================  ==========  ========================
 
 SGD needs passes and a learning-rate schedule to converge on the few thousand

@@ -130,7 +130,7 @@ def replay(
                 fast.demotions -= 1  # a removal, not a demotion
             fast.last_access.pop(number, None)
             fast.observed.pop(number, None)
-            policy.ended(by_number[number])
+            policy.ended(by_number[number], now, fast)
     return Result(policy.name, fraction, served / max(total, 1), fast.written, fast.demotions,
                   fast.promotions, fast.promoted_bytes, fast.peak, budget)  # fmt: skip
 
