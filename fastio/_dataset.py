@@ -110,8 +110,10 @@ class Dataset(_Base):
 
     ``tiering`` (a :class:`fastio.tiering.Tiering`) places intermediate files
     by predicted I/O density: shuffle windows larger than ``shuffle_memory``
-    spill to a tier file, and with ``cache_bytes`` the shard cache keeps its
-    copies in the tiers' directories, each where the policy puts it.
+    spill to a tier file, with ``cache_bytes`` the shard cache keeps its
+    copies in the tiers' directories, each where the policy puts it, and
+    without ``index_dir`` the indexes of remote shards (and of shards in
+    read-only folders) go where it puts them too.
     """
 
     def __init__(
@@ -174,10 +176,10 @@ class Dataset(_Base):
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
         self.format = format or format_for_url(self.urls[0])
-        self._format = make_format(
-            self.format,
-            **format_options(self.format, columns, record_size, verify, example, index_dir),
-        )
+        placement = tiering if index_dir is None else None  # tiering hook: indexes
+        options = format_options(self.format, columns, record_size, verify, example, index_dir,
+                                 placement)  # fmt: skip
+        self._format = make_format(self.format, **options)
         self.shuffle = shuffle
         self.seed = seed
         self.shuffle_buffer = shuffle_buffer

@@ -3,8 +3,10 @@
 With it, a dataset knows its sample counts without reading (for the epoch
 plan), reads any one sample by its byte range (random access), and resumes
 mid-shard. An index is kept beside its shard (``<shard>.fastio-index.npz``) or,
-where that folder is not writable, in a cache folder; it is reused while the
-shard's size and modification time are those it was built from.
+where that is not possible (a remote shard, a folder not writable), in
+``index_dir``, else where a placement (:class:`fastio.tiering.Tiering`) puts
+it among its tiers, else in a cache folder; it is reused while the shard's
+size and modification time are those it was built from.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -33,6 +35,12 @@ if TYPE_CHECKING:
 __all__ = ["INDEX_SUFFIX", "ShardIndex", "build_index", "index_shard", "load_or_scan", "scan_shard"]
 
 INDEX_SUFFIX = ".fastio-index.npz"
+INDEX_KIND = "index"
+"""The ``kind`` a placement is asked about for an index."""
+PLACED_PREFIX = "index-"
+"""Placed indexes are ``index-<digest>.fastio-index.npz``: never a shard
+cache's file name (a shard cache may share the tiers' directories)."""
+_META_BYTES = 2048  # the npz container and its metadata (about 1,200 bytes and the URL)
 _VERSION = 1
 
 
@@ -162,19 +170,25 @@ def default_cache_dir() -> Path:
     return Path(base) / "fastio" / "index"
 
 
-def _index_paths(url: str, cache_dir: str | os.PathLike[str] | None) -> list[Path]:
+def _index_paths(
+    url: str, cache_dir: str | os.PathLike[str] | None, placed: bool
+) -> tuple[list[Path], str]:
+    """Where the index of ``url`` is written, in order of preference, and the
+    name it has in a cache folder (``placed``: a placement has the last word,
+    so no default cache folder)."""
     if is_remote(url):  # nothing is written beside a remote object
         paths = []
-        cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
+        if cache_dir is None and not placed:
+            cache_dir = default_cache_dir()
         key = url
     else:
         url = local_path(url)
         paths = [Path(url + INDEX_SUFFIX)]
         key = os.path.abspath(url)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
     if cache_dir is not None:
-        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
         paths.append(Path(cache_dir) / f"{digest}{INDEX_SUFFIX}")
-    return paths
+    return paths, digest
 
 
 def index_shard(
@@ -182,6 +196,16 @@ def index_shard(
 ) -> ShardIndex:
     index, _ = load_or_scan(reader, url, format_name, cache_dir, tolerate=False)
     return index
+
+
+class IndexPlacement(Protocol):
+    """Where indexes go that cannot go beside their shard: a
+    :class:`fastio.tiering.Tiering` (its shard cache hook)."""
+
+    @property
+    def directories(self) -> list[str]: ...
+
+    def __call__(self, key: str, size: int, kind: str, reuse: float = 1.0) -> str: ...
 
 
 def load_or_scan(
@@ -192,12 +216,18 @@ def load_or_scan(
     *,
     tolerate: bool = False,
     verify: bool = True,
+    placement: IndexPlacement | None = None,
 ) -> tuple[ShardIndex, list[DecodeError]]:
     """The index of ``url``: a stored one that still matches the shard, else a
     new scan, stored beside the shard, or in ``cache_dir`` where that folder is
-    not writable (an index that cannot be stored anywhere is still returned)."""
+    not writable, or where ``placement`` puts it (an index that cannot be
+    stored anywhere is still returned)."""
     size, version = reader.describe(url)
-    candidates = _index_paths(url, cache_dir)
+    writable, digest = _index_paths(url, cache_dir, placement is not None)
+    placed_name = f"{PLACED_PREFIX}{digest}"
+    candidates = list(writable)
+    if placement is not None:
+        candidates += [Path(d) / f"{placed_name}{INDEX_SUFFIX}" for d in placement.directories]
     # A scan that skipped checksums is kept under its own name: it serves
     # unverified reads, never a dataset that asked for verification.
     unverified = format_name == "tfrecord" and not verify
@@ -214,11 +244,18 @@ def load_or_scan(
     index = dataclasses.replace(index, format=stored_as)
     if problems:  # an index of a damaged shard is not kept: a repaired shard gets a new scan
         return index, problems
-    for path in candidates:
+    for path in writable:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             index.save(path)
         except OSError:
             continue
-        break
+        return index, []
+    if placement is not None:
+        try:  # TierFullError is an OSError too
+            nbytes = index.starts.nbytes + index.ends.nbytes + _META_BYTES + len(url)
+            folder = placement(placed_name, nbytes, INDEX_KIND, 1.0)
+            index.save(Path(folder) / f"{placed_name}{INDEX_SUFFIX}")
+        except OSError:
+            pass
     return index, []

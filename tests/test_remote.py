@@ -291,3 +291,39 @@ def test_tiering_places_the_datasets_cache_copies(http, tars, tmp_path) -> None:
     with pytest.raises(ValueError, match="not cache_dir"):
         http_dataset(http, tars, tmp_path, cache_dir=tmp_path / "c", cache_bytes=1 << 20,
                      tiering=tiering)  # fmt: skip
+
+
+def test_tiering_places_the_indexes_of_remote_shards(http, tars, tmp_path, monkeypatch) -> None:
+    from fastio.tiering import Tier, Tiering
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the default index folder
+    urls = remote_pattern(tars, http.url("faulty/"))
+
+    def indexes(folder):
+        return sorted(p.name for p in folder.glob("index-*.fastio-index.npz"))
+
+    for fast_bytes, where in ((1 << 20, "fast"), (100, "slow")):  # room for them, or none
+        fast, slow = tmp_path / where / "fast", tmp_path / where / "slow"
+        tiering = Tiering([Tier("fast", fast, fast_bytes, "ssd"),
+                           Tier("slow", slow, 1 << 30, "hdd")])  # fmt: skip
+        dataset = fastio.Dataset(urls, shuffle=False, read_size=64 << 10, tiering=tiering,
+                                 shuffle_memory=1 << 30)  # fmt: skip
+        keys = sorted(key_of("webdataset", sample) for sample in dataset)
+        assert keys == sorted(row["key"] for row in tars.samples)
+        dataset.close()
+        placed = indexes(fast) + indexes(slow)
+        assert len(placed) == len(tars.urls)  # one per shard, where the policy put it
+        assert indexes(fast if where == "fast" else slow) == placed
+        folder = fast if where == "fast" else slow
+        written = sum(os.path.getsize(folder / name) for name in placed)
+        usage = tiering.usage()  # reserved: the arrays, and the container's estimate
+        assert written <= usage[where] <= written + 2048 * len(placed)
+        assert usage["fast"] <= fast_bytes
+    assert not (tmp_path / "xdg").exists()  # nothing in the default index folder
+
+    # A second dataset finds them: no shard is scanned again.
+    served = http.faults.bytes_served
+    again = fastio.Dataset(urls, shuffle=False, tiering=tiering, shuffle_memory=1 << 30)
+    assert len(again) == len(tars.samples)
+    assert http.faults.bytes_served == served
+    again.close()

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Iterable, Iterator
 
+    from fastio._index import IndexPlacement
     from fastio._ranges import Chunk
     from fastio._reader import Reader
 
@@ -37,15 +38,21 @@ def _owned(value: Any) -> Any:
 
 
 class _Indexed(ShardFormat):
-    def __init__(self, index_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        index_dir: str | os.PathLike[str] | None = None,
+        index_placement: IndexPlacement | None = None,
+    ) -> None:
         self.index_dir = index_dir
+        self.index_placement = index_placement  # tiering hook: see fastio._index
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
         from fastio._index import load_or_scan
         from fastio.formats._compression import codec_for
 
         index, problems = load_or_scan(reader, url, self.name, self.index_dir, tolerate=tolerate,
-                                       verify=getattr(self, "verify", True))  # fmt: skip
+                                       verify=getattr(self, "verify", True),
+                                       placement=self.index_placement)  # fmt: skip
         return _layout_from_index(url, index, codec_for(url) is not None, index.size), problems
 
     def _chunks(self, chunks: Iterable[Chunk], layout: Layout) -> Iterable[Chunk]:
@@ -81,8 +88,9 @@ class TFRecordFormat(_Indexed):
         index_dir: str | os.PathLike[str] | None = None,
         verify: bool = True,
         example: bool = True,
+        index_placement: IndexPlacement | None = None,
     ) -> None:
-        super().__init__(index_dir)
+        super().__init__(index_dir, index_placement)
         self.verify = verify
         self.example = example
 

@@ -20,6 +20,8 @@ from fastio.formats._table_formats import ArrowFormat, ParquetFormat
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from fastio._index import IndexPlacement
+
 __all__ = ["FORMATS", "Layout", "ShardFormat", "format_for_url", "format_options", "make_format"]
 
 FORMATS: dict[str, type[ShardFormat]] = {
@@ -75,10 +77,13 @@ def format_options(
     verify: bool,
     example: bool,
     index_dir: str | os.PathLike[str] | None,
+    index_placement: IndexPlacement | None = None,
 ) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if name in ("webdataset", "tfrecord", "jsonl", "lines"):
         options["index_dir"] = index_dir
+        if index_placement is not None:
+            options["index_placement"] = index_placement
     if name == "tfrecord":
         options.update(verify=verify, example=example)
     if name in ("parquet", "arrow"):
