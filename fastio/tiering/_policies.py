@@ -310,9 +310,9 @@ class DensityPolicy(Policy):
         return True
 
     def ended(self, file: TraceFile, now: float, fast: FastTier) -> None:
+        self._reads.pop(file.number, None)
         if self.oracle:
             return
-        self._reads.pop(file.number, None)
         siblings = self._live.get(file.features.job, {})
         siblings.pop(file.number, None)
         if not siblings:
