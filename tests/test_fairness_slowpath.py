@@ -42,7 +42,7 @@ def record_event(event: dict) -> None:
         handle.write(json.dumps(event) + "\n")
 
 
-def run_epoch(shards, fairness, storage_options, outstanding):
+def run_epoch(shards, fairness, storage_options, outstanding, in_order=True):
     urls = [f"throttled://{shards}/part-{index}.bin" for index in range(SHARDS)]
     dataset = fastio.Dataset(
         urls, "fixed", record_size=RECORD, shuffle=False, shuffle_buffer=64 << 10,
@@ -52,7 +52,7 @@ def run_epoch(shards, fairness, storage_options, outstanding):
         fairness={"window_seconds": WINDOW, **fairness},
     )  # fmt: skip
     # Unshuffled, worker 0 of 2 reads the first half of the shards.
-    loader = DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=len)
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=len, in_order=in_order)
     started = time.perf_counter()
     count = 0
     for batch in loader:
@@ -102,15 +102,22 @@ def test_starved_worker_is_flagged_within_3_windows_and_cleared(shards, tmp_path
 
 
 def test_mitigation_raises_jain_index_and_shortens_the_epoch(shards):
+    # The loader takes batches as they come (in_order=False): a round-robin one
+    # forces the workers' delivered rates nearly equal, so Jain's index starts
+    # at 0.96-0.98 there and mitigation moves it within noise (measured); the
+    # starved worker shows in readiness and epoch time instead.
     slow = {"slow": ["part-0.", "part-1.", "part-2.", "part-3."], "slow_delay": 0.04}
     results = {}
     for mitigate in (False, True):
-        seconds, report = run_epoch(shards, {"mitigate": mitigate}, slow, outstanding=5)
-        # Judged windows after the first three (the monitor's reaction time).
+        seconds, report = run_epoch(shards, {"mitigate": mitigate}, slow, outstanding=5,
+                                    in_order=False)  # fmt: skip
+        # Judged windows after the first three (the monitor's reaction time); the
+        # median, as a 0.2 s window holds only ~25 batches a worker (single
+        # windows range 0.8-1.0 around a mitigated median of 0.98).
         jains = [row["jain_index"] for row in report["timeline"][3:]
                  if sum(w["rate"] is not None for w in row["workers"]) == 2]  # fmt: skip
         outstanding = [w["outstanding_requests"] for w in report["workers"]]
-        results[mitigate] = (seconds, float(np.mean(jains)), outstanding)
+        results[mitigate] = (seconds, float(np.median(jains)), outstanding)
     (plain, plain_jain, plain_outstanding), (mitigated, jain, outstanding) = (
         results[False], results[True])  # fmt: skip
     assert plain_outstanding == [5, 5]
