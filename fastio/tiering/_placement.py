@@ -37,6 +37,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fastio.tiering._model import DensityModel, Features, Outcome
+from fastio.tiering._policies import coldest_first
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -184,21 +185,15 @@ class Tiering:
             return True
         if size > tier.capacity:
             return False
-        colder = sorted(
-            (estimate, placed.number)
-            for placed in self._files.values()
-            if placed.tier is tier and placed.movable and placed is not keep
-            and (estimate := self.estimate(placed)) < density
+        numbers = coldest_first(
+            ((self.estimate(placed), placed.number, placed.reserved)
+             for placed in self._files.values()
+             if placed.tier is tier and placed.movable and placed is not keep),
+            density, need,
         )  # fmt: skip
-        freed, victims = 0, []
-        for _, number in colder:
-            victims.append(self._files[number])
-            freed += self._files[number].reserved
-            if freed >= need:
-                break
-        if freed < need:
+        if numbers is None:
             return False
-        for victim in victims:
+        for victim in [self._files[number] for number in numbers]:
             slower = [t for t in self.tiers if t.rank >= tier.rank and t is not tier]
             target = next((t for t in slower if self._used(t) + victim.reserved <= t.capacity),
                           None)  # fmt: skip

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Protocol
 from fastio.tiering._model import DensityModel
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from fastio.tiering._trace import TraceFile
 
@@ -60,6 +60,7 @@ __all__ = [
     "Lru",
     "Policy",
     "SizeThreshold",
+    "coldest_first",
     "knapsack_cutoff",
 ]
 
@@ -172,6 +173,21 @@ class Lru(Policy):
                 if fast.used + file.size <= fast.budget:
                     break
         return True
+
+
+def coldest_first(
+    candidates: Iterable[tuple[float, int, int]], density: float, need: int
+) -> list[int] | None:
+    """The files to demote to free ``need`` bytes: of ``candidates``
+    (estimate, number, bytes), those colder than ``density``, coldest first,
+    as few as free enough; None if they cannot."""
+    freed, victims = 0, []
+    for _, number, size in sorted(c for c in candidates if c[0] < density):
+        victims.append(number)
+        freed += size
+        if freed >= need:
+            return victims
+    return None
 
 
 def knapsack_cutoff(densities: Sequence[float], space_time: Sequence[float],
@@ -292,18 +308,12 @@ class DensityPolicy(Policy):
         need = fast.used + file.size - fast.budget
         if need <= 0:
             return True
-        colder = sorted(
-            (estimate, number)
-            for number, resident in fast.residents.items()
-            if (estimate := self.estimate(resident, now, fast)) < density
-        )
-        freed, victims = 0, []
-        for _, number in colder:
-            victims.append(number)
-            freed += fast.residents[number].size
-            if freed >= need:
-                break
-        if freed < need:
+        victims = coldest_first(
+            ((self.estimate(resident, now, fast), number, resident.size)
+             for number, resident in fast.residents.items()),
+            density, need,
+        )  # fmt: skip
+        if victims is None:
             return False
         for number in victims:
             fast.demote(number)
