@@ -6,7 +6,7 @@
 A dataset of ``--shards`` local files stands in for a remote one (the fetch
 copies the file). Each run reads 3 epochs through a fresh ``ShardCache`` holding
 25, 50 or 75% of the dataset, in stored order and in the shuffled orders of
-``fastio._epochs.shard_order``, under:
+``fastio.plan._assignment.shard_order``, under:
 
 * ``plan``: eviction by furthest next use, the plan of all 3 epochs given up front;
 * ``plan, 2 ahead``: the plan re-given at every epoch for that epoch and the
@@ -32,9 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fastio._cache import ShardCache
-from fastio._epochs import shard_order
+from fastio.cache._cache import ShardCache
 from fastio.cli._options import parse_size
+from fastio.plan._assignment import shard_order
 
 EPOCHS = 3
 FRACTIONS = (0.25, 0.5, 0.75)

@@ -319,7 +319,7 @@ class Method:
 IMPORTS = {
     "webdataset": (
         "fastio",
-        "fastio._dataset",
+        "fastio.dataset._dataset",
         "fastio.formats",
         "numpy",
         "pyarrow",

@@ -40,7 +40,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 import fastio
-import fastio.fairness._inject  # registers throttled://
+import fastio.sources._throttled  # registers throttled://
 
 RECORD = 4096
 FLAGS = Path(tempfile.gettempdir()) / f"fastio-bench-fairness-{os.getpid()}.jsonl"

@@ -20,7 +20,7 @@ In each condition, every measurement reads the files over and over for
 1. the grid: every ``--requests`` x ``--sizes`` point whose bytes in flight fit
    the tuner's ``--budget`` (as the tuner is constrained);
 2. the defaults (16 x 1 MiB, budget allowing);
-3. tuning: a reader with the defaults and a :class:`fastio._tuning.ReaderTuning`
+3. tuning: a reader with the defaults and a :class:`fastio.reader._tuning.ReaderTuning`
    (windows of ``--window-seconds``) reads until the tuner settles (or
    ``--max-tune-seconds``); time to converge is from the first read to the
    settling decision;
@@ -50,8 +50,8 @@ import optuna
 from bench_remote import NAMESPACE, NS_ADDRESS, bits_per_second, http_server, shaped_link
 
 from fastio import Reader, ReaderSettings
-from fastio._tuning import ReaderTuning, TuningOptions, storage_fingerprint
 from fastio.cli._options import parse_size
+from fastio.reader._tuning import ReaderTuning, TuningOptions, storage_fingerprint
 
 RESULTS = Path(__file__).parent / "results"
 MiB = 1 << 20

@@ -18,12 +18,12 @@ from fastio._errors import (
     TruncatedFileError,
     TruncatedShardError,
 )
-from fastio._ranges import ByteRange, Chunk, Shard
-from fastio._reader import Reader
-from fastio._settings import ReaderSettings
-from fastio._stats import ReaderStats
-from fastio._sync import new_event_loop
-from fastio._urls import expand_urls
+from fastio.reader._ranges import ByteRange, Chunk, Shard
+from fastio.reader._reader import Reader
+from fastio.reader._stats import ReaderStats
+from fastio.reader._sync import new_event_loop
+from fastio.sources._urls import expand_urls
+from fastio.spec._reader import ReaderSettings
 
 __version__ = "0.1.0"
 
@@ -32,11 +32,11 @@ def __getattr__(name: str) -> object:
     # The dataset pulls in numpy (and torch where installed), configs pydantic:
     # loaded on first use.
     if name in ("Dataset", "Batches"):
-        from fastio import _dataset
+        from fastio.dataset import _dataset
 
         return getattr(_dataset, name)
     if name in ("DatasetConfig", "load_config", "save_config"):
-        from fastio import _config
+        from fastio.config import _config
 
         return getattr(_config, name)
     raise AttributeError(f"module 'fastio' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """``fastio-bench config check FILE`` and ``config show``; ``--config FILE`` for
 the other subcommands, whose options given on the command line override the
-file (see :mod:`fastio._config` for the precedence)."""
+file (see :mod:`fastio.config._config` for the precedence)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from click.core import ParameterSource
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from fastio._config import DatasetConfig
+    from fastio.config._config import DatasetConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,8 +40,8 @@ def explicit_options(ctx: click.Context, keys: Mapping[str, str]) -> dict[str, A
 
 def load(path: Path, overrides: Mapping[str, Any]) -> DatasetConfig:
     """The config in ``path`` with ``overrides``; an invalid one ends the command."""
-    from fastio._config import load_config
     from fastio._errors import ConfigError
+    from fastio.config._config import load_config
 
     try:
         return load_config(path, **overrides)
@@ -66,7 +66,7 @@ def gen_target(
 
 
 def _print(data: Mapping[str, Any], as_json: bool, comment: str = "") -> None:
-    from fastio._config import dumps
+    from fastio.config._config import dumps
 
     sys.stdout.write(dumps(data, "json") if as_json else comment + dumps(data, "yaml"))
 
@@ -93,6 +93,6 @@ def check(file: Path, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 def show(as_json: bool) -> None:
     """Print every key with its default (urls has none and must be given)."""
-    from fastio._config import defaults
+    from fastio.config._config import defaults
 
     _print(defaults(), as_json, "# urls: a URL pattern or a list of them (required)\n")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from fastio._dataset import Dataset
+    from fastio.dataset._dataset import Dataset
 
 
 @dataclass

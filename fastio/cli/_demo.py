@@ -11,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from fastio._settings import ReaderSettings
 from fastio.cli._config_cmd import config_option, load
 from fastio.cli._measure import read_with_fastio, read_with_python
 from fastio.cli._options import SIZE
 from fastio.cli._report import byte_progress, print_table
+from fastio.spec._reader import ReaderSettings
 
 _WRITE_BLOCK = 1 << 20
 

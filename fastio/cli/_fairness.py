@@ -19,7 +19,7 @@ from fastio.cli._report import console
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from fastio._dataset import Dataset
+    from fastio.dataset._dataset import Dataset
 
 
 @click.command()
@@ -84,8 +84,8 @@ def _make_dataset(
     slow: tuple[str, ...],
     slow_delay: float,
 ) -> Dataset:
-    from fastio._dataset import Dataset
-    from fastio.fairness._settings import FairnessSettings
+    from fastio.dataset._dataset import Dataset
+    from fastio.spec._fairness import FairnessSettings
 
     changes: dict[str, Any] = {}
     if window is not None:
@@ -108,7 +108,7 @@ def _make_dataset(
             kwargs = {"reader": settings_from(options), "record_size": options["record_size"],
                       "fairness": FairnessSettings(**changes)}  # fmt: skip
         if slow:
-            import fastio.fairness._inject  # noqa: F401 - registers throttled://
+            import fastio.sources._throttled  # noqa: F401 - registers throttled://
 
             listed = [urls] if isinstance(urls, str) else urls
             urls = [f"throttled://{url}" for url in listed]

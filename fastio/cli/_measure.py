@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastio._reader import Reader
+from fastio.reader._reader import Reader
 
 if TYPE_CHECKING:
     import os
 
-    from fastio._settings import ReaderSettings
-    from fastio._stats import ReaderStats
+    from fastio.reader._stats import ReaderStats
+    from fastio.spec._reader import ReaderSettings
 
 ProgressCallback = Callable[[int], None]
 

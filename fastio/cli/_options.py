@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from fastio._settings import ENGINE_KINDS, ReaderSettings
+from fastio.spec._reader import ENGINE_KINDS, ReaderSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -20,7 +20,7 @@ def parse_size(text: str) -> int:
 
     A bare ``k``/``m``/``g``/``t`` means binary units, as fio and dd read them.
     """
-    from fastio._config import parse_size as parse
+    from fastio.config._config import parse_size as parse
 
     try:
         return parse(text)

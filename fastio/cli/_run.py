@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from fastio._dataset import Dataset
-    from fastio._settings import ReaderSettings
+    from fastio.dataset._dataset import Dataset
+    from fastio.spec._reader import ReaderSettings
 
 
 _FORMATS = ["auto", "webdataset", "tfrecord", "parquet", "arrow", "npy", "fixed", "jsonl", "lines"]
@@ -173,7 +173,7 @@ def _config_overrides(ctx: click.Context, paths: tuple[str, ...]) -> dict[str, A
 
 
 def _dataset(paths: tuple[str, ...], settings: ReaderSettings, options: dict[str, Any]) -> Dataset:
-    from fastio._dataset import Dataset
+    from fastio.dataset._dataset import Dataset
 
     format_name = None if options["format_name"] == "auto" else options["format_name"]
     columns = options["columns"].split(",") if options["columns"] else None
@@ -195,8 +195,8 @@ def _run_dataset(
     make_dataset: Callable[[], Dataset], repeat: int, as_json: bool, batch_size: int | None
 ) -> None:
     from fastio._errors import DecodeError
-    from fastio._windows import shuffle_quality
     from fastio.cli._dataset_run import DatasetRun, describe, read_epoch
+    from fastio.plan._windows import shuffle_quality
 
     try:
         dataset = make_dataset()

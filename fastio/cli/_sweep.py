@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from fastio._settings import ReaderSettings
+    from fastio.spec._reader import ReaderSettings
 
 _ENGINES = ("auto", "io_uring", "threads")
 
@@ -40,7 +40,7 @@ def _ints(text: str) -> list[int]:
 
 
 def _sizes(text: str) -> list[int]:
-    from fastio._settings import ReaderSettings
+    from fastio.spec._reader import ReaderSettings
 
     try:
         sizes = [parse_size(item.strip()) for item in text.split(",") if item.strip()]
@@ -209,7 +209,7 @@ def sweep(
     and show MB/s per point: where the tuner should end up on this storage."""
     from pathlib import Path
 
-    from fastio._settings import ReaderSettings
+    from fastio.spec._reader import ReaderSettings
 
     requests, sizes = _ints(requests_text), _sizes(sizes_text)
     base = ReaderSettings()
@@ -217,7 +217,7 @@ def sweep(
         config = load(config_file, {})
         base = config.reader.to_settings()
         if not paths:
-            from fastio._urls import expand_urls
+            from fastio.sources._urls import expand_urls
 
             paths = tuple(expand_urls(config.urls))  # patterns and globs, as a dataset reads them
     if not paths:

@@ -1,7 +1,7 @@
 """``fastio-bench tune``: online tuning on a real read, shown as it happens.
 
 PATHS are read over and over through one reader while the tuner (the same
-:class:`fastio._tuning.ReaderTuning` a dataset with ``tune=True`` runs)
+:class:`fastio.reader._tuning.ReaderTuning` a dataset with ``tune=True`` runs)
 changes its outstanding requests and read size between windows. A live table
 shows the trials; at the end come a table of every configuration measured,
 a plot of throughput over time with the trial boundaries (``--plot``), JSON
@@ -28,8 +28,8 @@ from fastio.cli._options import SIZE, reader_options, settings_from
 from fastio.cli._report import _size, console, error_console
 
 if TYPE_CHECKING:
-    from fastio._settings import ReaderSettings
-    from fastio._tuning import ReaderTuning
+    from fastio.reader._tuning import ReaderTuning
+    from fastio.spec._reader import ReaderSettings
     from tuners import Decision  # fastio.tuners, as mypy reads the tuners/ folder
 
 _KNOBS = ("outstanding_requests", "read_size", "engine", "direct", "memory_budget")
@@ -141,7 +141,7 @@ def plot_timeline(timeline: list[tuple[float, int]], decisions: list[Decision],
 def write_config(out: Path, base_config: Path | None, files: list[str], tuned: dict[str, Any],
                  settings: ReaderSettings, storage: str | None) -> dict[str, Any]:  # fmt: skip
     """Save the tuned knobs as a config file and load it back; its reader section."""
-    from fastio._config import ReaderSection, load_config, save_config
+    from fastio.config._config import ReaderSection, load_config, save_config
 
     knobs = {"outstanding_requests": tuned["outstanding_requests"],
              "read_size": tuned["read_size"]}  # fmt: skip
@@ -149,7 +149,7 @@ def write_config(out: Path, base_config: Path | None, files: list[str], tuned: d
     if base_config is not None:
         config = load_config(base_config, reader=knobs, tuner=tuner)
     else:
-        from fastio._config import DatasetConfig, TunerSection
+        from fastio.config._config import DatasetConfig, TunerSection
 
         section = ReaderSection(**(settings.as_dict() | knobs))
         config = DatasetConfig(urls=files, reader=section, tuner=TunerSection(storage=storage))
@@ -196,7 +196,7 @@ def tune(ctx: click.Context, /, paths: tuple[str, ...], config_file: Path | None
          **options: Any) -> None:  # fmt: skip
     """Tune outstanding requests and read size online while reading PATHS
     (files or folders, read whole, over and over), and write the result."""
-    from fastio._tuning import TuningOptions, storage_fingerprint
+    from fastio.reader._tuning import TuningOptions, storage_fingerprint
 
     settings = settings_from(options)
     if config_file is not None:
@@ -204,7 +204,7 @@ def tune(ctx: click.Context, /, paths: tuple[str, ...], config_file: Path | None
         config = load(config_file, overrides)
         settings = config.reader.to_settings()
         if not paths:
-            from fastio._urls import expand_urls
+            from fastio.sources._urls import expand_urls
 
             paths = tuple(expand_urls(config.urls))  # patterns and globs, as a dataset reads them
     if not paths:
@@ -229,8 +229,8 @@ def _tune_files(files: list[str], settings: ReaderSettings, tuning_options: Any,
                 study_name: str) -> None:  # fmt: skip
     from rich.live import Live
 
-    from fastio._reader import Reader
-    from fastio._tuning import ReaderTuning
+    from fastio.reader._reader import Reader
+    from fastio.reader._tuning import ReaderTuning
 
     changes: list[tuple[float, dict[str, Any]]] = []
     clock = {"now": 0.0}

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING
 from fastio.fairness._gather import all_gather_report
 from fastio.fairness._metrics import prometheus_text
 from fastio.fairness._monitor import FairnessMonitor
-from fastio.fairness._settings import FairnessSettings
 from fastio.fairness._verdict import jain_index
+from fastio.spec._fairness import FairnessSettings
 
 if TYPE_CHECKING:
-    from fastio.fairness._inject import ThrottledFileSystem
+    from fastio.sources._throttled import ThrottledFileSystem
 
 
 def __getattr__(name: str) -> object:
     # fsspec is heavy: loaded only for the slow-path injection.
     if name == "ThrottledFileSystem":
-        from fastio.fairness._inject import ThrottledFileSystem
+        from fastio.sources._throttled import ThrottledFileSystem
 
         return ThrottledFileSystem
     raise AttributeError(f"module 'fastio.fairness' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """The claim table of ``balance="steal"``: which worker took which unit of work.
 
-A unit is one window (see :mod:`fastio._windows`) of one DataLoader worker's
+A unit is one window (see :mod:`fastio.plan._windows`) of one DataLoader worker's
 part of the rank's epoch. The table is a file of int64 next to the board
 (``<board>.claims`` under ``/dev/shm``), mapped by the rank's workers: a
 header, then one entry per unit, 0 while unclaimed and ``1 + worker`` once

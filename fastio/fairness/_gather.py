@@ -19,8 +19,8 @@ from fastio.fairness._monitor import FairnessMonitor
 from fastio.fairness._verdict import judge
 
 if TYPE_CHECKING:
-    from fastio._dataset import Dataset
-    from fastio.fairness._settings import FairnessSettings
+    from fastio.dataset._dataset import Dataset
+    from fastio.spec._fairness import FairnessSettings
 
 __all__ = ["all_gather_report"]
 

@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._epochs import assign_samples
 from fastio.fairness import _board as b
 from fastio.fairness._claims import remove_claims
 from fastio.fairness._exchange import FileExchange, job_folder
 from fastio.fairness._publish import Publisher, deliver
-from fastio.fairness._settings import FairnessSettings
 from fastio.fairness._steal import Stealer, check_steal_state
 from fastio.fairness._verdict import BUSY_FLOOR, judge, shift_budget, update_flags
+from fastio.plan._assignment import assign_samples
+from fastio.spec._fairness import FairnessSettings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
-    from fastio._dataset import Dataset, _Who
+    from fastio.dataset._dataset import Dataset, _Who
 
 __all__ = ["FairnessMonitor"]
 
@@ -485,7 +485,7 @@ def _number(value: float) -> float | None:
 
 
 def _percentile(histogram: tuple[int, ...], q: float) -> float | None:
-    from fastio._stats import ReaderStats
+    from fastio.reader._stats import ReaderStats
 
     stats = ReaderStats("", 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0, histogram)
     return _number(stats.latency_percentile(q))

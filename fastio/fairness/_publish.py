@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._settings import MAX_OUTSTANDING_REQUESTS
 from fastio.fairness import _board as b
+from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from fastio._reader import Reader
+    from fastio.reader._reader import Reader
 
 __all__ = ["Publisher", "deliver"]
 

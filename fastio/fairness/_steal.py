@@ -29,14 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._batching import rebatch
 from fastio.fairness import _board as b
 from fastio.fairness._claims import ClaimTable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from fastio._dataset import Dataset, _Who
+    from fastio.dataset._dataset import Dataset, _Who
 
 __all__ = ["Stealer", "check_steal_state"]
 
@@ -137,6 +136,8 @@ class Stealer:
         """Units ``first``..``last`` of ``owner``'s part, from sample ``offset`` of
         the first on; a batch never spans two segments (their positions are in
         different parts)."""
+        from fastio.dataset._batching import rebatch
+
         dataset = self.dataset
         self.resumed_unit = None
         self.segment = (owner, first, last)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from fastio.fairness._settings import FairnessSettings
+    from fastio.spec._fairness import FairnessSettings
 
 __all__ = ["Judgement", "jain_index", "judge", "shift_budget", "update_flags"]
 

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError, TruncatedShardError
-from fastio._ranges import ByteRange
 from fastio.formats._layout import Layout, ShardFormat
+from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from fastio._ranges import Chunk
-    from fastio._reader import Reader
+    from fastio.reader._ranges import Chunk
+    from fastio.reader._reader import Reader
 
 __all__ = ["FixedFormat", "NpyFormat"]
 

@@ -14,7 +14,7 @@ from fastio.formats._reassemble import framed
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from fastio._ranges import Chunk
+    from fastio.reader._ranges import Chunk
 
 
 def decode_fixed(chunks: Iterable[Chunk], url: str, record_size: int) -> Iterator[memoryview]:

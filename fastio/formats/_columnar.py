@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
-    from fastio._ranges import Chunk
+    from fastio.reader._ranges import Chunk
 
 __all__ = ["columns_lines", "columns_tfrecord", "columns_webdataset"]
 

@@ -16,7 +16,7 @@ from fastio._errors import CorruptRecordError, TruncatedShardError
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from fastio._ranges import Chunk
+    from fastio.reader._ranges import Chunk
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

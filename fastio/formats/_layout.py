@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._ranges import ByteRange
+from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     from fastio._errors import DecodeError
-    from fastio._ranges import Chunk
-    from fastio._reader import Reader
+    from fastio.reader._ranges import Chunk
+    from fastio.reader._reader import Reader
 
 __all__ = ["Layout", "ShardFormat", "gather"]
 

@@ -11,7 +11,7 @@ from fastio._native import split_lines
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from fastio._ranges import Chunk
+    from fastio.reader._ranges import Chunk
 
 
 def decode_lines(chunks: Iterable[Chunk], url: str) -> Iterator[memoryview]:

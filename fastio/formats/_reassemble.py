@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeVar
 from fastio._errors import TruncatedShardError
 
 if TYPE_CHECKING:
-    from fastio._ranges import Chunk
+    from fastio.reader._ranges import Chunk
 
 T = TypeVar("T")
 

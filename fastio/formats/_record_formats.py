@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Iterable, Iterator
 
-    from fastio._index import IndexPlacement
-    from fastio._ranges import Chunk
-    from fastio._reader import Reader
+    from fastio.formats._index import IndexPlacement
+    from fastio.reader._ranges import Chunk
+    from fastio.reader._reader import Reader
 
 __all__ = ["JsonLinesFormat", "LinesFormat", "TFRecordFormat", "WebDatasetFormat"]
 
@@ -44,11 +44,11 @@ class _Indexed(ShardFormat):
         index_placement: IndexPlacement | None = None,
     ) -> None:
         self.index_dir = index_dir
-        self.index_placement = index_placement  # tiering hook: see fastio._index
+        self.index_placement = index_placement  # tiering hook: see fastio.formats._index
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
-        from fastio._index import load_or_scan
         from fastio.formats._compression import codec_for
+        from fastio.formats._index import load_or_scan
 
         index, problems = load_or_scan(reader, url, self.name, self.index_dir, tolerate=tolerate,
                                        verify=getattr(self, "verify", True),

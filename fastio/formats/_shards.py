@@ -20,7 +20,7 @@ from fastio.formats._table_formats import ArrowFormat, ParquetFormat
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from fastio._index import IndexPlacement
+    from fastio.formats._index import IndexPlacement
 
 __all__ = ["FORMATS", "Layout", "ShardFormat", "format_for_url", "format_options", "make_format"]
 

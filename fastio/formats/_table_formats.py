@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError, TruncatedShardError
-from fastio._ranges import ByteRange
 from fastio.formats._layout import Layout, ShardFormat, gather
+from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
     import pyarrow as pa
 
-    from fastio._ranges import Chunk
-    from fastio._reader import Reader
+    from fastio.reader._ranges import Chunk
+    from fastio.reader._reader import Reader
 
 __all__ = ["ArrowFormat", "ParquetFormat"]
 

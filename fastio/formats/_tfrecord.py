@@ -14,7 +14,7 @@ from fastio.formats._reassemble import framed
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from fastio._ranges import Chunk
+    from fastio.reader._ranges import Chunk
 
 _HEADER = 12  # uint64 length + uint32 masked CRC of the length
 

@@ -12,7 +12,7 @@ from fastio.formats._reassemble import framed
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from fastio._ranges import Chunk
+    from fastio.reader._ranges import Chunk
 
 # webdataset's rule: the key is the path up to the first dot of its last
 # component, the extension is the rest ("a/b.seg.png" -> "a/b", "seg.png").

@@ -1,0 +1,7 @@
+"""fastio.dataset: :class:`Dataset`, the drop-in iterable for training loops."""
+
+from __future__ import annotations
+
+from fastio.dataset._dataset import Batches, Dataset
+
+__all__ = ["Batches", "Dataset"]

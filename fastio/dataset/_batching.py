@@ -1,0 +1,117 @@
+"""Columnar batches of a dataset: a window's parts (Arrow tables or numpy
+arrays) joined, gathered in the window's order and cut into batches of exactly
+the batch size, one Python object per batch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from fastio.dataset._dataset import Dataset
+
+__all__ = ["assemble", "rebatch", "rows_of", "slice_rows"]
+
+
+def rows_of(part: Any) -> int:
+    return len(part) if isinstance(part, np.ndarray) else int(part.num_rows)
+
+
+def slice_rows(part: Any, lo: int, hi: int) -> Any:
+    return part[lo:hi] if isinstance(part, np.ndarray) else part.slice(lo, hi - lo)
+
+
+def assemble(parts: list[tuple[int, Any]], count: int) -> tuple[Any, np.ndarray]:
+    """One table (or array) of a window's parts, and for each window position
+    its row in it (-1 where the sample was skipped)."""
+    rows_at = np.full(count, -1, np.int64)
+    row = 0
+    for at, part in parts:
+        n = rows_of(part)
+        rows_at[at : at + n] = np.arange(row, row + n)
+        row += n
+    return _concat([part for _, part in parts]), rows_at
+
+
+def _concat(parts: list[Any]) -> Any:
+    import pyarrow as pa
+
+    if not parts:
+        return None
+    if isinstance(parts[0], np.ndarray):
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts]
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _take(table: Any, rows: np.ndarray | range) -> Any:
+    """Rows of a table in order: a zero-copy slice where they are consecutive
+    (stored order), else one gather."""
+    if isinstance(rows, range):
+        return slice_rows(table, rows.start, rows.stop)
+    if (
+        len(rows)
+        and int(rows[-1]) - int(rows[0]) + 1 == len(rows)
+        and (len(rows) == 1 or bool(np.all(np.diff(rows) == 1)))
+    ):
+        return slice_rows(table, int(rows[0]), int(rows[-1]) + 1)
+    if isinstance(table, np.ndarray):
+        return table[rows]
+    return table.take(rows)
+
+
+def _as_batch(table: Any) -> Any:
+    import pyarrow as pa
+
+    if isinstance(table, (np.ndarray, pa.RecordBatch)):
+        return table
+    combined = table.combine_chunks()
+    batches = combined.to_batches()
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=combined.schema)
+    return batches[0]
+
+
+def rebatch(
+    units: Iterator[Any], batch_size: int, drop_last: bool, dataset: Dataset
+) -> Iterator[Any]:
+    """Batches of exactly ``batch_size`` rows (the last may be short) from the
+    windows' (table, rows, positions, end) units. The dataset's position
+    advances as batches are delivered: a saved state never skips rows that
+    were assembled but not yet handed out."""
+    carry: list[Any] = []
+    carried = last_end = 0
+    for table, rows, positions, end in units:
+        last_end = end
+        start = 0
+        if carried:
+            need = min(batch_size - carried, len(rows))
+            carry.append(_take(table, rows[:need]))
+            carried += need
+            start = need
+            if carried == batch_size:
+                dataset._position = int(positions[need - 1]) + 1
+                dataset._delivered += batch_size
+                yield _as_batch(_concat(carry))
+                carry, carried = [], 0
+        while start + batch_size <= len(rows):
+            stop = start + batch_size
+            dataset._position = int(positions[stop - 1]) + 1 if stop < len(rows) else end
+            dataset._delivered += batch_size
+            yield _as_batch(_take(table, rows[start:stop]))
+            start = stop
+        if start < len(rows):
+            carry.append(_take(table, rows[start:]))
+            carried += len(rows) - start
+        elif not carried:
+            dataset._position = end
+    if carried and not drop_last:
+        dataset._delivered += carried
+        dataset._position = last_end
+        yield _as_batch(_concat(carry))
+    dataset._position = max(dataset._position, last_end)

@@ -1,0 +1,261 @@
+"""Per-shard index: where every sample starts and ends, built by one scan.
+
+With it, a dataset knows its sample counts without reading (for the epoch
+plan), reads any one sample by its byte range (random access), and resumes
+mid-shard. An index is kept beside its shard (``<shard>.fastio-index.npz``) or,
+where that is not possible (a remote shard, a folder not writable), in
+``index_dir``, else where a placement (:class:`fastio.tiering.Tiering`) puts
+it among its tiers, else in a cache folder; it is reused while the shard's
+size and modification time are those it was built from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from fastio._errors import CorruptRecordError, DecodeError
+from fastio.reader._ranges import ByteRange
+from fastio.sources._remote import is_remote, local_path
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    from fastio.reader._ranges import Chunk
+    from fastio.reader._reader import Reader
+
+__all__ = ["INDEX_SUFFIX", "ShardIndex", "build_index", "index_shard", "load_or_scan", "scan_shard"]
+
+INDEX_SUFFIX = ".fastio-index.npz"
+INDEX_KIND = "index"
+"""The ``kind`` a placement is asked about for an index."""
+PLACED_PREFIX = "index-"
+"""Placed indexes are ``index-<digest>.fastio-index.npz``: never a shard
+cache's file name (a shard cache may share the tiers' directories)."""
+_META_BYTES = 2048  # the npz container and its metadata (about 1,200 bytes and the URL)
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """Sample ``i`` of shard ``url`` is bytes ``starts[i]`` to ``ends[i]``."""
+
+    url: str
+    format: str
+    size: int
+    mtime_ns: int
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write atomically: a crash never leaves a torn index that is later read."""
+        path = Path(path)
+        meta = {"version": _VERSION, "url": self.url, "format": self.format,
+                "size": self.size, "mtime_ns": self.mtime_ns}  # fmt: skip
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                np.savez(out, starts=self.starts, ends=self.ends, meta=np.array(json.dumps(meta)))
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ShardIndex:
+        with np.load(path, allow_pickle=False) as stored:
+            meta = json.loads(str(stored["meta"]))
+            if meta.get("version") != _VERSION:
+                raise ValueError(f"{path}: index version {meta.get('version')}, not {_VERSION}")
+            return cls(meta["url"], meta["format"], meta["size"], meta["mtime_ns"],
+                       stored["starts"], stored["ends"])  # fmt: skip
+
+
+def _locator(format_name: str) -> Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]:
+    from fastio.formats._lines import locate_json_lines, locate_lines
+    from fastio.formats._tfrecord import locate_tfrecords
+    from fastio.formats._webdataset import locate_webdataset
+
+    locators: dict[str, Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]] = {
+        "tfrecord": locate_tfrecords,
+        "webdataset": locate_webdataset,
+        "jsonl": locate_json_lines,
+        "lines": locate_lines,
+    }
+    if format_name not in locators:
+        raise ValueError(
+            f"no index for format {format_name!r}; one of {', '.join(sorted(locators))}"
+        )
+    return locators[format_name]
+
+
+def build_index(reader: Reader, url: str, format_name: str) -> ShardIndex:
+    """Scan ``url`` once through ``reader`` and record every sample's byte range.
+    Raises the format's DecodeError for a damaged shard (the index would lie)."""
+    index, problems = scan_shard(reader, url, format_name, tolerate=False)
+    assert not problems  # raised instead
+    return index
+
+
+def scan_shard(
+    reader: Reader, url: str, format_name: str, *, tolerate: bool, verify: bool = True
+) -> tuple[ShardIndex, list[DecodeError]]:
+    """Scan ``url`` and index its samples. A compressed shard (``.gz``, ``.zst``)
+    is indexed in decompressed offsets (its samples are read by decompressing
+    from the start). With ``tolerate``, a damaged shard is indexed up to the
+    damage, a TFRecord with a bad data checksum is indexed without the bad
+    record, and the errors are returned instead of raised."""
+    from fastio.formats._compression import codec_for, decompress
+
+    locate = _locator(format_name)
+    if format_name == "tfrecord" and not verify:
+        from fastio.formats._tfrecord import locate_tfrecords
+
+        def locate(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, Any]]:
+            return locate_tfrecords(chunks, url, verify=False)
+
+    size, version = reader.describe(url)
+    codec = codec_for(url)
+    starts: list[int] = []
+    ends: list[int] = []
+    problems: list[DecodeError] = []
+    begin = 0
+    while True:
+        chunks: Iterable[Chunk] = reader.stream([ByteRange(url, begin)])
+        if codec is not None:
+            chunks = decompress(chunks, url, codec)
+        try:
+            for start, end, _ in locate(chunks, url):
+                starts.append(start)
+                ends.append(end)
+        except DecodeError as error:
+            if not tolerate:
+                raise
+            problems.append(error)
+            skip_to = _resync(reader, url, format_name, error) if codec is None else None
+            if skip_to is not None and skip_to < size:
+                begin = skip_to
+                continue
+        break
+    index = ShardIndex(url, format_name, size, version,
+                       np.array(starts, np.uint64), np.array(ends, np.uint64))  # fmt: skip
+    return index, problems
+
+
+def _resync(reader: Reader, url: str, format_name: str, error: DecodeError) -> int | None:
+    """Where a scan may go on after ``error``: past a TFRecord whose data (not
+    length) checksum is wrong, as its length is known; elsewhere nowhere."""
+    if format_name != "tfrecord" or not isinstance(error, CorruptRecordError):
+        return None
+    if not str(error).endswith("data checksum mismatch"):
+        return None
+    header = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, error.offset, 8)]))
+    return error.offset + 12 + int.from_bytes(header, "little") + 4
+
+
+def default_cache_dir() -> Path:
+    """Where indexes of remote shards go unless told: $XDG_CACHE_HOME/fastio/index."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fastio" / "index"
+
+
+def _index_paths(
+    url: str, cache_dir: str | os.PathLike[str] | None, placed: bool
+) -> tuple[list[Path], str]:
+    """Where the index of ``url`` is written, in order of preference, and the
+    name it has in a cache folder (``placed``: a placement has the last word,
+    so no default cache folder)."""
+    if is_remote(url):  # nothing is written beside a remote object
+        paths = []
+        if cache_dir is None and not placed:
+            cache_dir = default_cache_dir()
+        key = url
+    else:
+        url = local_path(url)
+        paths = [Path(url + INDEX_SUFFIX)]
+        key = os.path.abspath(url)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+    if cache_dir is not None:
+        paths.append(Path(cache_dir) / f"{digest}{INDEX_SUFFIX}")
+    return paths, digest
+
+
+def index_shard(
+    reader: Reader, url: str, format_name: str, cache_dir: str | os.PathLike[str] | None = None
+) -> ShardIndex:
+    index, _ = load_or_scan(reader, url, format_name, cache_dir, tolerate=False)
+    return index
+
+
+class IndexPlacement(Protocol):
+    """Where indexes go that cannot go beside their shard: a
+    :class:`fastio.tiering.Tiering` (its shard cache hook)."""
+
+    @property
+    def directories(self) -> list[str]: ...
+
+    def __call__(self, key: str, size: int, kind: str, reuse: float = 1.0) -> str: ...
+
+
+def load_or_scan(
+    reader: Reader,
+    url: str,
+    format_name: str,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    tolerate: bool = False,
+    verify: bool = True,
+    placement: IndexPlacement | None = None,
+) -> tuple[ShardIndex, list[DecodeError]]:
+    """The index of ``url``: a stored one that still matches the shard, else a
+    new scan, stored beside the shard, or in ``cache_dir`` where that folder is
+    not writable, or where ``placement`` puts it (an index that cannot be
+    stored anywhere is still returned)."""
+    size, version = reader.describe(url)
+    writable, digest = _index_paths(url, cache_dir, placement is not None)
+    placed_name = f"{PLACED_PREFIX}{digest}"
+    candidates = list(writable)
+    if placement is not None:
+        candidates += [Path(d) / f"{placed_name}{INDEX_SUFFIX}" for d in placement.directories]
+    # A scan that skipped checksums is kept under its own name: it serves
+    # unverified reads, never a dataset that asked for verification.
+    unverified = format_name == "tfrecord" and not verify
+    stored_as = f"{format_name}/unverified" if unverified else format_name
+    accepted = {format_name, stored_as}
+    for path in candidates:
+        try:
+            index = ShardIndex.load(path)
+        except (OSError, ValueError, KeyError):
+            continue
+        if (index.size, index.mtime_ns) == (size, version) and (index.format in accepted):
+            return index, []
+    index, problems = scan_shard(reader, url, format_name, tolerate=tolerate, verify=verify)
+    index = dataclasses.replace(index, format=stored_as)
+    if problems:  # an index of a damaged shard is not kept: a repaired shard gets a new scan
+        return index, problems
+    for path in writable:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            index.save(path)
+        except OSError:
+            continue
+        return index, []
+    if placement is not None:
+        try:  # TierFullError is an OSError too
+            nbytes = index.starts.nbytes + index.ends.nbytes + _META_BYTES + len(url)
+            folder = placement(placed_name, nbytes, INDEX_KIND, 1.0)
+            index.save(Path(folder) / f"{placed_name}{INDEX_SUFFIX}")
+        except OSError:
+            pass
+    return index, []

@@ -1,0 +1,171 @@
+"""Open file descriptors shared by the reads of one reader, reference counted.
+
+A descriptor stays open while any read uses it (closing it earlier would let the
+number be reused for another file under a running read) and is then kept, up to
+a limit, for the next range of the same file. A kept descriptor is checked
+against the path before reuse, so a file replaced on disk is reopened.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import warnings
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from fastio._errors import DirectIOFallbackWarning
+from fastio.sources._remote import RemoteFile, is_remote, local_path
+
+if TYPE_CHECKING:
+    from fastio.sources._remote import Remotes
+
+__all__ = ["FileTable", "OpenFile"]
+
+
+class OpenFile:
+    __slots__ = ("direct", "fd", "identity", "key", "path", "pinned_url", "refs", "size")
+
+    def __init__(
+        self, key: tuple[str, bool], path: str, fd: int, direct: bool, st: os.stat_result
+    ) -> None:
+        self.key = key
+        self.path = path
+        self.fd = fd
+        self.direct = direct
+        self.refs = 1
+        self.pinned_url: str | None = None  # a shard cache copy held for this remote URL
+        self.identity = _identity(st)
+        self.size = st.st_size if stat.S_ISREG(st.st_mode) else _device_size(fd)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _device_size(fd: int) -> int:
+    return os.lseek(fd, 0, os.SEEK_END)
+
+
+class FileTable:
+    def __init__(self, max_idle: int, remotes: Remotes | None = None) -> None:
+        self._max_idle = max_idle
+        self._remotes = remotes
+        self._files: dict[tuple[str, bool], OpenFile] = {}
+        self._idle: OrderedDict[tuple[str, bool], OpenFile] = OrderedDict()
+        self._direct_refused: set[int] = set()  # st_dev of filesystems that refused O_DIRECT
+
+    def acquire(self, path: str, direct: bool) -> OpenFile:
+        """An open file for ``path`` with one more reference. Raises the OSError
+        subclass of the failure (FileNotFoundError, PermissionError,
+        IsADirectoryError, ...) with ``filename`` set."""
+        if self._remotes is not None and is_remote(path):
+            if self._remotes.cache is None:
+                return self._remotes.stat(path)  # type: ignore[return-value]  # same shape
+            return self._acquire_cached(path, direct)
+        path = local_path(path)
+        key = (path, direct)
+        file = self._files.get(key)
+        if file is not None:
+            if file.refs == 0:
+                del self._idle[key]
+                if self._is_stale(file):
+                    self._close(file)
+                    return self._open(key, path, direct)
+            file.refs += 1
+            return file
+        return self._open(key, path, direct)
+
+    def _acquire_cached(self, url: str, direct: bool) -> OpenFile:
+        """The shard cache's local copy of a remote object, read by the native
+        engine. The copy stays pinned (never evicted) while referenced."""
+        assert self._remotes is not None
+        assert self._remotes.cache is not None
+        from fastio.cache._errors import CacheFullError, CacheTimeoutError
+
+        try:
+            local = self._remotes.local_copy(url)  # pins once
+        except (CacheFullError, CacheTimeoutError):
+            # No room now (shards in use hold it) or another process is
+            # downloading it: read this one remotely rather than wait.
+            return self._remotes.stat(url)  # type: ignore[return-value]
+        file = self.acquire(local, direct)
+        if file.pinned_url is None:
+            file.pinned_url = url  # this pin is held until the last reference goes
+        else:
+            self._remotes.cache.release(url)  # already pinned for an earlier reference
+        return file
+
+    def release(self, file: OpenFile | RemoteFile) -> None:
+        if isinstance(file, RemoteFile):
+            return  # nothing is held open for a remote object
+        file.refs -= 1
+        url = file.pinned_url
+        if not file.refs and url is not None:
+            file.pinned_url = None
+            if self._remotes is not None and self._remotes.cache is not None:
+                self._remotes.cache.release(url)
+        if file.refs or file.fd < 0:
+            return
+        self._idle[file.key] = file
+        while len(self._idle) > self._max_idle:
+            _, oldest = self._idle.popitem(last=False)
+            self._close(oldest)
+
+    def close_all(self) -> None:
+        """Close every descriptor, also those still referenced: for shutdown once
+        no read is in flight, and in a forked child (the copies are its own)."""
+        for file in list(self._files.values()):
+            self._close(file)
+
+    def _close(self, file: OpenFile) -> None:
+        del self._files[file.key]
+        self._idle.pop(file.key, None)
+        os.close(file.fd)
+        file.fd = -1
+
+    def _is_stale(self, file: OpenFile) -> bool:
+        try:
+            return _identity(os.stat(file.path)) != file.identity
+        except OSError:
+            return True  # reopening raises the real error with the path
+
+    def _open(self, key: tuple[str, bool], path: str, direct: bool) -> OpenFile:
+        flags = os.O_RDONLY | os.O_CLOEXEC
+        if direct:
+            try:
+                fd = os.open(path, flags | os.O_DIRECT)
+            except OSError as error:
+                if error.errno != errno.EINVAL:
+                    raise
+                fd = os.open(path, flags)
+                direct = False
+                self._warn_direct_refused(path, fd)
+        else:
+            fd = os.open(path, flags)
+        file: OpenFile | None = None
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+                raise OSError(errno.EINVAL, "not a regular file or block device", path)
+            file = OpenFile(key, path, fd, direct, st)
+        finally:
+            if file is None:
+                os.close(fd)
+        self._files[key] = file
+        return file
+
+    def _warn_direct_refused(self, path: str, fd: int) -> None:
+        dev = os.fstat(fd).st_dev
+        if dev in self._direct_refused:
+            return
+        self._direct_refused.add(dev)
+        warnings.warn(
+            DirectIOFallbackWarning(
+                f"{path}: the filesystem refuses O_DIRECT; reading it through the page cache"
+            ),
+            stacklevel=2,
+        )

@@ -1,0 +1,729 @@
+"""The asyncio reader.
+
+Given shards (ordered byte-range lists over many files), a :class:`Reader` keeps
+``outstanding_requests`` reads of at most ``read_size`` bytes in flight on the
+native engine and yields every shard's bytes in order, as zero-copy chunks.
+
+Scheduling is driven from two places on the event loop thread: the engine's
+eventfd (a read completed) and the consumer asking for data. Both run
+:meth:`Reader._pump`: reap completions, top reads up to the limits, repeat while
+that makes progress. Reads of cached data complete inside the submit call, so
+the loop keeps going without a round trip through the event loop.
+
+Memory is bounded by ``memory_budget``: bytes of buffers in flight, completed but
+not yet taken, and taken by the consumer but not yet released (released when it
+asks for the next data). When the budget is full no new read starts:
+backpressure from a slow consumer reaches storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import errno
+import os
+import threading
+import time
+import warnings
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from fastio import _native
+from fastio._errors import EngineFallbackWarning, ReaderClosedError
+from fastio.reader._buffers import BufferPool, bucket_size
+from fastio.reader._files import FileTable
+from fastio.reader._ranges import Chunk, ShardLike
+from fastio.reader._requests import Piece, plan_pieces
+from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
+from fastio.reader._sync import Handoff, LoopThread
+from fastio.sources._remote import Remotes, is_remote, local_path, version_number
+from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS, ReaderSettings
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+
+    from fastio.cache._cache import ShardCache
+
+__all__ = ["Reader"]
+
+_EMPTY = memoryview(b"")
+# Chunks handed over per batch (the sync hand-off moves batches, not chunks).
+_BATCH_CHUNKS = 256
+# Bytes a stream may have queued (in flight plus read ahead): READ_AHEAD_FACTOR
+# times what outstanding_requests reads of read_size hold, and at least
+# READ_AHEAD_MIN_BYTES. Read-ahead hides storage latency that varies from read
+# to read, but on cached data reads finish at once and an unbounded read-ahead
+# cycles through the whole budget of cache-cold buffers; twice the reads in
+# flight keeps buffers warm. The floor keeps small reads in batches worth
+# handing from thread to thread (see benchmarks/bench_read.py).
+READ_AHEAD_FACTOR = 2
+READ_AHEAD_MIN_BYTES = 4 << 20
+_MAX_QUEUED_PIECES = 4096
+# Share of the memory budget that the sync hand-off may hold.
+_HANDOFF_SHARE = 4
+
+
+# Readers running a background loop: closed at exit, before daemon threads stop.
+_with_background_loops: weakref.WeakSet[Reader] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_background_readers() -> None:
+    for reader in list(_with_background_loops):
+        reader.close()
+
+
+def _pump_weakly(reader_ref: weakref.ref[Reader]) -> None:
+    reader = reader_ref()
+    if reader is not None:
+        reader._pump()
+
+
+class _Stream:
+    """One pass over a list of shards: planned pieces in delivery order."""
+
+    __slots__ = ("closed", "count_wait", "delivered", "exhausted", "lookahead", "plan", "queue",
+                 "queued_bytes", "waiter")  # fmt: skip
+
+    def __init__(self, count_wait: bool) -> None:
+        self.plan: Iterator[Piece] = iter(())
+        self.queue: deque[Piece] = deque()  # submitted or finished, in delivery order
+        self.queued_bytes = 0  # buffer bytes of the pieces in `queue`
+        self.lookahead: Piece | None = None  # planned, waiting for budget or a slot
+        self.delivered: list[Piece] = []  # taken by the consumer, released on its next ask
+        self.waiter: asyncio.Future[None] | None = None
+        self.exhausted = False
+        self.closed = False
+        self.count_wait = count_wait
+
+    def next_piece(self) -> Piece | None:
+        if self.lookahead is None and not self.exhausted:
+            try:
+                self.lookahead = next(self.plan)
+            except StopIteration:
+                self.exhausted = True
+            except Exception as error:  # bad shard input: delivered in order like any failure
+                self.exhausted = True
+                self.lookahead = Piece.failed(self, "<plan>", error)
+        return self.lookahead
+
+
+class Reader:
+    """Reads shards of byte ranges with many reads in flight, in order.
+
+    ``Reader(settings, **knobs)``: knobs are :class:`ReaderSettings` fields and
+    override ``settings``. Use ``async for chunk in reader.astream(shards)`` in
+    async code and ``for chunk in reader.stream(shards)`` elsewhere (a loop on a
+    background thread serves it). Errors come in order: every chunk before a
+    failing range is delivered, then its OSError (naming path and offset) is
+    raised and that stream ends; the reader stays usable for new streams.
+
+    Close with :meth:`close` (or ``with``/``async with``): it cancels what has
+    not started, waits for running reads, and releases every descriptor,
+    buffer and thread. A reader made before ``fork`` starts afresh in the child;
+    pickling keeps only its settings.
+    """
+
+    def __init__(
+        self,
+        settings: ReaderSettings | None = None,
+        /,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        cache: ShardCache | None = None,
+        **knobs: Any,
+    ) -> None:
+        base = settings if settings is not None else ReaderSettings()
+        self._settings = base.replace(**knobs) if knobs else base
+        self._storage_options = dict(storage_options or {})
+        self._cache = cache
+        self._closed = False
+        self._lock = threading.Lock()
+        self._reset_process_state()
+
+    def _reset_process_state(self) -> None:
+        settings = self._settings
+        self._pid = os.getpid()
+        self._engine: _native.Engine | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._background: LoopThread | None = None
+        self._remotes = Remotes(settings, self._storage_options, self._cache)
+        self._files = FileTable(settings.max_idle_files, self._remotes)
+        self._remote_tasks: set[asyncio.Task[None]] = set()
+        self._remote_done: list[tuple[int, int | BaseException]] = []
+        self._pool = BufferPool(idle_limit=settings.memory_budget)
+        self._inflight: dict[int, Piece] = {}
+        self._streams: list[_Stream] = []
+        self._handoffs: set[Handoff] = set()  # of running sync streams
+        self._next_tag = 0
+        self._held = 0  # bytes of buffers counted against the budget
+        self._reserved = 0  # budget lent to sync hand-offs
+        self._failure: BaseException | None = None  # engine failure: ends every stream
+        self._started = time.perf_counter()
+        self._throttled_since: float | None = None
+        self._backpressure_seconds = 0.0
+        self._wait_seconds = 0.0
+        self._bytes_read = 0
+        self._bytes_delivered = 0
+        self._requests = 0
+        self._chunks_delivered = 0
+        self._errors = 0
+        self._latency = [0] * LATENCY_BUCKETS
+
+    # ---- knobs -----------------------------------------------------------------
+
+    @property
+    def settings(self) -> ReaderSettings:
+        """The knobs in force now."""
+        return self._settings
+
+    @property
+    def outstanding_requests(self) -> int:
+        return self._settings.outstanding_requests
+
+    @outstanding_requests.setter
+    def outstanding_requests(self, value: int) -> None:
+        self._settings = self._settings.replace(outstanding_requests=value)
+        self._kick()
+
+    @property
+    def read_size(self) -> int:
+        return self._settings.read_size
+
+    @read_size.setter
+    def read_size(self, value: int) -> None:
+        self._settings = self._settings.replace(read_size=value)
+
+    def prefetch_info(self, urls: Iterable[str]) -> None:
+        """Ask for the size and version of many remote objects at once
+        (``outstanding_requests`` at a time), so that later lookups of them
+        cost nothing; errors are left for those lookups to raise."""
+        self._check_usable()
+        remote = [url for url in urls if is_remote(url)]
+        if len(remote) < 2:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        def stat(url: str) -> None:
+            with contextlib.suppress(OSError):
+                self._remotes.stat(url)
+
+        workers = min(len(remote), self._settings.outstanding_requests)
+        with ThreadPoolExecutor(workers, thread_name_prefix="fastio-stat") as pool:
+            list(pool.map(stat, remote))
+
+    @property
+    def cache(self) -> ShardCache | None:
+        """The shard cache remote objects are read through, if any."""
+        return self._cache
+
+    def describe(self, url: str) -> tuple[int, int]:
+        """``(size, version)`` of a local file or remote object: the version is
+        the modification time in ns, or a number derived from the ETag, so that
+        a changed object is told from the one an index was built from."""
+        self._check_usable()
+        if is_remote(url):
+            remote = self._remotes.stat(url)
+            return remote.size, version_number(remote.version)
+        status = os.stat(local_path(url))
+        return status.st_size, status.st_mtime_ns
+
+    @property
+    def engine_kind(self) -> str:
+        """``io_uring`` or ``threads``: the engine serving reads (started if needed)."""
+        return self._get_engine().kind
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _kick(self) -> None:
+        """Let a loop that may be idle start reads a knob change now allows."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(self._pump)
+
+    # ---- lifecycle ---------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ReaderClosedError("I/O operation on a closed reader")
+        if os.getpid() != self._pid:
+            self._after_fork()
+
+    def _after_fork(self) -> None:
+        # Inherited descriptors are this process's copies: close them. The
+        # engine's ring and threads belong to the parent: drop them untouched
+        # (the binding frees only memory in a child).
+        self._files.close_all()
+        self._reset_process_state()
+
+    def _get_engine(self) -> _native.Engine:
+        self._check_usable()
+        if self._engine is None:
+            engine = _native.Engine(self._settings.engine, MAX_OUTSTANDING_REQUESTS)
+            if engine.fallback_errno:
+                code = errno.errorcode.get(engine.fallback_errno, str(engine.fallback_errno))
+                warnings.warn(
+                    EngineFallbackWarning(
+                        f"io_uring is unavailable ({code}: {os.strerror(engine.fallback_errno)}); "
+                        "reading with the pread thread pool"
+                    ),
+                    stacklevel=4,
+                )
+            self._engine = engine
+        return self._engine
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        engine = self._get_engine()
+        if self._loop is loop:
+            return
+        if self._loop is not None:
+            if self._streams:
+                raise RuntimeError("this reader is streaming on another event loop")
+            self._unbind()
+        # A weak reference, so that a forgotten reader can still be collected and closed.
+        loop.add_reader(engine.fileno(), _pump_weakly, weakref.ref(self))
+        self._loop = loop
+
+    def _unbind(self) -> None:
+        """Detach from the loop, first finishing reads still in flight."""
+        engine, loop = self._engine, self._loop
+        if engine is None or loop is None:
+            return
+        self._cancel_remote()
+        while engine.inflight:
+            engine.wait(0.1)
+            self._reap()
+        with contextlib.suppress(RuntimeError, ValueError):  # a closed loop: nothing to remove
+            loop.remove_reader(engine.fileno())
+        self._loop = None
+
+    def close(self) -> None:
+        """Stop every stream, wait for running reads, release fds, buffers and threads."""
+        if self._closed:
+            return
+        if os.getpid() != self._pid:
+            self._after_fork()
+        # First, from this thread: the loop thread may be waiting for a shard's
+        # download, which must end before that thread can run the shutdown.
+        self._remotes.stop_downloads()
+        background = self._background
+        if background is not None and not background.loop.is_closed():
+            background.call(self._shutdown)
+            background.stop()
+        else:
+            self._shutdown()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def _shutdown(self) -> None:
+        self._closed = True
+        error = ReaderClosedError("the reader was closed while this stream was running")
+        for handoff in self._handoffs:
+            handoff.finish(error, discard=True)
+        self._handoffs.clear()
+        for stream in self._streams:
+            if stream.waiter is not None and not stream.waiter.done():
+                stream.waiter.set_exception(error)
+        self._streams.clear()
+        self._cancel_remote()
+        self._remotes.close()
+        engine, loop = self._engine, self._loop
+        if engine is not None:
+            if loop is not None and not loop.is_closed():
+                loop.remove_reader(engine.fileno())
+            engine.close()  # waits for running reads and releases their buffers
+        self._loop = None
+        self._engine = None
+        self._inflight.clear()
+        self._files.close_all()
+        self._pool.clear()
+        self._held = 0
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Reader:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self._settings, "storage_options": self._storage_options,
+                "cache": self._cache}  # fmt: skip
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["settings"],
+            storage_options=state.get("storage_options"),
+            cache=state.get("cache"),
+        )
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and getattr(self, "_pid", None) == os.getpid():
+            background = self._background
+            if background is None or not background.loop.is_closed():
+                # An abandoned reader still owns threads and descriptors.
+                with contextlib.suppress(Exception):
+                    self.close()
+
+    def __repr__(self) -> str:
+        s = self._settings
+        state = "closed" if self._closed else f"inflight={len(self._inflight)}"
+        return (
+            f"<Reader engine={s.engine} outstanding_requests={s.outstanding_requests} "
+            f"read_size={s.read_size} direct={s.direct} {state}>"
+        )
+
+    # ---- streaming -----------------------------------------------------------------
+
+    async def astream(self, shards: Iterable[ShardLike]) -> AsyncIterator[Chunk]:
+        """Every shard's bytes in order, as chunks. Shards are
+        :class:`~fastio.Shard`, paths (whole files), or lists of
+        :class:`~fastio.ByteRange`. Raises the OSError of a failing range
+        after delivering every chunk before it."""
+        self._check_usable()
+        self._bind(asyncio.get_running_loop())
+        stream = self._open_stream(shards, count_wait=True)
+        try:
+            while batch := await self._next_batch(stream):
+                for chunk in batch:
+                    yield chunk
+                # Drop our references before the next call releases the buffers,
+                # so they go straight back to the pool instead of being "lent".
+                batch = chunk = None  # type: ignore[assignment]
+        finally:
+            self._close_stream(stream)
+
+    def stream(self, shards: Iterable[ShardLike]) -> Iterator[Chunk]:
+        """Like :meth:`astream`, for synchronous callers: the reader runs on a
+        background event loop and hands over chunks in batches. A share of the
+        memory budget is set aside for the batches waiting in the hand-off."""
+        self._check_usable()
+        with self._lock:
+            if self._background is None:
+                self._background = LoopThread()
+                _with_background_loops.add(self)
+            loop = self._background.loop
+        reserve = max(self._settings.read_size, self._settings.memory_budget // _HANDOFF_SHARE)
+        handoff = Handoff(loop, reserve, on_wait=self._count_wait)
+        self._handoffs.add(handoff)
+        future = asyncio.run_coroutine_threadsafe(self._feed(shards, handoff, reserve), loop)
+        try:
+            while (batch := handoff.get()) is not None:
+                for chunk in batch:
+                    if self._closed:
+                        raise ReaderClosedError("the reader was closed while streaming")
+                    yield chunk
+                batch = chunk = None  # (see astream)
+        finally:
+            self._handoffs.discard(handoff)
+            if not future.done() and not loop.is_closed():
+                loop.call_soon_threadsafe(future.cancel)
+                # Cancelled because the consumer stopped early, or failed because
+                # the reader was closed: either way the feeder has cleaned up.
+                with contextlib.suppress(BaseException):
+                    future.result()
+
+    def _count_wait(self, seconds: float) -> None:
+        self._wait_seconds += seconds
+
+    async def _feed(self, shards: Iterable[ShardLike], handoff: Handoff, reserve: int) -> None:
+        """Loop-thread half of :meth:`stream`: moves batches into the hand-off."""
+        stream: _Stream | None = None
+        self._reserved += reserve
+        try:
+            self._bind(asyncio.get_running_loop())
+            stream = self._open_stream(shards, count_wait=False)
+            while batch := await self._next_batch(stream):
+                await handoff.put(batch, sum(len(chunk.data) for chunk in batch))
+                batch = None  # (see astream)
+        except BaseException as error:
+            handoff.finish(error)
+            if not isinstance(error, Exception):
+                raise
+        else:
+            handoff.finish()
+        finally:
+            self._reserved -= reserve
+            if stream is not None:
+                self._close_stream(stream)
+
+    def _open_stream(self, shards: Iterable[ShardLike], count_wait: bool) -> _Stream:
+        stream = _Stream(count_wait)
+        settings = self._settings
+        stream.plan = plan_pieces(
+            stream, shards, self._files, settings.direct,
+            lambda: self._settings.read_size, settings.coalesce_gap,
+        )  # fmt: skip
+        self._streams.append(stream)
+        return stream
+
+    def _close_stream(self, stream: _Stream) -> None:
+        if stream.closed:
+            return
+        stream.closed = True
+        if stream in self._streams:
+            self._streams.remove(stream)
+        self._release_delivered(stream)
+        for piece in stream.queue:
+            if piece.done:
+                self._drop(piece)
+            # pieces still in flight are dropped when they complete
+        stream.queue.clear()
+        stream.queued_bytes = 0
+        if stream.lookahead is not None and stream.lookahead.file is not None:
+            self._files.release(stream.lookahead.file)
+        stream.lookahead = None
+        stream.plan.close()  # type: ignore[attr-defined]
+        if not self._streams:
+            self._end_throttle()
+        self._pump()
+
+    def _release_delivered(self, stream: _Stream) -> None:
+        for piece in stream.delivered:
+            self._drop(piece)
+        stream.delivered.clear()
+
+    def _drop(self, piece: Piece) -> None:
+        buffer = piece.buffer
+        if buffer is not None:
+            piece.buffer = None
+            self._held -= len(buffer)
+            if not self._closed:
+                self._pool.give_back(buffer)
+
+    async def _next_batch(self, stream: _Stream) -> list[Chunk]:
+        """The chunks that are ready at the head of the stream (waiting for the
+        head if needed); an empty list at the end. Raises the head's error."""
+        self._release_delivered(stream)
+        queue = stream.queue
+        while True:
+            if self._closed:
+                raise ReaderClosedError("I/O operation on a closed reader")
+            if self._failure is not None:
+                raise self._failure
+            self._pump()
+            if queue and queue[0].done:
+                break
+            if not queue and stream.lookahead is None and stream.exhausted:
+                return []
+            waiter = stream.waiter = asyncio.get_running_loop().create_future()
+            started = time.perf_counter()
+            try:
+                await waiter
+            finally:
+                stream.waiter = None
+                if stream.count_wait:
+                    self._wait_seconds += time.perf_counter() - started
+        chunks: list[Chunk] = []
+        while queue and queue[0].done and len(chunks) < _BATCH_CHUNKS:
+            piece = queue[0]
+            if piece.error is not None:
+                if chunks:
+                    break  # deliver what came before the failure first
+                queue.popleft()
+                if piece.buffer is not None:
+                    stream.queued_bytes -= len(piece.buffer)
+                self._drop(piece)
+                raise piece.error
+            queue.popleft()
+            if piece.buffer is None:
+                view = _EMPTY
+            else:
+                view = memoryview(piece.buffer)
+                stream.queued_bytes -= len(piece.buffer)
+            for (
+                shard,
+                rng,
+                path,
+                offset,
+                start,
+                length,
+                end_of_range,
+                end_of_shard,
+            ) in piece.deliveries:
+                chunks.append(Chunk(shard, rng, path, offset, view[start : start + length],
+                                    end_of_range, end_of_shard))  # fmt: skip
+                self._bytes_delivered += length
+            stream.delivered.append(piece)
+        self._chunks_delivered += len(chunks)
+        return chunks
+
+    # ---- the scheduler ---------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Reap completions and start reads until neither makes progress, then
+        wake consumers whose data is ready. Runs on the loop thread; an engine
+        failure is stored and raised to every consumer, never lost in a callback."""
+        if self._engine is None or self._closed:
+            return
+        try:
+            self._reap()
+            while self._fill():
+                self._reap()
+        except Exception as error:
+            self._failure = error
+        for stream in self._streams:
+            waiter = stream.waiter
+            if waiter is not None and not waiter.done():
+                queue = stream.queue
+                if not queue or queue[0].done or self._failure is not None:
+                    waiter.set_result(None)
+
+    def _reap(self) -> None:
+        engine = self._engine
+        assert engine is not None
+        completions: Sequence[tuple[int, int | BaseException]] = engine.reap()
+        if self._remote_done:
+            completions = [*completions, *self._remote_done]
+            self._remote_done = []
+        if not completions:
+            return
+        now = time.perf_counter_ns()
+        inflight, latency, files = self._inflight, self._latency, self._files
+        for tag, result in completions:
+            piece = inflight.pop(tag)
+            latency[latency_bucket(now - piece.submitted_ns)] += 1
+            if piece.file is not None:
+                files.release(piece.file)
+            if isinstance(result, BaseException):  # a remote read's final error
+                piece.done, piece.error = True, result
+                self._errors += 1
+                self._remotes.forget(piece.path)
+            else:
+                if result > 0:
+                    self._bytes_read += result
+                if piece.finish(result) is not None:
+                    self._errors += 1
+            if piece.stream.closed:
+                self._drop(piece)
+        self._requests += len(completions)
+
+    def _fill(self) -> int:
+        """Start reads while slots, budget and planned pieces allow; returns how many."""
+        engine = self._engine
+        assert engine is not None
+        settings = self._settings
+        limit = settings.outstanding_requests
+        window = max(limit * settings.read_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
+        budget = settings.memory_budget - self._reserved
+        inflight, pool = self._inflight, self._pool
+        submitted = 0
+        throttled = False
+        for stream in self._streams:
+            queue = stream.queue
+            while (
+                len(inflight) < limit
+                and stream.queued_bytes < window
+                and len(queue) < _MAX_QUEUED_PIECES
+            ):
+                piece = stream.next_piece()
+                if piece is None:
+                    break
+                if piece.done:  # nothing to read: an empty range or a planning failure
+                    stream.lookahead = None
+                    queue.append(piece)
+                    continue
+                size = bucket_size(piece.length)
+                if self._held and self._held + size > budget:
+                    throttled = True
+                    break
+                stream.lookahead = None
+                buffer = pool.take(piece.length)
+                tag = self._next_tag
+                self._next_tag = tag + 1
+                assert piece.file is not None
+                if piece.file.fd < 0:
+                    self._start_remote(piece, buffer, tag)
+                else:
+                    engine.submit(piece.file.fd, memoryview(buffer)[: piece.length], piece.offset,
+                                  tag, piece.direct)  # fmt: skip
+                piece.buffer = buffer
+                piece.tag = tag
+                piece.submitted_ns = time.perf_counter_ns()
+                inflight[tag] = piece
+                self._held += size
+                queue.append(piece)
+                stream.queued_bytes += size
+                submitted += 1
+        if submitted:
+            engine.flush()
+        if throttled:
+            if self._throttled_since is None:
+                self._throttled_since = time.perf_counter()
+        elif submitted:
+            self._end_throttle()
+        return submitted
+
+    def _start_remote(self, piece: Piece, buffer: Any, tag: int) -> None:
+        """A remote read as a task on this loop; it completes like an engine read."""
+        assert self._loop is not None
+        task = self._loop.create_task(self._remote_read(piece.path, piece.offset, piece.length,
+                                                        buffer, tag))  # fmt: skip
+        self._remote_tasks.add(task)
+        task.add_done_callback(self._remote_tasks.discard)
+
+    async def _remote_read(self, url: str, offset: int, length: int, buffer: Any, tag: int) -> None:
+        result: int | BaseException
+        try:
+            data = await self._remotes.read(url, offset, length)
+            memoryview(buffer)[: len(data)] = data
+            result = len(data)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # delivered in order, like an engine error
+            result = error
+        self._remote_done.append((tag, result))
+        self._pump()
+
+    def _cancel_remote(self) -> None:
+        """Cancel remote reads in flight (their buffers were never handed out)."""
+        for task in list(self._remote_tasks):
+            task.cancel()
+        self._remote_tasks.clear()
+        for tag in [t for t, p in self._inflight.items() if p.file is not None and p.file.fd < 0]:
+            piece = self._inflight.pop(tag)
+            piece.done, piece.error = True, ReaderClosedError("remote read cancelled")
+            self._drop(piece)
+        self._remote_done.clear()
+
+    def _end_throttle(self) -> None:
+        if self._throttled_since is not None:
+            self._backpressure_seconds += time.perf_counter() - self._throttled_since
+            self._throttled_since = None
+
+    # ---- what happened ---------------------------------------------------------------
+
+    def stats(self) -> ReaderStats:
+        """Counters since the reader was made (see :class:`ReaderStats`)."""
+        now = time.perf_counter()
+        throttled = self._throttled_since
+        settings = self._settings
+        engine = self._engine
+        return ReaderStats(
+            engine=engine.kind if engine is not None else settings.engine,
+            outstanding_requests=settings.outstanding_requests,
+            read_size=settings.read_size,
+            bytes_read=self._bytes_read,
+            bytes_delivered=self._bytes_delivered,
+            requests=self._requests,
+            chunks_delivered=self._chunks_delivered,
+            errors=self._errors,
+            wait_seconds=self._wait_seconds,
+            backpressure_seconds=self._backpressure_seconds
+            + (now - throttled if throttled is not None else 0.0),
+            elapsed_seconds=now - self._started,
+            inflight_requests=len(self._inflight),
+            inflight_bytes=sum(len(p.buffer) for p in list(self._inflight.values()) if p.buffer),
+            buffered_bytes=self._held,
+            latency_histogram=tuple(self._latency),
+        )

@@ -1,0 +1,246 @@
+"""From shards to read requests ("pieces").
+
+A piece is one read of at most ``read_size`` bytes at one offset of one file, and
+the chunks it will deliver. Neighbouring small ranges of a file share a piece
+(coalescing: thousands of small records cost a few reads, not thousands); a range
+larger than ``read_size`` is split over several pieces. For O_DIRECT files a piece
+starts and ends on 4 KiB boundaries and delivers only the bytes asked for.
+
+Problems found while planning (missing file, range past the end of a file)
+become failed pieces at their place in the order, so the consumer receives
+every chunk before the failure and then the error.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from fastio._errors import TruncatedFileError
+from fastio._native import DIRECT_ALIGNMENT
+from fastio.reader._ranges import ShardLike, as_shard
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    from fastio.reader._files import FileTable, OpenFile
+
+__all__ = ["Delivery", "Piece", "plan_pieces"]
+
+# (shard, range, path, file offset, start in the piece's buffer, length,
+#  end of range, end of shard)
+Delivery = tuple[int, int, str, int, int, int, bool, bool]
+
+
+def align_down(value: int) -> int:
+    return value & ~(DIRECT_ALIGNMENT - 1)
+
+
+def align_up(value: int) -> int:
+    return (value + DIRECT_ALIGNMENT - 1) & ~(DIRECT_ALIGNMENT - 1)
+
+
+class Piece:
+    """One read (or, for empty ranges and planning failures, none) and what it delivers."""
+
+    __slots__ = (
+        "buffer",
+        "deliveries",
+        "direct",
+        "done",
+        "error",
+        "file",
+        "length",
+        "needed",
+        "offset",
+        "path",
+        "stream",
+        "submitted_ns",
+        "tag",
+    )
+
+    def __init__(
+        self,
+        stream: Any,
+        file: OpenFile | None,
+        path: str,
+        offset: int,
+        length: int,
+        deliveries: list[Delivery],
+        needed: int,
+    ) -> None:
+        self.stream = stream
+        self.file = file
+        self.path = path
+        self.offset = offset
+        self.length = length
+        self.direct = file.direct if file is not None else False
+        self.deliveries = deliveries
+        self.needed = needed  # bytes from `offset` the deliveries need
+        self.buffer: Any = None
+        self.done = file is None
+        self.error: BaseException | None = None
+        self.tag = -1
+        self.submitted_ns = 0
+
+    @classmethod
+    def failed(cls, stream: Any, path: str, error: BaseException) -> Piece:
+        piece = cls(stream, None, path, 0, 0, [], 0)
+        piece.error = error
+        return piece
+
+    def finish(self, result: int) -> BaseException | None:
+        """Record the engine's result (bytes or -errno); returns the error, if any."""
+        self.done = True
+        if result < 0:
+            self.error = read_error(-result, self.path, self.offset, self.length)
+        elif result < self.needed:
+            self.error = TruncatedFileError(
+                self.path, self.offset + result, self.offset + self.needed
+            )
+        return self.error
+
+
+def read_error(errno_value: int, path: str, offset: int, length: int) -> OSError:
+    # OSError picks the subclass from errno: FileNotFoundError, PermissionError, ...
+    message = f"{os.strerror(errno_value)} (reading {length} bytes at offset {offset})"
+    return OSError(errno_value, message, path)
+
+
+class _Group:
+    """Ranges of one file close enough together to be read as one piece."""
+
+    __slots__ = ("deliveries", "end", "file", "start")
+
+    def __init__(self, file: OpenFile, offset: int, delivery: Delivery) -> None:
+        self.file = file
+        self.start = align_down(offset) if file.direct else offset
+        self.end = offset + delivery[5]
+        self.deliveries = [delivery]
+
+    def span(self, end: int) -> int:
+        return (align_up(end) if self.file.direct else end) - self.start
+
+    def accepts(self, file: OpenFile, offset: int, length: int, gap: int, read_size: int) -> bool:
+        return (
+            file is self.file
+            and 0 <= offset - self.end <= gap
+            and self.span(offset + length) <= read_size
+        )
+
+    def add(self, offset: int, delivery: Delivery) -> None:
+        self.deliveries.append(delivery)
+        self.end = offset + delivery[5]
+
+    def piece(self, stream: Any) -> Piece:
+        shifted = [(*d[:4], d[3] - self.start, *d[5:]) for d in self.deliveries]
+        return Piece(
+            stream, self.file, self.file.path, self.start, self.span(self.end), shifted,
+            self.end - self.start,
+        )  # fmt: skip
+
+
+def plan_pieces(
+    stream: Any,
+    shards: Iterable[ShardLike],
+    files: FileTable,
+    default_direct: bool,
+    read_size: Callable[[], int],
+    coalesce_gap: int,
+) -> Iterator[Piece]:
+    """Pieces for ``shards`` in delivery order. Each piece with a file holds one
+    reference to it; ``read_size()`` is asked per piece, so a change made while
+    the stream runs applies to the next piece."""
+    group: _Group | None = None
+    numbered = enumerate(shards)
+    try:
+        while True:
+            try:
+                shard_index, shard_like = next(numbered)
+                shard = as_shard(shard_like)
+            except StopIteration:
+                break
+            except Exception as error:  # bad input: after everything before it, then stop
+                if group is not None:
+                    pending, group = group.piece(stream), None
+                    yield pending
+                yield Piece.failed(stream, "<shards>", error)
+                return
+            direct = default_direct if shard.direct is None else shard.direct
+            last = len(shard.ranges) - 1
+            for range_index, byte_range in enumerate(shard.ranges):
+                path, offset = byte_range.path, byte_range.offset
+                end_of_shard = range_index == last
+                try:
+                    file = files.acquire(path, direct)
+                except OSError as error:
+                    if group is not None:
+                        pending, group = group.piece(stream), None
+                        yield pending
+                    yield Piece.failed(stream, path, error)
+                    continue
+                length = file.size - offset if byte_range.length is None else byte_range.length
+                if length < 0 or offset + length > file.size:
+                    files.release(file)
+                    if group is not None:
+                        pending, group = group.piece(stream), None
+                        yield pending
+                    short = TruncatedFileError(path, file.size, offset + max(length, 0))
+                    yield Piece.failed(stream, path, short)
+                    continue
+                delivery = (shard_index, range_index, path, offset, 0, length, True, end_of_shard)
+                if length == 0:
+                    files.release(file)
+                    if group is not None:
+                        pending, group = group.piece(stream), None
+                        yield pending
+                    yield Piece(stream, None, path, offset, 0, [delivery], 0)
+                    continue
+                limit = align_up(read_size()) if file.direct else read_size()
+                if group is not None:
+                    if group.accepts(file, offset, length, coalesce_gap, limit):
+                        group.add(offset, delivery)
+                        files.release(file)  # the group holds one reference already
+                        continue
+                    pending, group = group.piece(stream), None
+                    yield pending
+                candidate = _Group(file, offset, delivery)
+                if candidate.span(offset + length) <= limit:
+                    group = candidate
+                    continue
+                yield from _split(stream, file, delivery, read_size)
+        if group is not None:
+            pending, group = group.piece(stream), None
+            yield pending
+    finally:
+        if group is not None:
+            files.release(group.file)
+
+
+def _split(
+    stream: Any, file: OpenFile, delivery: Delivery, read_size: Callable[[], int]
+) -> Iterator[Piece]:
+    """Pieces of one range larger than a read. Consumes the caller's file
+    reference for the first piece and takes one more for each further piece."""
+    shard_index, range_index, path, offset, _, length, _, end_of_shard = delivery
+    end = offset + length
+    direct = file.direct
+    position = align_down(offset) if direct else offset
+    request_end_limit = align_up(end) if direct else end
+    first = True
+    while position < end:
+        size = align_up(read_size()) if direct else read_size()
+        request_end = min(position + size, request_end_limit)
+        data_start, data_end = max(position, offset), min(request_end, end)
+        if not first:
+            file.refs += 1
+        first = False
+        last = data_end == end
+        part = (
+            shard_index, range_index, path, data_start, data_start - position,
+            data_end - data_start, last, last and end_of_shard,
+        )  # fmt: skip
+        yield Piece(
+            stream, file, path, position, request_end - position, [part], data_end - position
+        )
+        position = request_end

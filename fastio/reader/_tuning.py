@@ -1,0 +1,273 @@
+"""Wiring a :class:`~fastio.Reader` to the online tuner (:mod:`fastio.tuners`).
+
+What is tuned live: ``outstanding_requests`` (1..256) and ``read_size``
+(16 KiB..64 MiB), the two knobs a reader takes while data flows, under a
+memory budget for bytes in flight (``outstanding_requests x read_size``;
+by default half the reader's ``memory_budget``, leaving the other half for
+data read ahead and handed over; large budgets, e.g. 64 x 4 MiB, were
+measured erratic on small VMs). ``engine`` and ``direct`` only take effect
+when a reader is made or a stream opens, so a live tuner, which must not
+interrupt the job's stream, leaves them alone: ``fastio-bench sweep --engines
+io_uring,threads --direct both`` measures them with a fresh reader per
+setting, and the choice goes into the config (``reader: {engine, direct}``).
+
+With DataLoader workers, each worker's reader has its own tuner; given a
+shared ``storage`` they share one study (trials of all of them inform each).
+The tuner owns each reader's total; a fairness monitor that shifts requests
+between workers works within it.
+
+A :class:`ReaderTuning` measures the reader every ``tick_seconds`` on a
+daemon thread: delivered bytes over the time storage was the bottleneck
+(elapsed minus backpressure, when a slow consumer held reads back), and only
+while data flows. Every window's decision goes to the ``fastio.tuners``
+logger and to :meth:`ReaderTuning.summary` (``dataset.stats()["tuner"]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    # mypy reads the tuners/ folder as the package it is installed as.
+    import tuners as tuners_api
+    from fastio.reader._reader import Reader
+    from fastio.reader._stats import ReaderStats
+    from fastio.spec._reader import ReaderSettings
+    from tuners import Decision, OnlineTuner, SearchSpace
+else:  # light: the tuners import optuna only when a tuner is made
+    from fastio import tuners as tuners_api
+
+__all__ = ["ReaderTuning", "TuningOptions", "attach", "reader_space", "storage_fingerprint"]
+
+log = logging.getLogger("fastio")
+
+MIN_TUNED_READ_SIZE = 16 * 1024
+MAX_TUNED_READ_SIZE = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TuningOptions:
+    """How a reader is tuned (the ``tuner:`` config section holds the same keys)."""
+
+    storage: str | None = None
+    """Where trials persist: a journal file, a ``.db`` SQLite file, or an RDB
+    URL shared by many nodes; None keeps them in memory for this run."""
+    memory_budget: int | None = None
+    """Bytes in flight (outstanding requests x read size) the tuner may use;
+    None: half the reader's ``memory_budget``."""
+    window_seconds: float = 2.0
+    """Seconds of traffic per measurement (after the warm-up)."""
+    window_bytes: int = 0
+    """And at least this many bytes per measurement."""
+    warmup_seconds: float = 0.5
+    """Traffic discarded after each change of knobs."""
+    max_trials: int = 30
+    seed: int | None = 0
+    tick_seconds: float = 0.25
+    """How often the reader's counters are read."""
+
+    def __post_init__(self) -> None:
+        if self.tick_seconds <= 0 or self.window_seconds <= 0 or self.warmup_seconds < 0:
+            raise ValueError("tuner: tick_seconds and window_seconds must be positive")
+        if self.memory_budget is not None and self.memory_budget < MIN_TUNED_READ_SIZE:
+            raise ValueError(
+                f"tuner: memory_budget must be at least {MIN_TUNED_READ_SIZE} bytes "
+                f"(one read of the smallest size), not {self.memory_budget}"
+            )
+        if self.max_trials < 1:
+            raise ValueError(f"tuner: max_trials must be positive, not {self.max_trials}")
+
+    @classmethod
+    def of(cls, tune: bool | TuningOptions | Mapping[str, Any] | None) -> TuningOptions | None:
+        """``tune=`` as given to a dataset: True, options, a mapping of them, or None/False."""
+        if tune is None or tune is False:
+            return None
+        if tune is True:
+            return cls()
+        if isinstance(tune, TuningOptions):
+            return tune
+        try:
+            return cls(**dict(tune))
+        except TypeError as error:
+            raise TypeError(f"tune: {error}") from None
+
+
+def budget_for(settings: ReaderSettings, options: TuningOptions) -> int:
+    if options.memory_budget is not None:
+        return options.memory_budget
+    return max(settings.memory_budget // 2, MIN_TUNED_READ_SIZE)
+
+
+def reader_space(budget: int) -> SearchSpace:
+    """The live knobs and their budget, as the tuner sees them."""
+    knob = tuners_api.IntKnob
+    return tuners_api.SearchSpace(
+        (
+            knob("outstanding_requests", 1, MAX_OUTSTANDING_REQUESTS, log=True),
+            knob("read_size", MIN_TUNED_READ_SIZE, MAX_TUNED_READ_SIZE, log=True),
+        ),
+        (tuners_api.ProductBudget(("outstanding_requests", "read_size"), budget),),
+    )
+
+
+def storage_fingerprint(urls: Sequence[str], **extra: Any) -> str:
+    """The study name of a dataset: its storage (filesystem device, or scheme
+    and host), the dataset (its URLs) and this machine."""
+    first = urls[0] if urls else ""
+    parts = urlsplit(first)
+    where = "unknown"
+    if parts.scheme and parts.scheme != "file" and "://" in first:
+        where = f"{parts.scheme}://{parts.netloc}"
+    else:
+        with contextlib.suppress(OSError):
+            where = f"local:{os.stat(os.path.dirname(parts.path or first) or '.').st_dev}"
+    return "fastio-" + tuners_api.fingerprint(
+        storage=where, dataset=list(urls), machine=tuners_api.machine_identity(), **extra
+    )
+
+
+class ReaderTuning:
+    """An :class:`~fastio.tuners.OnlineTuner` driving one reader's live knobs.
+
+    :meth:`tick` takes one measurement (the CLI calls it itself);
+    :meth:`start` runs ticks on a daemon thread until :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        reader: Reader,
+        options: TuningOptions,
+        study_name: str,
+        on_decision: Callable[[Decision], None] | None = None,
+    ) -> None:
+        self.reader = reader
+        self.options = options
+        self.budget = budget_for(reader.settings, options)
+        self.space = reader_space(self.budget)
+        settings = reader.settings
+        initial = {
+            "outstanding_requests": settings.outstanding_requests,
+            "read_size": min(max(settings.read_size, MIN_TUNED_READ_SIZE), MAX_TUNED_READ_SIZE),
+        }
+        window = tuners_api.Window(
+            min_seconds=options.window_seconds,
+            min_bytes=options.window_bytes,
+            max_seconds=max(options.window_seconds * 10, 30.0),
+            warmup_seconds=options.warmup_seconds,
+        )
+        self.tuner: OnlineTuner = tuners_api.OnlineTuner(
+            self.space, initial, apply=self._apply, window=window, seed=options.seed,
+            storage=options.storage, study_name=study_name, max_trials=options.max_trials,
+        )  # fmt: skip
+        self._on_decision = on_decision
+        self._last: ReaderStats | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.decisions: list[dict[str, Any]] = []
+        log.info("fastio: tuning %s live within %d bytes in flight (study %s)",
+                 ", ".join(self.space.names), self.budget, study_name)  # fmt: skip
+
+    def _apply(self, config: dict[str, Any]) -> None:
+        if self.reader.closed:
+            return
+        self.reader.read_size = config["read_size"]
+        self.reader.outstanding_requests = config["outstanding_requests"]
+
+    def tick(self) -> Decision | None:
+        """Feed the reader's traffic since the last tick to the tuner; returns
+        the decision when this tick completes a window."""
+        with self._lock:
+            if self.reader.closed:
+                return None
+            self.tuner.start()
+            now = self.reader.stats()
+            last, self._last = self._last, now
+            if last is None:
+                return None
+            window = now.since(last)
+            # Only time storage was the bottleneck, and only while data flowed.
+            seconds = window.elapsed_seconds - window.backpressure_seconds
+            if window.bytes_delivered <= 0 or seconds <= 0:
+                return None
+            decision = self.tuner.observe(window.bytes_delivered, seconds)
+            if decision is not None:
+                self.decisions.append(decision.as_dict())
+                if self._on_decision is not None:
+                    self._on_decision(decision)
+            return decision
+
+    def start(self) -> ReaderTuning:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="fastio-tuner", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.options.tick_seconds):
+            if self.reader.closed:
+                break
+            try:
+                self.tick()
+            except Exception:  # the job's data keeps flowing; tuning stops
+                log.exception("fastio: the tuner failed and stops; knobs stay as they are")
+                break
+
+    def close(self) -> None:
+        """Stop the thread (waiting for it) and end the trial in progress."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._lock:
+            self.tuner.close()
+
+    def summary(self) -> dict[str, Any]:
+        """The tuner's state for ``stats()``: phase, round, trials, best, current knobs."""
+        tuner = self.tuner
+        best, rate = tuner.best
+        return {
+            "phase": tuner.phase, "round": tuner.round, "trials": tuner.trials,
+            "windows": len(tuner.decisions), "converged": tuner.converged,
+            "config": dict(tuner.config), "best_config": best, "best_bytes_per_second": rate,
+            "memory_budget": self.budget, "noise": tuner.noise,
+            "last_decision": self.decisions[-1] if self.decisions else None,
+        }  # fmt: skip
+
+
+def attach(
+    reader: Reader,
+    tune: bool | TuningOptions | Mapping[str, Any] | None,
+    urls: Sequence[str],
+) -> ReaderTuning | None:
+    """A started :class:`ReaderTuning` of ``reader`` for a dataset of ``urls``,
+    or None when ``tune`` is off. Raises TypeError/ValueError for bad options."""
+    options = TuningOptions.of(tune)
+    if options is None:
+        return None
+    return ReaderTuning(reader, options, storage_fingerprint(urls)).start()
+
+
+def reattach(
+    previous: ReaderTuning | None,
+    reader: Reader | None,
+    options: TuningOptions | None,
+    urls: Sequence[str],
+) -> ReaderTuning | None:
+    """Stop ``previous`` (if any) and, with ``reader`` and ``options``, start
+    tuning that reader: a dataset's hook when it makes (or closes) its reader."""
+    if previous is not None:
+        previous.close()
+    if reader is None or options is None:
+        return None
+    return attach(reader, options, urls)

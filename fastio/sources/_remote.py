@@ -1,0 +1,364 @@
+"""Byte ranges of remote objects through fsspec, for the reader.
+
+A URL with a protocol (``http://``, ``s3://``, ``gs://``, ``memory://``, chained
+``simplecache::s3://``) is read by fsspec; ``file://`` and plain paths stay on
+the native engine. Async filesystems run their requests on fsspec's own event
+loop thread, many at once (the reader's ``outstanding_requests``), each of at
+most ``read_size`` bytes; synchronous-only filesystems run on a thread pool of
+that size. Filesystems are made per process (after a fork, anew), so
+DataLoader workers never share a client with their parent.
+
+Failures that may pass (timeouts, resets, dropped connections, 5xx and 429
+answers) are retried with exponential backoff and jitter, bounded in attempts
+and in time (tenacity); the final error names the URL, offset and length. A
+server that ignores ``Range`` (answers with more bytes than asked) is an error,
+never silently accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from fastio._errors import FastIOError
+from fastio.cache._prefetch import DownloadCancelled
+
+if TYPE_CHECKING:
+    from fastio.cache._cache import ShardCache
+    from fastio.cache._files import Download
+    from fastio.cache._prefetch import Prefetcher
+    from fastio.spec._reader import ReaderSettings
+
+__all__ = [
+    "RangeIgnoredError",
+    "RemoteFile",
+    "Remotes",
+    "is_remote",
+    "local_path",
+    "version_number",
+]
+
+# Bytes per request of a whole-shard download (at least; read_size if larger):
+# large enough that request overhead is small, small enough that several are
+# in flight for a shard of tens of MiB.
+_DOWNLOAD_STEP = 4 << 20
+_CANCEL_POLL_SECONDS = 0.05  # how soon a running download notices its reader closed
+
+_TRANSIENT_ERRNOS = frozenset(
+    {errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.EPIPE, errno.ETIMEDOUT,
+     errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EAGAIN}
+)  # fmt: skip
+
+
+class RangeIgnoredError(FastIOError, OSError):
+    """The server answered a ranged request with other bytes than asked (it
+    ignores ``Range``): reading on would deliver wrong data."""
+
+
+def is_remote(url: str) -> bool:
+    """True for URLs fsspec serves (a protocol other than ``file``)."""
+    if "://" not in url:
+        return False
+    return not url.startswith("file://")
+
+
+def local_path(url: str) -> str:
+    return url[len("file://") :] if url.startswith("file://") else url
+
+
+def version_number(version: str) -> int:
+    """An object's version (ETag or time) as the integer an index records."""
+    if version.isdigit():
+        return int(version)
+    return int(hashlib.sha256(version.encode()).hexdigest()[:15], 16)
+
+
+class RemoteFile:
+    """A remote object as the read planner sees a file (no descriptor)."""
+
+    __slots__ = ("direct", "fd", "key", "path", "pinned_url", "refs", "size", "version")
+
+    def __init__(self, path: str, size: int, version: str) -> None:
+        self.path = path
+        self.key = (path, False)
+        self.fd = -1
+        self.direct = False
+        self.refs = 1  # the planner counts references; nothing is held open for them
+        self.pinned_url: str | None = None
+        self.size = size
+        self.version = version
+
+
+def _transient(error: BaseException) -> bool:
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return True
+    status = getattr(error, "status", None) or getattr(error, "code", None)
+    if isinstance(status, int) and (status >= 500 or status == 429):
+        return True
+    name = type(error).__name__
+    if name in ("ClientConnectionError", "ServerDisconnectedError", "ClientPayloadError",
+                "ClientOSError", "ServerTimeoutError", "ContentLengthError"):  # fmt: skip
+        return True
+    if isinstance(error, FileNotFoundError | PermissionError | IsADirectoryError):
+        return False
+    return isinstance(error, OSError) and error.errno in _TRANSIENT_ERRNOS
+
+
+class Remotes:
+    """The fsspec filesystems of one reader in one process."""
+
+    def __init__(
+        self,
+        settings: ReaderSettings,
+        storage_options: dict[str, Any],
+        cache: ShardCache | None = None,
+    ) -> None:
+        self.settings = settings
+        self.storage_options = storage_options
+        self.cache = cache
+        self._filesystems: dict[str, Any] = {}
+        self._info: dict[str, RemoteFile] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._prefetcher: Prefetcher | None = None
+
+    @property
+    def prefetcher(self) -> Prefetcher:
+        """Background downloads of the shards the cache's plan needs next."""
+        if self._prefetcher is None:
+            from fastio.cache._prefetch import Prefetcher
+
+            count = self.cache.prefetch_count if self.cache is not None else 0
+            self._prefetcher = Prefetcher(self, count)
+        return self._prefetcher
+
+    def filesystem(self, url: str) -> tuple[Any, str]:
+        """(filesystem, path within it) for ``url``."""
+        import fsspec
+
+        protocol = url.split("://", 1)[0]
+        with self._lock:
+            if protocol not in self._filesystems:
+                self._filesystems[protocol] = fsspec.core.url_to_fs(url, **self.storage_options)[0]
+            fs = self._filesystems[protocol]
+        return fs, fs._strip_protocol(url) if protocol not in ("http", "https") else url
+
+    def stat(self, url: str) -> RemoteFile:
+        """Size and version (ETag, else modification time) of ``url``, asked
+        once per reader; raises FileNotFoundError naming the URL."""
+        cached = self._info.get(url)
+        if cached is not None:
+            return cached
+        fs, path = self.filesystem(url)
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "no such object", url) from None
+        except OSError as error:
+            raise OSError(error.errno or errno.EIO, f"cannot stat: {error}", url) from None
+        size = info.get("size")
+        if size is None:
+            raise OSError(errno.EIO, "the server gives no size for the object", url)
+        version = str(info.get("ETag") or info.get("etag") or info.get("mtime")
+                      or info.get("LastModified") or "")  # fmt: skip
+        remote = RemoteFile(url, int(size), version)
+        self._info[url] = remote
+        return remote
+
+    def local_copy(self, url: str) -> str:
+        """The path of a verified local copy of ``url`` in the shard cache,
+        downloaded on a miss; the copy stays pinned until ``cache.release``.
+        A download already running (a prefetch, or another process's) is
+        waited for, up to the cache's ``wait_timeout``. Raises CacheFullError
+        at once when there is no room now (the reader's own pins may be what
+        holds it), CacheTimeoutError when the wait runs out."""
+        assert self.cache is not None
+        self.prefetcher.kick()
+        remote = self.stat(url)
+        return self.cache.get(url, remote.size, self._download, remote.version or None,
+                              checksum=self._checksum(url, remote), wait="download")  # fmt: skip
+
+    def fetch_ahead(self, url: str) -> bool:
+        """Download ``url`` into the cache ahead of its use (see ShardCache.fetch_ahead)."""
+        assert self.cache is not None
+        remote = self.stat(url)
+        return self.cache.fetch_ahead(url, remote.size, self._download, remote.version or None,
+                                      checksum=self._checksum(url, remote))  # fmt: skip
+
+    @staticmethod
+    def _checksum(url: str, remote: RemoteFile) -> str | None:
+        from fastio.cache._files import etag_checksum
+
+        # S3 ETags of single-part uploads are the MD5 of the object; other
+        # stores' ETags (HTTP servers, GCS) only name a version.
+        is_s3 = url.startswith(("s3://", "s3a://"))
+        return etag_checksum(remote.version) if is_s3 and remote.version else None
+
+    def _download(self, url: str, file: Download) -> None:
+        """The whole object into ``file``, in ranged requests retried like reads,
+        several in flight (``outstanding_requests`` shared by the prefetches)."""
+        fs, path = self.filesystem(url)
+        size = self.stat(url).size
+        step = max(self.settings.read_size, _DOWNLOAD_STEP)
+        ranges = [(offset, min(step, size - offset)) for offset in range(0, size, step)]
+        in_flight = max(1, self.settings.outstanding_requests // max(1, self.prefetcher.count))
+        stopping = self.prefetcher.stopping
+        if getattr(fs, "async_impl", False) and in_flight > 1:
+            from fsspec.asyn import get_loop, sync
+
+            sync(get_loop(), self._download_async, fs, path, url, file, ranges, in_flight)
+            return
+        for offset, length in ranges:
+            if stopping.is_set():
+                raise DownloadCancelled(f"{url}: the reader closed during the download")
+            file.write(self._read_sync(fs, path, url, offset, length))
+
+    async def _download_async(
+        self, fs: Any, path: str, url: str, file: Download, ranges: list[tuple[int, int]],
+        in_flight: int,
+    ) -> None:  # fmt: skip
+        """On fsspec's loop: ``in_flight`` ranges requested at once, written in order."""
+        pending: deque[asyncio.Task[tuple[bytes, OSError | None]]] = deque()
+        upcoming = iter(ranges)
+        stopping = self.prefetcher.stopping
+        try:
+            while True:
+                while len(pending) < in_flight and not stopping.is_set():
+                    offset, length = next(upcoming, (-1, 0))
+                    if offset < 0:
+                        break
+                    pending.append(asyncio.ensure_future(
+                        self._read_async(fs, path, url, offset, length)))  # fmt: skip
+                if not pending:
+                    if stopping.is_set():
+                        raise DownloadCancelled(f"{url}: the reader closed during the download")
+                    break
+                while not pending[0].done():  # a close must not wait out a slow request
+                    await asyncio.wait({pending[0]}, timeout=_CANCEL_POLL_SECONDS)
+                    if stopping.is_set():
+                        raise DownloadCancelled(f"{url}: the reader closed during the download")
+                data, error = pending.popleft().result()
+                if error is not None:
+                    raise error
+                file.write(data)
+        finally:
+            for task in pending:
+                task.cancel()
+
+    def forget(self, url: str) -> None:
+        """Drop what is known of ``url`` (after an error: it may have changed)."""
+        self._info.pop(url, None)
+
+    async def read(self, url: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of ``url`` from ``offset``, retried as the settings say."""
+        fs, path = self.filesystem(url)
+        if getattr(fs, "async_impl", False):
+            from fsspec.asyn import get_loop
+
+            future = asyncio.run_coroutine_threadsafe(
+                self._read_async(fs, path, url, offset, length), get_loop()
+            )
+            data, error = await asyncio.wrap_future(future)
+            if error is not None:
+                raise error
+            return data
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.settings.outstanding_requests,
+                                            thread_name_prefix="fastio-remote")  # fmt: skip
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._read_sync, fs, path, url, offset,
+                                          length)  # fmt: skip
+
+    def _policy(self) -> dict[str, Any]:
+        from tenacity import (
+            retry_if_exception,
+            stop_after_attempt,
+            stop_after_delay,
+            wait_random_exponential,
+        )
+
+        settings = self.settings
+        return {
+            "stop": stop_after_attempt(settings.retries + 1) | stop_after_delay(
+                settings.retry_seconds),
+            "wait": wait_random_exponential(multiplier=0.05, max=2.0),
+            "retry": retry_if_exception(_transient),
+            "reraise": True,
+        }  # fmt: skip
+
+    async def _read_async(
+        self, fs: Any, path: str, url: str, offset: int, length: int
+    ) -> tuple[bytes, OSError | None]:
+        """Runs on fsspec's loop. Returns its error rather than raising it: a
+        read whose consumer went away must not leave an unretrieved exception."""
+        from tenacity import AsyncRetrying
+
+        attempts = 0
+        try:
+            async for attempt in AsyncRetrying(**self._policy()):
+                with attempt:
+                    attempts += 1
+                    data = await asyncio.wait_for(
+                        fs._cat_file(path, start=offset, end=offset + length),
+                        self.settings.request_timeout,
+                    )
+            return _checked(data, url, offset, length), None
+        except Exception as error:
+            return b"", _final(error, url, offset, length, attempts)
+
+    def _read_sync(self, fs: Any, path: str, url: str, offset: int, length: int) -> bytes:
+        from tenacity import Retrying
+
+        attempts = 0
+        try:
+            for attempt in Retrying(**self._policy()):
+                with attempt:
+                    attempts += 1
+                    data = fs.cat_file(path, start=offset, end=offset + length)
+        except Exception as error:
+            raise _final(error, url, offset, length, attempts) from None
+        return _checked(data, url, offset, length)
+
+    def stop_downloads(self) -> None:
+        """Make running shard downloads end at once (safe from any thread)."""
+        if self._prefetcher is not None:
+            self._prefetcher.stopping.set()
+
+    def close(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _checked(data: bytes, url: str, offset: int, length: int) -> bytes:
+    if len(data) > length:
+        raise RangeIgnoredError(
+            errno.EIO,
+            f"asked for {length} bytes at offset {offset}, got {len(data)}: the server "
+            "ignores Range requests (reading whole objects per request would be wrong "
+            "and slow; use a server that supports Range)",
+            url,
+        )
+    return bytes(data)
+
+
+def _final(error: BaseException, url: str, offset: int, length: int, attempts: int) -> OSError:
+    where = f"reading {length} bytes at offset {offset}"
+    if isinstance(error, FileNotFoundError):
+        return FileNotFoundError(errno.ENOENT, f"no such object ({where})", url)
+    if isinstance(error, PermissionError):
+        return PermissionError(errno.EACCES, f"access denied ({where})", url)
+    if isinstance(error, RangeIgnoredError):
+        return error
+    tried = f"; gave up after {attempts} attempts" if attempts > 1 else ""
+    kind = "timed out" if isinstance(error, (asyncio.TimeoutError, TimeoutError)) else str(error)
+    code = error.errno if isinstance(error, OSError) and error.errno else errno.EIO
+    return OSError(code, f"{kind or type(error).__name__} ({where}{tried})", url)

@@ -1,0 +1,185 @@
+"""fastio-bench as users run it: the installed console script, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastio.cli._options import parse_size
+
+
+def bench(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    # The console script installed beside this interpreter.
+    executable = Path(sys.executable).parent / "fastio-bench"
+    assert executable.exists(), "the console script is not installed"
+    return subprocess.run(
+        [str(executable), *args], capture_output=True, text=True, timeout=300, check=check
+    )
+
+
+def test_run_prints_one_json_object(tmp_path, make_file) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "nested").mkdir()
+    sizes = [100_000, 2_000_000, 0]
+    for index, size in enumerate(sizes):
+        target = folder / ("nested" if index == 1 else "") / f"f{index}.bin"
+        target.write_bytes(b"\x01" * size)
+    result = bench(
+        "run",
+        str(folder),
+        "--outstanding-requests",
+        "8",
+        "--read-size",
+        "64KiB",
+        "--engine",
+        "threads",
+        "--json",
+        "--repeat",
+        "3",
+    )
+    report = json.loads(result.stdout)
+    assert report["bytes"] == sum(sizes)
+    assert report["files"] == 3
+    assert report["runs"] == 3
+    assert len(report["mb_per_s_runs"]) == 3
+    assert report["mb_per_s"] > 0
+    assert report["seconds"] > 0
+    settings = report["settings"]
+    assert settings["outstanding_requests"] == 8
+    assert settings["read_size"] == 65_536
+    assert settings["engine"] == "threads"
+    assert settings["direct"] is False
+    assert report["stats"]["bytes_delivered"] == sum(sizes)
+
+
+def test_run_direct_table(make_file) -> None:
+    path, _ = make_file(300_001)
+    result = bench("run", path, "--direct", "-b", "1m", "-q", "4")
+    assert "fastio" in result.stdout
+    assert "read_size=1MiB" in result.stdout
+    assert "direct=True" in result.stdout
+
+
+def test_run_reports_a_missing_path(tmp_path) -> None:
+    result = bench("run", str(tmp_path / "absent"), check=False)
+    assert result.returncode == 2
+    assert "absent: no such file or directory" in result.stderr
+
+
+def test_run_rejects_bad_knobs(make_file) -> None:
+    path, _ = make_file(10)
+    result = bench("run", path, "--read-size", "lots", check=False)
+    assert result.returncode == 2
+    assert "not a size" in result.stderr
+    result = bench("run", path, "--outstanding-requests", "0", check=False)
+    assert result.returncode == 2
+
+
+def test_demo_compares_with_plain_python() -> None:
+    result = bench("demo", "--shards", "4", "--shard-size", "2MiB", "--json")
+    report = json.loads(result.stdout)
+    assert report["fastio"]["bytes"] == report["python"]["bytes"] == 8 << 20
+    assert report["fastio"]["mb_per_s"] > 0
+    assert report["python"]["mb_per_s"] > 0
+    assert report["speedup"] == pytest.approx(
+        report["fastio"]["mb_per_s"] / report["python"]["mb_per_s"]
+    )
+    assert report["runs"] == 3
+    runs = sorted(report["fastio_mb_per_s_runs"])
+    assert len(runs) == 3
+    assert report["fastio"]["mb_per_s"] == pytest.approx(runs[1])  # the median run
+
+
+def test_demo_table(tmp_path) -> None:
+    result = bench("demo", "--shards", "2", "--shard-size", "1MiB", "--folder", str(tmp_path))
+    assert "vs python" in result.stdout
+    assert len(list(tmp_path.glob("train-*.bin"))) == 2  # a given folder is kept
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("65536", 65536), ("64KiB", 65536), ("4m", 4 << 20), ("1MB", 1_000_000), ("1.5GiB", 3 << 29)],
+)
+def test_sizes(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+def test_bad_size() -> None:
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("four")
+
+
+def test_run_reads_a_dataset_and_reports_shuffle_quality(tmp_path) -> None:
+    from tests.shards import write
+
+    written = write("webdataset", tmp_path, shards=5, per_shard=30)
+    total = len(written.samples)
+    shuffled = json.loads(
+        bench(
+            "run",
+            "--format",
+            "webdataset",
+            written.pattern,
+            "--json",
+            "--repeat",
+            "2",
+            "--shuffle-buffer",
+            "64KiB",
+            "--shuffle-shards",
+            "3",
+        ).stdout
+    )
+    assert shuffled["samples"] == shuffled["expected_samples"] == total
+    assert shuffled["runs"] == 2
+    assert shuffled["samples_per_s"] > 0
+    quality = shuffled["shuffle_quality"]
+    assert quality["samples"] == total
+    assert abs(quality["rank_correlation"]) < 0.9
+    assert quality["longest_shard_run"] < 30
+    stored = json.loads(
+        bench(
+            "run",
+            "--format",
+            "auto",
+            written.pattern,
+            "--json",
+            "--no-shuffle",
+            "--batch-size",
+            "16",
+        ).stdout
+    )
+    assert stored["samples"] == total
+    assert stored["batch_size"] == 16
+    assert stored["shuffle_quality"]["rank_correlation"] == pytest.approx(1.0)
+    table = bench("run", "--format", "webdataset", written.pattern).stdout
+    assert "rank correlation" in table
+    assert f"{total}" in table
+
+
+def test_run_dataset_errors_are_reported(tmp_path) -> None:
+    result = bench(
+        "run", "--format", "tfrecord", str(tmp_path / "none-{0..3}.tfrecord"), check=False
+    )
+    assert result.returncode == 1
+    assert "No such file" in result.stderr
+    assert "none-0.tfrecord" in result.stderr
+
+
+def test_demo_reads_with_a_config_files_reader_settings(tmp_path) -> None:
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        "urls: unused-{0..1}.bin\nreader: {outstanding_requests: 3, read_size: 256KiB}\n"
+    )
+    report = json.loads(
+        bench(
+            "demo", "--shards", "2", "--shard-size", "1MiB", "--json", "--config", str(config)
+        ).stdout
+    )
+    assert report["reader"]["outstanding_requests"] == 3
+    assert report["reader"]["read_size"] == 256 << 10
+    assert report["fastio"]["bytes"] == 2 << 20

@@ -1,0 +1,172 @@
+"""Damaged and missing shards under each on_error policy: a clear error
+naming URL, byte offset and sample (raise), or the epoch goes on and what was
+skipped is counted (skip) and warned about (warn). Never a hang, never a
+silently short epoch."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+import pytest
+
+import fastio
+from tests.shards import key_of, write
+
+
+def damage_tar(written) -> tuple[str, int, int]:
+    """Cut the second shard inside sample 5; returns the URL, the key of that
+    sample and the key after the shard's last sample (keys are stored positions)."""
+    url = written.urls[1]
+    dataset = fastio.Dataset(written.pattern, shuffle=False)
+    layout = dataset.layouts[1]
+    first_key, count = dataset.counts[0], dataset.counts[1]
+    cut = int(layout.starts[5]) + 700  # inside sample 5's first member
+    with open(url, "r+b") as handle:
+        handle.truncate(cut)
+    return url, first_key + 5, first_key + count
+
+
+def damage_tfrecord(written) -> tuple[str, int, int]:
+    """Flip a payload byte of record 4 of the third shard (its data CRC fails)."""
+    url = written.urls[2]
+    layout = fastio.Dataset(url, format="tfrecord", shuffle=False).layouts[0]
+    offset = int(layout.starts[4])
+    with open(url, "r+b") as handle:
+        handle.seek(offset + 20)
+        byte = handle.read(1)
+        handle.seek(offset + 20)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    return url, offset, 4
+
+
+def damage_parquet(written) -> str:
+    url = written.urls[0]
+    size = os.path.getsize(url)
+    with open(url, "r+b") as handle:
+        handle.seek(size - 40)
+        handle.write(b"\xff" * 30)  # inside the footer's thrift metadata
+    return url
+
+
+@pytest.fixture
+def tars(tmp_path):
+    return write("webdataset", tmp_path / "wds", shards=4, per_shard=20)
+
+
+def test_truncated_tar(tars, caplog) -> None:
+    url, cut_key, end_key = damage_tar(tars)
+    with pytest.raises(fastio.TruncatedShardError) as caught:
+        fastio.Dataset(tars.pattern)
+    assert caught.value.url == url
+    assert caught.value.offset > 0
+    assert str(caught.value).startswith(f"{url} at byte {caught.value.offset}")
+    # skip: every other sample arrives, the cut one is counted.
+    with caplog.at_level(logging.WARNING, logger="fastio"):
+        dataset = fastio.Dataset(tars.pattern, on_error="skip")
+        got = [key_of("webdataset", s) for s in dataset]
+    assert len(got) == len(set(got)) == dataset.total
+    # The samples before the cut stay, except the last: with its next member cut,
+    # whether it had more members is unknown, so it is not delivered incomplete.
+    lost = set(range(cut_key - 1, end_key))
+    assert set(got) == {row["key"] for row in tars.samples} - lost
+    assert dataset.stats()["skipped"] >= 1
+    assert "skipped" in caplog.text
+    # warn: the same, with a warning naming the URL.
+    with pytest.warns(fastio.SkippedSamplesWarning, match=url):
+        dataset = fastio.Dataset(tars.pattern, on_error="warn")
+    assert len(list(dataset)) == len(got)
+
+
+def test_tfrecord_with_a_bad_crc(tmp_path) -> None:
+    written = write("tfrecord", tmp_path, shards=4, per_shard=15)
+    url, offset, record = damage_tfrecord(written)
+    with pytest.raises(fastio.CorruptRecordError) as caught:
+        fastio.Dataset(written.pattern)
+    assert (caught.value.url, caught.value.offset) == (url, offset)
+    assert "data checksum" in str(caught.value)
+    dataset = fastio.Dataset(written.pattern, on_error="skip", shuffle=False)
+    got = [key_of("tfrecord", s) for s in dataset]
+    # Exactly the bad record is missing: the scan resynchronises after it.
+    bad_key = sum(fastio.Dataset(u, format="tfrecord").total for u in written.urls[:2]) + record
+    assert got == [row["key"] for row in written.samples if row["key"] != bad_key]
+    assert dataset.stats()["skipped"] == 1
+    with pytest.warns(fastio.SkippedSamplesWarning, match="checksum") as caught_warnings:
+        warned = fastio.Dataset(written.pattern, on_error="warn", shuffle=False)
+    assert [key_of("tfrecord", s) for s in warned] == got
+    assert f"byte {offset}" in str(caught_warnings[0].message)
+    # verify=False delivers every record, the damaged one as it is on disk
+    # (protobuf parsing is no integrity check: that is what the CRC is for).
+    raw = list(fastio.Dataset(written.pattern, verify=False, example=False, shuffle=False))
+    assert len(raw) == len(written.samples)
+    intact = list(fastio.Dataset(written.pattern, example=False, shuffle=False, on_error="skip"))
+    assert [r for r in raw if r not in intact] == [raw[bad_key]]
+
+
+def test_checksum_damage_after_indexing_is_caught_while_reading(tmp_path) -> None:
+    written = write("tfrecord", tmp_path, shards=3, per_shard=15)
+    dataset = fastio.Dataset(written.pattern, shuffle=False)  # indexed while intact
+    stat = os.stat(written.urls[2])
+    url, offset, record = damage_tfrecord(written)
+    os.utime(url, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # bit rot: same size and mtime
+    with pytest.raises(fastio.CorruptRecordError) as caught:
+        list(dataset)
+    assert (caught.value.url, caught.value.offset, caught.value.record) == (url, offset, record)
+    skipping = fastio.Dataset(written.pattern, shuffle=False, on_error="skip")
+    got = list(skipping)
+    lost = skipping.stats()["skipped"]
+    assert lost >= 1
+    assert len(got) + lost == len(written.samples)
+
+
+def test_corrupt_parquet_footer(tmp_path) -> None:
+    written = write("parquet", tmp_path, shards=3, per_shard=20)
+    url = damage_parquet(written)
+    with pytest.raises(fastio.DecodeError) as caught:
+        fastio.Dataset(written.pattern)
+    assert caught.value.url == url
+    assert "footer" in str(caught.value)
+    dataset = fastio.Dataset(written.pattern, on_error="skip")
+    got = [key_of("parquet", s) for s in dataset]
+    after_damage = fastio.Dataset(written.urls[1])[0]["key"]  # keys are stored positions
+    assert sorted(got) == [row["key"] for row in written.samples][after_damage:]
+    assert dataset.stats()["shards_skipped"] == 1
+    assert dataset.layouts[0].count == 0
+    with pytest.warns(fastio.SkippedSamplesWarning, match="footer"):
+        fastio.Dataset(written.pattern, on_error="warn")
+
+
+def test_missing_shard(tars) -> None:
+    missing = tars.urls[2]
+    os.unlink(missing)
+    with pytest.raises(FileNotFoundError) as caught:
+        fastio.Dataset(tars.pattern)
+    assert caught.value.filename == missing
+    dataset = fastio.Dataset(tars.pattern, on_error="skip")
+    assert dataset.stats()["shards_skipped"] == 1
+    assert dataset.layouts[2].count == 0
+    with pytest.warns(fastio.SkippedSamplesWarning, match=missing):
+        fastio.Dataset(tars.pattern, on_error="warn")
+    got = sorted(key_of("webdataset", s) for s in dataset)
+    first, end = fastio.Dataset(tars.urls[:2]).total, fastio.Dataset(tars.urls[3])[0]
+    end_key = key_of("webdataset", end)
+    assert got == [row["key"] for row in tars.samples if not first <= row["key"] < end_key]
+
+
+def test_shard_vanishing_mid_epoch(tars) -> None:
+    dataset = fastio.Dataset(tars.pattern, shuffle=False)
+    os.unlink(tars.urls[1])
+    with pytest.raises(FileNotFoundError) as caught:
+        list(dataset)
+    assert caught.value.filename == tars.urls[1]
+    skipping = fastio.Dataset.__new__(fastio.Dataset)
+    skipping.__dict__.update(dataset.__getstate__())
+    skipping.on_error = "skip"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [key_of("webdataset", s) for s in skipping]
+    lost = skipping.stats()["skipped"]
+    assert lost == dataset.layouts[1].count
+    assert len(got) == len(tars.samples) - lost
+    assert skipping.stats()["position"] == len(tars.samples)  # the epoch ran to its end

@@ -1,0 +1,126 @@
+"""fastio.Dataset in torch's DataLoader with real worker processes: every
+sample exactly once per epoch across simulated ranks and workers."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+import fastio
+from tests.ranks import run_ranks
+from tests.shards import batch_keys, key_of, write
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    return write("webdataset", tmp_path_factory.mktemp("loader"), shards=7, per_shard=23)
+
+
+def collate_keys(samples):
+    return [key_of("webdataset", s) for s in samples]
+
+
+def epoch_keys(pattern, rank, world_size, num_workers, **options) -> list[int]:
+    dataset = fastio.Dataset(pattern, rank=rank, world_size=world_size,
+                             shuffle_buffer=50_000, **options)  # fmt: skip
+    loader = DataLoader(dataset, batch_size=5, num_workers=num_workers, collate_fn=collate_keys)
+    return [k for batch in loader for k in batch]
+
+
+def test_is_a_torch_iterable_dataset(written) -> None:
+    assert isinstance(fastio.Dataset(written.pattern), IterableDataset)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_exactly_once_across_ranks_and_workers(written, world_size, num_workers) -> None:
+    per_rank = [epoch_keys(written.pattern, rank, world_size, num_workers)
+                for rank in range(world_size)]  # fmt: skip
+    union = collections.Counter(k for keys in per_rank for k in keys)
+    assert set(union) == {row["key"] for row in written.samples}
+    assert set(union.values()) == {1}
+    sizes = [len(keys) for keys in per_rank]
+    assert max(sizes) - min(sizes) <= 1
+    # Same seed, same order; another epoch, another.
+    assert epoch_keys(written.pattern, 0, world_size, num_workers) == per_rank[0]
+    assert epoch_keys(written.pattern, 0, world_size, num_workers, seed=1) != per_rank[0]
+
+
+@pytest.mark.parametrize("remainder", ["drop", "pad"])
+def test_drop_and_pad_give_equal_counts_with_workers(written, remainder) -> None:
+    sizes = [len(epoch_keys(written.pattern, rank, 3, 2, remainder=remainder))
+             for rank in range(3)]  # fmt: skip
+    total = len(written.samples)
+    assert sizes == [total // 3 if remainder == "drop" else -(-total // 3)] * 3
+
+
+def test_batches_in_a_dataloader_with_workers(written) -> None:
+    batches = fastio.Dataset(written.pattern, seed=2).batches(16)
+    loader = DataLoader(batches, batch_size=None, num_workers=2)
+    got = [k for batch in loader for k in batch_keys("webdataset", batch)]
+    assert sorted(got) == [row["key"] for row in written.samples]
+
+
+def test_spawned_workers_receive_a_pickled_dataset(written) -> None:
+    dataset = fastio.Dataset(written.pattern, seed=4)
+    next(iter(dataset))  # a live reader in the parent must not travel to the workers
+    loader = DataLoader(dataset, batch_size=10, num_workers=2, collate_fn=collate_keys,
+                        multiprocessing_context="spawn")  # fmt: skip
+    got = [k for batch in loader for k in batch]
+    assert sorted(got) == [row["key"] for row in written.samples]
+    dataset.close()
+
+
+def test_set_epoch_in_the_main_process_reaches_the_workers(written) -> None:
+    dataset = fastio.Dataset(written.pattern, seed=4)
+    loader = DataLoader(dataset, batch_size=10, num_workers=2, collate_fn=collate_keys)
+    orders = []
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        orders.append([k for batch in loader for k in batch])
+    assert orders[0] != orders[1]
+    assert sorted(orders[0]) == sorted(orders[1])
+    assert torch.utils.data.get_worker_info() is None
+
+
+DISTRIBUTED_SCRIPT = """
+import json, sys
+import torch.distributed as dist
+import fastio
+from tests.shards import key_of
+rank, port, world_size, pattern = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=world_size)
+dataset = fastio.Dataset(pattern, remainder="pad")  # rank and world size from torch
+keys = [key_of("webdataset", s) for s in dataset]
+length = len(dataset)
+counts = [None] * world_size
+dist.all_gather_object(counts, len(keys))  # padded: every rank the same count
+dist.destroy_process_group()
+print(json.dumps({"keys": keys, "length": length, "counts": counts}))
+"""
+
+
+def test_ranks_come_from_torch_distributed(written) -> None:
+    results = run_ranks(DISTRIBUTED_SCRIPT, "2", written.pattern)
+    total = len(written.samples)
+    assert [r["counts"] for r in results] == [[-(-total // 2)] * 2] * 2
+    assert all(len(r["keys"]) == r["length"] == -(-total // 2) for r in results)
+    union = {k for r in results for k in r["keys"]}
+    assert union == {row["key"] for row in written.samples}
+
+
+def test_ranks_come_from_the_environment(written, monkeypatch) -> None:
+    per_rank = []
+    for rank in range(3):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "3")
+        dataset = fastio.Dataset(written.pattern)
+        per_rank.append([key_of("webdataset", s) for s in dataset])
+        assert dataset.state_dict()["rank"] == rank
+    union = collections.Counter(k for keys in per_rank for k in keys)
+    assert set(union.values()) == {1}
+    assert len(union) == len(written.samples)

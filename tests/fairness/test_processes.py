@@ -1,0 +1,175 @@
+"""The fairness board across real processes: DataLoader workers (fork and
+spawn) publish through shared memory, the main process reads sums that equal
+what was delivered, ranks exchange totals, and the board is removed on every
+path, a killed worker included."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import signal
+
+import pytest
+from torch.utils.data import DataLoader
+
+import fastio
+from fastio.fairness import FairnessMonitor, prometheus_text
+from fastio.fairness._board import PREFIX, Board, board_folder
+from tests.shards import key_of, write
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    return write("webdataset", tmp_path_factory.mktemp("fair"), shards=9, per_shard=25)
+
+
+def boards() -> set[str]:
+    return {name for name in os.listdir(board_folder()) if name.startswith(PREFIX)}
+
+
+def keys(batch):
+    return [key_of("webdataset", sample) for sample in batch]
+
+
+def dataset(written, tmp_path, **options):
+    fairness = {"window_seconds": 0.05, "exchange_dir": str(tmp_path / "exchange")}
+    return fastio.Dataset(written.pattern, shuffle_buffer=40_000, fairness=fairness, **options)
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3, 4])
+def test_main_process_sums_equal_what_workers_delivered(written, tmp_path, num_workers) -> None:
+    datasets = [dataset(written, tmp_path, rank=rank, world_size=2) for rank in range(2)]
+    delivered = []
+    for ds in datasets:
+        loader = DataLoader(ds, batch_size=7, num_workers=num_workers, collate_fn=keys)
+        delivered.append([k for batch in loader for k in batch])
+    assert sorted(delivered[0] + delivered[1]) == [row["key"] for row in written.samples]
+    reports = [ds.stats()["fairness"] for ds in datasets]
+    reports[0] = datasets[0].stats()["fairness"]  # now that rank 1 has published too
+    for rank, (ds, report) in enumerate(zip(datasets, reports, strict=True)):
+        assert (report["rank"], report["world_size"]) == (rank, 2)
+        workers = report["workers"]
+        assert [w["worker"] for w in workers] == list(range(num_workers))
+        assert len({w["pid"] for w in workers}) == num_workers != os.getpid()
+        # Each worker delivered what it was assigned; together what the loader yielded.
+        assert [w["samples"] for w in workers] == [w["assigned"] for w in workers]
+        assert report["samples"] == len(delivered[rank]) == len(ds)
+        assert all(w["bytes"] > 0 and w["requests"] > 0 and not w["active"] for w in workers)
+    for report in reports:
+        assert [r["samples"] for r in report["ranks"]] == [len(keys) for keys in delivered]
+        assert report["samples_all_ranks"] == datasets[0].total
+    for ds in datasets:
+        ds.close()
+    assert not os.listdir(tmp_path / "exchange") if (tmp_path / "exchange").exists() else True
+
+
+@pytest.mark.slow  # spawned workers import torch afresh: ~9 s
+def test_spawned_workers_find_the_board_by_name(written, tmp_path) -> None:
+    ds = dataset(written, tmp_path)
+    loader = DataLoader(ds, batch_size=10, num_workers=2, collate_fn=keys,
+                        multiprocessing_context="spawn")  # fmt: skip
+    count = sum(len(batch) for batch in loader)
+    report = ds.stats()["fairness"]
+    assert report["samples"] == count == ds.total
+    assert [w["samples"] for w in report["workers"]] == [w["assigned"] for w in report["workers"]]
+    ds.close()
+
+
+def test_the_board_is_removed_on_close_and_reused_after(written, tmp_path, resources) -> None:
+    before = boards()
+    ds = dataset(written, tmp_path)
+    assert sum(1 for _ in ds) == ds.total
+    made = boards() - before
+    assert len(made) == 1
+    assert ds.stats()["fairness"]["samples"] == ds.total
+    ds.close()
+    assert boards() == before
+    assert sum(1 for _ in ds) == ds.total  # usable after close: a fresh board
+    assert ds.stats()["fairness"]["samples"] == ds.total
+    ds.close()
+    assert boards() == before
+    resources.assert_released()
+
+
+def test_a_killed_worker_leaves_nothing_behind(written, tmp_path) -> None:
+    before = boards()
+    ds = dataset(written, tmp_path)
+    loader = DataLoader(ds, batch_size=5, num_workers=2, collate_fn=keys)
+    iterator = iter(loader)
+    next(iterator)
+    os.kill(iterator._workers[0].pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match="worker"):
+        for _ in iterator:
+            pass
+    del iterator
+    ds.close()
+    assert boards() == before
+
+
+def test_boards_of_dead_owners_are_swept(written, tmp_path) -> None:
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    stale = os.path.join(board_folder(), f"{PREFIX}{dead}-feedfacecafe")
+    Board(stale).close()
+    import fastio.fairness._monitor as monitor
+
+    monitor._swept.discard(os.getpid())
+    with dataset(written, tmp_path) as ds:
+        next(iter(ds))
+        assert not os.path.exists(stale)
+
+
+def test_off_means_no_board(written, tmp_path) -> None:
+    before = boards()
+    with fastio.Dataset(written.pattern, fairness=False) as ds:
+        assert sum(1 for _ in ds) == ds.total
+        assert ds.stats()["fairness"] == {"enabled": False}
+        assert boards() == before
+    assert prometheus_text({"enabled": False}) == ""
+
+
+def test_an_unpickled_monitor_never_removes_the_owners_board(written, tmp_path) -> None:
+    ds = dataset(written, tmp_path)
+    next(iter(ds))
+    copy = pickle.loads(pickle.dumps(ds.fairness))
+    copy.report()
+    # Only the owner process removes; in another process the copy would only unmap.
+    owner = ds.fairness._path
+    child = os.fork()
+    if child == 0:
+        copy.close()
+        os._exit(0 if os.path.exists(owner) else 1)
+    assert os.waitpid(child, 0)[1] == 0
+    assert os.path.exists(owner)
+    ds.close()
+    assert not os.path.exists(owner)
+
+
+def test_prometheus_text_has_a_series_per_worker(written, tmp_path) -> None:
+    ds = dataset(written, tmp_path)
+    loader = DataLoader(ds, batch_size=7, num_workers=2, collate_fn=keys)
+    count = sum(len(batch) for batch in loader)
+    text = prometheus_text(ds.stats()["fairness"])
+    samples = {
+        int(worker): float(value)
+        for worker, value in re.findall(
+            r'^fastio_fairness_worker_samples_total\{rank="0",worker="(\d)"\} (\S+)$', text, re.M
+        )
+    }
+    assert sorted(samples) == [0, 1]
+    assert sum(samples.values()) == count
+    assert "# TYPE fastio_fairness_worker_starved gauge" in text
+    assert re.search(r'^fastio_fairness_worker_starved\{rank="0",worker="1"\} 0$', text, re.M)
+    ds.close()
+
+
+def test_monitor_rejects_more_workers_than_slots() -> None:
+    from fastio.dataset._dataset import _Who
+
+    monitor = FairnessMonitor()
+    with pytest.raises(ValueError, match="up to 64 DataLoader workers"):
+        monitor.watcher(None, _Who(0, 1, 70, 80), 0, 0, int)  # type: ignore[arg-type]
+    monitor.close()

@@ -1,0 +1,126 @@
+"""Per-shard index: byte ranges of every sample, cached and checked for staleness."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import tarfile
+
+import pytest
+
+import fastio
+from fastio.formats import decode_jsonl, decode_tfrecord, decode_webdataset
+from fastio.formats._index import INDEX_SUFFIX, ShardIndex, index_shard
+from tests.formats.test_formats import write_examples, write_webdataset
+
+DECODERS = {"tfrecord": decode_tfrecord, "webdataset": decode_webdataset, "jsonl": decode_jsonl}
+
+
+def make_shard(tmp_path, format_name: str) -> str:
+    if format_name == "tfrecord":
+        path = tmp_path / "s.tfrecord"
+        write_examples(path, 30)
+    elif format_name == "webdataset":
+        path = tmp_path / "s.tar"
+        write_webdataset(path, 25, tarfile.PAX_FORMAT)
+    else:
+        path = tmp_path / "s.jsonl"
+        path.write_text(
+            "".join(json.dumps({"i": i, "pad": "x" * (i * 41)}) + "\n" for i in range(40))
+        )
+    return str(path)
+
+
+def comparable(sample):
+    if isinstance(sample, dict):
+        return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
+    return bytes(sample) if isinstance(sample, memoryview) else sample
+
+
+@pytest.mark.parametrize("format_name", list(DECODERS))
+def test_each_sample_reads_alone_from_its_range(tmp_path, format_name: str) -> None:
+    url = make_shard(tmp_path, format_name)
+    decode = DECODERS[format_name]
+    with fastio.Reader(read_size=8192) as reader:
+        index = index_shard(reader, url, format_name)
+        everything = [comparable(s) for s in decode(reader.stream([url]), url)]
+        assert len(index) == len(everything)
+        assert index.ends[-1] <= os.path.getsize(url)
+        for i in (0, len(index) // 2, len(index) - 1):
+            span = fastio.ByteRange(url, int(index.starts[i]), int(index.ends[i] - index.starts[i]))
+            alone = [comparable(s) for s in decode(reader.stream([fastio.Shard((span,))]), url)]
+            if format_name == "webdataset":
+                assert alone[0] == everything[i]
+            else:
+                assert alone == [everything[i]]
+
+
+def test_index_is_stored_beside_the_shard_and_reused(tmp_path) -> None:
+    url = make_shard(tmp_path, "tfrecord")
+    with fastio.Reader() as reader:
+        first = index_shard(reader, url, "tfrecord")
+        assert os.path.exists(url + INDEX_SUFFIX)
+        requests = reader.stats().requests
+        again = index_shard(reader, url, "tfrecord")
+        assert reader.stats().requests == requests  # loaded, not rescanned
+    assert (again.starts == first.starts).all()
+    assert ShardIndex.load(url + INDEX_SUFFIX).format == "tfrecord"
+
+
+def test_a_changed_shard_is_indexed_again(tmp_path) -> None:
+    url = make_shard(tmp_path, "jsonl")
+    with fastio.Reader() as reader:
+        assert len(index_shard(reader, url, "jsonl")) == 40
+        with open(url, "a") as handle:
+            handle.write('{"late": true}\n')
+        assert len(index_shard(reader, url, "jsonl")) == 41
+
+
+@contextlib.contextmanager
+def read_only_folder(folder):
+    """A folder nobody can add files to: chmod for ordinary users; root ignores
+    modes, so as root the folder is made immutable (ext4's chattr +i)."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(folder)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+    else:
+        os.chmod(folder, 0o555)
+        try:
+            yield
+        finally:
+            os.chmod(folder, 0o755)
+
+
+def test_index_goes_to_the_cache_folder_when_the_shard_folder_is_read_only(tmp_path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    url = make_shard(data, "tfrecord")
+    cache = tmp_path / "cache"
+    with fastio.Reader() as reader, read_only_folder(data):
+        index = index_shard(reader, url, "tfrecord", cache_dir=cache)
+        again = index_shard(reader, url, "tfrecord", cache_dir=cache)  # found in the cache
+    assert not os.path.exists(url + INDEX_SUFFIX)
+    [stored] = list(cache.glob(f"*{INDEX_SUFFIX}"))
+    assert len(ShardIndex.load(stored)) == len(index) == len(again) == 30
+
+
+def test_damaged_shard_is_not_indexed(tmp_path) -> None:
+    url = make_shard(tmp_path, "tfrecord")
+    with open(url, "rb") as handle:
+        data = bytearray(handle.read())
+    data[200] ^= 0xFF
+    with open(url, "wb") as handle:
+        handle.write(data)
+    with fastio.Reader() as reader, pytest.raises(fastio.CorruptRecordError):
+        index_shard(reader, url, "tfrecord")
+    assert not os.path.exists(url + INDEX_SUFFIX)
+
+
+def test_unknown_format() -> None:
+    with fastio.Reader() as reader, pytest.raises(ValueError, match="tfrecord"):
+        index_shard(reader, __file__, "parquet")

@@ -1,0 +1,247 @@
+"""The native engine, one contract run against both backends."""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastio._native import DIRECT_ALIGNMENT, AlignedBuffer, Engine
+from tests.conftest import ResourceSnapshot, write_random_file
+
+
+def drain(engine: Engine, count: int) -> dict[int, int]:
+    results: dict[int, int] = {}
+    while len(results) < count:
+        assert engine.wait(5.0), "no completion within 5 s"
+        results.update(engine.reap())
+    return results
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> tuple[str, bytes]:
+    path = tmp_path / "data.bin"
+    return str(path), write_random_file(path, 5_000_003, seed=7)
+
+
+class EngineContract:
+    kind: str
+
+    @pytest.fixture
+    def engine(self) -> Engine:
+        engine = Engine(self.kind, 64)
+        yield engine
+        engine.close()
+
+    def test_kind_is_the_one_asked_for(self, engine: Engine) -> None:
+        assert engine.kind == self.kind
+
+    def test_reads_into_any_writable_buffer(self, engine: Engine, data_file) -> None:
+        path, data = data_file
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            targets = [bytearray(1000), np.zeros(4096, np.uint8), AlignedBuffer(70_000)]
+            offsets = [0, 12_345, 4_999_000]
+            for tag, (target, offset) in enumerate(zip(targets, offsets, strict=True)):
+                engine.submit(fd, target, offset, tag)
+            assert engine.flush() == 3
+            results = drain(engine, 3)
+        finally:
+            os.close(fd)
+        for tag, (target, offset) in enumerate(zip(targets, offsets, strict=True)):
+            expected = data[offset : offset + len(memoryview(target))]
+            assert results[tag] == len(expected)
+            assert bytes(memoryview(target)[: results[tag]]) == expected
+        assert engine.inflight == 0
+
+    def test_short_read_at_end_of_file_returns_the_count(self, engine, data_file) -> None:
+        path, data = data_file
+        fd = os.open(path, os.O_RDONLY)
+        buffer = bytearray(10_000)
+        engine.submit(fd, buffer, len(data) - 100, 1)
+        engine.flush()
+        assert drain(engine, 1) == {1: 100}
+        os.close(fd)
+        assert bytes(buffer[:100]) == data[-100:]
+
+    def test_zero_length_read(self, engine, data_file) -> None:
+        fd = os.open(data_file[0], os.O_RDONLY)
+        engine.submit(fd, bytearray(0), 0, 5)
+        engine.flush()
+        assert drain(engine, 1) == {5: 0}
+        os.close(fd)
+
+    def test_errors_come_back_per_request_as_negative_errno(self, engine, tmp_path) -> None:
+        directory_fd = os.open(tmp_path, os.O_RDONLY)
+        engine.submit(directory_fd, bytearray(10), 0, 1)
+        engine.submit(987_654, bytearray(10), 0, 2)  # not an open descriptor
+        engine.flush()
+        assert drain(engine, 2) == {1: -errno.EISDIR, 2: -errno.EBADF}
+        os.close(directory_fd)
+
+    def test_direct_read_of_an_unaligned_tail(self, engine, data_file) -> None:
+        path, data = data_file
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        buffer = AlignedBuffer(1 << 20)
+        offset = (len(data) // DIRECT_ALIGNMENT - 10) * DIRECT_ALIGNMENT
+        engine.submit(fd, buffer, offset, 1, direct=True)
+        engine.flush()
+        result = drain(engine, 1)[1]
+        os.close(fd)
+        assert result == len(data) - offset
+        assert bytes(memoryview(buffer)[:result]) == data[offset:]
+
+    def test_direct_rejects_unaligned_buffers(self, engine, data_file) -> None:
+        fd = os.open(data_file[0], os.O_RDONLY | os.O_DIRECT)
+        buffer = AlignedBuffer(8192)
+        with pytest.raises(ValueError, match="aligned"):
+            engine.submit(fd, memoryview(buffer)[1:4097], 0, 1, direct=True)
+        with pytest.raises(ValueError, match="aligned"):
+            engine.submit(fd, buffer, 100, 1, direct=True)
+        os.close(fd)
+        assert buffer.exports == 0, "a refused submit must release the buffer"
+
+    def test_read_only_buffer_is_refused(self, engine, data_file) -> None:
+        fd = os.open(data_file[0], os.O_RDONLY)
+        with pytest.raises(BufferError):
+            engine.submit(fd, b"immutable", 0, 1)
+        os.close(fd)
+
+    def test_buffer_is_held_while_in_flight(self, engine, data_file) -> None:
+        fd = os.open(data_file[0], os.O_RDONLY)
+        buffer = AlignedBuffer(4096)
+        engine.submit(fd, buffer, 0, 1)
+        assert buffer.exports == 1
+        engine.flush()
+        drain(engine, 1)
+        assert buffer.exports == 0
+        os.close(fd)
+
+    def test_capacity_is_enforced(self, data_file) -> None:
+        fd = os.open(data_file[0], os.O_RDONLY)
+        with Engine(self.kind, 4) as engine:
+            buffers = [bytearray(16) for _ in range(5)]
+            for tag in range(4):
+                engine.submit(fd, buffers[tag], 0, tag)
+            with pytest.raises(BlockingIOError):
+                engine.submit(fd, buffers[4], 0, 4)
+            engine.flush()
+            assert len(drain(engine, 4)) == 4
+            engine.submit(fd, buffers[4], 0, 4)  # a slot is free again
+            engine.flush()
+            assert drain(engine, 1) == {4: 16}
+        os.close(fd)
+
+    def test_close_with_reads_in_flight_releases_everything(self, data_file) -> None:
+        before = ResourceSnapshot()
+        fd = os.open(data_file[0], os.O_RDONLY)
+        buffers = [AlignedBuffer(1 << 20) for _ in range(32)]
+        engine = Engine(self.kind, 32)
+        for tag, buffer in enumerate(buffers):
+            engine.submit(fd, buffer, tag * 100_000, tag)
+        engine.flush()
+        engine.close()
+        engine.close()  # idempotent
+        os.close(fd)
+        assert all(buffer.exports == 0 for buffer in buffers)
+        assert engine.closed
+        with pytest.raises(ValueError, match="closed"):
+            engine.flush()
+        before.assert_released()
+
+    def test_unusable_after_fork(self, engine, data_file) -> None:
+        context = multiprocessing.get_context("fork")
+        queue = context.SimpleQueue()
+
+        def child() -> None:
+            try:
+                engine.flush()
+            except RuntimeError as error:
+                queue.put(str(error))
+            else:
+                queue.put("no error")
+
+        process = context.Process(target=child)
+        process.start()
+        process.join(30)
+        assert process.exitcode == 0
+        assert "after fork" in queue.get()
+        engine.flush()  # the parent's engine still works
+
+
+class TestUringEngine(EngineContract):
+    kind = "io_uring"
+
+    def test_uses_no_threads_of_its_own(self, engine) -> None:
+        assert engine.threads == 0
+
+
+class TestThreadsEngine(EngineContract):
+    kind = "threads"
+
+    def test_pool_grows_on_demand_up_to_the_limit(self, data_file) -> None:
+        fd = os.open(data_file[0], os.O_RDONLY)
+        with Engine("threads", 64, max_threads=8) as engine:
+            assert engine.threads == 0
+            buffers = [bytearray(4096) for _ in range(40)]
+            for tag, buffer in enumerate(buffers):
+                engine.submit(fd, buffer, tag * 4096, tag)
+            engine.flush()
+            assert 1 <= engine.threads <= 8
+            assert len(drain(engine, 40)) == 40
+        os.close(fd)
+
+
+def test_unknown_engine_kind() -> None:
+    with pytest.raises(ValueError, match="io_uring"):
+        Engine("spdk")
+
+
+def test_aligned_buffer_counts_exports() -> None:
+    buffer = AlignedBuffer(10_000, 4096)
+    assert buffer.address % 4096 == 0
+    assert len(buffer) == 10_000
+    view = memoryview(buffer)
+    part = view[10:20]
+    array = np.frombuffer(buffer, np.uint8)
+    assert buffer.exports == 2  # the memoryview (shared by its slice) and numpy's
+    del view, part
+    assert buffer.exports == 1
+    del array
+    assert buffer.exports == 0
+
+
+def test_buffers_carved_from_one_huge_page_region() -> None:
+    from fastio._native import HUGE_PAGE, allocate_buffers
+
+    buffers = allocate_buffers(1 << 20, 4)
+    addresses = [buffer.address for buffer in buffers]
+    assert addresses[0] % HUGE_PAGE == 0  # the region starts on a huge page
+    assert addresses == [addresses[0] + i * (1 << 20) for i in range(4)]
+    memoryview(buffers[3])[:] = b"\x07" * (1 << 20)
+    survivor = buffers[3]
+    del buffers
+    import gc
+
+    gc.collect()
+    # The region stays mapped while any buffer carved from it is alive.
+    assert bytes(memoryview(survivor)[:4]) == b"\x07" * 4
+    with pytest.raises(ValueError, match="multiple of 4096"):
+        allocate_buffers(1000, 1)
+
+
+def test_views_in_garbage_cycles_are_collected_safely() -> None:
+    import gc
+
+    from fastio._native import allocate_buffers
+
+    for _ in range(50):
+        buffers = allocate_buffers(65_536, 32)
+        cycle: list[object] = [memoryview(buffer) for buffer in buffers]
+        cycle.append(cycle)
+        del buffers, cycle
+        gc.collect()

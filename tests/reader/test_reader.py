@@ -1,0 +1,441 @@
+"""The asyncio reader: one contract, run against the io_uring engine and the thread pool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pickle
+import random
+import subprocess
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fastio
+from fastio import ByteRange, Chunk, Reader, Shard
+from tests.conftest import ResourceSnapshot
+
+
+def expected_bytes(corpus: dict[str, bytes], shards: Sequence[Shard]) -> list[bytes]:
+    out = []
+    for shard in shards:
+        parts = []
+        for rng in shard.ranges:
+            data = corpus[rng.path]
+            end = len(data) if rng.length is None else rng.offset + rng.length
+            parts.append(data[rng.offset : end])
+        out.append(b"".join(parts))
+    return out
+
+
+def join_by_shard(chunks: Iterable[Chunk], shard_count: int) -> list[bytes]:
+    parts: list[list[bytes]] = [[] for _ in range(shard_count)]
+    for chunk in chunks:
+        parts[chunk.shard].append(bytes(chunk.data))
+    return [b"".join(p) for p in parts]
+
+
+async def collect_async(reader: Reader, shards: Sequence[fastio.ShardLike]) -> list[Chunk]:
+    return [chunk async for chunk in reader.astream(shards)]
+
+
+def byte_ranges(corpus: dict[str, bytes]) -> st.SearchStrategy[Shard]:
+    """A shard of 1..6 valid ranges over the corpus files."""
+    paths = sorted(corpus)
+
+    @st.composite
+    def one_range(draw: st.DrawFn) -> ByteRange:
+        path = draw(st.sampled_from(paths))
+        size = len(corpus[path])
+        offset = draw(st.integers(0, size))
+        if draw(st.booleans()):
+            return ByteRange(path, offset)  # to the end of the file
+        return ByteRange(path, offset, draw(st.integers(0, size - offset)))
+
+    return st.lists(one_range(), min_size=1, max_size=6).map(lambda r: Shard(tuple(r)))
+
+
+KNOBS = st.fixed_dictionaries(
+    {
+        "outstanding_requests": st.integers(1, 64),
+        "read_size": st.sampled_from([4096, 16_384, 65_536, 1 << 20]),
+        "direct": st.booleans(),
+        "coalesce_gap": st.sampled_from([0, 4096, 65_536]),
+    }
+)
+
+
+class ReaderContract:
+    engine: str
+
+    def reader(self, **knobs: object) -> Reader:
+        return Reader(engine=self.engine, **knobs)
+
+    @given(data=st.data(), knobs=KNOBS)
+    # One body runs for each engine class (differing executors); replaying an
+    # example that failed on one engine against the other is what we want.
+    # The corpus fixture is session-scoped data, read-only, so sharing it is safe.
+    @settings(
+        max_examples=40,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
+    )
+    def test_random_ranges_match_python_reads(self, corpus, data, knobs) -> None:
+        shards = data.draw(st.lists(byte_ranges(corpus), min_size=1, max_size=8))
+        with self.reader(**knobs) as reader:
+            chunks = list(reader.stream(shards))
+        assert join_by_shard(chunks, len(shards)) == expected_bytes(corpus, shards)
+        # Chunks come in order: shard by shard, range by range, ascending offsets.
+        positions = [(c.shard, c.range, c.offset) for c in chunks]
+        assert positions == sorted(positions)
+        for chunk in chunks:
+            assert len(chunk.data) <= knobs["read_size"] + 4096
+
+    def test_async_and_sync_deliver_the_same_chunks(self, corpus) -> None:
+        shards = [Shard.file(path) for path in sorted(corpus)]
+        with self.reader(read_size=65_536) as reader:
+            sync = [(c.shard, c.range, c.offset, bytes(c.data)) for c in reader.stream(shards)]
+        with self.reader(read_size=65_536) as reader:
+            chunks = asyncio.run(collect_async(reader, shards))
+            asynchronous = [(c.shard, c.range, c.offset, bytes(c.data)) for c in chunks]
+        assert sync == asynchronous
+        assert join_by_shard(chunks, len(shards)) == [corpus[p] for p in sorted(corpus)]
+
+    def test_end_markers(self, corpus) -> None:
+        path = max(corpus, key=lambda p: len(corpus[p]))
+        shards = [Shard((ByteRange(path, 0, 10_000), ByteRange(path, 50_000))), path]
+        with self.reader(read_size=65_536, coalesce_gap=0) as reader:
+            chunks = list(reader.stream(shards))
+        shard_ends = [c for c in chunks if c.end_of_shard]
+        assert [c.shard for c in shard_ends] == [0, 1]
+        assert all(c.end_of_range for c in shard_ends)
+        assert [(c.shard, c.range) for c in chunks if c.end_of_range] == [(0, 0), (0, 1), (1, 0)]
+
+    def test_direct_io_on_unaligned_file_sizes(self, corpus) -> None:
+        paths = [p for p in sorted(corpus) if len(corpus[p]) % 4096]
+        assert len(paths) >= 4
+        with self.reader(direct=True, read_size=65_536, outstanding_requests=8) as reader:
+            chunks = list(reader.stream(paths))
+        assert join_by_shard(chunks, len(paths)) == [corpus[p] for p in paths]
+        # O_DIRECT reads whole sectors: storage delivered at least what we asked for.
+        stats = reader.stats()
+        assert stats.bytes_read >= stats.bytes_delivered == sum(len(corpus[p]) for p in paths)
+
+    def test_zero_byte_files_yield_one_empty_chunk(self, make_file) -> None:
+        empty_a, _ = make_file(0)
+        full, data = make_file(10_000)
+        empty_b, _ = make_file(0)
+        with self.reader() as reader:
+            chunks = list(reader.stream([empty_a, full, empty_b]))
+        assert [(c.shard, len(c.data), c.end_of_shard) for c in chunks] == [
+            (0, 0, True),
+            (1, 10_000, True),
+            (2, 0, True),
+        ]
+        assert bytes(chunks[1].data) == data
+
+    def test_knobs_change_while_streaming(self, make_file) -> None:
+        path, data = make_file(16 << 20)
+        received = []
+        budget = 4 << 20  # so that little is read ahead at the first settings
+        with self.reader(read_size=1 << 20, outstanding_requests=2, memory_budget=budget) as reader:
+            stream = reader.stream([path])
+            for index, chunk in enumerate(stream):
+                received.append(chunk)
+                if index == 1:
+                    reader.read_size = 16_384
+                    reader.outstanding_requests = 32
+            stats = reader.stats()
+        assert b"".join(bytes(c.data) for c in received) == data
+        assert received[0].data.nbytes == 1 << 20
+        # Read ahead at the old size finishes, then every request is small.
+        assert received[-1].data.nbytes == 16_384
+        assert stats.read_size == 16_384
+        assert stats.outstanding_requests == 32
+        assert stats.requests > 400
+
+    def test_knobs_are_validated(self) -> None:
+        with self.reader() as reader:
+            with pytest.raises(ValueError, match="outstanding_requests"):
+                reader.outstanding_requests = 0
+            with pytest.raises(ValueError, match="read_size"):
+                reader.read_size = 100
+            with pytest.raises(TypeError, match="read_size"):
+                reader.read_size = 1.5  # type: ignore[assignment]
+        with pytest.raises(TypeError):
+            Reader(no_such_knob=1)
+
+    def test_thousands_of_small_ranges(self, make_file) -> None:
+        rng = random.Random(3)
+        files = [make_file(200_000) for _ in range(4)]
+        contents = dict(files)
+        shards = []
+        expected = []
+        for _ in range(500):
+            ranges = []
+            for _ in range(8):
+                path = rng.choice(list(contents))
+                offset = rng.randrange(0, 199_000)
+                length = rng.randrange(0, 1000)
+                ranges.append(ByteRange(path, offset, length))
+            shards.append(Shard(tuple(ranges)))
+            expected.append(
+                b"".join(contents[r.path][r.offset : r.offset + r.length] for r in ranges)
+            )
+        # And one file read as 4000 contiguous records: coalesced into few requests.
+        record_path, record_data = make_file(400_000)
+        records = Shard(tuple(ByteRange(record_path, i * 100, 100) for i in range(4000)))
+        with self.reader(outstanding_requests=32, read_size=65_536) as reader:
+            chunks = list(reader.stream([*shards, records]))
+            stats = reader.stats()
+        assert join_by_shard(chunks, len(shards) + 1) == [*expected, record_data]
+        assert sum(1 for c in chunks if c.shard == len(shards)) == 4000
+        assert stats.requests < 4000 + 8 * 500 - 3000, "contiguous records were not coalesced"
+
+    def test_memory_budget_bounds_read_ahead(self, make_file) -> None:
+        path, _ = make_file(32 << 20)
+
+        async def slow_consumer(reader: Reader) -> list[int]:
+            held = []
+            async for _ in reader.astream([path]):
+                held.append(reader.stats().buffered_bytes)
+                await asyncio.sleep(0.002)
+            return held
+
+        budget = 4 << 20
+        with self.reader(read_size=1 << 20, outstanding_requests=16, memory_budget=budget) as r:
+            held = asyncio.run(slow_consumer(r))
+            stats = r.stats()
+        assert max(held) <= budget
+        assert stats.backpressure_seconds > 0.01
+        assert stats.bytes_delivered == 32 << 20
+
+    def test_stats_describe_the_work(self, make_file) -> None:
+        path, data = make_file(5 << 20)
+        with self.reader(read_size=1 << 20) as reader:
+            before = reader.stats()
+            assert sum(len(c.data) for c in reader.stream([path])) == len(data)
+            after = reader.stats()
+        window = after.since(before)
+        assert window.bytes_delivered == window.bytes_read == len(data)
+        assert window.requests == 5
+        assert sum(window.latency_histogram) == 5
+        assert 0 < window.latency_percentile(0.5) < 5.0
+        assert window.engine == self.engine
+        numbers = window.as_dict()
+        assert numbers["throughput_bytes_per_second"] > 0
+        assert numbers["latency_p99_seconds"] is not None
+
+    # ---- failures ---------------------------------------------------------------
+
+    def test_missing_file_names_the_path_after_earlier_data(self, make_file, tmp_path) -> None:
+        good, data = make_file(100_000)
+        missing = str(tmp_path / "missing.bin")
+        received = []
+        with self.reader() as reader:
+            with pytest.raises(FileNotFoundError) as caught:
+                for chunk in reader.stream([good, missing, good]):
+                    received.append(bytes(chunk.data))
+            assert caught.value.filename == missing
+            assert b"".join(received) == data
+            # The reader stays usable.
+            assert b"".join(bytes(c.data) for c in reader.stream([good])) == data
+
+    def test_directory_is_refused_with_its_path(self, tmp_path) -> None:
+        with self.reader() as reader, pytest.raises(IsADirectoryError) as caught:
+            list(reader.stream([str(tmp_path)]))
+        assert caught.value.filename == str(tmp_path)
+
+    def test_permission_denied_names_the_path(self, make_file) -> None:
+        path, data = make_file(1000)
+        os.chmod(path, 0)
+        with self.reader() as reader:
+            with as_unprivileged_user(), pytest.raises(PermissionError) as caught:
+                list(reader.stream([path]))
+            assert caught.value.filename == path
+            os.chmod(path, 0o644)
+            assert b"".join(bytes(c.data) for c in reader.stream([path])) == data
+
+    def test_range_past_the_end_of_the_file(self, make_file) -> None:
+        path, _ = make_file(1000)
+        with self.reader() as reader, pytest.raises(fastio.TruncatedFileError) as caught:
+            list(reader.stream([Shard((ByteRange(path, 900, 500),))]))
+        error = caught.value
+        assert isinstance(error, OSError)
+        assert error.filename == path
+        assert (error.offset, error.expected_end) == (1000, 1400)
+        assert "offset 1000" in str(error)
+
+    def test_file_truncated_while_being_read(self, make_file) -> None:
+        path, data = make_file(16 << 20)
+        received = bytearray()
+        with self.reader(read_size=65_536, outstanding_requests=1, memory_budget=65_536) as r:
+            with pytest.raises(fastio.TruncatedFileError) as caught:
+                for chunk in r.stream([path]):
+                    received += chunk.data
+                    if len(received) == 65_536:
+                        os.truncate(path, 1 << 20)
+            error = caught.value
+            assert error.filename == path
+            assert error.offset == 1 << 20
+            assert bytes(received) == data[: len(received)]
+            assert len(received) <= 1 << 20
+            # Usable afterwards, and the truncated file reads as what is left.
+            assert b"".join(bytes(c.data) for c in r.stream([path])) == data[: 1 << 20]
+
+    def test_error_in_async_stream(self, tmp_path) -> None:
+        async def run() -> None:
+            async with self.reader() as reader:
+                with pytest.raises(FileNotFoundError) as caught:
+                    await collect_async(reader, [str(tmp_path / "nope")])
+                assert caught.value.filename == str(tmp_path / "nope")
+
+        asyncio.run(run())
+
+    def test_bad_shard_input_is_reported_in_order(self, make_file) -> None:
+        path, data = make_file(1000)
+        with self.reader() as reader:
+            received = []
+            with pytest.raises(TypeError, match="Shard"):
+                for chunk in reader.stream([path, 42]):  # type: ignore[list-item]
+                    received.append(bytes(chunk.data))
+        assert received == [data]
+
+    # ---- closing and cancelling ---------------------------------------------------------
+
+    def test_breaking_out_and_closing_releases_everything(self, make_file) -> None:
+        path, _ = make_file(32 << 20)
+        before = ResourceSnapshot()
+        reader = self.reader(read_size=65_536, outstanding_requests=64)
+        for index, _chunk in enumerate(reader.stream([path, path])):
+            if index == 3:
+                break
+        reader.close()
+        before.assert_released()
+        with pytest.raises(fastio.ReaderClosedError):
+            list(reader.stream([path]))
+
+    def test_cancelling_mid_flight_releases_everything(self, make_file) -> None:
+        paths = [make_file(8 << 20)[0] for _ in range(4)]
+        before = ResourceSnapshot()
+
+        async def run() -> None:
+            reader = self.reader(read_size=65_536, outstanding_requests=64)
+            started = asyncio.Event()
+
+            async def consume() -> None:
+                async for _ in reader.astream(paths):
+                    started.set()
+                    await asyncio.sleep(0)
+
+            task = asyncio.create_task(consume())
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await reader.aclose()
+
+        asyncio.run(run())
+        before.assert_released()
+
+    def test_closing_while_a_consumer_waits(self, make_file) -> None:
+        path, _ = make_file(16 << 20)
+        before = ResourceSnapshot()
+        reader = self.reader(read_size=65_536, outstanding_requests=4)
+        stream = reader.stream([path])
+        next(stream)
+        reader.close()
+        with pytest.raises(fastio.ReaderClosedError):
+            for _ in stream:
+                pass
+        before.assert_released()
+
+    def test_an_abandoned_reader_is_closed_by_the_collector(self, make_file) -> None:
+        path, _ = make_file(4 << 20)
+        before = ResourceSnapshot()
+        reader = self.reader()
+        stream = reader.stream([path])
+        next(stream)
+        stream.close()
+        del stream, reader
+        import gc
+
+        gc.collect()
+        before.assert_released()
+
+    # ---- processes ------------------------------------------------------------------
+
+    def test_pickling_keeps_the_settings(self) -> None:
+        with self.reader(outstanding_requests=7, read_size=1 << 16) as reader:
+            clone = pickle.loads(pickle.dumps(reader))
+        assert clone.settings == reader.settings
+        clone.close()
+
+    def test_a_forked_child_reads_with_its_own_engine(self, make_file) -> None:
+        import multiprocessing
+
+        path, data = make_file(3 << 20)
+        reader = self.reader(read_size=65_536)
+        assert b"".join(bytes(c.data) for c in reader.stream([path])) == data
+        context = multiprocessing.get_context("fork")
+        queue = context.SimpleQueue()
+
+        def child() -> None:
+            queue.put(b"".join(bytes(c.data) for c in reader.stream([path])) == data)
+            reader.close()
+
+        process = context.Process(target=child)
+        process.start()
+        process.join(60)
+        assert process.exitcode == 0
+        assert queue.get() is True
+        assert b"".join(bytes(c.data) for c in reader.stream([path])) == data
+        reader.close()
+
+
+@contextlib.contextmanager
+def as_unprivileged_user():
+    """Root ignores file modes: drop the effective uid while opening."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
+class TestReaderOnUring(ReaderContract):
+    engine = "io_uring"
+
+
+class TestReaderOnThreads(ReaderContract):
+    engine = "threads"
+
+
+@pytest.fixture
+def ramfs(tmp_path: Path) -> Path:
+    """A ramfs mount: a real filesystem that refuses O_DIRECT (tmpfs takes it since Linux 6.6)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting ramfs needs root; CI runs as root")
+    mount_point = tmp_path / "ramfs"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mount_point)], check=True)
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_direct_io_falls_back_on_filesystems_that_refuse_it(ramfs: Path) -> None:
+    path = ramfs / "data.bin"
+    path.write_bytes(b"x" * 10_000)
+    with Reader(direct=True) as reader, pytest.warns(fastio.DirectIOFallbackWarning):
+        chunks = list(reader.stream([str(path)]))
+    assert b"".join(bytes(c.data) for c in chunks) == b"x" * 10_000

@@ -1,0 +1,154 @@
+"""The tuner on a real reader over real files: knobs change while data flows,
+every byte still arrives intact, and the end is a feasible configuration.
+
+Correctness only: how fast each configuration is on this machine is for
+benchmarks/bench_tune.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fastio
+from fastio.reader._tuning import ReaderTuning, TuningOptions, reader_space, storage_fingerprint
+
+MiB = 1 << 20
+FILES = 8
+FILE_SIZE = 2 * MiB
+# Short windows: a few tens of milliseconds of reading each.
+OPTIONS = TuningOptions(window_seconds=0.02, warmup_seconds=0.005, tick_seconds=0.005,
+                        memory_budget=8 * MiB, max_trials=12)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("tuned")
+    written = {}
+    for index in range(FILES):
+        data = random.Random(index).randbytes(FILE_SIZE)
+        path = folder / f"part-{index:02d}.bin"
+        path.write_bytes(data)
+        written[str(path)] = hashlib.sha256(data).hexdigest()
+    # Once per process, outside the tests' resource counts: the first stream
+    # sets up event loop machinery (descriptors that stay), and importing
+    # optuna imports numpy, whose BLAS starts its thread pool.
+    import optuna  # noqa: F401
+
+    with fastio.Reader() as reader:
+        for _ in reader.stream([next(iter(written))]):
+            pass
+    return written
+
+
+def read_all(reader: fastio.Reader, paths: list[str], tuning: ReaderTuning) -> dict[str, str]:
+    """Every file through the reader once, ticking the tuner between chunks."""
+    digests = {path: hashlib.sha256() for path in paths}
+    for chunk in reader.stream(paths):
+        digests[chunk.path].update(chunk.data)
+        tuning.tick()
+    return {path: digest.hexdigest() for path, digest in digests.items()}
+
+
+def test_tuning_a_live_reader_keeps_data_intact(
+    files: dict[str, str], resources: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    paths = sorted(files)
+    caplog.set_level(logging.INFO, logger="fastio.tuners")
+    with fastio.Reader() as reader:
+        tuning = ReaderTuning(reader, OPTIONS, storage_fingerprint(paths))
+        seen: list[tuple[int, int]] = []
+        for _ in range(300):
+            assert read_all(reader, paths, tuning) == files
+            seen.append((reader.outstanding_requests, reader.read_size))
+            if tuning.tuner.converged and len(tuning.decisions) > 12:
+                break
+        tuning.close()
+        assert tuning.tuner.converged
+        # The knobs really moved, on the reader itself.
+        assert len(set(seen)) > 1 or len({(d["config"]["outstanding_requests"],
+                                           d["config"]["read_size"])
+                                          for d in tuning.decisions}) > 1  # fmt: skip
+        final = (reader.outstanding_requests, reader.read_size)
+        assert final == (tuning.tuner.config["outstanding_requests"],
+                         tuning.tuner.config["read_size"])  # fmt: skip
+        assert final[0] * final[1] <= 8 * MiB
+        assert reader_space(8 * MiB).feasible(tuning.tuner.config)
+        for decision in tuning.decisions:  # every measured configuration was feasible
+            assert decision["config"]["outstanding_requests"] * decision["config"]["read_size"] <= (
+                8 * MiB
+            )
+        summary = tuning.summary()
+        assert summary["converged"] is True
+        assert summary["windows"] == len(tuning.decisions)
+        assert summary["best_bytes_per_second"] > 0
+        # Decisions are in the log.
+        assert any("tuner window" in record.getMessage() for record in caplog.records)
+    resources.assert_released()
+
+
+def test_dataset_tune_runs_a_thread_and_reports(files: dict[str, str], resources: Any) -> None:
+    paths = sorted(files)
+    record = 64 << 10
+    expected = {}
+    for path in paths:
+        data = Path(path).read_bytes()
+        for offset in range(0, len(data), record):
+            expected[hashlib.sha256(data[offset : offset + record]).digest()] = True
+    tune = {"window_seconds": 0.02, "warmup_seconds": 0.005, "tick_seconds": 0.002,
+            "memory_budget": 8 * MiB}  # fmt: skip
+    with fastio.Dataset(paths, format="fixed", record_size=record, shuffle=True,
+                        tune=tune) as dataset:  # fmt: skip
+        assert dataset.tune == TuningOptions(**tune)
+        for epoch in range(10):
+            dataset.set_epoch(epoch)
+            got = [hashlib.sha256(sample).digest() for sample in dataset]
+            assert len(got) == len(expected)
+            assert set(got) == set(expected)  # every record, exactly once, intact
+        reader = dataset.reader
+        dataset.close()  # stops the tuner's thread first: the knobs hold still now
+        report = dataset.stats()["tuner"]
+        assert report is not None
+        assert report["windows"] > 0
+        assert report["memory_budget"] == 8 * MiB
+        knobs = report["config"]
+        assert knobs["outstanding_requests"] * knobs["read_size"] <= 8 * MiB
+        assert (reader.outstanding_requests, reader.read_size) == (
+            knobs["outstanding_requests"], knobs["read_size"],
+        )  # fmt: skip
+    resources.assert_released()
+
+
+def test_bad_tune_options_are_refused(files: dict[str, str]) -> None:
+    with pytest.raises(TypeError, match=r"tune: .*speed"):
+        TuningOptions.of({"speed": 3})
+    with pytest.raises(ValueError, match="memory_budget"):
+        TuningOptions(memory_budget=100)
+    assert TuningOptions.of(False) is None
+    assert TuningOptions.of(True) == TuningOptions()
+
+
+def test_config_tuner_section_turns_tuning_on(files: dict[str, str], tmp_path: Path) -> None:
+    from fastio import load_config
+
+    config_path = tmp_path / "tuned.yaml"
+    config_path.write_text(
+        f"urls: {sorted(files)!r}\nformat: fixed\nformat_options: {{record_size: 65536}}\n"
+        f"tuner: {{enabled: true, storage: {tmp_path / 'trials.log'}, memory_budget: 8MiB, "
+        "window_seconds: 0.5}\n"
+    )
+    config = load_config(config_path)
+    assert config.tuner.memory_budget == 8 * MiB
+    options = config.tuner.to_options()
+    assert options == TuningOptions(storage=str(tmp_path / "trials.log"), memory_budget=8 * MiB,
+                                    window_seconds=0.5)  # fmt: skip
+    with config.to_dataset() as dataset:
+        assert dataset.tune == options
+        assert dataset.stats()["tuner"]["phase"] == "explore"
+    with pytest.raises(fastio.ConfigError, match=r"tuner\.max_trials"):
+        load_config(config_path, tuner__max_trials=0)

@@ -1,0 +1,328 @@
+"""Remote shards through fsspec against real servers on loopback: an HTTP
+server with Range (and faults on demand) and moto's S3 server. The same
+dataset read from local files, HTTP and S3 yields identical samples."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from torch.utils.data import DataLoader
+
+import fastio
+from fastio.cache._cache import ShardCache
+from fastio.sources._remote import RangeIgnoredError
+from tests.conftest import ResourceSnapshot
+from tests.servers import RangeServer, S3Server
+from tests.shards import FORMATS, key_of, write
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("served")
+
+
+@pytest.fixture(scope="module")
+def http(folder):
+    server = RangeServer(folder).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_faults(http):
+    http.faults = type(http.faults)()
+
+
+def without_url(sample):
+    """A sample without the URL it came from (which differs by source)."""
+    if isinstance(sample, dict) and "__url__" in sample:
+        return {k: v for k, v in sample.items() if k != "__url__"}
+    return sample
+
+
+def remote_pattern(written, base: str) -> str:
+    return base + written.pattern.rsplit("/", 1)[1]
+
+
+def test_reader_reads_ranges_as_stored(http, s3, folder) -> None:
+    data = random.Random(1).randbytes(3_000_000)
+    (folder / "blob.bin").write_bytes(data)
+    s3_url = s3.upload(str(folder / "blob.bin"), "blob.bin")
+    ranges = [(0, None), (1, 10), (4095, 70_000), (2_999_000, 1000)]
+    for url, options in ((http.url("blob.bin"), {}), (s3_url, s3.storage_options())):
+        with fastio.Reader(
+            read_size=256 << 10, outstanding_requests=8, storage_options=options
+        ) as reader:
+            for offset, length in ranges:
+                got = b"".join(
+                    bytes(c.data) for c in reader.stream([fastio.ByteRange(url, offset, length)])
+                )
+                end = len(data) if length is None else offset + length
+                assert got == data[offset:end]
+            assert reader.stats().requests >= 12  # the 3 MB read went as many 256 KiB requests
+
+
+@pytest.mark.parametrize("format_name", FORMATS)
+def test_same_samples_from_local_http_and_s3(http, s3, folder, tmp_path, format_name) -> None:
+    written = write(format_name, folder / format_name, shards=3, per_shard=15)
+    for url in written.urls:
+        s3.upload(url, f"{format_name}/{os.path.basename(url)}")
+    options = {**written.options, "seed": 5, "shuffle_buffer": 30_000, "index_dir": tmp_path}
+    local = [key_of(format_name, s) for s in fastio.Dataset(written.pattern, **options)]
+    over_http = fastio.Dataset(remote_pattern(written, http.url(f"{format_name}/")), **options)
+    over_s3 = fastio.Dataset(
+        remote_pattern(written, f"s3://{s3.bucket}/{format_name}/"),
+        storage_options=s3.storage_options(),
+        **options,
+    )
+    assert [key_of(format_name, s) for s in over_http] == local
+    assert [key_of(format_name, s) for s in over_s3] == local
+    assert sorted(local) == [row["key"] for row in written.samples]
+    # Samples, not only keys, are the same.
+    stored = {**options, "shuffle": False}
+    first_local = list(fastio.Dataset(written.pattern, **stored))
+    first_http = list(
+        fastio.Dataset(remote_pattern(written, http.url(f"{format_name}/")), **stored)
+    )
+    assert len(first_http) == len(first_local)
+    mismatched = [
+        i
+        for i, (a, b) in enumerate(zip(first_http, first_local, strict=True))
+        if repr(without_url(a)) != repr(without_url(b))
+    ]
+    assert not mismatched, f"samples {mismatched[:5]} differ"
+
+
+@pytest.fixture(scope="module")
+def tars(folder):
+    return write("webdataset", folder / "faulty", shards=4, per_shard=20)
+
+
+def http_dataset(http, tars, tmp_path, **options):
+    return fastio.Dataset(
+        remote_pattern(tars, http.url("faulty/")),
+        shuffle=False,
+        index_dir=tmp_path,
+        read_size=64 << 10,
+        **options,
+    )
+
+
+def test_5xx_bursts_and_dropped_connections_are_retried(http, tars, tmp_path) -> None:
+    expected = [row["key"] for row in tars.samples]
+    dataset = http_dataset(http, tars, tmp_path)
+    http.faults.errors_5xx, http.faults.drops = 4, 3
+    assert [key_of("webdataset", s) for s in dataset] == expected
+    assert http.faults.errors_5xx == http.faults.drops == 0
+
+
+def test_stalls_time_out_and_are_retried(http, tars, tmp_path) -> None:
+    dataset = http_dataset(http, tars, tmp_path, request_timeout=0.5)
+    http.faults.stalls, http.faults.stall_seconds = 2, 30
+    assert len(list(dataset)) == len(tars.samples)
+
+
+def test_giving_up_names_url_offset_and_attempts(http, tars, tmp_path) -> None:
+    dataset = http_dataset(http, tars, tmp_path, retries=2, retry_seconds=5)
+    http.faults.errors_5xx = 1000
+    with pytest.raises(OSError, match="gave up after 3 attempts") as caught:
+        list(dataset)
+    assert caught.value.filename == dataset.urls[0]
+    assert "at offset 0" in str(caught.value)
+
+
+def test_a_server_ignoring_range_is_an_error(http, tars, tmp_path) -> None:
+    dataset = http_dataset(http, tars, tmp_path)
+    http.faults.ignore_range = True
+    with pytest.raises(RangeIgnoredError, match="ignores Range") as caught:
+        list(dataset)
+    assert caught.value.filename == dataset.urls[0]
+
+
+def test_a_shard_deleted_mid_epoch(http, tars, tmp_path) -> None:
+    dataset = http_dataset(http, tars, tmp_path)
+    skipping = http_dataset(http, tars, tmp_path, on_error="skip")
+    gone = dataset.urls[2]
+    http.faults.missing.add(gone.rsplit("/", 2)[1] + "/" + gone.rsplit("/", 1)[1])
+    with pytest.raises(FileNotFoundError) as caught:
+        list(dataset)
+    assert caught.value.filename == gone
+    got = list(skipping)
+    assert skipping.stats()["skipped"] == skipping.counts[2]
+    assert len(got) == len(tars.samples) - skipping.counts[2]
+
+
+def test_dataloader_workers_read_remote_shards(http, tars, tmp_path) -> None:
+    dataset = fastio.Dataset(remote_pattern(tars, http.url("faulty/")), index_dir=tmp_path, seed=3)
+    loader = DataLoader(
+        dataset,
+        batch_size=8,
+        num_workers=2,
+        collate_fn=lambda samples: [key_of("webdataset", s) for s in samples],
+    )
+    got = [k for batch in loader for k in batch]
+    assert sorted(got) == [row["key"] for row in tars.samples]
+
+
+def test_remote_shards_are_served_from_the_shard_cache(http, tars, tmp_path) -> None:
+    shard_bytes = [os.path.getsize(url) for url in tars.urls]
+    limit = sum(shard_bytes) // 2 + max(shard_bytes)  # about half the dataset
+    options = {"index_dir": tmp_path / "index", "cache_dir": tmp_path / "cache",
+               "cache_bytes": limit, "seed": 2}  # fmt: skip
+    dataset = fastio.Dataset(remote_pattern(tars, http.url("faulty/")), **options)
+    expected = sorted(row["key"] for row in tars.samples)
+    before = http.faults.requests
+    for epoch in range(3):
+        dataset.set_epoch(epoch)
+        assert sorted(key_of("webdataset", s) for s in dataset) == expected
+        on_disk = sum(
+            entry.stat().st_size for entry in os.scandir(tmp_path / "cache") if entry.is_file()
+        )
+        assert on_disk <= limit
+    stats = dataset.cache.stats()
+    assert stats["hits"] > 0
+    assert stats["bytes_used"] <= limit
+    # Whole shards were downloaded (a few large requests), then read locally.
+    assert stats["bytes_downloaded"] < 3 * sum(shard_bytes)
+    assert http.faults.requests - before < 3 * len(tars.urls) * 4
+    same = fastio.Dataset(remote_pattern(tars, http.url("faulty/")), **{**options, "seed": 2})
+    assert [key_of("webdataset", s) for s in same] == [
+        key_of("webdataset", s) for s in fastio.Dataset(tars.pattern, seed=2)
+    ]
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_the_cache_downloads_each_shard_once_ahead_of_the_reader(
+    http, tars, tmp_path, prefetch
+) -> None:
+    http.faults.latency = 0.02  # downloads take long enough for the reader to catch up
+    total = sum(os.path.getsize(url) for url in tars.urls)
+    before = http.faults.requests
+    dataset = http_dataset(http, tars, tmp_path, cache_dir=tmp_path / "cache",
+                           cache_bytes=total, cache_prefetch=prefetch)  # fmt: skip
+    assert sorted(key_of("webdataset", s) for s in dataset) == sorted(
+        row["key"] for row in tars.samples
+    )
+    stats = dataset.cache.stats()
+    dataset.close()
+    # Every shard came over the network exactly once, as a download (indexing
+    # included): a shard the prefetcher was still fetching was waited for, not
+    # read a second time.
+    assert stats["bytes_downloaded"] == total
+    assert stats["misses"] + stats["prefetched"] == len(tars.urls)
+    assert http.faults.requests - before == len(tars.urls)  # one range each (< 4 MiB)
+    if prefetch:
+        assert stats["prefetched"] >= len(tars.urls) - 2  # all but the first (or two)
+    else:
+        assert stats["prefetched"] == 0
+
+
+@pytest.fixture(scope="module")
+def large_tars(folder):
+    """8 shards of one 3 MiB sample each: the reader's read-ahead (4 MiB) spans
+    only two of them, so the others are left to prefetching."""
+    import webdataset
+
+    rng = random.Random(5)
+    (folder / "large").mkdir()
+    for shard in range(8):
+        with webdataset.TarWriter(str(folder / "large" / f"big-{shard}.tar")) as writer:
+            writer.write({"__key__": f"s{shard}", "bin": rng.randbytes(3 << 20)})
+    return "large/big-{0..7}.tar"
+
+
+def test_closing_mid_epoch_stops_prefetches_and_leaves_no_partial_files(
+    http, large_tars, folder, tmp_path
+) -> None:
+    url = http.url(large_tars)
+    options = {"shuffle": False, "index_dir": tmp_path, "read_size": 64 << 10}
+    fastio.Dataset(url, **options).close()  # indexes first: iteration is what prefetches
+    resources = ResourceSnapshot()  # after fsspec's loop and client exist (they stay)
+    http.faults.latency = 0.5
+    total = sum(e.stat().st_size for e in os.scandir(folder / "large"))
+    dataset = fastio.Dataset(url, **options, cache_dir=tmp_path / "cache", cache_bytes=total,
+                             cache_prefetch=3)  # fmt: skip
+    samples = iter(dataset)
+    next(samples)
+    assert dataset.reader._remotes.prefetcher.running  # later shards are being downloaded
+    dataset.close()  # while the loop may be waiting for a download: that ends too
+    samples.close()
+    cache = ShardCache(tmp_path / "cache", total)
+    stats = cache.stats()
+    cache.close()
+    assert stats["bytes_reserved"] == 0
+    assert stats["shards_cached"] < 8
+    leftovers = [e.name for e in os.scandir(tmp_path / "cache") if e.is_file()]
+    assert len(leftovers) == stats["shards_cached"]  # published copies only, no temporaries
+    resources.assert_released(pooled_connections=True)
+
+
+def test_tiering_places_the_datasets_cache_copies(http, tars, tmp_path) -> None:
+    from fastio.tiering import Tier, Tiering
+
+    sizes = sorted(os.path.getsize(url) for url in tars.urls)
+    fast, slow = tmp_path / "fast", tmp_path / "slow"
+    # Room on the fast tier for one copy at most: the rest must go to the slow one.
+    tiering = Tiering(
+        [Tier("fast", fast, sizes[-1] + 1, "ssd"), Tier("slow", slow, 1 << 30, "hdd")]
+    )
+    dataset = http_dataset(http, tars, tmp_path, cache_bytes=sum(sizes), tiering=tiering)
+    assert sorted(key_of("webdataset", s) for s in dataset) == sorted(
+        row["key"] for row in tars.samples
+    )
+    dataset.close()
+
+    def copies(folder):
+        return sorted(e.stat().st_size for e in os.scandir(folder) if e.is_file())
+
+    assert len(copies(fast)) == 1
+    assert sorted(copies(fast) + copies(slow)) == sizes  # every shard once, where placed
+    assert all(tiering.tier_of(str(fast / name)).name == "fast" for name in os.listdir(fast))
+    with pytest.raises(ValueError, match="not cache_dir"):
+        http_dataset(http, tars, tmp_path, cache_dir=tmp_path / "c", cache_bytes=1 << 20,
+                     tiering=tiering)  # fmt: skip
+
+
+def test_tiering_places_the_indexes_of_remote_shards(http, tars, tmp_path, monkeypatch) -> None:
+    from fastio.tiering import Tier, Tiering
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the default index folder
+    urls = remote_pattern(tars, http.url("faulty/"))
+
+    def indexes(folder):
+        return sorted(p.name for p in folder.glob("index-*.fastio-index.npz"))
+
+    for fast_bytes, where in ((1 << 20, "fast"), (100, "slow")):  # room for them, or none
+        fast, slow = tmp_path / where / "fast", tmp_path / where / "slow"
+        tiering = Tiering([Tier("fast", fast, fast_bytes, "ssd"),
+                           Tier("slow", slow, 1 << 30, "hdd")])  # fmt: skip
+        dataset = fastio.Dataset(urls, shuffle=False, read_size=64 << 10, tiering=tiering,
+                                 shuffle_memory=1 << 30)  # fmt: skip
+        keys = sorted(key_of("webdataset", sample) for sample in dataset)
+        assert keys == sorted(row["key"] for row in tars.samples)
+        dataset.close()
+        placed = indexes(fast) + indexes(slow)
+        assert len(placed) == len(tars.urls)  # one per shard, where the policy put it
+        assert indexes(fast if where == "fast" else slow) == placed
+        folder = fast if where == "fast" else slow
+        written = sum(os.path.getsize(folder / name) for name in placed)
+        usage = tiering.usage()  # reserved: the arrays, and the container's estimate
+        assert written <= usage[where] <= written + 2048 * len(placed)
+        assert usage["fast"] <= fast_bytes
+    assert not (tmp_path / "xdg").exists()  # nothing in the default index folder
+
+    # A second dataset finds them: no shard is scanned again.
+    served = http.faults.bytes_served
+    again = fastio.Dataset(urls, shuffle=False, tiering=tiering, shuffle_memory=1 << 30)
+    assert len(again) == len(tars.samples)
+    assert http.faults.bytes_served == served
+    again.close()
