@@ -7,14 +7,22 @@ import errno
 from typing import Any
 
 __all__ = [
+    "CacheError",
+    "CacheFullError",
+    "CacheIntegrityError",
+    "CacheTimeoutError",
     "ConfigError",
     "CorruptRecordError",
     "DecodeError",
     "DirectIOFallbackWarning",
+    "DownloadCancelled",
     "EngineFallbackWarning",
     "FastIOError",
+    "FastIOWarning",
+    "RangeIgnoredError",
     "ReaderClosedError",
     "SkippedSamplesWarning",
+    "TierFullError",
     "TruncatedFileError",
     "TruncatedShardError",
 ]
@@ -99,7 +107,68 @@ class ReaderClosedError(FastIOError, ValueError):
     """The reader was closed (or closed while this stream was running)."""
 
 
-class EngineFallbackWarning(RuntimeWarning):
+class RangeIgnoredError(FastIOError, OSError):
+    """The server answered a ranged request with other bytes than asked (it
+    ignores ``Range``): reading on would deliver wrong data."""
+
+
+class DownloadCancelled(FastIOError):
+    """A background download stopped because its reader closed (nothing is cached)."""
+
+
+class CacheError(FastIOError, OSError):
+    """Root of the shard cache's errors. ``filename`` is the shard's URL."""
+
+    code = errno.EIO
+
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(self.code, message, url)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError pickles (errno, strerror); ours take (url, message), and
+        # DataLoader workers send errors to their parent by pickle.
+        return (type(self), (self.filename, self.strerror))
+
+
+class CacheIntegrityError(CacheError):
+    """A download delivered other bytes than the store promised: a different
+    size, or a checksum or ETag that does not match. Nothing was cached. The
+    object may have changed while it was read (read it again), or the store or a
+    proxy in between truncates or alters it."""
+
+
+class CacheFullError(CacheError):
+    """A shard does not fit in the cache: it is larger than ``max_bytes``, or the
+    shards in use (pinned by readers, here or in other processes) left no room
+    until the wait timed out. Raise ``max_bytes``, release shards sooner
+    (``release`` or the ``use`` context manager), or read fewer shards at once."""
+
+    code = errno.ENOSPC
+
+
+class CacheTimeoutError(CacheError, TimeoutError):
+    """Another process was still downloading the shard when the wait timed out.
+    Raise ``wait_timeout`` for very large shards or slow stores."""
+
+    code = errno.ETIMEDOUT
+
+
+class TierFullError(FastIOError, OSError):
+    """No tier can hold the bytes asked for: raise a capacity, or remove files."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.ENOSPC, message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.strerror,))
+
+
+class FastIOWarning(RuntimeWarning):
+    """Root of every warning fastio gives: ``warnings.simplefilter("ignore",
+    fastio.FastIOWarning)`` silences them all."""
+
+
+class EngineFallbackWarning(FastIOWarning):
     """io_uring was unavailable or refused, so the pread thread pool serves reads.
 
     Throughput on fast storage may be lower. Force an engine with
@@ -108,12 +177,12 @@ class EngineFallbackWarning(RuntimeWarning):
     """
 
 
-class DirectIOFallbackWarning(RuntimeWarning):
+class DirectIOFallbackWarning(FastIOWarning):
     """The filesystem refused O_DIRECT (tmpfs, some FUSE and network filesystems),
     so the file is read through the page cache instead."""
 
 
-class SkippedSamplesWarning(RuntimeWarning):
+class SkippedSamplesWarning(FastIOWarning):
     """A dataset with ``on_error="warn"`` skipped samples: a damaged or missing
     shard, or a failed read. The message names the URL, byte offset and sample;
     ``dataset.stats()`` counts what was skipped."""

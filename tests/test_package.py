@@ -84,3 +84,38 @@ def test_every_subpackage_is_listed_for_the_wheel() -> None:
         for init in (root / "fastio").rglob("__init__.py")
     } | {"fastio.tuners"}
     assert found <= listed, f"not in pyproject.toml's packages: {sorted(found - listed)}"
+
+
+def _classes_defined_in_fastio() -> dict[str, type]:
+    """Every class defined at the top of a module of fastio (and fastio.tuners)."""
+    import importlib
+    import pkgutil
+
+    import fastio.tuners
+
+    found: dict[str, type] = {}
+    names = [info.name for info in pkgutil.walk_packages(fastio.__path__, "fastio.")]
+    names += [info.name for info in pkgutil.walk_packages(fastio.tuners.__path__, "fastio.tuners.")]
+    for name in names:
+        module = importlib.import_module(name)
+        for value in vars(module).values():
+            if isinstance(value, type) and value.__module__ == name:
+                found[f"{name}.{value.__qualname__}"] = value
+    return found
+
+
+def test_every_error_and_warning_lives_in_one_module_under_one_root() -> None:
+    classes = _classes_defined_in_fastio()
+    problems = [name for name, cls in classes.items()
+                if issubclass(cls, (BaseException, Warning))
+                and not name.startswith("fastio._errors.")]  # fmt: skip
+    assert not problems, f"defined outside fastio._errors: {problems}"
+    from fastio import _errors
+
+    for name in _errors.__all__:
+        cls = getattr(_errors, name)
+        assert getattr(fastio, name) is cls, f"fastio.{name} is not exported"
+        if issubclass(cls, Warning):
+            assert issubclass(cls, fastio.FastIOWarning), name
+        else:
+            assert issubclass(cls, fastio.FastIOError), name

@@ -15,7 +15,7 @@ from ._simulator import PROFILES, SimulatedRun, StorageProfile, StorageSimulator
 from ._space import Categorical, Config, IntKnob, Knob, ProductBudget, SearchSpace
 from ._store import fingerprint, machine_identity, open_storage
 from ._tuner import Decision, OnlineTuner, Phase
-from ._window import Window
+from ._window import MeasurementWindow
 
 __all__ = [
     "PROFILES",
@@ -34,7 +34,7 @@ __all__ = [
     "SimulatedRun",
     "StorageProfile",
     "StorageSimulator",
-    "Window",
+    "MeasurementWindow",
     "drive",
     "fingerprint",
     "machine_identity",

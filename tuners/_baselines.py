@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._window import Window, WindowMeter
+from ._window import MeasurementWindow, WindowMeter
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -30,11 +30,11 @@ class _WindowedPolicy:
         self,
         initial: Mapping[str, Any],
         apply: Callable[[Config], None] | None,
-        window: Window | None,
+        window: MeasurementWindow | None,
     ) -> None:
         self.config: Config = dict(initial)
         self._apply = apply
-        self._meter = WindowMeter(window or Window())
+        self._meter = WindowMeter(window or MeasurementWindow())
         self._started = False
         self.windows = 0
 
@@ -85,7 +85,7 @@ class FixedConfig(_WindowedPolicy):
         initial: Mapping[str, Any],
         *,
         apply: Callable[[Config], None] | None = None,
-        window: Window | None = None,
+        window: MeasurementWindow | None = None,
     ) -> None:
         super().__init__(initial, apply, window)
 
@@ -99,7 +99,7 @@ class HillClimber(_WindowedPolicy):
         initial: Mapping[str, Any],
         *,
         apply: Callable[[Config], None] | None = None,
-        window: Window | None = None,
+        window: MeasurementWindow | None = None,
         threshold: float = 0.03,
     ) -> None:
         space.check(initial)

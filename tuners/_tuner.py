@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._drift import PageHinkley
 from ._space import Config, IntKnob, SearchSpace, config_key
 from ._store import open_storage, round_name, round_names
-from ._window import Window, WindowMeter
+from ._window import MeasurementWindow, WindowMeter
 
 if TYPE_CHECKING:
     import os
@@ -122,7 +122,7 @@ class OnlineTuner:
         initial: Mapping[str, Any],
         *,
         apply: Callable[[Config], None] | None = None,
-        window: Window | None = None,
+        window: MeasurementWindow | None = None,
         objective: Objective = "bytes",
         seed: int | None = 0,
         storage: str | os.PathLike[str] | BaseStorage | None = None,
@@ -144,7 +144,7 @@ class OnlineTuner:
         self.space = space
         self.initial = space.repair(initial)
         self.objective: Objective = objective
-        self.window = window or Window()
+        self.window = window or MeasurementWindow()
         self.seed = seed
         self.max_trials = max_trials
         self.min_trials = min_trials

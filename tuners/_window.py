@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Window", "WindowMeter"]
+__all__ = ["MeasurementWindow", "WindowMeter"]
 
 
 @dataclass(frozen=True)
-class Window:
+class MeasurementWindow:
     """How long one measurement lasts; seconds of traffic, not of wall time."""
 
     min_seconds: float = 2.0
@@ -37,7 +37,7 @@ class Window:
 class WindowMeter:
     """Adds up traffic of one configuration; says when a window is complete."""
 
-    def __init__(self, window: Window) -> None:
+    def __init__(self, window: MeasurementWindow) -> None:
         self.window = window
         self.restart()
 

@@ -40,13 +40,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from fastio.cache._database import FETCHING, READY, CacheIndex, Entry, Policy
-from fastio.cache._errors import (
+from fastio._errors import (
     CacheError,
     CacheFullError,
-    CacheIntegrityError,
     CacheTimeoutError,
 )
+from fastio.cache._database import FETCHING, READY, CacheIndex, Entry, EvictionPolicy
 from fastio.cache._files import (
     META_FOLDER,
     Download,
@@ -73,10 +72,6 @@ if TYPE_CHECKING:
     goes; ``reuse`` is how many reads of it the plans hold (at least 1)."""
 
 __all__ = [
-    "CacheError",
-    "CacheFullError",
-    "CacheIntegrityError",
-    "CacheTimeoutError",
     "Download",
     "ShardCache",
     "etag_checksum",
@@ -133,7 +128,7 @@ class ShardCache:
         self,
         directories: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         max_bytes: int,
-        policy: Policy = "plan",
+        policy: EvictionPolicy = "plan",
         placement: Placement | None = None,
         *,
         wait_timeout: float = 600.0,
@@ -153,7 +148,7 @@ class ShardCache:
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be a shard count >= 0, not {prefetch!r}")
         self.max_bytes = max_bytes
-        self.policy: Policy = policy
+        self.policy: EvictionPolicy = policy
         self.placement = placement
         self.wait_timeout = wait_timeout
         self.prefetch_count = prefetch

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-__all__ = ["FETCHING", "READY", "CacheIndex", "Entry", "Policy"]
+__all__ = ["FETCHING", "READY", "CacheIndex", "Entry", "EvictionPolicy"]
 
-Policy = Literal["plan", "lru"]
+EvictionPolicy = Literal["plan", "lru"]
 READY, FETCHING = "ready", "fetching"
 _VERSION = 1
 
@@ -185,7 +185,9 @@ class CacheIndex:
         return {"bytes_used": ready[1], "bytes_reserved": fetching[1], "bytes_pinned": pinned,
                 "shards_cached": ready[0], "downloads": fetching[0]}  # fmt: skip
 
-    def victims(self, excess: int, policy: Policy, sooner_than: int | None) -> list[Victim] | None:
+    def victims(
+        self, excess: int, policy: EvictionPolicy, sooner_than: int | None
+    ) -> list[Victim] | None:
         """Unpinned shards, in eviction order, that free ``excess`` bytes; None if
         those there are do not. With ``sooner_than``, only shards whose next use
         is later than that many steps (or never)."""

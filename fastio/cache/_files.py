@@ -25,7 +25,7 @@ import secrets
 import shutil
 from typing import TYPE_CHECKING
 
-from fastio.cache._errors import CacheIntegrityError
+from fastio._errors import CacheIntegrityError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -23,18 +23,14 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from fastio._errors import FastIOError
+from fastio._errors import DownloadCancelled
 
 if TYPE_CHECKING:
     from fastio.sources._remote import Remotes
 
-__all__ = ["DownloadCancelled", "Prefetcher"]
+__all__ = ["Prefetcher"]
 
 log = logging.getLogger("fastio.cache")
-
-
-class DownloadCancelled(FastIOError):
-    """A background download stopped because its reader closed (nothing is cached)."""
 
 
 class Prefetcher:

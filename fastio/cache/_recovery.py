@@ -18,7 +18,7 @@ from fastio.cache._files import data_key, owner_alive, remove_quietly, temp_name
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from fastio.cache._database import CacheIndex, Policy
+    from fastio.cache._database import CacheIndex, EvictionPolicy
 
 __all__ = ["bury", "reap", "remove_strays", "trim"]
 
@@ -58,7 +58,7 @@ def remove_strays(index: CacheIndex, directories: Sequence[str], owners: str, me
                     remove_quietly(item.path)
 
 
-def trim(index: CacheIndex, max_bytes: int, policy: Policy) -> None:
+def trim(index: CacheIndex, max_bytes: int, policy: EvictionPolicy) -> None:
     """Evicts (unpinned shards, by ``policy``) down to ``max_bytes``."""
     totals = index.totals()
     excess = totals["bytes_used"] + totals["bytes_reserved"] - max_bytes

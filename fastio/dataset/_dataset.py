@@ -28,7 +28,7 @@ from fastio.dataset._spill import make_spill  # tiering hook
 from fastio.fairness._monitor import FairnessMonitor  # fairness hook (issue #6)
 from fastio.formats._shards import Layout, format_for_url, format_options, make_format
 from fastio.plan._assignment import Remainder, assign_samples, current_rank, current_worker
-from fastio.plan._windows import Piece, Window, make_windows, permutation
+from fastio.plan._windows import Run, Window, make_windows, permutation
 from fastio.reader import _tuning  # tuner hook (issue #5)
 from fastio.reader._reader import Reader
 from fastio.sources._urls import expand_urls
@@ -566,7 +566,7 @@ class Dataset(_Base):
         index %= self.total
         shard = int(np.searchsorted(self._bases, index, side="right")) - 1
         sample = index - int(self._bases[shard])
-        piece = Piece(shard, sample, sample + 1, 0)
+        piece = Run(shard, sample, sample + 1, 0)
         read = Read(0, piece, sample, sample + 1)
         for _, decoded, _ in execute(self, [read], False, on_error="raise"):
             return decoded[0]

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from fastio.dataset._dataset import Dataset, OnError, _Who
     from fastio.formats._shards import Layout
-    from fastio.plan._windows import Piece, Window
+    from fastio.plan._windows import Run, Window
 
 __all__ = ["Guarded", "Read", "decode", "execute", "located", "plan_reads"]
 
@@ -30,7 +30,7 @@ class Read:
     """Samples ``start``..``stop`` of ``piece``'s shard, for window ``window``."""
 
     window: int
-    piece: Piece
+    piece: Run
     start: int
     stop: int
 

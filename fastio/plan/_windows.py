@@ -28,11 +28,11 @@ if TYPE_CHECKING:
     from fastio.formats._shards import Layout
     from fastio.plan._assignment import Span
 
-__all__ = ["Piece", "Window", "make_windows", "permutation", "shuffle_quality"]
+__all__ = ["Run", "Window", "make_windows", "permutation", "shuffle_quality"]
 
 
 @dataclass(frozen=True, slots=True)
-class Piece:
+class Run:
     """Samples ``start`` to ``stop`` of shard ``shard`` (positions in the window
     from ``base``)."""
 
@@ -47,7 +47,7 @@ class Piece:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    pieces: tuple[Piece, ...]
+    pieces: tuple[Run, ...]
     count: int
     nbytes: int
 
@@ -69,13 +69,13 @@ def make_windows(
                 active.append([span.shard, span.start, span.stop])
         if not active:
             break
-        pieces: list[Piece] = []
+        pieces: list[Run] = []
         count = nbytes = 0
         for entry in active:
             shard, cursor, stop = entry
             layout = layouts[shard]
             cut = layout.next_cut(cursor, stop, per_span)
-            pieces.append(Piece(shard, cursor, cut, count))
+            pieces.append(Run(shard, cursor, cut, count))
             count += cut - cursor
             nbytes += layout.nbytes(cursor, cut)
             entry[1] = cut

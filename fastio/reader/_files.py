@@ -82,7 +82,7 @@ class FileTable:
         engine. The copy stays pinned (never evicted) while referenced."""
         assert self._remotes is not None
         assert self._remotes.cache is not None
-        from fastio.cache._errors import CacheFullError, CacheTimeoutError
+        from fastio._errors import CacheFullError, CacheTimeoutError
 
         try:
             local = self._remotes.local_copy(url)  # pins once

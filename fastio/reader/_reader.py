@@ -35,7 +35,7 @@ from fastio._errors import EngineFallbackWarning, ReaderClosedError
 from fastio.reader._buffers import BufferPool, bucket_size
 from fastio.reader._files import FileTable
 from fastio.reader._ranges import Chunk, ShardLike
-from fastio.reader._requests import Piece, plan_pieces
+from fastio.reader._requests import Request, plan_requests
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
 from fastio.reader._sync import Handoff, LoopThread
 from fastio.sources._remote import Remotes, is_remote, local_path, version_number
@@ -88,17 +88,17 @@ class _Stream:
                  "queued_bytes", "waiter")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
-        self.plan: Iterator[Piece] = iter(())
-        self.queue: deque[Piece] = deque()  # submitted or finished, in delivery order
+        self.plan: Iterator[Request] = iter(())
+        self.queue: deque[Request] = deque()  # submitted or finished, in delivery order
         self.queued_bytes = 0  # buffer bytes of the pieces in `queue`
-        self.lookahead: Piece | None = None  # planned, waiting for budget or a slot
-        self.delivered: list[Piece] = []  # taken by the consumer, released on its next ask
+        self.lookahead: Request | None = None  # planned, waiting for budget or a slot
+        self.delivered: list[Request] = []  # taken by the consumer, released on its next ask
         self.waiter: asyncio.Future[None] | None = None
         self.exhausted = False
         self.closed = False
         self.count_wait = count_wait
 
-    def next_piece(self) -> Piece | None:
+    def next_piece(self) -> Request | None:
         if self.lookahead is None and not self.exhausted:
             try:
                 self.lookahead = next(self.plan)
@@ -106,7 +106,7 @@ class _Stream:
                 self.exhausted = True
             except Exception as error:  # bad shard input: delivered in order like any failure
                 self.exhausted = True
-                self.lookahead = Piece.failed(self, "<plan>", error)
+                self.lookahead = Request.failed(self, "<plan>", error)
         return self.lookahead
 
 
@@ -154,7 +154,7 @@ class Reader:
         self._remote_tasks: set[asyncio.Task[None]] = set()
         self._remote_done: list[tuple[int, int | BaseException]] = []
         self._pool = BufferPool(idle_limit=settings.memory_budget)
-        self._inflight: dict[int, Piece] = {}
+        self._inflight: dict[int, Request] = {}
         self._streams: list[_Stream] = []
         self._handoffs: set[Handoff] = set()  # of running sync streams
         self._next_tag = 0
@@ -460,7 +460,7 @@ class Reader:
     def _open_stream(self, shards: Iterable[ShardLike], count_wait: bool) -> _Stream:
         stream = _Stream(count_wait)
         settings = self._settings
-        stream.plan = plan_pieces(
+        stream.plan = plan_requests(
             stream, shards, self._files, settings.direct,
             lambda: self._settings.read_size, settings.coalesce_gap,
         )  # fmt: skip
@@ -493,7 +493,7 @@ class Reader:
             self._drop(piece)
         stream.delivered.clear()
 
-    def _drop(self, piece: Piece) -> None:
+    def _drop(self, piece: Request) -> None:
         buffer = piece.buffer
         if buffer is not None:
             piece.buffer = None
@@ -664,7 +664,7 @@ class Reader:
             self._end_throttle()
         return submitted
 
-    def _start_remote(self, piece: Piece, buffer: Any, tag: int) -> None:
+    def _start_remote(self, piece: Request, buffer: Any, tag: int) -> None:
         """A remote read as a task on this loop; it completes like an engine read."""
         assert self._loop is not None
         task = self._loop.create_task(self._remote_read(piece.path, piece.offset, piece.length,

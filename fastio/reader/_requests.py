@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from fastio.reader._files import FileTable, OpenFile
 
-__all__ = ["Delivery", "Piece", "plan_pieces"]
+__all__ = ["Delivery", "Request", "plan_requests"]
 
 # (shard, range, path, file offset, start in the piece's buffer, length,
 #  end of range, end of shard)
@@ -40,7 +40,7 @@ def align_up(value: int) -> int:
     return (value + DIRECT_ALIGNMENT - 1) & ~(DIRECT_ALIGNMENT - 1)
 
 
-class Piece:
+class Request:
     """One read (or, for empty ranges and planning failures, none) and what it delivers."""
 
     __slots__ = (
@@ -84,7 +84,7 @@ class Piece:
         self.submitted_ns = 0
 
     @classmethod
-    def failed(cls, stream: Any, path: str, error: BaseException) -> Piece:
+    def failed(cls, stream: Any, path: str, error: BaseException) -> Request:
         piece = cls(stream, None, path, 0, 0, [], 0)
         piece.error = error
         return piece
@@ -132,22 +132,22 @@ class _Group:
         self.deliveries.append(delivery)
         self.end = offset + delivery[5]
 
-    def piece(self, stream: Any) -> Piece:
+    def piece(self, stream: Any) -> Request:
         shifted = [(*d[:4], d[3] - self.start, *d[5:]) for d in self.deliveries]
-        return Piece(
+        return Request(
             stream, self.file, self.file.path, self.start, self.span(self.end), shifted,
             self.end - self.start,
         )  # fmt: skip
 
 
-def plan_pieces(
+def plan_requests(
     stream: Any,
     shards: Iterable[ShardLike],
     files: FileTable,
     default_direct: bool,
     read_size: Callable[[], int],
     coalesce_gap: int,
-) -> Iterator[Piece]:
+) -> Iterator[Request]:
     """Pieces for ``shards`` in delivery order. Each piece with a file holds one
     reference to it; ``read_size()`` is asked per piece, so a change made while
     the stream runs applies to the next piece."""
@@ -164,7 +164,7 @@ def plan_pieces(
                 if group is not None:
                     pending, group = group.piece(stream), None
                     yield pending
-                yield Piece.failed(stream, "<shards>", error)
+                yield Request.failed(stream, "<shards>", error)
                 return
             direct = default_direct if shard.direct is None else shard.direct
             last = len(shard.ranges) - 1
@@ -177,7 +177,7 @@ def plan_pieces(
                     if group is not None:
                         pending, group = group.piece(stream), None
                         yield pending
-                    yield Piece.failed(stream, path, error)
+                    yield Request.failed(stream, path, error)
                     continue
                 length = file.size - offset if byte_range.length is None else byte_range.length
                 if length < 0 or offset + length > file.size:
@@ -186,7 +186,7 @@ def plan_pieces(
                         pending, group = group.piece(stream), None
                         yield pending
                     short = TruncatedFileError(path, file.size, offset + max(length, 0))
-                    yield Piece.failed(stream, path, short)
+                    yield Request.failed(stream, path, short)
                     continue
                 delivery = (shard_index, range_index, path, offset, 0, length, True, end_of_shard)
                 if length == 0:
@@ -194,7 +194,7 @@ def plan_pieces(
                     if group is not None:
                         pending, group = group.piece(stream), None
                         yield pending
-                    yield Piece(stream, None, path, offset, 0, [delivery], 0)
+                    yield Request(stream, None, path, offset, 0, [delivery], 0)
                     continue
                 limit = align_up(read_size()) if file.direct else read_size()
                 if group is not None:
@@ -219,7 +219,7 @@ def plan_pieces(
 
 def _split(
     stream: Any, file: OpenFile, delivery: Delivery, read_size: Callable[[], int]
-) -> Iterator[Piece]:
+) -> Iterator[Request]:
     """Pieces of one range larger than a read. Consumes the caller's file
     reference for the first piece and takes one more for each further piece."""
     shard_index, range_index, path, offset, _, length, _, end_of_shard = delivery
@@ -240,7 +240,7 @@ def _split(
             shard_index, range_index, path, data_start, data_start - position,
             data_end - data_start, last, last and end_of_shard,
         )  # fmt: skip
-        yield Piece(
+        yield Request(
             stream, file, path, position, request_end - position, [part], data_end - position
         )
         position = request_end

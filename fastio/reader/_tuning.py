@@ -159,7 +159,7 @@ class ReaderTuning:
             "outstanding_requests": settings.outstanding_requests,
             "read_size": min(max(settings.read_size, MIN_TUNED_READ_SIZE), MAX_TUNED_READ_SIZE),
         }
-        window = tuners_api.Window(
+        window = tuners_api.MeasurementWindow(
             min_seconds=options.window_seconds,
             min_bytes=options.window_bytes,
             max_seconds=max(options.window_seconds * 10, 30.0),

@@ -25,8 +25,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from fastio._errors import FastIOError
-from fastio.cache._prefetch import DownloadCancelled
+from fastio._errors import DownloadCancelled, RangeIgnoredError
 
 if TYPE_CHECKING:
     from fastio.cache._cache import ShardCache
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from fastio.spec._reader import ReaderSettings
 
 __all__ = [
-    "RangeIgnoredError",
     "RemoteFile",
     "Remotes",
     "is_remote",
@@ -53,11 +51,6 @@ _TRANSIENT_ERRNOS = frozenset(
     {errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.EPIPE, errno.ETIMEDOUT,
      errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EAGAIN}
 )  # fmt: skip
-
-
-class RangeIgnoredError(FastIOError, OSError):
-    """The server answered a ranged request with other bytes than asked (it
-    ignores ``Range``): reading on would deliver wrong data."""
 
 
 def is_remote(url: str) -> bool:

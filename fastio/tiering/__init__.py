@@ -12,7 +12,7 @@ with simple baselines (``fastio-bench tiering``).
 from __future__ import annotations
 
 from fastio.tiering._model import DensityModel, Features, Outcome
-from fastio.tiering._placement import TieredFile, TierFullError, Tiering
+from fastio.tiering._placement import TieredFile, Tiering
 from fastio.tiering._policies import DensityPolicy, knapsack_cutoff
 from fastio.tiering._simulate import BUDGETS, Result, compare, peak_bytes, replay
 from fastio.tiering._tiers import MEDIA, Media, Profile, Tier, media_kind, probe
@@ -29,7 +29,6 @@ __all__ = [
     "Profile",
     "Result",
     "Tier",
-    "TierFullError",
     "TieredFile",
     "Tiering",
     "Trace",

@@ -28,7 +28,6 @@ sharing tiers should give each its own share of the capacity.
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import os
 import secrets
@@ -36,6 +35,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from fastio._errors import TierFullError
 from fastio.tiering._model import DensityModel, Features, Outcome
 from fastio.tiering._policies import coldest_first
 
@@ -47,17 +47,10 @@ if TYPE_CHECKING:
     from fastio.tiering._model import Access
     from fastio.tiering._tiers import Tier
 
-__all__ = ["TierFullError", "TieredFile", "Tiering"]
+__all__ = ["TieredFile", "Tiering"]
 
 _COPY_BLOCK = 1 << 20
 _UNSEEN_GRACE = 600.0  # seconds a cache copy may take to appear before it counts as gone
-
-
-class TierFullError(OSError):
-    """No tier can hold the bytes asked for: raise a capacity, or remove files."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(errno.ENOSPC, message)
 
 
 class _Placed:

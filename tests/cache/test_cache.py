@@ -16,13 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastio.cache._cache import (
-    CacheFullError,
-    CacheIntegrityError,
-    CacheTimeoutError,
-    ShardCache,
-    etag_checksum,
-)
+from fastio import CacheFullError, CacheIntegrityError, CacheTimeoutError
+from fastio.cache._cache import ShardCache, etag_checksum
 from fastio.plan._assignment import shard_order
 
 SPAWN = multiprocessing.get_context("spawn")

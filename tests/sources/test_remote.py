@@ -11,8 +11,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastio
+from fastio import RangeIgnoredError
 from fastio.cache._cache import ShardCache
-from fastio.sources._remote import RangeIgnoredError
 from tests.conftest import ResourceSnapshot
 from tests.servers import RangeServer, S3Server
 from tests.shards import FORMATS, key_of, write

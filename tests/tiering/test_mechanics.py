@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fastio
+from fastio import TierFullError
 from fastio.cache._cache import ShardCache
-from fastio.tiering import DensityModel, Tier, TierFullError, Tiering
+from fastio.tiering import DensityModel, Tier, Tiering
 
 
 def two_tiers(root: Path, fast: int, slow: int) -> Tiering:

@@ -20,12 +20,12 @@ from fastio.tuners import (
     FixedConfig,
     HillClimber,
     IntKnob,
+    MeasurementWindow,
     OnlineTuner,
     PageHinkley,
     ProductBudget,
     SearchSpace,
     StorageSimulator,
-    Window,
     drive,
     fingerprint,
 )
@@ -35,7 +35,7 @@ KiB = 1024
 MiB = 1024 * KiB
 BUDGET = 32 * MiB  # what fastio's wiring uses by default: half the reader's memory budget
 DEFAULTS = {"outstanding_requests": 16, "read_size": MiB}  # fastio's ReaderSettings
-WINDOW = Window(min_seconds=1.0, warmup_seconds=0.3)
+WINDOW = MeasurementWindow(min_seconds=1.0, warmup_seconds=0.3)
 
 
 def reader_space(budget: int = BUDGET) -> SearchSpace:
@@ -295,7 +295,7 @@ def test_space_checks_and_repairs() -> None:
 
 
 def test_window_discards_warm_up_and_caps_slow_windows() -> None:
-    meter = WindowMeter(Window(min_seconds=1.0, min_bytes=1000, max_seconds=3.0,
+    meter = WindowMeter(MeasurementWindow(min_seconds=1.0, min_bytes=1000, max_seconds=3.0,
                                warmup_seconds=0.5))  # fmt: skip
     meter.add(10_000, 0.5, 10_000)  # warm-up: not counted
     assert meter.warming is False
@@ -306,7 +306,7 @@ def test_window_discards_warm_up_and_caps_slow_windows() -> None:
     assert meter.complete
     assert meter.rate == pytest.approx(200.0)
     with pytest.raises(ValueError, match="min_seconds"):
-        Window(min_seconds=0)
+        MeasurementWindow(min_seconds=0)
     with pytest.raises(ValueError, match="negative"):
         meter.add(-1, 1.0, 0)
 
