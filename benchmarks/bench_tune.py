@@ -51,7 +51,8 @@ from bench_remote import NAMESPACE, NS_ADDRESS, bits_per_second, http_server, sh
 
 from fastio import Reader, ReaderSettings
 from fastio.cli._options import parse_size
-from fastio.reader._tuning import ReaderTuning, TuningOptions, storage_fingerprint
+from fastio.reader._tuning import ReaderTuning, storage_fingerprint
+from fastio.spec import TunerSettings
 
 RESULTS = Path(__file__).parent / "results"
 MiB = 1 << 20
@@ -111,7 +112,7 @@ def knobs(requests: int, size: int, base: ReaderSettings) -> ReaderSettings:
 def tune(sources: list[str], base: ReaderSettings, args: argparse.Namespace,
          name: str) -> dict[str, Any]:  # fmt: skip
     """Tune on a live read until the tuner settles; its decisions and timing."""
-    options = TuningOptions(memory_budget=args.budget, window_seconds=args.window_seconds,
+    options = TunerSettings(memory_budget=args.budget, window_seconds=args.window_seconds,
                             warmup_seconds=args.warmup_seconds, seed=args.seed,
                             tick_seconds=min(0.1, args.window_seconds / 4))  # fmt: skip
     settings = base.replace(memory_budget=max(base.memory_budget, 2 * args.budget))

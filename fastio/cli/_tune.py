@@ -196,7 +196,8 @@ def tune(ctx: click.Context, /, paths: tuple[str, ...], config_file: Path | None
          **options: Any) -> None:  # fmt: skip
     """Tune outstanding requests and read size online while reading PATHS
     (files or folders, read whole, over and over), and write the result."""
-    from fastio.reader._tuning import TuningOptions, storage_fingerprint
+    from fastio.reader._tuning import storage_fingerprint
+    from fastio.spec._tuner import TunerSettings
 
     settings = settings_from(options)
     if config_file is not None:
@@ -211,7 +212,8 @@ def tune(ctx: click.Context, /, paths: tuple[str, ...], config_file: Path | None
         raise click.UsageError("give PATHS to read, or --config FILE")
     files = files_to_read(paths)
     try:
-        tuning_options = TuningOptions(
+        tuning_options = TunerSettings(
+            enabled=True,
             storage=options["storage"], memory_budget=options["budget"],
             window_seconds=options["window_seconds"], warmup_seconds=options["warmup_seconds"],
             max_trials=options["max_trials"], seed=options["seed"],

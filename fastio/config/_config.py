@@ -246,14 +246,10 @@ class TunerSection(_Section):
     seed: Annotated[Count, Field(ge=0)] | None = 0
 
     def to_options(self) -> Any:
-        """The :class:`fastio.reader._tuning.TuningOptions`, or None when not enabled."""
-        if not self.enabled:
-            return None
-        from fastio.reader._tuning import TuningOptions
+        """The :class:`fastio.spec.TunerSettings`."""
+        from fastio.spec._tuner import TunerSettings
 
-        options = dict(self)  # the values, not their serialized forms ("8MiB")
-        del options["enabled"]
-        return TuningOptions(**options)
+        return TunerSettings(**dict(self))  # the values, not their serialized forms ("8MiB")
 
 
 class FairnessSection(_Section):

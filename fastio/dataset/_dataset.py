@@ -27,12 +27,12 @@ from fastio.dataset._spill import MISSING as SPILL_MISSING  # tiering hook
 from fastio.dataset._spill import make_spill  # tiering hook
 from fastio.fairness._monitor import FairnessMonitor  # fairness hook (issue #6)
 from fastio.formats._shards import Layout, format_for_url, format_options, make_format
-from fastio.plan._assignment import Remainder, assign_samples, current_rank, current_worker
+from fastio.plan._assignment import assign_samples, current_rank, current_worker
 from fastio.plan._windows import Run, Window, make_windows, permutation
 from fastio.reader import _tuning  # tuner hook (issue #5)
 from fastio.reader._reader import Reader
 from fastio.sources._urls import expand_urls
-from fastio.spec._reader import ReaderSettings
+from fastio.spec._dataset import DatasetSpec, OnError, Remainder, TieringSettings, TierSettings
 
 if TYPE_CHECKING:
     import os
@@ -41,14 +41,14 @@ if TYPE_CHECKING:
     from fastio.cache._cache import ShardCache
     from fastio.fairness._publish import Publisher
     from fastio.spec._fairness import FairnessSettings
+    from fastio.spec._reader import ReaderSettings
+    from fastio.spec._tuner import TunerSettings
     from fastio.tiering import Tiering  # tiering hook
 
 __all__ = ["Batches", "Dataset"]
 
 log = logging.getLogger("fastio")
 
-OnError = Literal["raise", "skip", "warn"]
-_ON_ERROR = ("raise", "skip", "warn")
 _STATE_VERSION = 1
 _MAX_KEPT_ERRORS = 100
 
@@ -142,57 +142,76 @@ class Dataset(_Base):
         reader: ReaderSettings | None = None,
         fairness: FairnessSettings | dict[str, Any] | bool | None = None,
         shuffle_memory: int | None = None,  # tiering hook: shuffle spill (fastio.dataset._spill)
-        tiering: Tiering | None = None,  # tiering hook: where spill and cache copies go
-        tune: bool | dict[str, Any] | _tuning.TuningOptions | None = None,  # tuner hook (#5)
+        tiering: Tiering | TieringSettings | dict[str, Any] | None = None,
+        tune: bool | dict[str, Any] | TunerSettings | None = None,
         **reader_knobs: Any,
     ) -> None:
-        if on_error not in _ON_ERROR:
-            raise ValueError(f"on_error must be one of {', '.join(_ON_ERROR)}, not {on_error!r}")
-        if remainder not in ("exact", "drop", "pad"):
-            raise ValueError(f"remainder must be exact, drop or pad, not {remainder!r}")
-        if (rank is None) != (world_size is None):
-            raise ValueError("give both rank and world_size, or neither")
-        if shuffle_buffer < 1 or shuffle_shards < 1:
-            raise ValueError("shuffle_buffer and shuffle_shards must be positive")
-        self.storage_options = dict(storage_options or {})
-        if tiering is not None and shuffle_memory is None and cache_bytes is None:
-            raise ValueError("tiering places shuffle spill and shard cache copies: give "
-                             "shuffle_memory, cache_bytes or both")  # fmt: skip
-        self._spill = make_spill(shuffle_memory, tiering)  # tiering hook (fastio.dataset._spill)
+        live_tiering = None
+        settings: TieringSettings | dict[str, Any] | None = None
+        if isinstance(tiering, (dict, TieringSettings)):
+            settings = tiering
+        elif tiering is not None:
+            live_tiering, settings = tiering, _settings_of(tiering)
+        spec = DatasetSpec.from_keywords(
+            urls, format=format, shuffle=shuffle, seed=seed, shuffle_buffer=shuffle_buffer,
+            shuffle_shards=shuffle_shards, rank=rank, world_size=world_size, remainder=remainder,
+            on_error=on_error, columns=columns, record_size=record_size, verify=verify,
+            example=example, index_dir=index_dir, storage_options=storage_options,
+            cache_dir=cache_dir, cache_bytes=cache_bytes, cache_policy=cache_policy,
+            cache_prefetch=cache_prefetch, reader=reader, fairness=fairness,
+            shuffle_memory=shuffle_memory, tiering=settings, tune=tune, **reader_knobs,
+        )  # fmt: skip
+        self._setup(spec, live_tiering)
+
+    @classmethod
+    def from_spec(cls, spec: DatasetSpec, *, tiering: Tiering | None = None) -> Dataset:
+        """The dataset ``spec`` describes (a config file's, see
+        :func:`fastio.load_config`). ``tiering``: a live :class:`Tiering` to
+        use instead of making one from ``spec.tiering``."""
+        dataset = cls.__new__(cls)
+        dataset._setup(spec, tiering)
+        return dataset
+
+    def _setup(self, spec: DatasetSpec, tiering: Tiering | None) -> None:
+        self.spec = spec
+        if tiering is None and spec.tiering.enabled:
+            tiering = _tiering_of(spec.tiering)
+        shuffle_memory = spec.tiering.shuffle_memory
+        cache = spec.cache
+        self.storage_options = dict(spec.storage_options)
+        self._spill = make_spill(shuffle_memory, tiering)
         self.cache: ShardCache | None = None
-        if cache_dir is not None or (tiering is not None and cache_bytes is not None):
+        if cache.dir is not None or (tiering is not None and cache.max_bytes is not None):
             from fastio.cache._cache import ShardCache
 
-            if cache_bytes is None:
-                raise ValueError("cache_dir needs cache_bytes (the cache's byte limit)")
-            if tiering is not None and cache_dir is not None:
-                raise ValueError("with tiering, the shard cache lives in the tiers' "
-                                 "directories: give cache_bytes, not cache_dir")  # fmt: skip
-            folders = tiering.directories if tiering is not None else cache_dir
-            assert folders is not None  # one of the two, checked above
-            self.cache = ShardCache(folders, cache_bytes, cache_policy, placement=tiering,
-                                    prefetch=cache_prefetch)  # fmt: skip
-        self.urls = expand_urls(urls, self.storage_options)
+            folders = tiering.directories if tiering is not None else cache.dir
+            assert folders is not None  # checked by the spec
+            assert cache.max_bytes is not None
+            self.cache = ShardCache(folders, cache.max_bytes, cache.policy, placement=tiering,
+                                    prefetch=cache.prefetch)  # fmt: skip
+        urls = spec.urls
+        self.urls = expand_urls(urls if isinstance(urls, str) else list(urls),
+                                self.storage_options)  # fmt: skip
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
-        self.format = format or format_for_url(self.urls[0])
-        placement = tiering if index_dir is None else None  # tiering hook: indexes
-        options = format_options(self.format, columns, record_size, verify, example, index_dir,
-                                 placement)  # fmt: skip
+        self.format = spec.format or format_for_url(self.urls[0])
+        fmt = spec.format_options
+        placement = tiering if fmt.index_dir is None else None
+        options = format_options(self.format, fmt.columns, fmt.record_size, fmt.verify,
+                                 fmt.example, fmt.index_dir, placement)  # fmt: skip
         self._format = make_format(self.format, **options)
-        self.shuffle = shuffle
-        self.seed = seed
-        self.shuffle_buffer = shuffle_buffer
-        self.shuffle_shards = shuffle_shards
-        self.remainder: Remainder = remainder
-        self.on_error: OnError = on_error
-        self._explicit_rank = None if rank is None else (rank, world_size or 1)
-        self.settings = (reader or ReaderSettings()).replace(**reader_knobs)
+        self.shuffle = spec.shuffle.enabled
+        self.seed = spec.shuffle.seed
+        self.shuffle_buffer = spec.shuffle.buffer
+        self.shuffle_shards = spec.shuffle.shards
+        self.remainder: Remainder = spec.split.remainder
+        self.on_error: OnError = spec.on_error
+        split = spec.split
+        self._explicit_rank = None if split.rank is None else (split.rank, split.world_size or 1)
+        self.settings = spec.reader
         self._reader: Reader | None = None
-        self.tune = _tuning.TuningOptions.of(
-            tune
-        )  # tuner hook (issue #5): see fastio.reader._tuning
-        self._tuning: _tuning.ReaderTuning | None = None  # tuner hook (issue #5)
+        self.tune = spec.tuner if spec.tuner.enabled else None
+        self._tuning: _tuning.ReaderTuning | None = None
         self.epoch = 0
         # (epoch, position, who saved it) from load_state_dict, for the next iteration
         self._resume: tuple[int, int, _Who] | None = None
@@ -202,7 +221,7 @@ class Dataset(_Base):
         self._skipped = 0
         self._delivered = 0
         self._errors: list[str] = []
-        self.fairness = FairnessMonitor(fairness, self.urls, seed)  # fairness hook (issue #6)
+        self.fairness = FairnessMonitor(spec.fairness, self.urls, self.seed)
         self._shards_skipped = 0
         self.layouts = self._load_layouts()
         counts = [layout.count for layout in self.layouts]
@@ -216,7 +235,9 @@ class Dataset(_Base):
             self._reader = Reader(
                 self.settings, storage_options=self.storage_options, cache=self.cache
             )
-            self._tuning = _tuning.reattach(self._tuning, self._reader, self.tune, self.urls)
+            if self._tuning is not None:
+                self._tuning.close()
+            self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)
         return self._reader
 
     def _load_layouts(self) -> list[Layout]:
@@ -268,7 +289,8 @@ class Dataset(_Base):
     def close(self) -> None:
         """Release the reader (its descriptors, buffers and loop thread) and the
         shard cache's connection; using the dataset again makes them anew."""
-        _tuning.reattach(self._tuning, None, None, self.urls)  # tuner hook (issue #5): stop it
+        if self._tuning is not None:  # its summary stays readable
+            self._tuning.close()
         if self._reader is not None:
             self._reader.close()
         if self.cache is not None:  # its index connection and pins; reopened on use
@@ -601,3 +623,19 @@ class Batches(_Base):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dataset.load_state_dict(state)
+
+
+def _settings_of(tiering: Tiering) -> TieringSettings:
+    """What a live :class:`Tiering` is, as settings (for the dataset's spec)."""
+    tiers = tuple(TierSettings(tier.name, tier.path, tier.capacity,
+                               None if tier.detected else tier.media)
+                  for tier in tiering.tiers)  # fmt: skip
+    return TieringSettings(enabled=True, tiers=tiers)
+
+
+def _tiering_of(settings: TieringSettings) -> Tiering:
+    from fastio.tiering import DensityModel, Tier, Tiering
+
+    tiers = [Tier(t.name, t.path, t.capacity, t.media) for t in settings.tiers]
+    return Tiering(tiers, DensityModel(settings.prior_strength),
+                   prior_seconds=settings.prior_seconds)  # fmt: skip

@@ -18,9 +18,10 @@ from fastio.reader._ranges import Shard
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from fastio.dataset._dataset import Dataset, OnError, _Who
+    from fastio.dataset._dataset import Dataset, _Who
     from fastio.formats._shards import Layout
     from fastio.plan._windows import Run, Window
+    from fastio.spec._dataset import OnError
 
 __all__ = ["Guarded", "Read", "decode", "execute", "located", "plan_reads"]
 

@@ -29,14 +29,14 @@ import contextlib
 import logging
 import os
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
+from fastio.spec._tuner import MAX_TUNED_READ_SIZE, MIN_TUNED_READ_SIZE, TunerSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
     # mypy reads the tuners/ folder as the package it is installed as.
     import tuners as tuners_api
@@ -47,62 +47,12 @@ if TYPE_CHECKING:
 else:  # light: the tuners import optuna only when a tuner is made
     from fastio import tuners as tuners_api
 
-__all__ = ["ReaderTuning", "TuningOptions", "attach", "reader_space", "storage_fingerprint"]
+__all__ = ["ReaderTuning", "attach", "reader_space", "storage_fingerprint"]
 
 log = logging.getLogger("fastio")
 
-MIN_TUNED_READ_SIZE = 16 * 1024
-MAX_TUNED_READ_SIZE = 64 * 1024 * 1024
 
-
-@dataclass(frozen=True)
-class TuningOptions:
-    """How a reader is tuned (the ``tuner:`` config section holds the same keys)."""
-
-    storage: str | None = None
-    """Where trials persist: a journal file, a ``.db`` SQLite file, or an RDB
-    URL shared by many nodes; None keeps them in memory for this run."""
-    memory_budget: int | None = None
-    """Bytes in flight (outstanding requests x read size) the tuner may use;
-    None: half the reader's ``memory_budget``."""
-    window_seconds: float = 2.0
-    """Seconds of traffic per measurement (after the warm-up)."""
-    window_bytes: int = 0
-    """And at least this many bytes per measurement."""
-    warmup_seconds: float = 0.5
-    """Traffic discarded after each change of knobs."""
-    max_trials: int = 30
-    seed: int | None = 0
-    tick_seconds: float = 0.25
-    """How often the reader's counters are read."""
-
-    def __post_init__(self) -> None:
-        if self.tick_seconds <= 0 or self.window_seconds <= 0 or self.warmup_seconds < 0:
-            raise ValueError("tuner: tick_seconds and window_seconds must be positive")
-        if self.memory_budget is not None and self.memory_budget < MIN_TUNED_READ_SIZE:
-            raise ValueError(
-                f"tuner: memory_budget must be at least {MIN_TUNED_READ_SIZE} bytes "
-                f"(one read of the smallest size), not {self.memory_budget}"
-            )
-        if self.max_trials < 1:
-            raise ValueError(f"tuner: max_trials must be positive, not {self.max_trials}")
-
-    @classmethod
-    def of(cls, tune: bool | TuningOptions | Mapping[str, Any] | None) -> TuningOptions | None:
-        """``tune=`` as given to a dataset: True, options, a mapping of them, or None/False."""
-        if tune is None or tune is False:
-            return None
-        if tune is True:
-            return cls()
-        if isinstance(tune, TuningOptions):
-            return tune
-        try:
-            return cls(**dict(tune))
-        except TypeError as error:
-            raise TypeError(f"tune: {error}") from None
-
-
-def budget_for(settings: ReaderSettings, options: TuningOptions) -> int:
+def budget_for(settings: ReaderSettings, options: TunerSettings) -> int:
     if options.memory_budget is not None:
         return options.memory_budget
     return max(settings.memory_budget // 2, MIN_TUNED_READ_SIZE)
@@ -146,7 +96,7 @@ class ReaderTuning:
     def __init__(
         self,
         reader: Reader,
-        options: TuningOptions,
+        options: TunerSettings,
         study_name: str,
         on_decision: Callable[[Decision], None] | None = None,
     ) -> None:
@@ -245,29 +195,9 @@ class ReaderTuning:
         }  # fmt: skip
 
 
-def attach(
-    reader: Reader,
-    tune: bool | TuningOptions | Mapping[str, Any] | None,
-    urls: Sequence[str],
-) -> ReaderTuning | None:
+def attach(reader: Reader, settings: TunerSettings, urls: Sequence[str]) -> ReaderTuning | None:
     """A started :class:`ReaderTuning` of ``reader`` for a dataset of ``urls``,
-    or None when ``tune`` is off. Raises TypeError/ValueError for bad options."""
-    options = TuningOptions.of(tune)
-    if options is None:
+    or None when tuning is not enabled."""
+    if not settings.enabled:
         return None
-    return ReaderTuning(reader, options, storage_fingerprint(urls)).start()
-
-
-def reattach(
-    previous: ReaderTuning | None,
-    reader: Reader | None,
-    options: TuningOptions | None,
-    urls: Sequence[str],
-) -> ReaderTuning | None:
-    """Stop ``previous`` (if any) and, with ``reader`` and ``options``, start
-    tuning that reader: a dataset's hook when it makes (or closes) its reader."""
-    if previous is not None:
-        previous.close()
-    if reader is None or options is None:
-        return None
-    return attach(reader, options, urls)
+    return ReaderTuning(reader, settings, storage_fingerprint(urls)).start()

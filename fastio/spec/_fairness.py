@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from fastio.spec._knobs import check, knob
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -35,56 +37,55 @@ class FairnessSettings:
     after ``clear_after`` good ones.
     """
 
-    enabled: bool = True
-    """Measure and judge; off: no shared memory, no clock reads."""
-    mitigate: bool = True
-    """Rebalance the workers of this node, as ``balance`` says."""
-    balance: Literal["budget", "steal"] = "budget"
-    """``"budget"``: shift outstanding requests toward starved workers (same total).
-    ``"steal"``: workers that are ahead take windows a slower worker of the same
-    rank has not started (every sample still once per epoch; resume per window;
-    see :mod:`fastio.fairness._steal`)."""
-    window_seconds: float = 1.0
-    """Length of a judging window."""
-    rate_threshold: float = 0.6
-    """Starved below this fraction of the peers' median delivery rate."""
-    readiness_gap: float = 0.3
-    """Starved when readiness is this much (0..1) under the peers' median..."""
-    readiness_floor: float = 0.5
-    """...and under this: a worker whose data is ready at least half the time it
-    is asked for is not starved (single windows' readiness swings by up to 0.4
-    between balanced workers, see benchmarks/bench_fairness.py)."""
-    flag_after: int = 2
-    """Starved windows in a row before a flag is raised."""
-    clear_after: int = 2
-    """Good windows in a row before a flag clears."""
-    max_share: float = 4.0
-    """Most outstanding requests one worker may get, as a multiple of its even share."""
-    exchange_dir: str | None = None
-    """Folder where ranks exchange their totals (shared across nodes for multi-node
-    jobs); default: one under the temporary folder, named after the job."""
-    callback: Callable[[dict[str, Any]], None] | None = None
-    """Called with an event dict when a flag is raised or cleared, in the process
-    that closed the window (a DataLoader worker or the main process): picklable
-    (a module-level function) when workers are spawned."""
+    enabled: bool = knob(True, "Measure and judge; off: no shared memory, no clock reads.", "flag")
+    mitigate: bool = knob(True, "Rebalance the workers of this node, as balance says.", "flag")
+    balance: Literal["budget", "steal"] = knob(
+        "budget",
+        "budget: shift outstanding requests toward starved workers (same total). steal: "
+        "workers that are ahead take windows a slower worker of the same rank has not "
+        "started (every sample still once per epoch; resume per window).",
+        "choice", choices=("budget", "steal"),
+    )  # fmt: skip
+    window_seconds: float = knob(1.0, "Length of a judging window.", "seconds", low=0.01,
+                                 high=3600.0)  # fmt: skip
+    rate_threshold: float = knob(
+        0.6, "Starved below this fraction of the peers' median delivery rate.", "number",
+        low=0.0, high=1.0,
+    )  # fmt: skip
+    readiness_gap: float = knob(
+        0.3, "Starved when readiness is this much (0..1) under the peers' median...", "number",
+        low=0.0, high=1.0,
+    )  # fmt: skip
+    readiness_floor: float = knob(
+        0.5,
+        "...and under this: a worker whose data is ready at least half the time it is asked "
+        "for is not starved (single windows' readiness swings by up to 0.4 between balanced "
+        "workers).",
+        "number", low=0.0, high=1.0,
+    )  # fmt: skip
+    flag_after: int = knob(2, "Starved windows in a row before a flag is raised.", "count",
+                           low=1, high=1000)  # fmt: skip
+    clear_after: int = knob(2, "Good windows in a row before a flag clears.", "count", low=1,
+                            high=1000)  # fmt: skip
+    max_share: float = knob(
+        4.0, "Most outstanding requests one worker may get, as a multiple of its even share.",
+        "number", low=1.0, high=256.0,
+    )  # fmt: skip
+    exchange_dir: str | None = knob(
+        None,
+        "Folder where ranks exchange their totals (shared across nodes for multi-node jobs); "
+        "default: one under the temporary folder, named after the job.",
+        "path", optional=True,
+    )  # fmt: skip
+    callback: Callable[[dict[str, Any]], None] | None = knob(
+        None,
+        "Called with an event dict when a flag is raised or cleared, in the process that "
+        "closed the window: a module-level function where workers are spawned.",
+        "callable", optional=True, in_config=False,
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "mitigate"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, not {getattr(self, name)!r}")
-        if self.balance not in ("budget", "steal"):
-            raise ValueError(f"balance must be budget or steal, not {self.balance!r}")
-        _check_number("window_seconds", self.window_seconds, 0.01, 3600.0)
-        _check_number("rate_threshold", self.rate_threshold, 0.0, 1.0)
-        _check_number("readiness_gap", self.readiness_gap, 0.0, 1.0)
-        _check_number("readiness_floor", self.readiness_floor, 0.0, 1.0)
-        _check_number("max_share", self.max_share, 1.0, 256.0)
-        for name in ("flag_after", "clear_after"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-                raise ValueError(f"{name} must be an integer in 1..1000, not {value!r}")
-        if self.callback is not None and not callable(self.callback):
-            raise TypeError(f"callback must be callable, not {self.callback!r}")
+        check(self)
 
     def replace(self, **changes: Any) -> FairnessSettings:
         return dataclasses.replace(self, **changes)
@@ -109,8 +110,3 @@ class FairnessSettings:
         if isinstance(value, dict):
             return cls(**value)
         raise TypeError(f"fairness must be FairnessSettings, a dict, True or False, not {value!r}")
-
-
-def _check_number(name: str, value: object, low: float, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ValueError(f"{name} must be a number in {low}..{high}, not {value!r}")

@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 
 import fastio
-from fastio.reader._tuning import ReaderTuning, TuningOptions, reader_space, storage_fingerprint
+from fastio.reader._tuning import ReaderTuning, reader_space, storage_fingerprint
+from fastio.spec import TunerSettings
 
 MiB = 1 << 20
 FILES = 8
 FILE_SIZE = 2 * MiB
 # Short windows: a few tens of milliseconds of reading each.
-OPTIONS = TuningOptions(window_seconds=0.02, warmup_seconds=0.005, tick_seconds=0.005,
+OPTIONS = TunerSettings(window_seconds=0.02, warmup_seconds=0.005, tick_seconds=0.005,
                         memory_budget=8 * MiB, max_trials=12)  # fmt: skip
 
 
@@ -104,7 +105,7 @@ def test_dataset_tune_runs_a_thread_and_reports(files: dict[str, str], resources
             "memory_budget": 8 * MiB}  # fmt: skip
     with fastio.Dataset(paths, format="fixed", record_size=record, shuffle=True,
                         tune=tune) as dataset:  # fmt: skip
-        assert dataset.tune == TuningOptions(**tune)
+        assert dataset.spec.tuner == TunerSettings(enabled=True, **tune)
         for epoch in range(10):
             dataset.set_epoch(epoch)
             got = [hashlib.sha256(sample).digest() for sample in dataset]
@@ -126,11 +127,11 @@ def test_dataset_tune_runs_a_thread_and_reports(files: dict[str, str], resources
 
 def test_bad_tune_options_are_refused(files: dict[str, str]) -> None:
     with pytest.raises(TypeError, match=r"tune: .*speed"):
-        TuningOptions.of({"speed": 3})
+        TunerSettings.coerce({"speed": 3})
     with pytest.raises(ValueError, match="memory_budget"):
-        TuningOptions(memory_budget=100)
-    assert TuningOptions.of(False) is None
-    assert TuningOptions.of(True) == TuningOptions()
+        TunerSettings(memory_budget=100)
+    assert not TunerSettings.coerce(False).enabled
+    assert TunerSettings.coerce(True) == TunerSettings(enabled=True)
 
 
 def test_config_tuner_section_turns_tuning_on(files: dict[str, str], tmp_path: Path) -> None:
@@ -145,10 +146,10 @@ def test_config_tuner_section_turns_tuning_on(files: dict[str, str], tmp_path: P
     config = load_config(config_path)
     assert config.tuner.memory_budget == 8 * MiB
     options = config.tuner.to_options()
-    assert options == TuningOptions(storage=str(tmp_path / "trials.log"), memory_budget=8 * MiB,
-                                    window_seconds=0.5)  # fmt: skip
+    assert options == TunerSettings(enabled=True, storage=str(tmp_path / "trials.log"),
+                                    memory_budget=8 * MiB, window_seconds=0.5)  # fmt: skip
     with config.to_dataset() as dataset:
-        assert dataset.tune == options
+        assert dataset.spec.tuner == options
         assert dataset.stats()["tuner"]["phase"] == "explore"
     with pytest.raises(fastio.ConfigError, match=r"tuner\.max_trials"):
         load_config(config_path, tuner__max_trials=0)

@@ -1,0 +1,224 @@
+"""What a knob is: a dataclass field with one default, its bounds and its doc.
+
+Every settings class in :mod:`fastio.spec` declares its fields with
+:func:`knob` and calls :func:`check` in ``__post_init__``. The same metadata
+drives the config file sections (:mod:`fastio.config`), the command-line
+options (:mod:`fastio.cli`) and the keywords of :class:`fastio.Dataset`, so
+one message and one size parser serve them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["Knob", "KnobKind", "check", "check_value", "knob", "knobs", "parse_size", "size_text"]
+
+KnobKind = Literal[
+    "count",  # an integer
+    "size",  # bytes: an integer or "64MiB", "1MB", "4m"
+    "seconds",  # a number of seconds
+    "number",  # any other real number
+    "flag",  # true or false
+    "choice",  # one of `choices`
+    "text",  # a string
+    "path",  # a path or a string
+    "paths",  # a path, or a list of them
+    "names",  # a list of strings
+    "mapping",  # a dict with string keys, passed on untouched
+    "callable",  # a function (given in code only)
+    "section",  # a nested settings class
+    "sections",  # a list of nested settings
+    "object",  # anything (checked by its consumer)
+]
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A field's metadata: see :func:`knob`."""
+
+    doc: str
+    kind: KnobKind
+    low: float | None = None
+    high: float | None = None
+    above: float | None = None
+    choices: tuple[Any, ...] = ()
+    optional: bool = False
+    keyword: str | None = None
+    short: str | None = None
+    in_config: bool = True
+
+
+def knob(
+    default: Any,
+    doc: str,
+    kind: KnobKind,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    above: float | None = None,
+    choices: tuple[Any, ...] = (),
+    optional: bool = False,
+    keyword: str | None = None,
+    short: str | None = None,
+    in_config: bool = True,
+    factory: Any = None,
+) -> Any:
+    """A dataclass field with its knob metadata.
+
+    ``low``/``high`` bound it inclusively, ``above`` exclusively from below;
+    ``optional`` lets it be None (meaning "not set"); ``keyword`` is its name
+    as a keyword of :class:`fastio.Dataset` where that differs from, or lives
+    outside, its section; ``short`` its one-letter command-line flag;
+    ``in_config=False`` keeps it out of config files (a callback).
+    """
+    metadata = {"knob": Knob(doc, kind, low, high, above, choices, optional, keyword, short,
+                             in_config)}  # fmt: skip
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def knobs(cls: Any) -> dict[str, Knob]:
+    """The knobs of a settings class (or instance), in field order."""
+    return {f.name: f.metadata["knob"] for f in dataclasses.fields(cls) if "knob" in f.metadata}
+
+
+def check(instance: Any) -> None:
+    """Check every knob of a (frozen) settings instance, storing the normal form
+    of values that have one (``"64MiB"`` becomes 67108864, a path a string).
+    Raises TypeError or ValueError: ``"<name> must be ..., not ..."``."""
+    for name, spec in knobs(instance).items():
+        value = getattr(instance, name)
+        normal = check_value(name, spec, value)
+        if normal is not value:
+            object.__setattr__(instance, name, normal)
+
+
+def check_value(name: str, spec: Knob, value: Any) -> Any:
+    """``value`` checked against ``spec``, in its normal form."""
+    if value is None:
+        if spec.optional:
+            return None
+        if spec.kind == "mapping":  # no options
+            return {}
+        raise TypeError(f"{name} must be given, not None")
+    kind = spec.kind
+    if kind == "size":
+        try:
+            value = parse_size(value)
+        except ValueError:
+            raise ValueError(f"{name} {_must_be_size(value)}") from None
+        return _bounded(name, spec, value)
+    if kind == "count":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an integer, not {_shown(value)}")
+        return _bounded(name, spec, value)
+    if kind in ("seconds", "number"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise TypeError(f"{name} must be a number, not {_shown(value)}")
+        return _bounded(name, spec, value)
+    if kind == "flag":
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be true or false, not {_shown(value)}")
+        return value
+    if kind == "choice":
+        if value not in spec.choices:
+            raise ValueError(f"{name} must be {_alternatives(spec.choices)}, not {_shown(value)}")
+        return value
+    if kind in ("text", "path"):
+        if kind == "path" and isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a {'path' if kind == 'path' else 'string'}, "
+                            f"not {_shown(value)}")  # fmt: skip
+        return value
+    if kind == "paths":
+        if isinstance(value, (str, os.PathLike)):
+            return os.fspath(value)
+        if isinstance(value, (list, tuple)) and value:
+            return tuple(check_value(name, Knob(spec.doc, "path"), one) for one in value)
+        raise TypeError(f"{name} must be a path or a list of paths, not {_shown(value)}")
+    if kind == "names":
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise TypeError(f"{name} must be a list of names, not {_shown(value)}")
+        if not all(isinstance(one, str) for one in value):
+            raise TypeError(f"{name} must be a list of names, not {_shown(value)}")
+        return tuple(value)
+    if kind == "mapping":
+        if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+            raise TypeError(f"{name} must be a mapping, not {_shown(value)}")
+        return value
+    if kind == "callable":
+        if not callable(value):
+            raise TypeError(f"{name} must be callable, not {_shown(value)}")
+        return value
+    return value
+
+
+def _bounded(name: str, spec: Knob, value: float) -> Any:
+    low, high, above = spec.low, spec.high, spec.above
+    if low is not None and high is not None and not low <= value <= high:
+        raise ValueError(f"{name} must be in {_number(low)}..{_number(high)}, not {value}")
+    if low is not None and high is None and value < low:
+        raise ValueError(f"{name} must be at least {_number(low)}, not {value}")
+    if high is not None and low is None and value > high:
+        raise ValueError(f"{name} must be at most {_number(high)}, not {value}")
+    if above is not None and not value > above:
+        raise ValueError(f"{name} must be more than {_number(above)}, not {value}")
+    return value
+
+
+def _number(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+def _alternatives(choices: tuple[Any, ...]) -> str:
+    shown = [repr(choice) for choice in choices]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---- sizes -------------------------------------------------------------------------------
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+_UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def parse_size(value: object) -> int:
+    """Bytes from an integer or ``"65536"``, ``"64KiB"``, ``"1MB"`` (decimal),
+    ``"4m"`` or ``"4k"`` (a bare k/m/g/t is binary, as fio and dd read it).
+    Raises ValueError."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match is not None and not (match[3] and not (match[2] and match[4])):
+            number, prefix, binary, unit = match.groups()
+            power = "kmgtp".find(prefix.lower()) + 1 if prefix else 0
+            # KiB and a bare k are binary; kB and KB are decimal.
+            base = 1024 if binary or (prefix and not unit) else 1000
+            result = float(number) * base**power
+            if result.is_integer():
+                return int(result)
+    raise ValueError(_must_be_size(value))
+
+
+def _must_be_size(value: object) -> str:
+    return f"must be a size (65536, 64KiB, 4m or 1GiB), not {_shown(value)}"
+
+
+def size_text(count: int) -> int | str:
+    """``67108864`` as ``"64MiB"``: how sizes are written out (exact units only)."""
+    for unit, scale in _UNITS:
+        if count and count % scale == 0:
+            return f"{count // scale}{unit}"
+    return count
