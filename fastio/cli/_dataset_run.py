@@ -68,8 +68,8 @@ def describe(dataset: Dataset) -> dict[str, Any]:
         "total_samples": dataset.total,
         "shuffle": dataset.shuffle,
         "seed": dataset.seed,
-        "shuffle_buffer": dataset.shuffle_buffer,
-        "shuffle_shards": dataset.shuffle_shards,
+        "shuffle_buffer": dataset.spec.shuffle.buffer,
+        "shuffle_shards": dataset.spec.shuffle.shards,
         "remainder": dataset.remainder,
         "on_error": dataset.on_error,
     }

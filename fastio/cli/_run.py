@@ -211,7 +211,7 @@ def _run_dataset(
                 )
                 with sample_progress(label, len(dataset), quiet=as_json) as advance:
                     runs.append(read_epoch(dataset, batch_size, advance))
-            quality = shuffle_quality(dataset.order(), dataset._bases)
+            quality = shuffle_quality(dataset.order(), dataset.bases)
     except (OSError, DecodeError) as error:
         raise click.ClickException(str(error)) from None
     median = sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]

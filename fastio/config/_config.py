@@ -68,7 +68,7 @@ from pydantic_settings import (
 )
 
 from fastio._errors import ConfigError
-from fastio.plan._assignment import Remainder  # noqa: TC001 - pydantic reads annotations at run time
+from fastio.spec._dataset import Remainder  # noqa: TC001 - pydantic reads annotations at run time
 from fastio.spec._reader import EngineKind, ReaderSettings
 
 if sys.version_info >= (3, 11):

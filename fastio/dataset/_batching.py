@@ -11,7 +11,7 @@ import numpy as np
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from fastio.dataset._dataset import Dataset
+    from fastio.plan._cursor import EpochCursor
 
 __all__ = ["assemble", "rebatch", "rows_of", "slice_rows"]
 
@@ -78,12 +78,12 @@ def _as_batch(table: Any) -> Any:
 
 
 def rebatch(
-    units: Iterator[Any], batch_size: int, drop_last: bool, dataset: Dataset
+    units: Iterator[Any], batch_size: int, drop_last: bool, cursor: EpochCursor
 ) -> Iterator[Any]:
     """Batches of exactly ``batch_size`` rows (the last may be short) from the
-    windows' (table, rows, positions, end) units. The dataset's position
-    advances as batches are delivered: a saved state never skips rows that
-    were assembled but not yet handed out."""
+    windows' (table, rows, positions, end) units. The cursor advances as
+    batches are delivered: a saved state never skips rows that were assembled
+    but not yet handed out."""
     carry: list[Any] = []
     carried = last_end = 0
     for table, rows, positions, end in units:
@@ -95,23 +95,21 @@ def rebatch(
             carried += need
             start = need
             if carried == batch_size:
-                dataset._position = int(positions[need - 1]) + 1
-                dataset._delivered += batch_size
+                cursor.deliver_batch(batch_size, int(positions[need - 1]) + 1)
                 yield _as_batch(_concat(carry))
                 carry, carried = [], 0
         while start + batch_size <= len(rows):
             stop = start + batch_size
-            dataset._position = int(positions[stop - 1]) + 1 if stop < len(rows) else end
-            dataset._delivered += batch_size
+            cursor.deliver_batch(batch_size, int(positions[stop - 1]) + 1 if stop < len(rows)
+                                 else end)  # fmt: skip
             yield _as_batch(_take(table, rows[start:stop]))
             start = stop
         if start < len(rows):
             carry.append(_take(table, rows[start:]))
             carried += len(rows) - start
         elif not carried:
-            dataset._position = end
+            cursor.move_to(end)
     if carried and not drop_last:
-        dataset._delivered += carried
-        dataset._position = last_end
+        cursor.deliver_batch(carried, last_end)
         yield _as_batch(_concat(carry))
-    dataset._position = max(dataset._position, last_end)
+    cursor.move_to(max(cursor.position, last_end))

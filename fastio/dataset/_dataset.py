@@ -1,9 +1,14 @@
 """fastio.Dataset: sharded datasets as a drop-in iterable.
 
 URLs -> layouts (per-shard counts and byte ranges, from the index or
-metadata) -> the epoch's assignment for this (rank, worker) -> windows (see
-:mod:`fastio.plan._windows`) -> reads through one :class:`fastio.Reader` stream ->
-the format decodes -> samples or batches, in the window's permutation.
+metadata) -> this participant's part of the epoch, in windows
+(:mod:`fastio.plan`) -> reads through one :class:`fastio.Reader` stream -> the
+format decodes -> samples or batches, in each window's permutation
+(:mod:`fastio.dataset._units`). The dataset runs its own loop
+(:mod:`fastio.dataset._delivery`); the fairness monitor observes it and, with
+``balance="steal"``, decides which units each worker reads; the tuner sets the
+reader's knobs. The epoch cursor is the one writer of the position, the error
+policy of what was skipped.
 
 With torch installed the class is a ``torch.utils.data.IterableDataset``; each
 DataLoader worker then reads its own part of the rank's samples.
@@ -11,46 +16,48 @@ DataLoader worker then reads its own part of the rank's samples.
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 import math
-import warnings
-from dataclasses import dataclass
-from itertools import islice
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from fastio._errors import DecodeError, SkippedSamplesWarning
-from fastio.dataset._batching import assemble, rebatch, rows_of
-from fastio.dataset._reads import Read, execute, plan_reads
-from fastio.dataset._spill import MISSING as SPILL_MISSING  # tiering hook
-from fastio.dataset._spill import make_spill  # tiering hook
-from fastio.fairness._monitor import FairnessMonitor  # fairness hook (issue #6)
-from fastio.formats._shards import Layout, format_for_url, format_options, make_format
-from fastio.plan._assignment import assign_samples, current_rank, current_worker
-from fastio.plan._windows import Run, Window, make_windows, permutation
-from fastio.reader import _tuning  # tuner hook (issue #5)
+from fastio._errors import DecodeError
+from fastio.dataset._batching import rebatch
+from fastio.dataset._delivery import deliver
+from fastio.dataset._policy import ErrorPolicy
+from fastio.dataset._reads import Read, SampleReads
+from fastio.dataset._spill import make_spill
+from fastio.dataset._steal import StealingRun, check_steal_state
+from fastio.dataset._units import read_part
+from fastio.fairness._monitor import FairnessMonitor
+from fastio.formats._layout import Layout
+from fastio.formats._shards import format_for_url, format_options, make_format
+from fastio.plan._cursor import EpochCursor, Start
+from fastio.plan._part import make_part
+from fastio.plan._participant import Participant, current_rank
+from fastio.plan._windows import Run
+from fastio.reader import _tuning
 from fastio.reader._reader import Reader
 from fastio.sources._urls import expand_urls
-from fastio.spec._dataset import DatasetSpec, OnError, Remainder, TieringSettings, TierSettings
+from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Iterable, Iterator, Sequence
 
     from fastio.cache._cache import ShardCache
-    from fastio.fairness._publish import Publisher
+    from fastio.dataset._delivery import Observer
+    from fastio.plan._part import Part
+    from fastio.spec._dataset import OnError, Remainder
     from fastio.spec._fairness import FairnessSettings
     from fastio.spec._reader import ReaderSettings
     from fastio.spec._tuner import TunerSettings
-    from fastio.tiering import Tiering  # tiering hook
+    from fastio.tiering import Tiering
 
 __all__ = ["Batches", "Dataset"]
 
-log = logging.getLogger("fastio")
-
 _STATE_VERSION = 1
-_MAX_KEPT_ERRORS = 100
 
 if TYPE_CHECKING:
     _Base = object
@@ -59,18 +66,6 @@ else:
         from torch.utils.data import IterableDataset as _Base
     except ImportError:  # torch is an optional extra
         _Base = object
-
-
-@dataclass(frozen=True, slots=True)
-class _Who:
-    rank: int
-    world_size: int
-    worker: int
-    num_workers: int
-
-
-def _empty_layout(url: str) -> Layout:
-    return Layout(url, 0, 0, np.zeros(1, np.int64), np.zeros(0, np.int64))
 
 
 class Dataset(_Base):
@@ -94,26 +89,30 @@ class Dataset(_Base):
     chaining); ``storage_options`` go to fsspec. With ``cache_dir`` and
     ``cache_bytes``, remote shards are read from local copies in a shard cache
     that never exceeds ``cache_bytes`` and evicts by this plan's future use
-    (``cache_policy="plan"``, or ``"lru"``), downloading the
-    ``cache_prefetch`` shards the plan needs next in the background. ``reader`` and further
-    keywords are :class:`ReaderSettings`.
+    (``cache_policy="plan"``, or ``"lru"``), downloading the ``cache_prefetch``
+    shards the plan needs next in the background. ``reader`` and further
+    keywords are :class:`ReaderSettings`. Every knob is described, with its
+    default and bounds, in :mod:`fastio.spec`; sizes may be given as ``"64MiB"``.
 
     ``on_error``: ``"raise"`` (default; the error names URL, byte offset and
     sample), ``"skip"`` (go on, count skipped samples in :meth:`stats`, log a
     summary each epoch) or ``"warn"`` (as skip, with a
     :class:`SkippedSamplesWarning` per failure).
 
-    ``fairness``: the fairness monitor's :class:`~fastio.fairness.FairnessSettings`
+    ``fairness``: the fairness monitor's :class:`~fastio.spec.FairnessSettings`
     (or a dict of them; ``False`` turns it off); its report is in :meth:`stats`.
-    ``tune=True`` (or tuner options) tunes ``outstanding_requests`` and
-    ``read_size`` online (see :mod:`fastio.reader._tuning`).
+    ``tune=True`` (or :class:`~fastio.spec.TunerSettings`, or a dict of them)
+    tunes ``outstanding_requests`` and ``read_size`` online.
 
-    ``tiering`` (a :class:`fastio.tiering.Tiering`) places intermediate files
-    by predicted I/O density: shuffle windows larger than ``shuffle_memory``
-    spill to a tier file, with ``cache_bytes`` the shard cache keeps its
-    copies in the tiers' directories, each where the policy puts it, and
-    without ``index_dir`` the indexes of remote shards (and of shards in
-    read-only folders) go where it puts them too.
+    ``tiering`` (a :class:`fastio.tiering.Tiering`, or its settings) places
+    intermediate files by predicted I/O density: shuffle windows larger than
+    ``shuffle_memory`` spill to a tier file, with ``cache_bytes`` the shard
+    cache keeps its copies in the tiers' directories, each where the policy
+    puts it, and without ``index_dir`` the indexes of remote shards (and of
+    shards in read-only folders) go where it puts them too.
+
+    Raises TypeError or ValueError for a bad knob (naming it), and the
+    reader's or the format's errors for shards that cannot be indexed.
     """
 
     def __init__(
@@ -123,25 +122,25 @@ class Dataset(_Base):
         *,
         shuffle: bool = True,
         seed: int = 0,
-        shuffle_buffer: int = 64 << 20,
+        shuffle_buffer: int | str = 64 << 20,
         shuffle_shards: int = 8,
         rank: int | None = None,
         world_size: int | None = None,
         remainder: Remainder = "exact",
         on_error: OnError = "raise",
         columns: Sequence[str] | None = None,
-        record_size: int | None = None,
+        record_size: int | str | None = None,
         verify: bool = True,
         example: bool = True,
         index_dir: str | os.PathLike[str] | None = None,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
-        cache_bytes: int | None = None,
+        cache_bytes: int | str | None = None,
         cache_policy: Literal["plan", "lru"] = "plan",
         cache_prefetch: int = 2,
-        reader: ReaderSettings | None = None,
+        reader: ReaderSettings | dict[str, Any] | None = None,
         fairness: FairnessSettings | dict[str, Any] | bool | None = None,
-        shuffle_memory: int | None = None,  # tiering hook: shuffle spill (fastio.dataset._spill)
+        shuffle_memory: int | str | None = None,
         tiering: Tiering | TieringSettings | dict[str, Any] | None = None,
         tune: bool | dict[str, Any] | TunerSettings | None = None,
         **reader_knobs: Any,
@@ -152,6 +151,8 @@ class Dataset(_Base):
             settings = tiering
         elif tiering is not None:
             live_tiering, settings = tiering, _settings_of(tiering)
+        if not isinstance(urls, (str, bytes)) and not hasattr(urls, "__fspath__"):
+            urls = list(urls)
         spec = DatasetSpec.from_keywords(
             urls, format=format, shuffle=shuffle, seed=seed, shuffle_buffer=shuffle_buffer,
             shuffle_shards=shuffle_shards, rank=rank, world_size=world_size, remainder=remainder,
@@ -176,65 +177,65 @@ class Dataset(_Base):
         self.spec = spec
         if tiering is None and spec.tiering.enabled:
             tiering = _tiering_of(spec.tiering)
-        shuffle_memory = spec.tiering.shuffle_memory
-        cache = spec.cache
         self.storage_options = dict(spec.storage_options)
-        self._spill = make_spill(shuffle_memory, tiering)
-        self.cache: ShardCache | None = None
-        if cache.dir is not None or (tiering is not None and cache.max_bytes is not None):
-            from fastio.cache._cache import ShardCache
-
-            folders = tiering.directories if tiering is not None else cache.dir
-            assert folders is not None  # checked by the spec
-            assert cache.max_bytes is not None
-            self.cache = ShardCache(folders, cache.max_bytes, cache.policy, placement=tiering,
-                                    prefetch=cache.prefetch)  # fmt: skip
+        self._spill = make_spill(spec.tiering.shuffle_memory, tiering)
+        self.cache = _make_cache(spec, tiering)
         urls = spec.urls
         self.urls = expand_urls(urls if isinstance(urls, str) else list(urls),
                                 self.storage_options)  # fmt: skip
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
         self.format = spec.format or format_for_url(self.urls[0])
-        fmt = spec.format_options
-        placement = tiering if fmt.index_dir is None else None
-        options = format_options(self.format, fmt.columns, fmt.record_size, fmt.verify,
-                                 fmt.example, fmt.index_dir, placement)  # fmt: skip
-        self._format = make_format(self.format, **options)
-        self.shuffle = spec.shuffle.enabled
-        self.seed = spec.shuffle.seed
-        self.shuffle_buffer = spec.shuffle.buffer
-        self.shuffle_shards = spec.shuffle.shards
-        self.remainder: Remainder = spec.split.remainder
-        self.on_error: OnError = spec.on_error
+        options = spec.format_options
+        placement = tiering if options.index_dir is None else None
+        self._format = make_format(self.format, **format_options(
+            self.format, options.columns, options.record_size, options.verify, options.example,
+            options.index_dir, placement,
+        ))  # fmt: skip
         split = spec.split
         self._explicit_rank = None if split.rank is None else (split.rank, split.world_size or 1)
-        self.settings = spec.reader
         self._reader: Reader | None = None
-        self.tune = spec.tuner if spec.tuner.enabled else None
         self._tuning: _tuning.ReaderTuning | None = None
-        self.epoch = 0
-        # (epoch, position, who saved it) from load_state_dict, for the next iteration
-        self._resume: tuple[int, int, _Who] | None = None
-        self._position = 0
-        self._running_epoch: int | None = None
-        self._who: _Who | None = None
-        self._skipped = 0
-        self._delivered = 0
-        self._errors: list[str] = []
-        self.fairness = FairnessMonitor(spec.fairness, self.urls, self.seed)
-        self._shards_skipped = 0
+        self._cursor = EpochCursor()
+        self._policy = ErrorPolicy(spec.on_error)
+        self._stealing: StealingRun | None = None
+        self.fairness = FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed)
         self.layouts = self._load_layouts()
         counts = [layout.count for layout in self.layouts]
         self._bases = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._reads = SampleReads(self.layouts, self._format, lambda: self.reader, self._policy)
+
+    # ---- the spec's knobs ------------------------------------------------------------
+
+    @property
+    def settings(self) -> ReaderSettings:
+        """The reader's knobs as configured (the tuner may move the live reader's)."""
+        return self.spec.reader
+
+    @property
+    def shuffle(self) -> bool:
+        return self.spec.shuffle.enabled
+
+    @property
+    def seed(self) -> int:
+        return self.spec.shuffle.seed
+
+    @property
+    def remainder(self) -> Remainder:
+        return self.spec.split.remainder
+
+    @property
+    def on_error(self) -> OnError:
+        return self.spec.on_error
 
     # ---- setup ---------------------------------------------------------------------
 
     @property
     def reader(self) -> Reader:
+        """This process's reader (made on first use, and anew after :meth:`close`)."""
         if self._reader is None or self._reader.closed:
-            self._reader = Reader(
-                self.settings, storage_options=self.storage_options, cache=self.cache
-            )
+            self._reader = Reader(self.spec.reader, storage_options=self.storage_options,
+                                  cache=self.cache)  # fmt: skip
             if self._tuning is not None:
                 self._tuning.close()
             self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)
@@ -242,49 +243,33 @@ class Dataset(_Base):
 
     def _load_layouts(self) -> list[Layout]:
         layouts = []
-        tolerate = self.on_error != "raise"
+        policy = self._policy
         self.reader.prefetch_info(self.urls)  # remote objects: one round trip for all
         if self.cache is not None:  # shards without an index are read in this order
             self.cache.plan(self.urls)
         for url in self.urls:
             try:
-                layout, problems = self._format.layout(self.reader, url, tolerate)
+                layout, problems = self._format.layout(self.reader, url, policy.tolerates)
             except (OSError, DecodeError) as error:
-                if not tolerate:
-                    raise
-                self._shards_skipped += 1
-                self._failure(error, None, f"shard {url} is unreadable and left out")
+                policy.shard_left_out(error, url)
                 layouts.append(_empty_layout(url))
                 continue
             for problem in problems:
                 # The damaged record is lost; the index holds the samples around it.
-                self._failure(problem, 1, f"shard {url} is indexed without the damaged record")
+                policy.failure(problem, 1, f"shard {url} is indexed without the damaged record")
             layouts.append(layout)
         return layouts
-
-    def _failure(
-        self, error: Exception, lost: int | None, what: str, on_error: OnError | None = None
-    ) -> None:
-        """Apply the ``on_error`` policy (the dataset's unless given) to
-        ``error`` (``lost`` samples, if known)."""
-        on_error = on_error or self.on_error
-        if on_error == "raise":
-            raise error
-        if lost:
-            self._skipped += lost
-        text = f"{error} ({what}" + (f"; {lost} samples skipped)" if lost else ")")
-        if len(self._errors) < _MAX_KEPT_ERRORS:
-            self._errors.append(text)
-        if on_error == "warn":
-            warnings.warn(text, SkippedSamplesWarning, stacklevel=3)
-        else:
-            log.debug("fastio: %s", text)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_reader"] = None  # each process makes its own
-        state["_tuning"] = None  # tuner hook (issue #5): and tunes its own
+        state["_tuning"] = None  # and tunes its own
+        del state["_reads"]  # which reads through this copy's reader
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reads = SampleReads(self.layouts, self._format, lambda: self.reader, self._policy)
 
     def close(self) -> None:
         """Release the reader (its descriptors, buffers and loop thread) and the
@@ -295,7 +280,7 @@ class Dataset(_Base):
             self._reader.close()
         if self.cache is not None:  # its index connection and pins; reopened on use
             self.cache.close()
-        self.fairness.close()  # fairness hook (issue #6)
+        self.fairness.close()
 
     def __enter__(self) -> Dataset:
         return self
@@ -311,17 +296,25 @@ class Dataset(_Base):
         return [layout.count for layout in self.layouts]
 
     @property
+    def bases(self) -> np.ndarray:
+        """Each shard's first global sample number (positions in URL order), then the total."""
+        return self._bases
+
+    @property
     def total(self) -> int:
         """Samples in the whole dataset (all ranks)."""
         return int(self._bases[-1])
 
+    @property
+    def epoch(self) -> int:
+        """The epoch being read, or the next one's between iterations."""
+        return self._cursor.epoch
+
     def _rank(self) -> tuple[int, int]:
         return self._explicit_rank if self._explicit_rank is not None else current_rank()
 
-    def _current(self) -> _Who:
-        rank, world_size = self._rank()
-        worker, num_workers = current_worker()
-        return _Who(rank, world_size, worker, num_workers)
+    def _participant(self) -> Participant:
+        return Participant.current(self._explicit_rank)
 
     def __len__(self) -> int:
         """Samples this rank gets per epoch (all its DataLoader workers together)."""
@@ -334,21 +327,10 @@ class Dataset(_Base):
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch``'s order from the next iteration on (call it every epoch,
         as with DistributedSampler, in the main process before iterating)."""
-        self.epoch = int(epoch)
+        self._cursor.set_epoch(epoch)
 
-    def _windows(self, epoch: int, who: _Who) -> list[Window]:
-        spans = assign_samples(
-            self.counts, rank=who.rank, world_size=who.world_size, worker=who.worker,
-            num_workers=who.num_workers, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-            remainder=self.remainder,
-        )  # fmt: skip
-        mix = self.shuffle_shards if self.shuffle else 1
-        return make_windows(spans, self.layouts, self.shuffle_buffer, mix)
-
-    def _order(self, window: Window, index: int, epoch: int, who: _Who) -> np.ndarray | None:
-        if not self.shuffle:
-            return None
-        return permutation(window.count, self.seed, epoch, who.rank, who.worker, index)
+    def _part(self, epoch: int, participant: Participant) -> Part:
+        return make_part(self.layouts, self.spec.shuffle, self.remainder, epoch, participant)
 
     def order(
         self,
@@ -362,21 +344,14 @@ class Dataset(_Base):
         """Global sample numbers (positions in URL order) in the order this
         (rank, worker) delivers them in ``epoch``: computed from the plan alone."""
         default_rank, default_world = self._rank()
-        who = _Who(
+        participant = Participant(
             default_rank if rank is None else rank,
             default_world if world_size is None else world_size,
             worker,
             num_workers,
         )
         epoch = self.epoch if epoch is None else epoch
-        parts = []
-        for index, window in enumerate(self._windows(epoch, who)):
-            ids = np.concatenate(
-                [self._bases[p.shard] + np.arange(p.start, p.stop) for p in window.pieces]
-            ) if window.pieces else np.zeros(0, np.int64)  # fmt: skip
-            order = self._order(window, index, epoch, who)
-            parts.append(ids if order is None else ids[order])
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return self._part(epoch, participant).sample_ids(self._bases)
 
     # ---- state -----------------------------------------------------------------------
 
@@ -384,22 +359,30 @@ class Dataset(_Base):
         """Where this iterator is: the epoch and the position in it (samples
         delivered or skipped). Small and picklable; with DataLoader workers, use
         torchdata's StatefulDataLoader, which keeps one per worker."""
-        who = self._who or self._current()
-        if self._running_epoch is not None:
-            epoch, position = self._running_epoch, self._position
-        elif self._resume is not None:
-            epoch, position, _ = self._resume
+        cursor = self._cursor
+        who = cursor.participant or self._participant()
+        pending = cursor.pending
+        steal: dict[str, Any] | None = None
+        if cursor.running:
+            epoch, position = cursor.epoch, cursor.position
+            steal = self._stealing.state() if self._stealing is not None else None
+        elif pending is not None:
+            epoch, position = pending.epoch, pending.position
+            saved = pending.saved or {}
+            steal = _steal_state_of(saved["steal"]) if "steal" in saved else None
         else:
-            epoch, position = self.epoch, 0
-        return {
+            epoch, position = cursor.epoch, 0
+        state = {
             "version": _STATE_VERSION, "epoch": epoch, "position": position, "seed": self.seed,
             "shuffle": self.shuffle, "total": self.total, "rank": who.rank,
             "world_size": who.world_size, "worker": who.worker, "num_workers": who.num_workers,
-        } | self.fairness.steal_state()  # fmt: skip  # fairness hook (issue #6): steal units
+        }  # fmt: skip
+        return state if steal is None else state | {"steal": steal}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next iteration starts at the
-        next sample of that epoch, without reading what was delivered."""
+        next sample of that epoch, without reading what was delivered. Raises
+        ValueError for a state of another dataset or order."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"state version {state.get('version')}, not {_STATE_VERSION}")
         for key, mine in (("seed", self.seed), ("shuffle", self.shuffle), ("total", self.total)):
@@ -407,47 +390,36 @@ class Dataset(_Base):
                 raise ValueError(
                     f"state is of another dataset or order: {key} {state[key]!r}, here {mine!r}"
                 )
-        self.epoch = int(state["epoch"])
-        saved = _Who(state["rank"], state["world_size"], state["worker"], state["num_workers"])
-        self._resume = (self.epoch, int(state["position"]), saved)
-        self._running_epoch = None
-        self.fairness.load_steal_state(state.get("steal"))  # fairness hook (issue #6)
-
-    def _start(self) -> tuple[int, int, _Who]:
-        who = self._current()
-        epoch, position = self.epoch, 0
-        if self._resume is not None:
-            epoch, position, saved = self._resume
-            if saved != who:
-                raise ValueError(
-                    f"state was saved by rank {saved.rank}/{saved.world_size}, worker "
-                    f"{saved.worker}/{saved.num_workers}; resuming as rank {who.rank}/"
-                    f"{who.world_size}, worker {who.worker}/{who.num_workers} would change the "
-                    "order (resume with the same world size and number of workers)"
-                )
-            self._resume = None
-        self._who = who
-        self._running_epoch, self._position = epoch, position
-        return epoch, position, who
+        saved = dict(state)
+        if state.get("steal") is not None:
+            saved["steal"] = check_steal_state(state["steal"])
+        else:
+            saved.pop("steal", None)
+        saved_by = Participant(state["rank"], state["world_size"], state["worker"],
+                               state["num_workers"])  # fmt: skip
+        self._stealing = None
+        self._cursor.resume(saved_by, Start(int(state["epoch"]), int(state["position"]), saved))
 
     # ---- statistics ------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
         """Samples delivered and skipped, shards left out as unreadable,
         failures kept (up to 100) and the reader's statistics."""
+        cursor, policy = self._cursor, self._policy
         return {
-            "samples": self._delivered, "skipped": self._skipped,
-            "shards_skipped": self._shards_skipped, "errors": list(self._errors),
-            "epoch": self._running_epoch, "position": self._position,
+            "samples": cursor.delivered, "skipped": policy.skipped,
+            "shards_skipped": policy.shards_skipped, "errors": list(policy.errors),
+            "epoch": cursor.epoch if cursor.participant is not None else None,
+            "position": cursor.position,
             "reader": self._reader.stats().as_dict() if self._reader is not None else None,
-            "fairness": self.fairness.report(),  # fairness hook (issue #6)
-            "tuner": self._tuning.summary() if self._tuning is not None else None,  # issue #5
+            "fairness": self.fairness.report(),
+            "tuner": self._tuning.summary() if self._tuning is not None else None,
         }  # fmt: skip
 
     # ---- iteration -------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        return self._run(columnar=False, batch_size=0, drop_last=False)
+        return self._iterate(columnar=False, batch_size=0, drop_last=False)
 
     def batches(self, batch_size: int, *, drop_last: bool = False) -> Batches:
         """An iterable of batches of ``batch_size`` samples, one Python object per
@@ -458,123 +430,74 @@ class Dataset(_Base):
             raise ValueError(f"batch_size must be positive, not {batch_size}")
         return Batches(self, batch_size, drop_last)
 
-    def _run(self, columnar: bool, batch_size: int, drop_last: bool) -> Iterator[Any]:
-        # fairness hook (issue #6): the monitor runs the outermost loop, timing and
-        # publishing what this process delivers (no generator layer of its own)
-        return self.fairness.iterate(lambda: self._begin(columnar, batch_size, drop_last),
-                                     self._ended)  # fmt: skip
+    def _iterate(self, columnar: bool, batch_size: int, drop_last: bool) -> Iterator[Any]:
+        return deliver(lambda: self._begin(columnar, batch_size, drop_last),
+                       self._policy.iteration_ended)  # fmt: skip
 
     def _begin(
         self, columnar: bool, batch_size: int, drop_last: bool
-    ) -> tuple[Iterator[Any], Publisher | None]:
-        """At the first item: the iteration's items, and what publishes them."""
-        epoch, position, who = self._start()
-        publisher = self.fairness.watcher(self, who, epoch, position, lambda: self._delivered)
-        # fairness hook (issue #6): with balance="steal", units shared between workers
-        stolen = self.fairness.stolen_units(self, epoch, position, who, columnar, batch_size,
-                                            drop_last)  # fmt: skip
-        if stolen is not None:
-            return stolen, publisher
-        if columnar:
-            return rebatch(self._units(epoch, position, who, True), batch_size, drop_last,
-                           self), publisher  # fmt: skip
-        return self._units(epoch, position, who, False), publisher
+    ) -> tuple[Iterator[Any], Observer | None]:
+        """At the first item: the iteration's items, and what observes them."""
+        participant = self._participant()
+        cursor = self._cursor
+        start = cursor.begin(participant)
+        part = self._part(start.epoch, participant)
+        saved = start.saved or {}
+        steals = self.fairness.steals(participant)
+        if steals and "steal" not in saved and start.position:
+            raise ValueError("state was saved without balance='steal' (or with one DataLoader "
+                             "worker): resume it the same way")  # fmt: skip
+        if not steals and "steal" in saved:
+            raise ValueError("state was saved with balance='steal' and more than one DataLoader "
+                             "worker: resume it the same way")  # fmt: skip
+        # With steal a resumed position is inside some worker's unit: the share
+        # counts whole parts, and moves with each stolen unit.
+        assigned = part.count - (0 if steals else start.position)
+        observer = self.fairness.observe(participant, start.epoch, assigned, self.reader,
+                                         lambda: cursor.delivered)  # fmt: skip
+        self._stealing = None
+        if steals:
+            return self._stolen(part, saved.get("steal"), columnar, batch_size, drop_last), observer
+        units = self._read(part, start.position, columnar)
+        return (rebatch(units, batch_size, drop_last, cursor) if columnar else units), observer
 
-    def _ended(self) -> None:
-        if (self._skipped or self._shards_skipped) and self.on_error == "skip":
-            log.warning("fastio: %d samples and %d unreadable shards skipped so far "
-                        "(on_error='skip'); see stats()", self._skipped,
-                        self._shards_skipped)  # fmt: skip
-
-    def _units(
-        self, epoch: int, position: int, who: _Who, columnar: bool, stop: int | None = None
-    ) -> Iterator[Any]:
-        """Samples in delivery order; or, ``columnar``, per window a table, the
-        rows to deliver in order, each row's position in the epoch, and the
-        position after the window. ``self._position`` counts every sample
-        passed, delivered or skipped (samples mode; batches set it as they go).
-        ``stop``: windows before it only (a unit of work, fairness issue #6)."""
-        windows = self._windows(epoch, who)[:stop]
-        sizes = np.cumsum([0] + [w.count for w in windows])
-        first = int(np.searchsorted(sizes, position, side="right")) - 1
-        if first >= len(windows):
-            return
-        skip = position - int(sizes[first])
-        reads = plan_reads(self, windows, first, skip, epoch, who)
+    def _read(self, part: Part, position: int, columnar: bool, stop: int | None = None
+              ) -> Iterator[Any]:  # fmt: skip
         if self.cache is not None:
-            self._plan_cache(reads, epoch, who)
-        per_window = np.bincount([r.window for r in reads], minlength=len(windows))
-        executed = execute(self, reads, columnar)
-        for index in range(first, len(windows)):
-            window = windows[index]
-            order = self._order(window, index, epoch, who)
-            begin = skip if index == first else 0
-            its_reads = islice(executed, int(per_window[index]))
-            if order is None and not columnar:  # stored order: stream as decoded
-                expected = begin
-                for read, decoded, count in its_reads:
-                    at = read.piece.base + read.start - read.piece.start
-                    self._position += at - expected  # samples a failure lost
-                    for sample in decoded:
-                        self._position += 1
-                        self._delivered += 1
-                        yield sample
-                    expected = at + count
-                self._position = int(sizes[index + 1])
-                continue
-            # A window over shuffle_memory waits in a spill file.
-            if self._spill is not None and self._spill.applies(window.nbytes, columnar):
-                placed = ((r.piece.base + r.start - r.piece.start, d) for r, d, _ in its_reads)
-                sequence = order[begin:] if order is not None else np.arange(begin, window.count)
-                for sample in self._spill.window(placed, window.count, sequence, window.nbytes):
-                    self._position += 1
-                    if sample is not SPILL_MISSING:
-                        self._delivered += 1
-                        yield sample
-                continue
-            # Collect the window (the shuffle buffer), then deliver it in its order.
-            slots: list[Any] = [_MISSING] * window.count
-            parts: list[tuple[int, Any]] = []
-            for read, decoded, count in its_reads:
-                at = read.piece.base + read.start - read.piece.start
-                if columnar:
-                    for part in decoded:
-                        parts.append((at, part))
-                        at += rows_of(part)
-                else:
-                    slots[at : at + count] = decoded
-            sequence = order[begin:] if order is not None else np.arange(begin, window.count)
-            if columnar:
-                table, rows_at = assemble(parts, window.count)
-                if order is not None and not isinstance(table, np.ndarray) and table is not None:
-                    table = table.combine_chunks()  # one copy; gathers from one chunk are fast
-                rows = rows_at[sequence]
-                present = rows >= 0
-                first_position = int(sizes[index]) + begin
-                if order is None and bool(present.all()) and len(rows):
-                    # Stored order, nothing skipped: rows and positions are runs.
-                    start_row = int(rows[0])
-                    yield (table, range(start_row, start_row + len(rows)),
-                           range(first_position, first_position + len(rows)),
-                           int(sizes[index + 1]))  # fmt: skip
-                    continue
-                positions = first_position + np.flatnonzero(present)
-                yield table, rows[present], positions, int(sizes[index + 1])
-                continue
-            for slot in sequence:
-                sample = slots[slot]
-                slots[slot] = None  # the buffer shrinks as it is delivered
-                self._position += 1
-                if sample is not _MISSING:
-                    self._delivered += 1
-                    yield sample
+            self._plan_cache(part, position, stop)
+        return read_part(part, position, self._reads, self._cursor, self._spill, columnar, stop)
 
-    def _plan_cache(self, reads: list[Read], epoch: int, who: _Who) -> None:
+    def _stolen(self, part: Part, resume: dict[str, Any] | None, columnar: bool,
+                batch_size: int, drop_last: bool) -> Iterator[Any]:  # fmt: skip
+        """Units shared with the rank's other workers (``balance="steal"``)."""
+        if columnar and drop_last:
+            raise ValueError(
+                "batches(drop_last=True) with balance='steal' would drop rows at every unit's "
+                "end: use drop_last=False, or balance='budget'"
+            )
+        me = part.participant
+        parts = [part if worker == me.worker else
+                 self._part(part.epoch, dataclasses.replace(me, worker=worker))
+                 for worker in range(me.num_workers)]  # fmt: skip
+        unit_samples = [[window.count for window in p.windows] for p in parts]
+        run = self._stealing = StealingRun(unit_samples, resume, self._cursor)
+        claims = self.fairness.claims(me, part.epoch, unit_samples, run.done, run.resumed_unit,
+                                      resume is not None)  # fmt: skip
+
+        def read(owner: int, position: int, stop: int) -> Iterator[Any]:
+            units = self._read(parts[owner], position, columnar, stop)
+            return rebatch(units, batch_size, False, self._cursor) if columnar else units
+
+        return run.run(claims.segments(), read)
+
+    def _plan_cache(self, part: Part, position: int, stop: int | None) -> None:
         """Tell the shard cache the order shards are needed in: the rest of this
-        epoch, then the next (so that eviction keeps what is used soonest)."""
+        part, then the next epoch's (so that eviction keeps what is used soonest)."""
         assert self.cache is not None
-        shards = [read.piece.shard for read in reads]
-        shards += [p.shard for window in self._windows(epoch + 1, who) for p in window.pieces]
+        first, _ = part.locate(position)
+        rest = dataclasses.replace(part, windows=part.windows[first:stop])
+        following = self._part(part.epoch + 1, part.participant)
+        shards = rest.shards() + following.shards()
         order = [self.layouts[s].url for i, s in enumerate(shards) if i == 0 or shards[i - 1] != s]
         self.cache.plan(order)
 
@@ -588,18 +511,14 @@ class Dataset(_Base):
         index %= self.total
         shard = int(np.searchsorted(self._bases, index, side="right")) - 1
         sample = index - int(self._bases[shard])
-        piece = Run(shard, sample, sample + 1, 0)
-        read = Read(0, piece, sample, sample + 1)
-        for _, decoded, _ in execute(self, [read], False, on_error="raise"):
+        read = Read(0, Run(shard, sample, sample + 1, 0), sample, sample + 1)
+        for _, decoded, _ in self._reads.execute([read], False, ErrorPolicy("raise")):
             return decoded[0]
-        raise IndexError(index)  # unreachable: _execute yields once or raises
+        raise IndexError(index)  # unreachable: execute yields once or raises
 
     def __repr__(self) -> str:
         return (f"<fastio.Dataset {self.format} shards={len(self.urls)} samples={self.total} "
                 f"shuffle={self.shuffle} seed={self.seed}>")  # fmt: skip
-
-
-_MISSING = object()
 
 
 class Batches(_Base):
@@ -612,7 +531,7 @@ class Batches(_Base):
         self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[Any]:
-        return self.dataset._run(True, self.batch_size, self.drop_last)
+        return self.dataset._iterate(True, self.batch_size, self.drop_last)
 
     def __len__(self) -> int:
         n = len(self.dataset)
@@ -623,6 +542,30 @@ class Batches(_Base):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dataset.load_state_dict(state)
+
+
+def _empty_layout(url: str) -> Layout:
+    return Layout(url, 0, 0, np.zeros(1, np.int64), np.zeros(0, np.int64))
+
+
+def _steal_state_of(checked: dict[str, Any]) -> dict[str, Any]:
+    """A checked steal state as it is saved (lists, not tuples)."""
+    current = checked["current"]
+    return {"done": [list(unit) for unit in checked["done"]],
+            "current": None if current is None else list(current)}  # fmt: skip
+
+
+def _make_cache(spec: DatasetSpec, tiering: Tiering | None) -> ShardCache | None:
+    cache = spec.cache
+    if cache.dir is None and (tiering is None or cache.max_bytes is None):
+        return None
+    from fastio.cache._cache import ShardCache
+
+    folders = tiering.directories if tiering is not None else cache.dir
+    assert folders is not None  # one of the two, by the test above
+    assert cache.max_bytes is not None  # the spec checks that a folder comes with a limit
+    return ShardCache(folders, cache.max_bytes, cache.policy, placement=tiering,
+                      prefetch=cache.prefetch)  # fmt: skip
 
 
 def _settings_of(tiering: Tiering) -> TieringSettings:

@@ -1,6 +1,6 @@
 """How a dataset's samples are read: reads planned from windows, run through
 one reader stream, decoded by the format, failures put through the error
-policy. Split from :mod:`fastio.dataset._dataset`, which decides what to read."""
+policy."""
 
 from __future__ import annotations
 
@@ -16,95 +16,167 @@ from fastio.dataset._batching import rows_of, slice_rows
 from fastio.reader._ranges import Shard
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
-    from fastio.dataset._dataset import Dataset, _Who
-    from fastio.formats._shards import Layout
+    from fastio.dataset._policy import ErrorPolicy
+    from fastio.formats._layout import Layout, ShardFormat
     from fastio.plan._windows import Run, Window
-    from fastio.spec._dataset import OnError
+    from fastio.reader._reader import Reader
 
-__all__ = ["Guarded", "Read", "decode", "execute", "located", "plan_reads"]
+__all__ = ["Read", "SampleReads", "located"]
 
 
 @dataclass(frozen=True, slots=True)
 class Read:
-    """Samples ``start``..``stop`` of ``piece``'s shard, for window ``window``."""
+    """Samples ``start``..``stop`` of ``run``'s shard, for window ``window``."""
 
     window: int
-    piece: Run
+    run: Run
     start: int
     stop: int
 
+    @property
+    def at(self) -> int:
+        """The window position of the read's first sample."""
+        return self.run.base + self.start - self.run.start
 
-def plan_reads(dataset: Dataset, windows: list[Window], first: int, skip: int, epoch: int,
-               who: _Who) -> list[Read]:  # fmt: skip
-    """Reads for windows ``first``.., the first of which has delivered
-    ``skip`` of its samples already (only the rest are read again)."""
-    reads: list[Read] = []
-    for index in range(first, len(windows)):
-        window = windows[index]
-        if index != first or not skip:
-            reads.extend(Read(index, p, p.start, p.stop) for p in window.pieces)
-            continue
-        order = dataset._order(window, index, epoch, who)
-        wanted = np.arange(skip, window.count) if order is None else np.sort(order[skip:])
-        for piece in window.pieces:
-            inside = wanted[(wanted >= piece.base) & (wanted < piece.base + len(piece))]
-            if not len(inside):
+
+class SampleReads:
+    """Reads samples of ``layouts`` (decoded by ``shard_format``) through the
+    reader ``reader()`` gives, failures through ``policy``."""
+
+    def __init__(
+        self,
+        layouts: Sequence[Layout],
+        shard_format: ShardFormat,
+        reader: Callable[[], Reader],
+        policy: ErrorPolicy,
+    ) -> None:
+        self.layouts = layouts
+        self.format = shard_format
+        self.reader = reader
+        self.policy = policy
+
+    def plan(
+        self,
+        windows: Sequence[Window],
+        first: int,
+        skip: int,
+        order_of: Callable[[int], np.ndarray | None],
+    ) -> list[Read]:
+        """Reads for windows ``first``.., the first of which has delivered
+        ``skip`` of its samples already (only the rest are read again);
+        ``order_of(window)`` is a window's delivery order (None: stored)."""
+        reads: list[Read] = []
+        for index in range(first, len(windows)):
+            window = windows[index]
+            if index != first or not skip:
+                reads.extend(Read(index, run, run.start, run.stop) for run in window.runs)
                 continue
-            samples = inside - piece.base + piece.start
-            if not dataset.layouts[piece.shard].per_sample:
-                reads.append(Read(index, piece, int(samples[0]), int(samples[-1]) + 1))
-                continue
-            # Runs of consecutive samples: read only those.
-            breaks = np.flatnonzero(np.diff(samples) != 1) + 1
-            runs = np.split(samples, breaks)
-            reads.extend(Read(index, piece, int(r[0]), int(r[-1]) + 1) for r in runs)
-    return reads
+            order = order_of(index)
+            wanted = np.arange(skip, window.count) if order is None else np.sort(order[skip:])
+            for run in window.runs:
+                inside = wanted[(wanted >= run.base) & (wanted < run.base + len(run))]
+                if not len(inside):
+                    continue
+                samples = inside - run.base + run.start
+                if not self.layouts[run.shard].per_sample:
+                    reads.append(Read(index, run, int(samples[0]), int(samples[-1]) + 1))
+                    continue
+                # Runs of consecutive samples: read only those.
+                breaks = np.flatnonzero(np.diff(samples) != 1) + 1
+                reads.extend(Read(index, run, int(r[0]), int(r[-1]) + 1)
+                             for r in np.split(samples, breaks))  # fmt: skip
+        return reads
 
+    def execute(
+        self, reads: list[Read], columnar: bool, policy: ErrorPolicy | None = None
+    ) -> Iterator[tuple[Read, Any, int]]:
+        """Every read decoded, in order: (read, decoded, count). A failing read
+        goes through the error policy (``policy``, else the dataset's); a failed
+        stream restarts after it."""
+        policy = policy or self.policy
+        planned = [self.layouts[r.run.shard].ranges(r.start, r.stop) for r in reads]
+        shards = [Shard(tuple(ranges)) for ranges, _ in planned]
+        k = 0
+        while k < len(reads):
+            guarded = Guarded(self.reader().stream(shards[k:]))
+            expected = k
+            try:
+                for position, group in groupby(guarded, key=attrgetter("shard")):
+                    index = k + position
+                    while expected < index:  # reads that produced no bytes
+                        yield reads[expected], [], 0
+                        expected += 1
+                    decoded, count, error = self._decode(reads[index], group, columnar,
+                                                         planned[index][1])  # fmt: skip
+                    if guarded.failed_at == position:  # the read itself failed midway
+                        error = guarded.failure
+                    if error is not None:
+                        lost = reads[index].stop - reads[index].start - count
+                        policy.failure(error, lost, "read failed")
+                    yield reads[index], decoded, count
+                    expected = index + 1
+            finally:
+                guarded.close()
+            if guarded.failure is not None and guarded.failed_at is not None:
+                failed = k + guarded.failed_at
+                if failed >= expected:  # failed before delivering any of its bytes
+                    while expected < failed:
+                        yield reads[expected], [], 0
+                        expected += 1
+                    read = reads[failed]
+                    policy.failure(guarded.failure, read.stop - read.start, "read failed")
+                    yield read, [], 0
+                    expected = failed + 1
+            else:
+                while expected < len(reads):
+                    yield reads[expected], [], 0
+                    expected += 1
+            k = expected
 
-def decode(
-    dataset: Dataset, read: Read, chunks: Iterable[Any], columnar: bool, first: int
-) -> tuple[Any, int, Exception | None]:
-    """Decoded samples (a list, or a list of columnar parts) of ``read``,
-    whose bytes decode from sample ``first`` on, how many, and the error
-    that cut it short."""
-    layout = dataset.layouts[read.piece.shard]
-    skip, want = read.start - first, read.stop - read.start
-    error: Exception | None = None
-    if not columnar:
-        samples: list[Any] = []
+    def _decode(
+        self, read: Read, chunks: Iterable[Any], columnar: bool, first: int
+    ) -> tuple[Any, int, Exception | None]:
+        """Decoded samples (a list, or a list of columnar parts) of ``read``,
+        whose bytes decode from sample ``first`` on, how many, and the error
+        that cut it short."""
+        layout = self.layouts[read.run.shard]
+        skip, want = read.start - first, read.stop - read.start
+        error: Exception | None = None
+        if not columnar:
+            samples: list[Any] = []
+            try:
+                samples.extend(islice(self.format.samples(chunks, layout), skip, skip + want))
+            except (DecodeError, OSError) as failure:
+                error = located(failure, layout)
+            if error is None and len(samples) < want:
+                error = TruncatedShardError(
+                    f"holds {skip + len(samples)} samples from {first} on, the index says "
+                    f"{skip + want} (the shard changed after it was indexed?)",
+                    layout.url, -1, first + skip + len(samples),
+                )  # fmt: skip
+            return samples, len(samples), error
+        parts: list[Any] = []
+        rows = 0
         try:
-            samples.extend(islice(dataset._format.samples(chunks, layout), skip, skip + want))
+            for part in self.format.batches(chunks, layout):
+                n = rows_of(part)
+                lo, hi = max(skip - rows, 0), min(skip + want - rows, n)
+                if lo < hi:
+                    parts.append(part if (lo, hi) == (0, n) else slice_rows(part, lo, hi))
+                rows += n
+                if rows >= skip + want:
+                    break
         except (DecodeError, OSError) as failure:
             error = located(failure, layout)
-        if error is None and len(samples) < want:
+        got = sum(rows_of(p) for p in parts)
+        if error is None and got < want:
             error = TruncatedShardError(
-                f"holds {skip + len(samples)} samples from {first} on, the index says "
-                f"{skip + want} (the shard changed after it was indexed?)",
-                layout.url, -1, first + skip + len(samples),
+                f"holds {got} of the {want} samples its index places from sample {read.start}",
+                layout.url, -1, read.start + got,
             )  # fmt: skip
-        return samples, len(samples), error
-    parts: list[Any] = []
-    rows = 0
-    try:
-        for part in dataset._format.batches(chunks, layout):
-            n = rows_of(part)
-            lo, hi = max(skip - rows, 0), min(skip + want - rows, n)
-            if lo < hi:
-                parts.append(part if (lo, hi) == (0, n) else slice_rows(part, lo, hi))
-            rows += n
-            if rows >= skip + want:
-                break
-    except (DecodeError, OSError) as failure:
-        error = located(failure, layout)
-    got = sum(rows_of(p) for p in parts)
-    if error is None and got < want:
-        error = TruncatedShardError(
-            f"holds {got} of the {want} samples its index places from sample {read.start}",
-            layout.url, -1, read.start + got,
-        )  # fmt: skip
-    return parts, got, error
+        return parts, got, error
 
 
 def located(error: Exception, layout: Layout) -> Exception:
@@ -115,55 +187,8 @@ def located(error: Exception, layout: Layout) -> Exception:
     assert layout.ends is not None
     sample = int(np.searchsorted(layout.ends, error.offset, side="right"))
     message = str(error).split(": ", 1)[1]
-    located = type(error)(f"{message} (sample {sample} of the shard)", error.url,
-                          error.offset, sample)  # fmt: skip
-    return located
-
-
-def execute(
-    dataset: Dataset, reads: list[Read], columnar: bool, on_error: OnError | None = None
-) -> Iterator[tuple[Read, Any, int]]:
-    """Every read decoded, in order: (read, decoded, count). A failing read
-    goes through the error policy; a failed stream restarts after it."""
-    planned = [dataset.layouts[r.piece.shard].ranges(r.start, r.stop) for r in reads]
-    shards = [Shard(tuple(ranges)) for ranges, _ in planned]
-    k = 0
-    while k < len(reads):
-        guarded = Guarded(dataset.reader.stream(shards[k:]))
-        expected = k
-        try:
-            for position, group in groupby(guarded, key=attrgetter("shard")):
-                index = k + position
-                while expected < index:  # reads that produced no bytes
-                    yield reads[expected], [], 0
-                    expected += 1
-                decoded, count, error = decode(
-                    dataset, reads[index], group, columnar, planned[index][1]
-                )
-                if guarded.failed_at == position:  # the read itself failed midway
-                    error = guarded.failure
-                if error is not None:
-                    lost = reads[index].stop - reads[index].start - count
-                    dataset._failure(error, lost, "read failed", on_error)
-                yield reads[index], decoded, count
-                expected = index + 1
-        finally:
-            guarded.close()
-        if guarded.failure is not None and guarded.failed_at is not None:
-            failed = k + guarded.failed_at
-            if failed >= expected:  # failed before delivering any of its bytes
-                while expected < failed:
-                    yield reads[expected], [], 0
-                    expected += 1
-                read = reads[failed]
-                dataset._failure(guarded.failure, read.stop - read.start, "read failed", on_error)
-                yield read, [], 0
-                expected = failed + 1
-        else:
-            while expected < len(reads):
-                yield reads[expected], [], 0
-                expected += 1
-        k = expected
+    return type(error)(f"{message} (sample {sample} of the shard)", error.url, error.offset,
+                       sample)  # fmt: skip
 
 
 class Guarded:

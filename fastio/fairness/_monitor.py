@@ -1,14 +1,17 @@
 """The fairness monitor of one dataset: publishers in every process, judging
 by whichever process closes a window.
 
-Every process that iterates the dataset (the main process, or each DataLoader
-worker) runs its iteration through :meth:`FairnessMonitor.iterate`: some of its
-items timed, and every tenth of a window its counters go to its slot of the
-board (:mod:`fastio.fairness._publish`, :mod:`fastio.fairness._board`). The
+The monitor observes and decides; it never runs the dataset's loop. Every
+process that iterates the dataset (the main process, or each DataLoader worker)
+gets an observer from :meth:`FairnessMonitor.observe`, which the dataset's loop
+tells how busy it was: every tenth of a window its counters go to its slot of
+the board (:mod:`fastio.fairness._publish`, :mod:`fastio.fairness._board`). The
 first process to notice that a window has ended judges it
 (:mod:`fastio.fairness._verdict`) under the board's lock: flags raised and
 cleared go to the log and the callback, new budget shares to the slots, which
-each worker applies to its own reader's ``outstanding_requests``.
+each worker gives its own reader as a share of ``outstanding_requests``. With
+``balance="steal"``, :meth:`FairnessMonitor.claims` decides which units of work
+each worker reads.
 Ranks compare through a :class:`~fastio.fairness._exchange.FileExchange`.
 """
 
@@ -27,16 +30,16 @@ import numpy as np
 from fastio.fairness import _board as b
 from fastio.fairness._claims import remove_claims
 from fastio.fairness._exchange import FileExchange, job_folder
-from fastio.fairness._publish import Publisher, deliver
-from fastio.fairness._steal import Stealer, check_steal_state
+from fastio.fairness._publish import Publisher
+from fastio.fairness._steal import StealClaims
 from fastio.fairness._verdict import BUSY_FLOOR, judge, shift_budget, update_flags
-from fastio.plan._assignment import assign_samples
 from fastio.spec._fairness import FairnessSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Sequence
 
-    from fastio.dataset._dataset import Dataset, _Who
+    from fastio.plan._participant import Participant
+    from fastio.reader._reader import Reader
 
 __all__ = ["FairnessMonitor"]
 
@@ -63,9 +66,6 @@ class FairnessMonitor:
         self._exchange = FileExchange(job_folder(urls, seed, self.settings.exchange_dir))
         self._rank = (0, 1)
         self._board: b.Board | None = None
-        self._publisher: Publisher | None = None
-        self._stealer: Stealer | None = None
-        self._steal_resume: dict[str, Any] | None = None
         self._iterations = 0  # with steal, in this process (names the claim table's generation)
         self._finalizer = weakref.finalize(self, _remove_files, self._path, self._owner)
 
@@ -79,9 +79,6 @@ class FairnessMonitor:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._board = None
-        self._publisher = None
-        self._stealer = None
-        self._steal_resume = None
         self._iterations = 0
         self._finalizer = weakref.finalize(self, _remove_files, self._path, self._owner)
 
@@ -104,120 +101,72 @@ class FairnessMonitor:
         The monitor stays usable: the next iteration makes a fresh board."""
         if self._board is not None:
             self._learn_rank(self._board)
-            self._publisher = None
             self._board.close()
             self._board = None
         if os.getpid() == self._owner:
             _remove_files(self._path, self._owner)
             self._exchange.remove(self._rank[0])
 
-    # ---- publishing --------------------------------------------------------------------
+    # ---- observing ---------------------------------------------------------------------
 
-    def iterate(
+    def observe(
         self,
-        begin: Callable[[], tuple[Iterator[Any], Publisher | None]],
-        end: Callable[[], None],
-    ) -> Iterator[Any]:
-        """One iteration of the dataset (see :func:`deliver`): ``begin()`` gives
-        its items and :meth:`watcher`'s publisher; then :meth:`finish` and
-        ``end()``."""
-
-        def ended() -> None:
-            try:
-                self.finish()
-            finally:
-                end()
-
-        return deliver(begin, ended)
-
-    def watcher(
-        self, dataset: Dataset, who: _Who, epoch: int, position: int, delivered: Callable[[], int]
+        participant: Participant,
+        epoch: int,
+        assigned: int,
+        reader: Reader,
+        delivered: Callable[[], int],
     ) -> Publisher | None:
-        """What publishes one iteration of ``dataset`` by ``who`` (from
-        ``position`` of ``epoch``) in this process (``delivered()`` counts
-        samples delivered so far); None when monitoring is off."""
+        """The observer of one iteration of ``epoch`` by ``participant`` in this
+        process, which is to deliver ``assigned`` samples through ``reader``
+        (``delivered()`` counts those delivered so far); None when monitoring
+        is off. Raises ValueError past the workers and ranks the board holds."""
         if not self.settings.enabled:
             return None
+        who = participant
         if who.worker >= b.MAX_WORKERS or (who.world_size > 1 and who.rank >= b.MAX_RANKS):
             raise ValueError(
                 f"the fairness monitor follows up to {b.MAX_WORKERS} DataLoader workers per rank "
                 f"and {b.MAX_RANKS} ranks, not {who.num_workers} and {who.world_size}; pass "
                 "fairness=False to the dataset"
             )
-        spans = assign_samples(
-            dataset.counts, rank=who.rank, world_size=who.world_size, worker=who.worker,
-            num_workers=who.num_workers, seed=dataset.seed, epoch=epoch,
-            shuffle=dataset.shuffle, remainder=dataset.remainder,
-        )  # fmt: skip
-        # With steal a resumed position is inside some worker's unit: the share
-        # counts whole parts, and moves with each stolen unit (see _steal).
-        assigned = sum(len(span) for span in spans) - (0 if self._steals(who) else position)
         board = self._get_board()
         self._rank = (who.rank, who.world_size)
         board.header[b.RANK], board.header[b.WORLD_SIZE] = who.rank, who.world_size
         slot = board.slots[who.worker]
         slot[b.ASKED] += assigned
-        publisher = Publisher(slot, dataset.reader, delivered,
-                              lambda: self._maybe_close_window(board),
-                              self.settings.window_seconds / 10, seed=who.worker)  # fmt: skip
-        publisher.apply_share()
-        self._publisher = publisher
-        return publisher
+        return Publisher(slot, reader, delivered, lambda: self._judge_open(board),
+                         self.settings.window_seconds / 10, seed=who.worker)  # fmt: skip
+
+    def _judge_open(self, board: b.Board) -> None:
+        """Close the window if it is due, unless the board was closed meanwhile
+        (an iteration abandoned and collected after :meth:`close`)."""
+        if self._board is board:
+            self._maybe_close_window(board)
 
     # ---- balance="steal" ----------------------------------------------------------------
 
-    def _steals(self, who: _Who) -> bool:
+    def steals(self, participant: Participant) -> bool:
+        """Whether ``participant`` shares its rank's work with ``balance="steal"``."""
         settings = self.settings
-        return settings.mitigate and settings.balance == "steal" and who.num_workers > 1
+        return settings.mitigate and settings.balance == "steal" and participant.num_workers > 1
 
-    def stolen_units(
-        self, dataset: Dataset, epoch: int, position: int, who: _Who, columnar: bool,
-        batch_size: int, drop_last: bool,
-    ) -> Iterator[Any] | None:  # fmt: skip
-        """With ``balance="steal"`` in a DataLoader worker, this iteration's
-        items, units of work shared with the rank's other workers; else None.
-        Raises ValueError for a state saved without steal."""
-        resume, self._steal_resume = self._steal_resume, None
-        if not self._steals(who):
-            if resume is not None:
-                raise ValueError(
-                    "state was saved with balance='steal' and more than one DataLoader worker: "
-                    "resume it the same way"
-                )
-            return None
-        if resume is None and position:
-            raise ValueError(
-                "state was saved without balance='steal' (or with one DataLoader worker): "
-                "resume it the same way"
-            )
+    def claims(
+        self,
+        participant: Participant,
+        epoch: int,
+        unit_samples: Sequence[Sequence[int]],
+        done: Sequence[tuple[int, int]],
+        current: tuple[int, int, int] | None,
+        resumed: bool,
+    ) -> StealClaims:
+        """The segments ``participant`` is to read this iteration (see
+        :class:`StealClaims`): ``unit_samples[w]`` are the sample counts of
+        worker ``w``'s units, ``done``/``current`` what a resumed state finished."""
         self._iterations += 1
         slots = self._get_board().slots if self.settings.enabled else None
-        stealer = Stealer(_claims_path(self._path), dataset, epoch, who, resume,
-                          self._iterations, slots)  # fmt: skip
-        self._stealer = stealer
-        return stealer.run(columnar, batch_size, drop_last)
-
-    def steal_state(self) -> dict[str, Any]:
-        """The ``"steal"`` part of the dataset's state (empty without steal)."""
-        if self._stealer is not None:
-            return {"steal": self._stealer.state()}
-        if self._steal_resume is not None:
-            current = self._steal_resume["current"]
-            return {"steal": {"done": [list(u) for u in self._steal_resume["done"]],
-                              "current": None if current is None else list(current)}}  # fmt: skip
-        return {}
-
-    def load_steal_state(self, state: object) -> None:
-        """Keep the ``"steal"`` part of a state for the next iteration."""
-        self._stealer = None
-        self._steal_resume = None if state is None else check_steal_state(state)
-
-    def finish(self) -> None:
-        """The iteration ended: publish what it delivered since the last publish."""
-        publisher, self._publisher = self._publisher, None
-        if publisher is not None and self._board is not None:
-            publisher.finish()
-            self._maybe_close_window(self._board)
+        return StealClaims(_claims_path(self._path), participant, epoch, self._iterations,
+                           unit_samples, done, current, resumed, slots)  # fmt: skip
 
     # ---- judging -----------------------------------------------------------------------
 

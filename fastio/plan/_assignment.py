@@ -14,17 +14,15 @@ never waits at the end of an epoch for a rank that has nothing left.
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Remainder", "Span", "assign_samples", "current_rank", "current_worker", "shard_order"]
+    from fastio.spec._dataset import Remainder
 
-Remainder = Literal["exact", "drop", "pad"]
+__all__ = ["Span", "assign_samples", "shard_order"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,24 +108,3 @@ def _spans(
                 break
         position = base + total
     return spans
-
-
-def current_rank() -> tuple[int, int]:
-    """``(rank, world_size)``: from torch.distributed when it is initialized, else
-    the RANK and WORLD_SIZE environment variables, else ``(0, 1)``."""
-    distributed = sys.modules.get("torch.distributed")
-    if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        return int(distributed.get_rank()), int(distributed.get_world_size())
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return 0, 1
-
-
-def current_worker() -> tuple[int, int]:
-    """``(worker, num_workers)`` inside a torch DataLoader worker, else ``(0, 1)``.
-    Looks only if torch is already imported: fastio never imports it for this."""
-    data = sys.modules.get("torch.utils.data")
-    info = data.get_worker_info() if data is not None else None
-    if info is None:
-        return 0, 1
-    return int(info.id), int(info.num_workers)

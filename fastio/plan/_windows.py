@@ -47,7 +47,7 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    pieces: tuple[Run, ...]
+    runs: tuple[Run, ...]
     count: int
     nbytes: int
 
@@ -69,18 +69,18 @@ def make_windows(
                 active.append([span.shard, span.start, span.stop])
         if not active:
             break
-        pieces: list[Run] = []
+        runs: list[Run] = []
         count = nbytes = 0
         for entry in active:
             shard, cursor, stop = entry
             layout = layouts[shard]
             cut = layout.next_cut(cursor, stop, per_span)
-            pieces.append(Run(shard, cursor, cut, count))
+            runs.append(Run(shard, cursor, cut, count))
             count += cut - cursor
             nbytes += layout.nbytes(cursor, cut)
             entry[1] = cut
         active = [entry for entry in active if entry[1] < entry[2]]
-        windows.append(Window(tuple(pieces), count, nbytes))
+        windows.append(Window(tuple(runs), count, nbytes))
     return windows
 
 

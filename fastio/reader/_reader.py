@@ -139,6 +139,8 @@ class Reader:
         self._settings = base.replace(**knobs) if knobs else base
         self._storage_options = dict(storage_options or {})
         self._cache = cache
+        self._share = 1.0
+        self._request_limit = self._settings.outstanding_requests
         self._closed = False
         self._lock = threading.Lock()
         self._reset_process_state()
@@ -181,12 +183,36 @@ class Reader:
 
     @property
     def outstanding_requests(self) -> int:
+        """The base number of reads in flight (the user's setting, or the tuner's)."""
         return self._settings.outstanding_requests
 
     @outstanding_requests.setter
     def outstanding_requests(self, value: int) -> None:
         self._settings = self._settings.replace(outstanding_requests=value)
+        self._request_limit = _limit(self._settings.outstanding_requests, self._share)
         self._kick()
+
+    @property
+    def share(self) -> float:
+        """This reader's share of its node's reads in flight, as a multiple of
+        its even share (the fairness monitor's decision; 1.0 unless it moves
+        requests toward a starved worker)."""
+        return self._share
+
+    @share.setter
+    def share(self, value: float) -> None:
+        if not value > 0:
+            raise ValueError(f"share must be positive, not {value!r}")
+        self._share = float(value)
+        self._request_limit = _limit(self._settings.outstanding_requests, self._share)
+        self._kick()
+
+    @property
+    def request_limit(self) -> int:
+        """Reads kept in flight now: the base times the share, rounded down (so
+        that the shares of a node's workers never add up to more than their
+        bases), at least one."""
+        return self._request_limit
 
     @property
     def read_size(self) -> int:
@@ -613,7 +639,7 @@ class Reader:
         engine = self._engine
         assert engine is not None
         settings = self._settings
-        limit = settings.outstanding_requests
+        limit = self._request_limit
         window = max(limit * settings.read_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
         budget = settings.memory_budget - self._reserved
         inflight, pool = self._inflight, self._pool
@@ -711,7 +737,7 @@ class Reader:
         engine = self._engine
         return ReaderStats(
             engine=engine.kind if engine is not None else settings.engine,
-            outstanding_requests=settings.outstanding_requests,
+            outstanding_requests=self._request_limit,
             read_size=settings.read_size,
             bytes_read=self._bytes_read,
             bytes_delivered=self._bytes_delivered,
@@ -727,3 +753,7 @@ class Reader:
             buffered_bytes=self._held,
             latency_histogram=tuple(self._latency),
         )
+
+
+def _limit(base: int, share: float) -> int:
+    return min(max(int(base * share), 1), MAX_OUTSTANDING_REQUESTS)

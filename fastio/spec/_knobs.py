@@ -109,6 +109,8 @@ def check_value(name: str, spec: Knob, value: Any) -> Any:
         raise TypeError(f"{name} must be given, not None")
     kind = spec.kind
     if kind == "size":
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise TypeError(f"{name} {_must_be_size(value)}")
         try:
             value = parse_size(value)
         except ValueError:

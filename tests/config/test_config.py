@@ -17,6 +17,7 @@ import tomli_w
 import yaml
 
 import fastio
+from fastio import spec
 from fastio.config._config import (
     DatasetConfig,
     OnError,
@@ -25,7 +26,6 @@ from fastio.config._config import (
     load_config,
     save_config,
 )
-from fastio.dataset import _dataset
 from tests.cli.test_cli import bench
 from tests.shards import key_of, write
 
@@ -170,7 +170,7 @@ def test_defaults_are_the_datasets() -> None:
         "index_dir": config.format_options.index_dir, "format": config.format,
     }  # fmt: skip
     assert given == {name: signature[name].default for name in given}
-    assert typing.get_args(OnError) == typing.get_args(_dataset.OnError)
+    assert typing.get_args(OnError) == typing.get_args(spec.OnError)
 
 
 # ---- precedence --------------------------------------------------------------------------

@@ -167,9 +167,9 @@ def test_prometheus_text_has_a_series_per_worker(written, tmp_path) -> None:
 
 
 def test_monitor_rejects_more_workers_than_slots() -> None:
-    from fastio.dataset._dataset import _Who
+    from fastio.plan import Participant
 
     monitor = FairnessMonitor()
     with pytest.raises(ValueError, match="up to 64 DataLoader workers"):
-        monitor.watcher(None, _Who(0, 1, 70, 80), 0, 0, int)  # type: ignore[arg-type]
+        monitor.observe(Participant(0, 1, 70, 80), 0, 0, None, int)  # type: ignore[arg-type]
     monitor.close()

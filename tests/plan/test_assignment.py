@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastio.plan._assignment import Span, assign_samples, current_rank, current_worker, shard_order
+from fastio.plan._assignment import Span, assign_samples, shard_order
+from fastio.plan._participant import current_rank, current_worker
 
 COUNTS = st.lists(st.integers(0, 60), min_size=1, max_size=12)
 

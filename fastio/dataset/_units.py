@@ -1,0 +1,126 @@
+"""A participant's part of an epoch read window by window: the shuffle buffer.
+
+Each window's samples are read (only those not yet passed, when resuming in
+the middle of one), held encoded until the window is complete, and delivered
+in the window's order; in stored order they stream as they are decoded. A
+window larger than the spill's memory bound waits in a spill file instead
+(:mod:`fastio.dataset._spill`). In columnar mode each window becomes one table
+and the rows to deliver; :func:`fastio.dataset._batching.rebatch` cuts those
+into batches.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastio.dataset._batching import assemble, rows_of
+from fastio.dataset._spill import MISSING as SPILL_MISSING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from fastio.dataset._reads import SampleReads
+    from fastio.dataset._spill import ShuffleSpill
+    from fastio.plan._cursor import EpochCursor
+    from fastio.plan._part import Part
+
+__all__ = ["read_part"]
+
+_MISSING = object()
+
+
+def read_part(
+    part: Part,
+    position: int,
+    reads: SampleReads,
+    cursor: EpochCursor,
+    spill: ShuffleSpill | None,
+    columnar: bool,
+    stop: int | None = None,
+) -> Iterator[Any]:
+    """Samples of ``part`` in delivery order from ``position`` on; or,
+    ``columnar``, per window a table, the rows to deliver in order, each row's
+    position in the part, and the position after the window. The cursor
+    passes every sample, delivered or lost (samples mode; batches move it as
+    they are delivered). ``stop``: windows before it only (a unit of work)."""
+    windows = part.windows[:stop]
+    starts = part.starts
+    first, skip = part.locate(position)
+    if first >= len(windows):
+        return
+    planned = reads.plan(windows, first, skip, part.order)
+    per_window = np.bincount([r.window for r in planned], minlength=len(windows))
+    executed = reads.execute(planned, columnar)
+    for index in range(first, len(windows)):
+        window = windows[index]
+        order = part.order(index)
+        begin = skip if index == first else 0
+        its_reads = islice(executed, int(per_window[index]))
+        end = int(starts[index + 1])
+        if order is None and not columnar:  # stored order: stream as decoded
+            expected = begin
+            for read, decoded, count in its_reads:
+                cursor.pass_over(read.at - expected)  # samples a failure lost
+                for sample in decoded:
+                    cursor.deliver_one()
+                    yield sample
+                expected = read.at + count
+            cursor.move_to(end)
+            continue
+        sequence = order[begin:] if order is not None else np.arange(begin, window.count)
+        if spill is not None and spill.applies(window.nbytes, columnar):
+            placed = ((read.at, decoded) for read, decoded, _ in its_reads)
+            for sample in spill.window(placed, window.count, sequence, window.nbytes):
+                if sample is SPILL_MISSING:
+                    cursor.pass_over(1)
+                else:
+                    cursor.deliver_one()
+                    yield sample
+            continue
+        if columnar:
+            yield _columnar_window(its_reads, window.count, sequence, order is None,
+                                   int(starts[index]) + begin, end)  # fmt: skip
+            continue
+        # Collect the window (the shuffle buffer), then deliver it in its order.
+        slots: list[Any] = [_MISSING] * window.count
+        for read, decoded, count in its_reads:
+            slots[read.at : read.at + count] = decoded
+        for slot in sequence:
+            sample = slots[slot]
+            slots[slot] = None  # the buffer shrinks as it is delivered
+            if sample is _MISSING:
+                cursor.pass_over(1)
+            else:
+                cursor.deliver_one()
+                yield sample
+
+
+def _columnar_window(
+    its_reads: Iterator[Any],
+    count: int,
+    sequence: np.ndarray,
+    stored: bool,
+    first_position: int,
+    end: int,
+) -> tuple[Any, Any, Any, int]:
+    """A window's table, the rows to deliver, their positions, the position after it."""
+    parts: list[tuple[int, Any]] = []
+    for read, decoded, _ in its_reads:
+        at = read.at
+        for part in decoded:
+            parts.append((at, part))
+            at += rows_of(part)
+    table, rows_at = assemble(parts, count)
+    if not stored and not isinstance(table, np.ndarray) and table is not None:
+        table = table.combine_chunks()  # one copy; gathers from one chunk are fast
+    rows = rows_at[sequence]
+    present = rows >= 0
+    if stored and bool(present.all()) and len(rows):
+        # Stored order, nothing skipped: rows and positions are runs.
+        start_row = int(rows[0])
+        return (table, range(start_row, start_row + len(rows)),
+                range(first_position, first_position + len(rows)), end)  # fmt: skip
+    return table, rows[present], first_position + np.flatnonzero(present), end

@@ -1,0 +1,93 @@
+"""One participant's part of an epoch: its samples (see :mod:`fastio.plan._assignment`)
+cut into windows (see :mod:`fastio.plan._windows`), each delivered in its order.
+
+A part is a pure function of the plan's inputs (shard counts and layouts, the
+shuffle settings, the split, the epoch and the participant), which is what
+makes a position in it a complete resume state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fastio.plan._assignment import assign_samples
+from fastio.plan._windows import make_windows, permutation
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from fastio.formats._layout import Layout
+    from fastio.plan._participant import Participant
+    from fastio.plan._windows import Window
+    from fastio.spec._dataset import Remainder, ShuffleSettings
+
+__all__ = ["Part", "make_part"]
+
+
+@dataclass(frozen=True)
+class Part:
+    """``participant``'s samples of ``epoch``, as windows; ``starts[i]`` is the
+    position (in the part) of window ``i``'s first sample, ``starts[-1]`` the count."""
+
+    epoch: int
+    participant: Participant
+    windows: list[Window]
+    starts: np.ndarray
+    shuffle: ShuffleSettings
+
+    @property
+    def count(self) -> int:
+        return int(self.starts[-1])
+
+    def order(self, index: int) -> np.ndarray | None:
+        """Window ``index``'s delivery order (positions in it); None: stored order."""
+        if not self.shuffle.enabled:
+            return None
+        who = self.participant
+        return permutation(self.windows[index].count, self.shuffle.seed, self.epoch, who.rank,
+                           who.worker, index)  # fmt: skip
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """The window ``position`` falls in, and how many of its samples come before it."""
+        index = int(np.searchsorted(self.starts, position, side="right")) - 1
+        return index, position - int(self.starts[min(index, len(self.windows))])
+
+    def sample_ids(self, bases: np.ndarray) -> np.ndarray:
+        """Global sample numbers (positions in URL order; ``bases`` are the
+        shards' first numbers) in delivery order."""
+        parts = []
+        for index, window in enumerate(self.windows):
+            ids = np.concatenate(
+                [bases[r.shard] + np.arange(r.start, r.stop) for r in window.runs]
+            ) if window.runs else np.zeros(0, np.int64)  # fmt: skip
+            order = self.order(index)
+            parts.append(ids if order is None else ids[order])
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def shards(self) -> list[int]:
+        """The shards the part reads, in reading order (repeats merged)."""
+        read = [run.shard for window in self.windows for run in window.runs]
+        return [shard for i, shard in enumerate(read) if i == 0 or read[i - 1] != shard]
+
+
+def make_part(
+    layouts: Sequence[Layout],
+    shuffle: ShuffleSettings,
+    remainder: Remainder,
+    epoch: int,
+    participant: Participant,
+) -> Part:
+    """The part of ``participant`` in ``epoch`` (see the module)."""
+    who = participant
+    spans = assign_samples(
+        [layout.count for layout in layouts], rank=who.rank, world_size=who.world_size,
+        worker=who.worker, num_workers=who.num_workers, seed=shuffle.seed, epoch=epoch,
+        shuffle=shuffle.enabled, remainder=remainder,
+    )  # fmt: skip
+    mix = shuffle.shards if shuffle.enabled else 1
+    windows = make_windows(spans, layouts, shuffle.buffer, mix)
+    starts = np.cumsum([0, *(window.count for window in windows)]).astype(np.int64)
+    return Part(epoch, participant, windows, starts, shuffle)
