@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING
 from fastio._errors import DownloadCancelled
 
 if TYPE_CHECKING:
-    from fastio.sources._remote import Remotes
+    from collections.abc import Callable
+
+    from fastio.cache._cache import ShardCache
 
 __all__ = ["Prefetcher"]
 
@@ -34,10 +36,13 @@ log = logging.getLogger("fastio.cache")
 
 
 class Prefetcher:
-    """Keeps up to ``count`` downloads of upcoming shards running for ``remotes``."""
+    """Keeps up to ``count`` downloads of ``cache``'s upcoming shards running:
+    ``fetch_ahead(url)`` downloads one (the source's), and says whether it did."""
 
-    def __init__(self, remotes: Remotes, count: int) -> None:
-        self._remotes = remotes
+    def __init__(self, cache: ShardCache | None, fetch_ahead: Callable[[str], bool],
+                 count: int) -> None:  # fmt: skip
+        self._cache = cache
+        self._fetch_ahead = fetch_ahead
         self.count = count
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -46,7 +51,7 @@ class Prefetcher:
 
     def kick(self) -> None:
         """Start downloads of the plan's next uncached shards, up to ``count`` running."""
-        cache = self._remotes.cache
+        cache = self._cache
         if cache is None or self.count <= 0 or self.stopping.is_set():
             return
         with self._lock:
@@ -66,7 +71,7 @@ class Prefetcher:
     def _fetch(self, url: str) -> None:
         fetched = False
         try:
-            fetched = self._remotes.fetch_ahead(url)
+            fetched = self._fetch_ahead(url)
         except DownloadCancelled:
             return
         except Exception as error:  # the demand read retries it and reports the error

@@ -11,7 +11,7 @@ every rank's totals and a verdict, the same on every rank.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -19,13 +19,19 @@ from fastio.fairness._monitor import FairnessMonitor
 from fastio.fairness._verdict import judge
 
 if TYPE_CHECKING:
-    from fastio.dataset._dataset import Dataset
     from fastio.spec._fairness import FairnessSettings
 
 __all__ = ["all_gather_report"]
 
 
-def all_gather_report(source: Dataset | FairnessMonitor, group: Any = None) -> dict[str, Any]:
+class Monitored(Protocol):
+    """What carries a monitor: a :class:`fastio.Dataset`."""
+
+    @property
+    def fairness(self) -> FairnessMonitor: ...
+
+
+def all_gather_report(source: Monitored | FairnessMonitor, group: Any = None) -> dict[str, Any]:
     """Every rank's fairness totals through ``torch.distributed.all_gather_object``
     (a few hundred bytes per rank), and the ranks' verdict from them.
 

@@ -127,7 +127,7 @@ class Remotes:
             from fastio.cache._prefetch import Prefetcher
 
             count = self.cache.prefetch_count if self.cache is not None else 0
-            self._prefetcher = Prefetcher(self, count)
+            self._prefetcher = Prefetcher(self.cache, self.fetch_ahead, count)
         return self._prefetcher
 
     def filesystem(self, url: str) -> tuple[Any, str]:

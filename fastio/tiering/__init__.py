@@ -11,10 +11,11 @@ with simple baselines (``fastio-bench tiering``).
 
 from __future__ import annotations
 
+from fastio.tiering._compare import compare
 from fastio.tiering._model import DensityModel, Features, Outcome
 from fastio.tiering._placement import TieredFile, Tiering
 from fastio.tiering._policies import DensityPolicy, knapsack_cutoff
-from fastio.tiering._simulate import BUDGETS, Result, compare, peak_bytes, replay
+from fastio.tiering._simulate import BUDGETS, Result, peak_bytes, replay
 from fastio.tiering._tiers import MEDIA, Media, Profile, Tier, media_kind, probe
 from fastio.tiering._trace import Trace, TraceFile, make_trace
 

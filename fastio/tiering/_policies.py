@@ -33,9 +33,8 @@ learned policy and the oracle are the same knapsack with different knowledge:
   one on HDD that now looks clearly hot is promoted at once, before its next
   burst (a copy read once per epoch has few bursts left to wait for).
 
-The simple baselines are what caches do today: everything on HDD; SSD first
-come, first served until full; SSD for files under a size threshold (tuned on
-the training period); everything to SSD, demoting the least recently used.
+The simple baselines (:mod:`fastio.tiering._baselines`) are what caches do
+today.
 """
 
 from __future__ import annotations
@@ -53,13 +52,9 @@ if TYPE_CHECKING:
     from fastio.tiering._trace import TraceFile
 
 __all__ = [
-    "AllSlow",
     "DensityPolicy",
     "FastTier",
-    "FirstCome",
-    "Lru",
     "Policy",
-    "SizeThreshold",
     "coldest_first",
     "knapsack_cutoff",
 ]
@@ -115,64 +110,6 @@ class Policy(ABC):
     def ended(self, file: TraceFile, now: float, fast: FastTier) -> None:  # noqa: B027 (optional hook; no-op default)
         """``file`` was removed at ``now``; its outcome is known now. The policy
         may promote other files (demoting others to make room)."""
-
-
-class AllSlow(Policy):
-    name = "all-hdd"
-
-    def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
-        return False
-
-
-class FirstCome(Policy):
-    name = "first-come"
-
-    def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
-        return fast.used + file.size <= fast.budget
-
-
-class SizeThreshold(Policy):
-    """Files under a size go first-come to the fast tier. The threshold is the
-    one of a few quantiles of sizes that served most I/O on the training period."""
-
-    name = "size-threshold"
-
-    def __init__(self) -> None:
-        self.threshold = 0
-
-    def fit(self, history: Sequence[TraceFile], budget: int, seconds: float) -> None:
-        from fastio.tiering._simulate import replay
-
-        sizes = sorted(file.size for file in history)
-        best = -1.0
-        for quantile in (0.1, 0.25, 0.5, 0.75, 0.9):
-            self.threshold = sizes[int(quantile * (len(sizes) - 1))]
-            trial = SizeThreshold()
-            trial.threshold = self.threshold
-            served = replay(list(history), budget, trial).ssd_fraction
-            if served > best:
-                best, chosen = served, self.threshold
-        self.threshold = chosen
-
-    def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
-        return file.size <= self.threshold and fast.used + file.size <= fast.budget
-
-
-class Lru(Policy):
-    """Every file to the fast tier; the least recently used make room."""
-
-    name = "lru"
-
-    def place(self, file: TraceFile, now: float, fast: FastTier) -> bool:
-        if file.size > fast.budget:
-            return False
-        if fast.used + file.size > fast.budget:
-            order = sorted(fast.residents, key=lambda n: fast.last_access[n])
-            for number in order:
-                fast.demote(number)
-                if fast.used + file.size <= fast.budget:
-                    break
-        return True
 
 
 def coldest_first(

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from fastio.tiering._policies import Policy
-    from fastio.tiering._trace import Trace, TraceFile
+    from fastio.tiering._trace import TraceFile
 
-__all__ = ["BUDGETS", "Result", "compare", "default_policies", "peak_bytes", "replay"]
+__all__ = ["BUDGETS", "Result", "peak_bytes", "replay"]
 
 BUDGETS = (0.1, 0.2, 0.5)
 
@@ -133,37 +133,3 @@ def replay(
             policy.ended(by_number[number], now, fast)
     return Result(policy.name, fraction, served / max(total, 1), fast.written, fast.demotions,
                   fast.promotions, fast.promoted_bytes, fast.peak, budget)  # fmt: skip
-
-
-def default_policies(future: Sequence[TraceFile] = ()) -> list[Policy]:
-    """The baselines, the learned policy and the oracle (knowing ``future``)."""
-    from fastio.tiering._policies import (
-        AllSlow,
-        DensityPolicy,
-        FirstCome,
-        Lru,
-        SizeThreshold,
-    )
-
-    return [AllSlow(), FirstCome(), SizeThreshold(), Lru(), DensityPolicy(),
-            DensityPolicy(oracle=True, future=future)]  # fmt: skip
-
-
-def compare(
-    trace: Trace, budgets: Sequence[float] = BUDGETS,
-    policies: Callable[[Sequence[TraceFile]], list[Policy]] = default_policies,
-    progress: Callable[[str], None] | None = None,
-) -> list[Result]:  # fmt: skip
-    """Every policy trained on period 0 and scored on period 1, at each budget
-    (a fraction of period 1's peak live bytes)."""
-    train, test = trace.period(0), trace.period(1)
-    peak = peak_bytes(test)
-    results = []
-    for fraction in budgets:
-        budget = max(1, int(peak * fraction))
-        for policy in policies(test):
-            if progress is not None:
-                progress(f"{policy.name} at {fraction:.0%}")
-            policy.fit(train, budget, trace.period_seconds)
-            results.append(replay(test, budget, policy, trace.bursts, fraction))
-    return results
