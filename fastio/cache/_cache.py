@@ -393,7 +393,7 @@ class ShardCache:
             if current and os.path.exists(entry.path):
                 if demand:  # pinned already, by _obtain
                     index.touch(key)
-                    record_use = getattr(self.placement, "record_use", None)  # tiering hook
+                    record_use = getattr(self.placement, "record_use", None)
                     if record_use is not None:  # a hit is a whole read of the copy
                         record_use(entry.path, entry.size)
                 return _Step("hit", entry)
