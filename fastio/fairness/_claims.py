@@ -19,18 +19,18 @@ that finds its own place already taken by another process with the same name
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import mmap
 import os
 import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fastio.shared._mapped import SharedArray
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
-__all__ = ["ClaimTable", "remove_claims"]
+__all__ = ["ClaimTable"]
 
 MAX_WORKERS = 64
 # Header fields, then one pid per worker (who joined this generation).
@@ -49,27 +49,13 @@ class ClaimTable:
         self.path = path
         self.worker = worker
         self.offsets = np.concatenate([[HEADER], HEADER + np.cumsum(windows)]).astype(np.int64)
-        self._bytes = 8 * int(self.offsets[-1])
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self._map: mmap.mmap | None = None
-        self.values: np.ndarray | None = None
+        self._array = SharedArray(path, np.int64, HEADER)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[np.ndarray]:
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            if self._map is None or len(self._map) < self._bytes:
-                if os.fstat(self._fd).st_size < self._bytes:
-                    os.ftruncate(self._fd, self._bytes)
-                self.values = None
-                if self._map is not None:
-                    self._map.close()
-                self._map = mmap.mmap(self._fd, self._bytes)
-                self.values = np.frombuffer(self._map, np.int64)
-            assert self.values is not None
-            yield self.values
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        with self._array.locked():
+            self._array.ensure(int(self.offsets[-1]))
+            yield self._array.values
 
     def join(self, seed: int, iteration: int, epoch: int, num_workers: int) -> None:
         """Take this worker's place in the generation ``(seed, iteration)``,
@@ -154,14 +140,4 @@ class ClaimTable:
             return best, first, last
 
     def close(self) -> None:
-        self.values = None
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-        os.close(self._fd)
-
-
-def remove_claims(path: str) -> None:
-    """Remove the table (by the board's owner, with the board)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+        self._array.close()

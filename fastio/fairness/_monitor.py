@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import secrets
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -28,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio.fairness import _board as b
-from fastio.fairness._claims import remove_claims
 from fastio.fairness._exchange import FileExchange, job_folder
 from fastio.fairness._publish import Publisher
 from fastio.fairness._steal import StealClaims
 from fastio.fairness._verdict import BUSY_FLOOR, judge, shift_budget, update_flags
+from fastio.shared._mapped import remove_owned, shared_path
 from fastio.spec._fairness import FairnessSettings
 
 if TYPE_CHECKING:
@@ -44,8 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["FairnessMonitor"]
 
 log = logging.getLogger("fastio.fairness")
-
-_swept: set[int] = set()  # processes that removed stale boards already
 
 
 class FairnessMonitor:
@@ -61,8 +58,7 @@ class FairnessMonitor:
     ) -> None:
         self.settings = FairnessSettings.coerce(settings)
         self._owner = os.getpid()
-        self._folder = b.board_folder()
-        self._path = os.path.join(self._folder, f"{b.PREFIX}{self._owner}-{secrets.token_hex(6)}")
+        self._path = shared_path(b.KIND)
         self._exchange = FileExchange(job_folder(urls, seed, self.settings.exchange_dir))
         self._rank = (0, 1)
         self._board: b.Board | None = None
@@ -73,8 +69,8 @@ class FairnessMonitor:
 
     def __getstate__(self) -> dict[str, Any]:
         # A spawned worker finds the board by name; the owner alone removes it.
-        return {"settings": self.settings, "_owner": self._owner, "_folder": self._folder,
-                "_path": self._path, "_exchange": self._exchange, "_rank": self._rank}  # fmt: skip
+        return {"settings": self.settings, "_owner": self._owner, "_path": self._path,
+                "_exchange": self._exchange, "_rank": self._rank}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -84,9 +80,6 @@ class FairnessMonitor:
 
     def _get_board(self) -> b.Board:
         if self._board is None:
-            if os.getpid() not in _swept:
-                _swept.add(os.getpid())
-                b.sweep_stale_boards(self._folder)
             self._board = b.Board(self._path)
         return self._board
 
@@ -410,9 +403,8 @@ def _claims_path(board: str) -> str:
 
 def _remove_files(path: str, owner: int) -> None:
     """The board and its claim table, in the owner process only."""
-    b.remove_board(path, owner)
-    if os.getpid() == owner:
-        remove_claims(_claims_path(path))
+    remove_owned(path, owner)
+    remove_owned(_claims_path(path), owner)
 
 
 def _last_window(slot: np.ndarray) -> dict[str, float | None]:

@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 
 import fastio
 from fastio.fairness import FairnessMonitor, prometheus_text
-from fastio.fairness._board import PREFIX, Board, board_folder
+from fastio.fairness._board import Board
+from fastio.shared import _mapped
 from tests.shards import key_of, write
 
 
@@ -24,8 +25,12 @@ def written(tmp_path_factory):
     return write("webdataset", tmp_path_factory.mktemp("fair"), shards=9, per_shard=25)
 
 
+PREFIX = "fastio-fairness-"
+
+
 def boards() -> set[str]:
-    return {name for name in os.listdir(board_folder()) if name.startswith(PREFIX)}
+    folder = _mapped.shared_folder()
+    return {name for name in os.listdir(folder) if name.startswith(PREFIX)}
 
 
 def keys(batch):
@@ -112,11 +117,9 @@ def test_boards_of_dead_owners_are_swept(written, tmp_path) -> None:
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)
-    stale = os.path.join(board_folder(), f"{PREFIX}{dead}-feedfacecafe")
+    stale = os.path.join(_mapped.shared_folder(), f"{PREFIX}{dead}-feedfacecafe")
     Board(stale).close()
-    import fastio.fairness._monitor as monitor
-
-    monitor._swept.discard(os.getpid())
+    _mapped._swept.discard((os.getpid(), "fairness"))
     with dataset(written, tmp_path) as ds:
         next(iter(ds))
         assert not os.path.exists(stale)

@@ -1,0 +1,139 @@
+"""A file of numbers mapped by the processes of one rank (see the package).
+
+Zeros are a valid empty array, so the file needs no initialisation and any
+process may create it (``O_CREAT`` without ``O_EXCL``). Only the process that
+named it (its *owner*, whose pid is in the name) removes it; files of owners
+that died without cleaning up (killed by SIGKILL) are removed by the next
+process that names one of the same kind on the machine. Not
+``multiprocessing.shared_memory``: its resource tracker would count every
+worker's attach as a leak. Changes that must not interleave are made under an
+exclusive ``flock`` of the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import os
+import secrets
+import tempfile
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["SharedArray", "remove_owned", "shared_folder", "shared_path"]
+
+PREFIX = "fastio-"
+_swept: set[tuple[int, str]] = set()  # (process, kind) that removed stale files already
+
+
+def shared_folder() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def shared_path(kind: str) -> str:
+    """A new name for a shared file of ``kind`` owned by this process. The
+    first name of a kind a process makes sweeps away that kind's files whose
+    owner is gone."""
+    folder = shared_folder()
+    if (os.getpid(), kind) not in _swept:
+        _swept.add((os.getpid(), kind))
+        _sweep(folder, f"{PREFIX}{kind}-")
+    return os.path.join(folder, f"{PREFIX}{kind}-{os.getpid()}-{secrets.token_hex(6)}")
+
+
+def owner_of(path: str) -> int | None:
+    """The pid in a shared file's name (None if it has none)."""
+    parts = os.path.basename(path).split("-")
+    return int(parts[2]) if len(parts) > 3 and parts[2].isdigit() else None
+
+
+class SharedArray:
+    """``length`` numbers of ``dtype`` in the file at ``path`` (made, or grown,
+    as needed), as :attr:`values`. No descriptor stays open: the lock opens
+    the file anew each time, so a forked child never shares its parent's lock."""
+
+    def __init__(self, path: str, dtype: type[np.number], length: int) -> None:
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self._map: mmap.mmap | None = None
+        self.values = np.zeros(0, self.dtype)
+        self.ensure(length)
+
+    def ensure(self, length: int) -> None:
+        """Map at least ``length`` numbers (growing the file if it is shorter)."""
+        nbytes = self.dtype.itemsize * length
+        if self._map is not None and len(self._map) >= nbytes:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            size = os.fstat(fd).st_size
+            if size < nbytes:
+                os.ftruncate(fd, nbytes)
+            mapped = mmap.mmap(fd, max(size, nbytes))
+        finally:
+            os.close(fd)
+        self.values = np.zeros(0, self.dtype)
+        if self._map is not None:
+            with contextlib.suppress(BufferError):  # views elsewhere keep the old map alive
+                self._map.close()
+        self._map = mapped
+        self.values = np.frombuffer(mapped, self.dtype)
+
+    @contextlib.contextmanager
+    def locked(self, wait: bool = True) -> Iterator[bool]:
+        """Hold the file's exclusive lock; with ``wait=False`` only if no other
+        process does. Yields whether it holds it. Raises FileNotFoundError once
+        the owner removed the file."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Unmap. A view still held elsewhere keeps the mapping until it goes."""
+        self.values = np.zeros(0, self.dtype)
+        if self._map is not None:
+            with contextlib.suppress(BufferError):
+                self._map.close()
+            self._map = None
+
+
+def remove_owned(path: str, owner: int) -> None:
+    """Remove the file, in its owner process only (a forked child that collects
+    its copy of an object must not remove the parent's file)."""
+    if os.getpid() == owner:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _sweep(folder: str, prefix: str) -> None:
+    """Remove files of ``prefix`` whose owner process is gone."""
+    try:
+        names = [name for name in os.listdir(folder) if name.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        owner = owner_of(name)
+        if owner is None:
+            continue
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+        except PermissionError:  # alive, another user's
+            continue
