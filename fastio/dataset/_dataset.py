@@ -16,8 +16,10 @@ DataLoader worker then reads its own part of the rank's samples.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+import secrets
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -34,8 +36,17 @@ from fastio.fairness._monitor import FairnessMonitor
 from fastio.formats._layout import Layout
 from fastio.formats._shards import format_for_url, format_options, make_format
 from fastio.plan._cursor import EpochCursor, Start
+from fastio.plan._ledger import EpochLedger
 from fastio.plan._part import make_part
 from fastio.plan._participant import Participant, current_rank
+from fastio.plan._resume import (
+    STATE_VERSION,
+    check_plan,
+    collect_states,
+    merge_states,
+    plan_fingerprint,
+    remaining_samples,
+)
 from fastio.plan._windows import Run
 from fastio.reader import _tuning
 from fastio.reader._reader import Reader
@@ -56,8 +67,6 @@ if TYPE_CHECKING:
     from fastio.tiering import Tiering
 
 __all__ = ["Batches", "Dataset"]
-
-_STATE_VERSION = 1
 
 if TYPE_CHECKING:
     _Base = object
@@ -197,12 +206,21 @@ class Dataset(_Base):
         self._reader: Reader | None = None
         self._tuning: _tuning.ReaderTuning | None = None
         self._cursor = EpochCursor()
+        self._ledger = EpochLedger()
         self._policy = ErrorPolicy(spec.on_error)
         self._stealing: StealingRun | None = None
+        self._history: dict[str, Any] | None = None  # the merged state a resumed pass continues
+        self._remaining: np.ndarray | None = None  # what of that epoch is left to read
+        self._pass_batch_size = spec.split.batch_size
         self.fairness = FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed)
         self.layouts = self._load_layouts()
         counts = [layout.count for layout in self.layouts]
         self._bases = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        options = spec.format_options
+        self._plan = plan_fingerprint(counts, self.format, {
+            "columns": None if options.columns is None else list(options.columns),
+            "record_size": options.record_size, "example": options.example,
+            "verify": options.verify}, spec.shuffle, self.remainder)  # fmt: skip
         self._reads = SampleReads(self.layouts, self._format, lambda: self.reader, self._policy)
 
     # ---- the spec's knobs ------------------------------------------------------------
@@ -281,6 +299,7 @@ class Dataset(_Base):
         if self.cache is not None:  # its index connection and pins; reopened on use
             self.cache.close()
         self.fairness.close()
+        self._ledger.close()
 
     def __enter__(self) -> Dataset:
         return self
@@ -307,8 +326,10 @@ class Dataset(_Base):
 
     @property
     def epoch(self) -> int:
-        """The epoch being read, or the next one's between iterations."""
-        return self._cursor.epoch
+        """The epoch of the running (or last) pass in any process of this rank,
+        or the next one's before any."""
+        current = self._ledger.current()
+        return self._ledger.next_epoch() if current is None else current
 
     def _rank(self) -> tuple[int, int]:
         return self._explicit_rank if self._explicit_rank is not None else current_rank()
@@ -325,12 +346,20 @@ class Dataset(_Base):
         return total // world_size if self.remainder == "drop" else -(-total // world_size)
 
     def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch``'s order from the next iteration on (call it every epoch,
-        as with DistributedSampler, in the main process before iterating)."""
+        """Read ``epoch`` in the next pass (then ``epoch + 1``, and so on).
+        Optional: each new pass over the dataset is the next epoch by itself,
+        in DataLoader workers and persistent workers too; call it in the main
+        process, before iterating, to choose the epoch."""
         self._cursor.set_epoch(epoch)
+        self._ledger.set_next(int(epoch))
 
-    def _part(self, epoch: int, participant: Participant) -> Part:
-        return make_part(self.layouts, self.spec.shuffle, self.remainder, epoch, participant)
+    def _part(self, epoch: int, participant: Participant, following: bool = False) -> Part:
+        """``participant``'s part of ``epoch`` as the running pass reads it (its
+        batch size; the rest of a resumed epoch), or, ``following``, of an
+        epoch after it (every sample)."""
+        return make_part(self.layouts, self.spec.shuffle, self.remainder, epoch, participant,
+                         self._pass_batch_size,
+                         None if following else self._remaining)  # fmt: skip
 
     def order(
         self,
@@ -351,54 +380,84 @@ class Dataset(_Base):
             num_workers,
         )
         epoch = self.epoch if epoch is None else epoch
-        return self._part(epoch, participant).sample_ids(self._bases)
+        part = make_part(self.layouts, self.spec.shuffle, self.remainder, epoch, participant,
+                         self.spec.split.batch_size)  # fmt: skip
+        return part.sample_ids(self._bases)
 
     # ---- state -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this iterator is: the epoch and the position in it (samples
-        delivered or skipped). Small and picklable; with DataLoader workers, use
-        torchdata's StatefulDataLoader, which keeps one per worker."""
+        """Where this iterator is: the epoch, the position in this participant's
+        part (samples delivered or skipped), and the plan it follows. Small
+        plain data (JSON-able); with DataLoader workers, use torchdata's
+        StatefulDataLoader, which keeps one per worker."""
         cursor = self._cursor
+        if not cursor.running and cursor.pending is not None:
+            return copy.deepcopy(cursor.pending)
         who = cursor.participant or self._participant()
-        pending = cursor.pending
-        steal: dict[str, Any] | None = None
-        if cursor.running:
-            epoch, position = cursor.epoch, cursor.position
-            steal = self._stealing.state() if self._stealing is not None else None
-        elif pending is not None:
-            epoch, position = pending.epoch, pending.position
-            saved = pending.saved or {}
-            steal = _steal_state_of(saved["steal"]) if "steal" in saved else None
-        else:
-            epoch, position = cursor.epoch, 0
-        state = {
-            "version": _STATE_VERSION, "epoch": epoch, "position": position, "seed": self.seed,
-            "shuffle": self.shuffle, "total": self.total, "rank": who.rank,
+        state: dict[str, Any] = {
+            "version": STATE_VERSION, "epoch": self.epoch, "position": 0, "rank": who.rank,
             "world_size": who.world_size, "worker": who.worker, "num_workers": who.num_workers,
+            "batch_size": self.spec.split.batch_size, "plan": self._plan, "history": None,
         }  # fmt: skip
-        return state if steal is None else state | {"steal": steal}
+        if cursor.running:
+            state.update(epoch=cursor.epoch, position=cursor.position,
+                         batch_size=self._pass_batch_size, history=self._history)  # fmt: skip
+            if self._stealing is not None:
+                state["steal"] = self._stealing.state()
+        return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: the next iteration starts at the
-        next sample of that epoch, without reading what was delivered. Raises
-        ValueError for a state of another dataset or order."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')}, not {_STATE_VERSION}")
-        for key, mine in (("seed", self.seed), ("shuffle", self.shuffle), ("total", self.total)):
-            if state[key] != mine:
-                raise ValueError(
-                    f"state is of another dataset or order: {key} {state[key]!r}, here {mine!r}"
-                )
-        saved = dict(state)
-        if state.get("steal") is not None:
-            saved["steal"] = check_steal_state(state["steal"])
-        else:
-            saved.pop("steal", None)
-        saved_by = Participant(state["rank"], state["world_size"], state["worker"],
-                               state["num_workers"])  # fmt: skip
+    def load_state_dict(self, state: Any) -> None:
+        """Resume from saved state: the next pass continues that epoch without
+        reading what was delivered.
+
+        ``state`` is what :meth:`state_dict` returned, or the states of every
+        participant of a save (a list of them, or each rank's
+        StatefulDataLoader state): with the same world size, workers and batch
+        size the epoch continues exactly as it would have; with others, the
+        samples not yet delivered are split among the new ranks and workers,
+        each delivered once. Raises ValueError for a state of another dataset
+        or order (naming the field), or states that do not cover a layout."""
+        states = collect_states(state)
+        if not states and isinstance(state, dict) and "members" in state:
+            states = [state]  # a merged state, as state_dict gives it back before a pass
+        if not states:
+            raise ValueError("no fastio dataset state found in what was given")
+        for one in states:
+            if one.get("version") != STATE_VERSION:
+                raise ValueError(f"state version {one.get('version')}, not {STATE_VERSION} "
+                                 "(saved by another version of fastio)")  # fmt: skip
+            check_plan(one["plan"], self._plan)
+            if one.get("steal") is not None:
+                check_steal_state(one["steal"])
+        saved = states[0] if len(states) == 1 else merge_states(states)
         self._stealing = None
-        self._cursor.resume(saved_by, Start(int(state["epoch"]), int(state["position"]), saved))
+        token = secrets.randbits(62) + 1
+        self._cursor.resume(copy.deepcopy(saved), int(saved["epoch"]), token)
+        self._ledger.announce_resume(token)
+
+    def _resumed(
+        self, saved: dict[str, Any] | None, participant: Participant, batch_size: int | None
+    ) -> tuple[dict[str, Any] | None, int, dict[str, Any] | None]:
+        """Where a pass resuming ``saved`` begins: its history (the merged
+        state whose rest it reads), its position and its steal state."""
+        if saved is None:
+            return None, 0, None
+        if "members" in saved:
+            return saved, 0, None
+        same = (_participant_of(saved), saved.get("batch_size")) == (participant, batch_size)
+        if same:
+            steal = saved.get("steal")
+            return saved.get("history"), int(saved["position"]), (
+                None if steal is None else check_steal_state(steal))  # fmt: skip
+        if saved["world_size"] * saved["num_workers"] == 1:
+            return merge_states([saved]), 0, None
+        raise ValueError(
+            f"state was saved by {_participant_of(saved).describe()} (batch size "
+            f"{saved.get('batch_size')}); resuming as {participant.describe()} (batch size "
+            f"{batch_size}) needs the states of every rank and worker of that save: load "
+            "them all (a list, or each rank's StatefulDataLoader state)"
+        )
 
     # ---- statistics ------------------------------------------------------------------
 
@@ -440,25 +499,32 @@ class Dataset(_Base):
         """At the first item: the iteration's items, and what observes them."""
         participant = self._participant()
         cursor = self._cursor
-        start = cursor.begin(participant)
-        part = self._part(start.epoch, participant)
-        saved = start.saved or {}
+        epoch, resumes = self._ledger.begin(participant.worker, cursor.pending_resume())
+        batch_size_of_part = batch_size if columnar else self.spec.split.batch_size
+        history, position, steal_state = self._resumed(
+            cursor.pending if resumes else None, participant, batch_size_of_part
+        )
+        cursor.begin(participant, Start(epoch, position))
+        self._history, self._pass_batch_size = history, batch_size_of_part
+        self._remaining = remaining_samples(history, self.layouts, self.spec.shuffle,
+                                            self.remainder)  # fmt: skip
+        part = self._part(epoch, participant)
         steals = self.fairness.steals(participant)
-        if steals and "steal" not in saved and start.position:
+        if steals and steal_state is None and position:
             raise ValueError("state was saved without balance='steal' (or with one DataLoader "
                              "worker): resume it the same way")  # fmt: skip
-        if not steals and "steal" in saved:
+        if not steals and steal_state is not None:
             raise ValueError("state was saved with balance='steal' and more than one DataLoader "
                              "worker: resume it the same way")  # fmt: skip
         # With steal a resumed position is inside some worker's unit: the share
         # counts whole parts, and moves with each stolen unit.
-        assigned = part.count - (0 if steals else start.position)
-        observer = self.fairness.observe(participant, start.epoch, assigned, self.reader,
+        assigned = part.count - (0 if steals else position)
+        observer = self.fairness.observe(participant, epoch, assigned, self.reader,
                                          lambda: cursor.delivered)  # fmt: skip
         self._stealing = None
         if steals:
-            return self._stolen(part, saved.get("steal"), columnar, batch_size, drop_last), observer
-        units = self._read(part, start.position, columnar)
+            return self._stolen(part, steal_state, columnar, batch_size, drop_last), observer
+        units = self._read(part, position, columnar)
         return (rebatch(units, batch_size, drop_last, cursor) if columnar else units), observer
 
     def _read(self, part: Part, position: int, columnar: bool, stop: int | None = None
@@ -496,7 +562,7 @@ class Dataset(_Base):
         assert self.cache is not None
         first, _ = part.locate(position)
         rest = dataclasses.replace(part, windows=part.windows[first:stop])
-        following = self._part(part.epoch + 1, part.participant)
+        following = self._part(part.epoch + 1, part.participant, following=True)
         shards = rest.shards() + following.shards()
         order = [self.layouts[s].url for i, s in enumerate(shards) if i == 0 or shards[i - 1] != s]
         self.cache.plan(order)
@@ -548,11 +614,9 @@ def _empty_layout(url: str) -> Layout:
     return Layout(url, 0, 0, np.zeros(1, np.int64), np.zeros(0, np.int64))
 
 
-def _steal_state_of(checked: dict[str, Any]) -> dict[str, Any]:
-    """A checked steal state as it is saved (lists, not tuples)."""
-    current = checked["current"]
-    return {"done": [list(unit) for unit in checked["done"]],
-            "current": None if current is None else list(current)}  # fmt: skip
+def _participant_of(state: dict[str, Any]) -> Participant:
+    return Participant(int(state["rank"]), int(state["world_size"]), int(state["worker"]),
+                       int(state["num_workers"]))  # fmt: skip
 
 
 def _make_cache(spec: DatasetSpec, tiering: Tiering | None) -> ShardCache | None:

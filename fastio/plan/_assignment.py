@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import numpy as np
+
     from fastio.spec._dataset import Remainder
 
-__all__ = ["Span", "assign_samples", "shard_order"]
+__all__ = ["Span", "assign_samples", "part_bounds", "shard_order"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,44 @@ def _split(total: int, parts: int, index: int) -> tuple[int, int]:
     return total * index // parts, total * (index + 1) // parts
 
 
+def part_bounds(
+    length: int,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    worker: int = 0,
+    num_workers: int = 1,
+    remainder: Remainder = "exact",
+    batch_size: int | None = None,
+) -> tuple[int, int]:
+    """Positions ``[lo, hi)`` of a sequence of ``length`` samples that
+    ``(rank, worker)`` reads (past ``length`` they wrap around: padding).
+
+    With ``batch_size``, workers' parts are whole batches but for the last
+    batch of the rank, so that a DataLoader over the workers yields
+    ``ceil(part / batch_size)`` batches, as ``len(loader)`` says. Raises
+    ValueError for a rank or worker outside its range, or an unknown remainder.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in 0..{world_size - 1}, not {rank}")
+    workers = max(num_workers, 1)
+    if not 0 <= worker < workers:
+        raise ValueError(f"worker must be in 0..{workers - 1}, not {worker}")
+    if remainder not in ("exact", "drop", "pad"):
+        raise ValueError(f"remainder must be exact, drop or pad, not {remainder!r}")
+    if remainder == "exact":
+        start, stop = _split(length, world_size, rank)
+    else:
+        per_rank = length // world_size if remainder == "drop" else -(-length // world_size)
+        start, stop = rank * per_rank, (rank + 1) * per_rank
+    count = stop - start
+    if batch_size:
+        first, last = _split(-(-count // batch_size), workers, worker)
+        return start + min(count, first * batch_size), start + min(count, last * batch_size)
+    lo, hi = _split(count, workers, worker)
+    return start + lo, start + hi
+
+
 def assign_samples(
     counts: Sequence[int],
     *,
@@ -63,29 +103,25 @@ def assign_samples(
     epoch: int = 0,
     shuffle: bool = True,
     remainder: Remainder = "exact",
+    batch_size: int | None = None,
+    remaining: np.ndarray | None = None,
 ) -> list[Span]:
     """The spans of samples that ``(rank, worker)`` reads this epoch, in order.
 
-    ``counts`` are the shards' sample counts (from the index). Raises
-    ValueError for a rank or worker outside its range, or an unknown remainder.
+    ``counts`` are the shards' sample counts (from the index). The epoch's
+    sequence is every sample, shard after shard in the epoch's shard order;
+    or, resuming with another layout, the global sample numbers ``remaining``
+    (in that order). See :func:`part_bounds` for the split. Raises ValueError
+    for a rank or worker outside its range, or an unknown remainder.
     """
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in 0..{world_size - 1}, not {rank}")
-    if not 0 <= worker < max(num_workers, 1):
-        raise ValueError(f"worker must be in 0..{max(num_workers, 1) - 1}, not {worker}")
-    if remainder not in ("exact", "drop", "pad"):
-        raise ValueError(f"remainder must be exact, drop or pad, not {remainder!r}")
-    order = shard_order(len(counts), seed, epoch, shuffle)
     total = sum(counts)
-    if remainder == "exact":
-        start, stop = _split(total, world_size, rank)
-    else:
-        per_rank = total // world_size if remainder == "drop" else -(-total // world_size)
-        start, stop = rank * per_rank, (rank + 1) * per_rank
-    # The worker's part of the rank's part, as positions in the epoch's sequence
-    # (positions past `total` wrap around: that is the padding).
-    lo, hi = _split(stop - start, max(num_workers, 1), worker)
-    return _spans(counts, order, start + lo, start + hi, total)
+    length = total if remaining is None else len(remaining)
+    lo, hi = part_bounds(length, rank=rank, world_size=world_size, worker=worker,
+                         num_workers=num_workers, remainder=remainder,
+                         batch_size=batch_size)  # fmt: skip
+    if remaining is not None:
+        return _spans_of_ids(counts, remaining, lo, hi)
+    return _spans(counts, shard_order(len(counts), seed, epoch, shuffle), lo, hi, total)
 
 
 def _spans(
@@ -107,4 +143,24 @@ def _spans(
             if offset >= stop:
                 break
         position = base + total
+    return spans
+
+
+def _spans_of_ids(counts: Sequence[int], ids: np.ndarray, lo: int, hi: int) -> list[Span]:
+    """Spans of the global sample numbers ``ids[lo:hi]`` (wrapping past the end),
+    a span per run of consecutive samples of one shard."""
+    import numpy as np
+
+    if not len(ids):
+        return []
+    chosen = ids[np.arange(lo, hi) % len(ids)]
+    bases = np.concatenate([[0], np.cumsum(counts)])
+    shards = np.searchsorted(bases, chosen, side="right") - 1
+    breaks = np.flatnonzero((np.diff(chosen) != 1) | (np.diff(shards) != 0)) + 1
+    spans = []
+    for run in np.split(np.arange(len(chosen)), breaks):
+        if len(run):
+            shard = int(shards[run[0]])
+            first = int(chosen[run[0]]) - int(bases[shard])
+            spans.append(Span(shard, first, first + len(run)))
     return spans

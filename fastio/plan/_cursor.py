@@ -1,16 +1,18 @@
 """EpochCursor: where one participant's iteration stands, and the one writer of it.
 
-The *position* counts the samples of the participant's epoch sequence that
+The *position* counts the samples of the participant's part of the epoch that
 have been passed, delivered or lost to a failure: because the order is a pure
 function of the plan, ``(epoch, position)`` is the whole resume state. The
 cursor also counts the samples delivered in this process, and holds a saved
-state until the next iteration begins from it. Everything that moves the
+state until an iteration begins from it (which epoch a pass reads is the
+:class:`~fastio.plan._ledger.EpochLedger`'s to say). Everything that moves the
 position goes through its methods: samples one at a time, batches, runs a
 failure lost, and jumps to another participant's part (work stealing).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +24,10 @@ __all__ = ["EpochCursor", "Start"]
 
 @dataclass(frozen=True)
 class Start:
-    """Where an iteration begins: the epoch, the position in it, and the rest
-    of the saved state it resumes from (None when it starts afresh)."""
+    """Where an iteration begins: the epoch and the position in its part."""
 
     epoch: int
     position: int
-    saved: dict[str, Any] | None = None
 
 
 class EpochCursor:
@@ -44,7 +44,7 @@ class EpochCursor:
         """Samples this process delivered, over all its iterations."""
         self.running = False
         self.participant: Participant | None = None
-        self._resume: tuple[Participant, Start] | None = None
+        self._resume: tuple[dict[str, Any], int, int, int] | None = None
 
     # ---- between iterations ------------------------------------------------------------
 
@@ -54,34 +54,31 @@ class EpochCursor:
         self.running = False
         self._resume = None
 
-    def resume(self, saved_by: Participant, start: Start) -> None:
-        """The next iteration continues a saved one: ``start`` as ``saved_by`` left it."""
-        self.epoch = start.epoch
+    def resume(self, saved: dict[str, Any], epoch: int, token: int) -> None:
+        """An iteration may continue the saved state ``saved`` (of ``epoch``);
+        ``token`` names this load (see :class:`~fastio.plan._ledger.EpochLedger`)."""
+        self.epoch = epoch
         self.running = False
-        self._resume = (saved_by, start)
+        self._resume = (saved, epoch, token, os.getpid())
 
     @property
-    def pending(self) -> Start | None:
-        """The saved start the next iteration will take, if any."""
-        return None if self._resume is None else self._resume[1]
+    def pending(self) -> dict[str, Any] | None:
+        """The saved state a next iteration may continue, if any."""
+        return None if self._resume is None else self._resume[0]
 
-    def begin(self, participant: Participant) -> Start:
-        """Start an iteration as ``participant``: the saved start if there is
-        one, else the epoch's beginning. Raises ValueError when the state was
-        saved by another participant (the order would differ)."""
-        start = Start(self.epoch, 0)
-        if self._resume is not None:
-            saved_by, start = self._resume
-            if saved_by != participant:
-                raise ValueError(
-                    f"state was saved by {saved_by.describe()}; resuming as "
-                    f"{participant.describe()} would change the order (resume with the same "
-                    "world size and number of workers)"
-                )
-            self._resume = None
+    def pending_resume(self) -> tuple[int, int, bool] | None:
+        """``(token, epoch, loaded in this process)`` of the pending state."""
+        if self._resume is None:
+            return None
+        _, epoch, token, pid = self._resume
+        return token, epoch, pid == os.getpid()
+
+    def begin(self, participant: Participant, start: Start) -> None:
+        """An iteration begins as ``participant`` at ``start``; a pending state
+        is used up (taken, or outdated by this iteration)."""
+        self._resume = None
         self.participant = participant
         self.epoch, self.position, self.running = start.epoch, start.position, True
-        return start
 
     # ---- while delivering --------------------------------------------------------------
 

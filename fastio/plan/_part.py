@@ -55,16 +55,19 @@ class Part:
         index = int(np.searchsorted(self.starts, position, side="right")) - 1
         return index, position - int(self.starts[min(index, len(self.windows))])
 
+    def window_ids(self, index: int, bases: np.ndarray) -> np.ndarray:
+        """Global sample numbers of window ``index`` in delivery order (``bases``
+        are the shards' first numbers)."""
+        window = self.windows[index]
+        if not window.runs:
+            return np.zeros(0, np.int64)
+        ids = np.concatenate([bases[r.shard] + np.arange(r.start, r.stop) for r in window.runs])
+        order = self.order(index)
+        return ids if order is None else ids[order]
+
     def sample_ids(self, bases: np.ndarray) -> np.ndarray:
-        """Global sample numbers (positions in URL order; ``bases`` are the
-        shards' first numbers) in delivery order."""
-        parts = []
-        for index, window in enumerate(self.windows):
-            ids = np.concatenate(
-                [bases[r.shard] + np.arange(r.start, r.stop) for r in window.runs]
-            ) if window.runs else np.zeros(0, np.int64)  # fmt: skip
-            order = self.order(index)
-            parts.append(ids if order is None else ids[order])
+        """Global sample numbers (positions in URL order) in delivery order."""
+        parts = [self.window_ids(index, bases) for index in range(len(self.windows))]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def shards(self) -> list[int]:
@@ -79,13 +82,18 @@ def make_part(
     remainder: Remainder,
     epoch: int,
     participant: Participant,
+    batch_size: int | None = None,
+    remaining: np.ndarray | None = None,
 ) -> Part:
-    """The part of ``participant`` in ``epoch`` (see the module)."""
+    """The part of ``participant`` in ``epoch`` (see the module): whole
+    batches of ``batch_size`` per worker, of the ``remaining`` samples only
+    (global numbers in the epoch's order) when given."""
     who = participant
     spans = assign_samples(
         [layout.count for layout in layouts], rank=who.rank, world_size=who.world_size,
         worker=who.worker, num_workers=who.num_workers, seed=shuffle.seed, epoch=epoch,
-        shuffle=shuffle.enabled, remainder=remainder,
+        shuffle=shuffle.enabled, remainder=remainder, batch_size=batch_size,
+        remaining=remaining,
     )  # fmt: skip
     mix = shuffle.shards if shuffle.enabled else 1
     windows = make_windows(spans, layouts, shuffle.buffer, mix)

@@ -69,6 +69,12 @@ class SplitSettings:
         "count (the last samples left out, or samples repeated).",
         "choice", choices=REMAINDERS, keyword="remainder",
     )  # fmt: skip
+    batch_size: int | None = knob(
+        None,
+        "The DataLoader's batch size: each worker's part is whole batches (but the rank's last "
+        "one), so that len(loader) is the number of batches it yields.",
+        "count", low=1, optional=True, keyword="batch_size",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         check(self)

@@ -138,7 +138,15 @@ def test_state_of_another_dataset_or_layout_is_refused(tars, tmp_path) -> None:
     other = fastio.Dataset(tars.pattern, **{**OPTIONS, "seed": 12})
     with pytest.raises(ValueError, match="seed"):
         other.load_state_dict(state)
-    split = fastio.Dataset(tars.pattern, rank=1, world_size=2, **OPTIONS)
-    split.load_state_dict(state)
-    with pytest.raises(ValueError, match="same world size"):
-        next(iter(split))
+    for field, changed in (("shuffle_buffer", 50_000), ("shuffle_shards", 4),
+                           ("remainder", "drop"), ("shuffle", False)):  # fmt: skip
+        with pytest.raises(ValueError, match=field):
+            fastio.Dataset(tars.pattern, **{**OPTIONS, field: changed}).load_state_dict(state)
+    # One rank's state of a two-rank save cannot say what the other rank delivered.
+    half = fastio.Dataset(tars.pattern, rank=1, world_size=2, **OPTIONS)
+    iterator = iter(half)
+    next(iterator)
+    alone = fastio.Dataset(tars.pattern, **OPTIONS)
+    alone.load_state_dict(half.state_dict())
+    with pytest.raises(ValueError, match="every rank and worker"):
+        next(iter(alone))
