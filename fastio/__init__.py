@@ -39,7 +39,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     # The dataset pulls in numpy (and torch where installed), configs pydantic:
     # loaded on first use.
-    if name in ("Dataset", "Batches"):
+    if name in ("Dataset", "Batches", "MapStyle"):
         from fastio.dataset import _dataset
 
         return getattr(_dataset, name)
@@ -68,6 +68,7 @@ __all__ = [
     "EngineFallbackWarning",
     "FastIOError",
     "FastIOWarning",
+    "MapStyle",
     "RangeIgnoredError",
     "Reader",
     "ReaderClosedError",

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from fastio.dataset._dataset import Batches, Dataset
+from fastio.dataset._dataset import Batches, Dataset, MapStyle
 
-__all__ = ["Batches", "Dataset"]
+__all__ = ["Batches", "Dataset", "MapStyle"]

@@ -35,6 +35,7 @@ from fastio.dataset._units import read_part
 from fastio.fairness._monitor import FairnessMonitor
 from fastio.formats._layout import Layout
 from fastio.formats._shards import format_for_url, format_options, make_format
+from fastio.plan._assignment import part_bounds
 from fastio.plan._cursor import EpochCursor, Start
 from fastio.plan._ledger import EpochLedger
 from fastio.plan._part import make_part
@@ -66,15 +67,17 @@ if TYPE_CHECKING:
     from fastio.spec._tuner import TunerSettings
     from fastio.tiering import Tiering
 
-__all__ = ["Batches", "Dataset"]
+__all__ = ["Batches", "Dataset", "MapStyle"]
 
 if TYPE_CHECKING:
     _Base = object
+    _MapBase = object
 else:
-    try:  # a real torch IterableDataset where torch is installed
+    try:  # real torch datasets where torch is installed
+        from torch.utils.data import Dataset as _MapBase
         from torch.utils.data import IterableDataset as _Base
     except ImportError:  # torch is an optional extra
-        _Base = object
+        _Base = _MapBase = object
 
 
 class Dataset(_Base):
@@ -338,7 +341,9 @@ class Dataset(_Base):
         return Participant.current(self._explicit_rank)
 
     def __len__(self) -> int:
-        """Samples this rank gets per epoch (all its DataLoader workers together)."""
+        """Samples this rank reads per epoch (all its DataLoader workers
+        together): what a DataLoader over it divides into batches. With
+        ``remainder="drop"`` or ``"pad"``, the same on every rank."""
         rank, world_size = self._rank()
         total = self.total
         if self.remainder == "exact":
@@ -396,7 +401,8 @@ class Dataset(_Base):
             return copy.deepcopy(cursor.pending)
         who = cursor.participant or self._participant()
         state: dict[str, Any] = {
-            "version": STATE_VERSION, "epoch": self.epoch, "position": 0, "rank": who.rank,
+            "version": STATE_VERSION, "epoch": self._ledger.next_epoch(), "position": 0,
+            "rank": who.rank,
             "world_size": who.world_size, "worker": who.worker, "num_workers": who.num_workers,
             "batch_size": self.spec.split.batch_size, "plan": self._plan, "history": None,
         }  # fmt: skip
@@ -570,17 +576,32 @@ class Dataset(_Base):
     # ---- random access ---------------------------------------------------------------
 
     def __getitem__(self, index: int) -> Any:
-        """Sample ``index`` of the whole dataset in stored order (URL order), read
-        on its own through the index."""
-        if not -self.total <= index < self.total:
-            raise IndexError(f"sample {index} out of range for {self.total} samples")
-        index %= self.total
-        shard = int(np.searchsorted(self._bases, index, side="right")) - 1
-        sample = index - int(self._bases[shard])
+        """Sample ``index`` of this rank's share in stored order: ``dataset[i]``
+        for ``i`` in ``range(len(dataset))`` are the samples ``len`` counts
+        (with one rank, the whole dataset in URL order). For an index sampler
+        that splits ranks itself (DistributedSampler, grain), use
+        :meth:`map_style`. Raises IndexError out of range."""
+        length = len(self)
+        if not -length <= index < length:
+            raise IndexError(f"sample {index} out of range for this rank's {length} samples")
+        rank, world_size = self._rank()
+        first, _ = part_bounds(self.total, rank=rank, world_size=world_size,
+                               remainder=self.remainder)  # fmt: skip
+        return self._sample((first + index % length) % self.total)
+
+    def map_style(self) -> MapStyle:
+        """The whole dataset as a map-style dataset: ``len`` is every sample and
+        ``[i]`` sample ``i`` in URL order, on every rank (see :class:`MapStyle`)."""
+        return MapStyle(self)
+
+    def _sample(self, number: int) -> Any:
+        """Global sample ``number``, read on its own through the index."""
+        shard = int(np.searchsorted(self._bases, number, side="right")) - 1
+        sample = number - int(self._bases[shard])
         read = Read(0, Run(shard, sample, sample + 1, 0), sample, sample + 1)
         for _, decoded, _ in self._reads.execute([read], False, ErrorPolicy("raise")):
             return decoded[0]
-        raise IndexError(index)  # unreachable: execute yields once or raises
+        raise IndexError(number)  # unreachable: execute yields once or raises
 
     def __repr__(self) -> str:
         return (f"<fastio.Dataset {self.format} shards={len(self.urls)} samples={self.total} "
@@ -608,6 +629,26 @@ class Batches(_Base):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dataset.load_state_dict(state)
+
+
+class MapStyle(_MapBase):
+    """A map-style view of a whole :class:`Dataset` (``dataset.map_style()``):
+    ``len`` is every sample of every rank, ``[i]`` sample ``i`` in URL order.
+    For index samplers that split the indices among ranks themselves
+    (``DistributedSampler``, grain's ``IndexSampler`` with sharding); a torch
+    map-style ``Dataset`` where torch is installed."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return self.dataset.total
+
+    def __getitem__(self, index: int) -> Any:
+        total = self.dataset.total
+        if not -total <= index < total:
+            raise IndexError(f"sample {index} out of range for {total} samples")
+        return self.dataset._sample(index % total)
 
 
 def _empty_layout(url: str) -> Layout:
