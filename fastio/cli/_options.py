@@ -20,7 +20,7 @@ def parse_size(text: str) -> int:
 
     A bare ``k``/``m``/``g``/``t`` means binary units, as fio and dd read them.
     """
-    from fastio.config._config import parse_size as parse
+    from fastio.spec import parse_size as parse
 
     try:
         return parse(text)

@@ -19,13 +19,13 @@ import yaml
 import fastio
 from fastio.config._config import (
     DatasetConfig,
-    OnError,
     ReaderSection,
     defaults,
     load_config,
     save_config,
 )
 from fastio.dataset import _dataset
+from fastio.spec import OnError
 from tests.cli.test_cli import bench
 from tests.shards import key_of, write
 
@@ -50,8 +50,10 @@ EVERY_SECTION: dict[str, Any] = {
     "cache": {"dir": "/scratch/fastio", "max_bytes": "200GiB", "policy": "lru", "prefetch": 5},
     "tuner": {"enabled": True},
     "fairness": {"enabled": True},
-    "tiering": {"enabled": True},
-}
+    # Listed but not enabled: enabled tiering keeps the cache in the tiers, not in cache.dir.
+    "tiering": {"tiers": [{"name": "fast", "path": "/dev/shm/fastio", "capacity": "8GiB"}],
+                "shuffle_memory": "256MiB"},
+}  # fmt: skip
 DUMP = {".yaml": yaml.safe_dump, ".yml": yaml.safe_dump, ".toml": tomli_w.dumps,
         ".json": json.dumps}  # fmt: skip
 
