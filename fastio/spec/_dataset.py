@@ -241,6 +241,9 @@ class DatasetSpec:
         for keyword, value in keywords.items():
             if keyword in flat:
                 section_name, field = flat[keyword]
+                holder = _SECTIONS[section_name] if section_name else cls
+                # Checked here, so that a message names the keyword given.
+                value = check_value(keyword, knobs(holder)[field], value)
                 (changes[section_name] if section_name else top)[field] = value
             elif keyword in _WHOLE:
                 given[_WHOLE[keyword]] = value
