@@ -152,7 +152,9 @@ def check_value(name: str, spec: Knob, value: Any) -> Any:
         try:
             value = parse_size(value)
         except ValueError:
-            raise ValueError(f"{name} {_must_be_size(value)}") from None
+            # Text that is no size is a bad value; anything else (1.5, True) a bad type.
+            error = ValueError if isinstance(value, str) else TypeError
+            raise error(f"{name} {_must_be_size(value)}") from None
         return _bounded(name, spec, value)
     if kind == "count":
         if isinstance(value, bool) or not isinstance(value, int):

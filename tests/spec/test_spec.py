@@ -83,6 +83,8 @@ BAD: list[tuple[Knob, Any, type[Exception], str]] = [
      "k must be a size (65536, 64KiB, 4m or 1GiB), not 'lots'"),
     (Knob("", "size"), "1.5B", ValueError,
      "k must be a size (65536, 64KiB, 4m or 1GiB), not '1.5B'"),
+    (Knob("", "size"), 1.5, TypeError, "k must be a size (65536, 64KiB, 4m or 1GiB), not 1.5"),
+    (Knob("", "size"), True, TypeError, "k must be a size (65536, 64KiB, 4m or 1GiB), not True"),
     (Knob("", "seconds", above=0), 0, ValueError, "k must be more than 0, not 0"),
     (Knob("", "seconds"), math.nan, TypeError, "k must be a number, not nan"),
     (Knob("", "number"), False, TypeError, "k must be a number, not False"),
