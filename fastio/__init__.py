@@ -44,9 +44,9 @@ def __getattr__(name: str) -> object:
 
         return getattr(_dataset, name)
     if name in ("DatasetConfig", "load_config", "save_config"):
-        from fastio.config import _config
+        from fastio import config
 
-        return getattr(_config, name)
+        return getattr(config, name)
     raise AttributeError(f"module 'fastio' has no attribute {name!r}")
 
 

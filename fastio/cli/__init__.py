@@ -1,4 +1,4 @@
-"""``fastio-bench``: measure, compare and (with later subcommands) tune reads.
+"""``fastio-bench``: measure, compare and tune reads.
 
 Each subcommand lives in its own module and registers itself on :data:`main`.
 """
@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import click
 
-from fastio.cli import _config_cmd, _demo, _gen, _run, _sweep, _tiering, _tune  # issue #5
-from fastio.cli._fairness import fairness  # issue 6
+from fastio.cli import _config_cmd, _demo, _fairness, _gen, _run, _sweep, _tiering, _tune
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -21,9 +20,9 @@ main.add_command(_config_cmd.config)
 main.add_command(_demo.demo)
 main.add_command(_gen.gen)
 main.add_command(_run.run)
-main.add_command(_sweep.sweep)  # issue #5
-main.add_command(_tune.tune)  # issue #5
-main.add_command(fairness)  # issue 6
+main.add_command(_sweep.sweep)
+main.add_command(_tune.tune)
+main.add_command(_fairness.fairness)
 main.add_command(_tiering.tiering)
 
 __all__ = ["main"]

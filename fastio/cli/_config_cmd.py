@@ -11,37 +11,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from click.core import ParameterSource
+
+from fastio.cli._options import given, knob_overrides, spec_from_options
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
-    from fastio.config._config import DatasetConfig
+    from fastio.config import DatasetConfig
+    from fastio.spec import DatasetSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
-_EXPLICIT = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
 def config_option(help: str) -> Callable[[F], F]:
     return click.option("--config", "config_file", type=_FILE, default=None, help=help)
 
 
-def explicit_options(ctx: click.Context, keys: Mapping[str, str]) -> dict[str, Any]:
-    """The options of ``keys`` (parameter name -> config key, ``section__key``)
-    given on the command line, not left at their defaults, as config overrides."""
-    return {
-        key: ctx.params[name]
-        for name, key in keys.items()
-        if ctx.get_parameter_source(name) in _EXPLICIT
-    }
-
-
 def load(path: Path, overrides: Mapping[str, Any]) -> DatasetConfig:
     """The config in ``path`` with ``overrides``; an invalid one ends the command."""
     from fastio._errors import ConfigError
-    from fastio.config._config import load_config
+    from fastio.config import load_config
 
     try:
         return load_config(path, **overrides)
@@ -49,16 +40,34 @@ def load(path: Path, overrides: Mapping[str, Any]) -> DatasetConfig:
         raise click.ClickException(str(error)) from None
 
 
+def command_spec(
+    ctx: click.Context, config_file: Path | None, urls: Sequence[str], **top: Any
+) -> DatasetSpec:
+    """What a command reads: the ``--config`` file with the knob options given
+    on the command line over it (and ``urls``, if any, over its urls), or else
+    ``urls`` with the knob options. ``top``: further top-level knobs
+    (``format``). A bad config, bad knobs or nothing to read end the command."""
+    if config_file is not None:
+        overrides = knob_overrides(ctx) | top | ({"urls": list(urls)} if urls else {})
+        return load(config_file, overrides).to_spec()
+    if not urls:
+        raise click.UsageError("give PATHS to read, or --config FILE")
+    try:
+        return spec_from_options(ctx, list(urls), **top)
+    except (TypeError, ValueError) as error:
+        raise click.UsageError(str(error)) from None
+
+
 def gen_target(
     ctx: click.Context, path: Path, out_dir: Path | None, dataset_format: str
 ) -> tuple[Path | None, str]:
     """``gen --config``: the config's format (unless --format is given) and, for
     a missing OUT_DIR, the folder its urls name (None if remote or a pattern)."""
-    config = load(path, {})
-    if config.format is not None and ctx.get_parameter_source("dataset_format") not in _EXPLICIT:
-        dataset_format = config.format
+    spec = load(path, {}).to_spec()
+    if spec.format is not None and not given(ctx, "dataset_format"):
+        dataset_format = spec.format
     if out_dir is None:
-        first = config.urls if isinstance(config.urls, str) else config.urls[0]
+        first = spec.urls if isinstance(spec.urls, str) else spec.urls[0]
         folder = os.path.dirname(first) or "."
         local = not ({"{", "*", "?", "["} & set(folder) or "://" in first or "::" in first)
         out_dir = Path(folder) if local else None

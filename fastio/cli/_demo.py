@@ -67,9 +67,7 @@ def demo(
     The files were just written, so both read from the page cache: this shows
     the per-byte cost of each reader, not the disk (see benchmarks/ for cold reads).
     """
-    settings = (
-        ReaderSettings() if config_file is None else load(config_file, {}).reader.to_settings()
-    )
+    settings = ReaderSettings() if config_file is None else load(config_file, {}).to_spec().reader
     temporary = folder is None
     root = Path(tempfile.mkdtemp(prefix="fastio-demo-")) if folder is None else folder
     root.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ worker's shards behind injected latency (a drill for the monitor)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -12,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fastio.cli._config_cmd import config_option, load
-from fastio.cli._options import reader_options, settings_from
+from fastio.cli._config_cmd import command_spec, config_option
+from fastio.cli._options import knob_option, reader_options
 from fastio.cli._report import console
+from fastio.spec import DatasetSpec, FairnessSettings, FormatSettings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -26,39 +28,43 @@ if TYPE_CHECKING:
 @click.argument("paths", nargs=-1)
 @config_option("Read the dataset a config file describes (its fairness section included).")
 @reader_options
-@click.option("--format", "format_name", default=None, help="Dataset format (default: from URL).")
-@click.option("--record-size", type=int, default=None, help="Format fixed: bytes per record.")
+@knob_option(DatasetSpec, "format", "--format", "format_name")
+@knob_option(FormatSettings, "record_size")
 @click.option("--workers", type=click.IntRange(0, 64), default=2, show_default=True,
               help="DataLoader worker processes (0: the main process reads).")  # fmt: skip
 @click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True)
 @click.option("--step-ms", type=float, default=5.0, show_default=True,
               help="Milliseconds the consumer spends per batch (a training step).")  # fmt: skip
 @click.option("--epochs", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--window", type=float, default=None, help="Window seconds (default: settings').")
-@click.option("--mitigate/--no-mitigate", default=None, help="Shift requests to starved workers.")
+@knob_option(FairnessSettings, "window_seconds", "--window")
+@knob_option(FairnessSettings, "mitigate")
 @click.option("--slow", multiple=True, help="Inject latency on URLs containing this (repeatable).")
 @click.option("--slow-delay", type=float, default=0.04, show_default=True,
               help="Seconds added to each request of --slow URLs.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Save a per-worker timeline plot here (needs the plot extra).")  # fmt: skip
+@click.pass_context
 def fairness(
+    ctx: click.Context,
+    /,
     paths: tuple[str, ...],
     config_file: Path | None,
     workers: int,
     batch_size: int,
     step_ms: float,
     epochs: int,
-    window: float | None,
-    mitigate: bool | None,
     slow: tuple[str, ...],
     slow_delay: float,
     as_json: bool,
     plot_path: str | None,
-    **options: Any,
+    **_knobs: Any,
 ) -> None:
-    """Per-worker fairness of reading PATHS (or --config's dataset) as training does."""
-    dataset = _make_dataset(paths, config_file, options, window, mitigate, slow, slow_delay)
+    """Per-worker fairness of reading PATHS (or --config's dataset) as training
+    does, in stored order (unshuffled)."""
+    spec = command_spec(ctx, config_file, paths)
+    spec = spec.replace(split=dataclasses.replace(spec.split, batch_size=batch_size))
+    dataset = _make_dataset(spec, slow, slow_delay)
     with dataset:
         seconds = [_epoch(dataset, workers, batch_size, step_ms / 1e3, epoch)
                    for epoch in range(epochs)]  # fmt: skip
@@ -75,45 +81,20 @@ def fairness(
     print_timeline(result)
 
 
-def _make_dataset(
-    paths: tuple[str, ...],
-    config_file: Path | None,
-    options: dict[str, Any],
-    window: float | None,
-    mitigate: bool | None,
-    slow: tuple[str, ...],
-    slow_delay: float,
-) -> Dataset:
+def _make_dataset(spec: DatasetSpec, slow: tuple[str, ...], slow_delay: float) -> Dataset:
+    """The dataset of ``spec``, unshuffled; with ``slow``, its URLs that contain
+    one of them read behind ``slow_delay`` seconds of latency per request."""
     from fastio.dataset._dataset import Dataset
-    from fastio.spec._fairness import FairnessSettings
 
-    changes: dict[str, Any] = {}
-    if window is not None:
-        changes["window_seconds"] = window
-    if mitigate is not None:
-        changes["mitigate"] = mitigate
-    storage: dict[str, Any] = {}
+    changes: dict[str, Any] = {"shuffle": dataclasses.replace(spec.shuffle, enabled=False)}
+    if slow:
+        import fastio.sources._throttled  # noqa: F401 - registers throttled://
+
+        urls = [spec.urls] if isinstance(spec.urls, str) else spec.urls
+        changes["urls"] = tuple(f"throttled://{url}" for url in urls)
+        changes["storage_options"] = {"slow": list(slow), "slow_delay": slow_delay}
     try:
-        if config_file is not None:
-            overrides = {f"fairness__{k}": v for k, v in changes.items()}
-            config = load(config_file, overrides | ({"urls": list(paths)} if paths else {}))
-            urls, fmt = config.urls, config.format
-            kwargs: dict[str, Any] = {"reader": config.reader.to_settings(),
-                                      "fairness": config.fairness.to_settings(),
-                                      "record_size": config.format_options.record_size}  # fmt: skip
-        else:
-            if not paths:
-                raise click.UsageError("give PATHS to read, or --config FILE")
-            urls, fmt = list(paths), options["format_name"]
-            kwargs = {"reader": settings_from(options), "record_size": options["record_size"],
-                      "fairness": FairnessSettings(**changes)}  # fmt: skip
-        if slow:
-            import fastio.sources._throttled  # noqa: F401 - registers throttled://
-
-            listed = [urls] if isinstance(urls, str) else urls
-            urls = [f"throttled://{url}" for url in listed]
-            storage = {"slow": list(slow), "slow_delay": slow_delay}
-        return Dataset(urls, fmt, shuffle=False, storage_options=storage, **kwargs)
+        return Dataset.from_spec(spec.replace(**changes))
     except (OSError, ValueError, TypeError) as error:
         raise click.ClickException(str(error)) from None
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fastio.cli._config_cmd import config_option, explicit_options, load
+from fastio.cli._config_cmd import command_spec, config_option
 from fastio.cli._measure import Measurement, files_to_read, read_with_fastio
-from fastio.cli._options import SIZE, reader_options, settings_from
+from fastio.cli._options import given, knob_option, reader_options, reader_settings
 from fastio.cli._report import (
     byte_progress,
     console,
@@ -20,27 +20,14 @@ from fastio.cli._report import (
     print_table,
     sample_progress,
 )
+from fastio.spec import DatasetSpec, FormatSettings, ShuffleSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from pathlib import Path
 
-    from fastio.dataset._dataset import Dataset
-    from fastio.spec._reader import ReaderSettings
 
-
+# The format registry's names (fastio.formats, which loads numpy: not at startup).
 _FORMATS = ["auto", "webdataset", "tfrecord", "parquet", "arrow", "npy", "fixed", "jsonl", "lines"]
-
-
-# Options a config file also sets: option name -> config key.
-_CONFIG_KEYS = {
-    **{knob: f"reader__{knob}" for knob in
-       ("outstanding_requests", "read_size", "engine", "direct", "memory_budget")},
-    "format_name": "format", "shuffle": "shuffle__enabled", "seed": "shuffle__seed",
-    "shuffle_buffer": "shuffle__buffer", "shuffle_shards": "shuffle__shards",
-    "record_size": "format_options__record_size", "columns": "format_options__columns",
-    "on_error": "on_error",
-}  # fmt: skip
 
 
 @click.command()
@@ -65,42 +52,19 @@ _CONFIG_KEYS = {
     help="Read PATHS as a dataset of this format (URL patterns with {a..b} and "
     "globs): samples/s and shuffle quality. Without it, files are read whole.",
 )
-@click.option(
-    "--shuffle/--no-shuffle",
-    default=True,
-    show_default=True,
-    help="Dataset mode: shuffled epoch order.",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Dataset mode: shuffle seed.")
-@click.option(
-    "--shuffle-buffer",
-    type=SIZE,
-    default="64MiB",
-    show_default=True,
-    help="Dataset mode: bytes of encoded samples mixed at once.",
-)
-@click.option(
-    "--shuffle-shards",
-    type=click.IntRange(1, 4096),
-    default=8,
-    show_default=True,
-    help="Dataset mode: shards mixed at once.",
-)
+@knob_option(ShuffleSettings, "enabled", context="Dataset mode")
+@knob_option(ShuffleSettings, "seed", context="Dataset mode")
+@knob_option(ShuffleSettings, "buffer", context="Dataset mode")
+@knob_option(ShuffleSettings, "shards", context="Dataset mode")
 @click.option(
     "--batch-size",
     type=click.IntRange(1),
     default=None,
     help="Dataset mode: read batches of this many samples instead of samples.",
 )
-@click.option("--record-size", type=SIZE, default=None, help="Format fixed: bytes per record.")
-@click.option("--columns", default=None, help="Parquet/Arrow: comma-separated columns to read.")
-@click.option(
-    "--on-error",
-    type=click.Choice(["raise", "skip", "warn"]),
-    default="raise",
-    show_default=True,
-    help="Dataset mode: what a damaged or missing shard does.",
-)
+@knob_option(FormatSettings, "record_size")
+@knob_option(FormatSettings, "columns")
+@knob_option(DatasetSpec, "on_error", context="Dataset mode")
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -109,7 +73,9 @@ def run(
     repeat: int,
     as_json: bool,
     config_file: Path | None,
-    **options: Any,
+    format_name: str | None,
+    batch_size: int | None,
+    **_knobs: Any,
 ) -> None:
     """Read PATHS and print the throughput.
 
@@ -118,17 +84,14 @@ def run(
     patterns of a sharded dataset, read an epoch at a time as training reads it.
     With --config, the dataset is the config's (PATHS, if given, replace its urls).
     """
-    batch_size = options["batch_size"]
-    if config_file is not None:
-        config = load(config_file, _config_overrides(ctx, paths))
-        _run_dataset(config.to_dataset, repeat, as_json, batch_size)
+    if config_file is not None or (format_name is not None and paths):
+        top = {"format": None if format_name == "auto" else format_name}
+        spec = command_spec(ctx, config_file, paths, **(top if given(ctx, "format_name") else {}))
+        _run_dataset(spec, repeat, as_json, batch_size)
         return
     if not paths:
         raise click.UsageError("give PATHS to read, or --config FILE")
-    settings = settings_from(options)
-    if options["format_name"] is not None:
-        _run_dataset(lambda: _dataset(paths, settings, options), repeat, as_json, batch_size)
-        return
+    settings = reader_settings(ctx)
     files = files_to_read(paths)
     total = sum(os.path.getsize(path) for path in files)
     runs: list[Measurement] = []
@@ -160,46 +123,14 @@ def run(
         )
 
 
-def _config_overrides(ctx: click.Context, paths: tuple[str, ...]) -> dict[str, Any]:
-    """The options given on the command line, as overrides of the config file."""
-    overrides = explicit_options(ctx, _CONFIG_KEYS)
-    if overrides.get("format") == "auto":
-        overrides["format"] = None
-    if overrides.get("format_options__columns"):
-        overrides["format_options__columns"] = overrides["format_options__columns"].split(",")
-    if paths:
-        overrides["urls"] = list(paths)
-    return overrides
-
-
-def _dataset(paths: tuple[str, ...], settings: ReaderSettings, options: dict[str, Any]) -> Dataset:
-    from fastio.dataset._dataset import Dataset
-
-    format_name = None if options["format_name"] == "auto" else options["format_name"]
-    columns = options["columns"].split(",") if options["columns"] else None
-    return Dataset(
-        list(paths),
-        format_name,
-        shuffle=options["shuffle"],
-        seed=options["seed"],
-        shuffle_buffer=options["shuffle_buffer"],
-        shuffle_shards=options["shuffle_shards"],
-        on_error=options["on_error"],
-        record_size=options["record_size"],
-        columns=columns,
-        reader=settings,
-    )
-
-
-def _run_dataset(
-    make_dataset: Callable[[], Dataset], repeat: int, as_json: bool, batch_size: int | None
-) -> None:
+def _run_dataset(spec: DatasetSpec, repeat: int, as_json: bool, batch_size: int | None) -> None:
     from fastio._errors import DecodeError
     from fastio.cli._dataset_run import DatasetRun, describe, read_epoch
+    from fastio.dataset._dataset import Dataset
     from fastio.plan._windows import shuffle_quality
 
     try:
-        dataset = make_dataset()
+        dataset = Dataset.from_spec(spec)
     except (OSError, DecodeError, ValueError, TypeError) as error:
         raise click.ClickException(str(error)) from None
     runs: list[DatasetRun] = []

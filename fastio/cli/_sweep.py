@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fastio.cli._config_cmd import config_option, load
+from fastio.cli._config_cmd import command_spec, config_option
 from fastio.cli._measure import files_to_read, read_with_fastio
-from fastio.cli._options import SIZE, parse_size
+from fastio.cli._options import knob_option, parse_size
 from fastio.cli._report import console, error_console
+from fastio.spec import ReaderSettings, TunerSettings, check_value, knobs
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from fastio.spec._reader import ReaderSettings
-
-_ENGINES = ("auto", "io_uring", "threads")
+# The grid's axes are reader knobs: their bounds and choices are the spec's.
+_READER = knobs(ReaderSettings)
 
 
 def _ints(text: str) -> list[int]:
@@ -34,18 +34,24 @@ def _ints(text: str) -> list[int]:
         values = [int(item) for item in text.split(",") if item.strip()]
     except ValueError:
         raise click.BadParameter(f"not a comma-separated list of integers: {text!r}") from None
-    if not values or not all(1 <= v <= 256 for v in values):
-        raise click.BadParameter(f"outstanding requests must be in 1..256: {text!r}")
+    try:
+        for value in values:
+            check_value("outstanding_requests", _READER["outstanding_requests"], value)
+    except ValueError:
+        low, high = _READER["outstanding_requests"].low, _READER["outstanding_requests"].high
+        raise click.BadParameter(
+            f"outstanding requests must be in {low:.0f}..{high:.0f}: {text!r}"
+        ) from None
+    if not values:
+        raise click.BadParameter("give at least one count of outstanding requests")
     return values
 
 
 def _sizes(text: str) -> list[int]:
-    from fastio.spec._reader import ReaderSettings
-
     try:
         sizes = [parse_size(item.strip()) for item in text.split(",") if item.strip()]
         for size in sizes:
-            ReaderSettings(read_size=size)  # in bounds
+            check_value("read_size", _READER["read_size"], size)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     if not sizes:
@@ -179,54 +185,50 @@ def plot_heatmap(points: list[dict[str, Any]], requests: list[int], sizes: list[
 @click.option("--sizes", "sizes_text", default="64KiB,256KiB,1MiB,4MiB", show_default=True,
               help="Read sizes to try (comma-separated).")  # fmt: skip
 @click.option("--engines", "engines_text", default=None,
-              help="Engines to try: auto, io_uring, threads (comma-separated; default: the "
-              "config's, else auto).")  # fmt: skip
+              help=f"Engines to try: {', '.join(_READER['engine'].choices)} (comma-separated; "
+              "default: the config's, else the spec's).")  # fmt: skip
 @click.option("--direct", "direct_text", type=click.Choice(["buffered", "direct", "both"]),
               default=None, help="O_DIRECT modes to try (default: the config's, else "
               "buffered).")  # fmt: skip
-@click.option("--budget", type=SIZE, default=None,
-              help="The tuner's bytes in flight (marks points over it); default half the "
-              "memory budget.")  # fmt: skip
+@knob_option(TunerSettings, "memory_budget", "--budget")
 @click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True,
               help="Reads per point; the fastest is kept.")  # fmt: skip
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the points as JSON here ('-': stdout, not the table).")  # fmt: skip
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write a heatmap PNG here (needs the plot extra).")  # fmt: skip
+@click.pass_context
 def sweep(
+    ctx: click.Context,
+    /,
     paths: tuple[str, ...],
     config_file: Path | None,
     requests_text: str,
     sizes_text: str,
     engines_text: str | None,
     direct_text: str | None,
-    budget: int | None,
     repeat: int,
     json_path: str | None,
     plot_path: str | None,
+    **_knobs: Any,
 ) -> None:
     """Read PATHS (files or folders) at every point of a grid of reader knobs
     and show MB/s per point: where the tuner should end up on this storage."""
     from pathlib import Path
 
-    from fastio.spec._reader import ReaderSettings
-
     requests, sizes = _ints(requests_text), _sizes(sizes_text)
-    base = ReaderSettings()
-    if config_file is not None:
-        config = load(config_file, {})
-        base = config.reader.to_settings()
-        if not paths:
-            from fastio.sources._urls import expand_urls
-
-            paths = tuple(expand_urls(config.urls))  # patterns and globs, as a dataset reads them
+    spec = command_spec(ctx, config_file, paths)
+    base = spec.reader
     if not paths:
-        raise click.UsageError("give PATHS to read, or --config FILE")
-    engines = _choices(engines_text or base.engine, _ENGINES, "--engines")
+        from fastio.sources._urls import expand_urls
+
+        paths = tuple(expand_urls(spec.urls))  # patterns and globs, as a dataset reads them
+    engines = _choices(engines_text or base.engine, _READER["engine"].choices, "--engines")
     modes = {"buffered": [False], "direct": [True], "both": [False, True]}
     directs = modes[direct_text] if direct_text is not None else [base.direct]
     files = files_to_read(paths)
-    budget = budget if budget is not None else base.memory_budget // 2
+    # The tuner's budget: the option's or the config's, else its default (half the reader's).
+    budget = spec.tuner.memory_budget or base.memory_budget // 2
     to_stdout = json_path == "-"
     try:
         points = sweep_points(files, base, requests, sizes, engines, directs, budget, repeat,

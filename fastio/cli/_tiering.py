@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fastio.cli._config_cmd import config_option, load
-from fastio.cli._options import SIZE
 from fastio.cli._report import console, error_console
+from fastio.spec import TierSettings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -145,10 +145,9 @@ def probe(config_file: Path | None, tier_specs: tuple[str, ...], refresh: bool,
 def _tiers(config_file: Path | None, specs: Sequence[str]) -> list[Tier]:
     from fastio.tiering import Tier
 
-    tiers = []
+    settings: list[TierSettings] = []
     if config_file is not None:
-        section = load(config_file, {}).tiering
-        tiers += [Tier(t.name, t.path, t.capacity, t.media) for t in section.tiers]
+        settings += load(config_file, {}).to_spec().tiering.tiers
     for spec in specs:
         name, _, rest = spec.partition("=")
         path, _, sizing = rest.partition(":")
@@ -156,10 +155,9 @@ def _tiers(config_file: Path | None, specs: Sequence[str]) -> list[Tier]:
         if not (name and path and capacity):
             raise click.BadParameter(f"{spec!r}: expected NAME=PATH:CAPACITY[:MEDIA]")
         try:
-            tiers.append(Tier(name, path, SIZE.convert(capacity, None, None),
-                              media or None))  # type: ignore[arg-type]  # fmt: skip
-        except ValueError as error:
+            settings.append(TierSettings(name, path, capacity, media or None))  # type: ignore[arg-type]
+        except (TypeError, ValueError) as error:
             raise click.BadParameter(str(error)) from None
-    if not tiers:
+    if not settings:
         raise click.UsageError("give --tier NAME=PATH:CAPACITY or --config FILE with tiers")
-    return tiers
+    return [Tier(t.name, t.path, t.capacity, t.media) for t in settings]

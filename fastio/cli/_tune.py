@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fastio.cli._config_cmd import config_option, explicit_options, load
+from fastio.cli._config_cmd import command_spec, config_option
 from fastio.cli._measure import files_to_read
-from fastio.cli._options import SIZE, reader_options, settings_from
+from fastio.cli._options import knob_option, reader_options
 from fastio.cli._report import _size, console, error_console
+from fastio.spec import TunerSettings
 
 if TYPE_CHECKING:
     from fastio.reader._tuning import ReaderTuning
-    from fastio.spec._reader import ReaderSettings
+    from fastio.spec import DatasetSpec
     from tuners import Decision  # fastio.tuners, as mypy reads the tuners/ folder
 
-_KNOBS = ("outstanding_requests", "read_size", "engine", "direct", "memory_budget")
 _SHOWN = 14  # trials in the live table
 
 
@@ -138,53 +138,36 @@ def plot_timeline(timeline: list[tuple[float, int]], decisions: list[Decision],
     plt.close(figure)
 
 
-def write_config(out: Path, base_config: Path | None, files: list[str], tuned: dict[str, Any],
-                 settings: ReaderSettings, storage: str | None) -> dict[str, Any]:  # fmt: skip
-    """Save the tuned knobs as a config file and load it back; its reader section."""
-    from fastio.config._config import ReaderSection, load_config, save_config
+def write_config(out: Path, spec: DatasetSpec, tuned: dict[str, Any]) -> dict[str, Any]:
+    """Save ``spec`` with the tuned knobs as a config file and load it back;
+    its reader section."""
+    from fastio.config import DatasetConfig, load_config, save_config
 
     knobs = {"outstanding_requests": tuned["outstanding_requests"],
              "read_size": tuned["read_size"]}  # fmt: skip
-    tuner: dict[str, Any] = {"storage": storage} if storage else {}
-    if base_config is not None:
-        config = load_config(base_config, reader=knobs, tuner=tuner)
-    else:
-        from fastio.config._config import DatasetConfig, TunerSection
-
-        section = ReaderSection(**(settings.as_dict() | knobs))
-        config = DatasetConfig(urls=files, reader=section, tuner=TunerSection(storage=storage))
-    save_config(config, out)
-    loaded = load_config(out)
-    if (loaded.reader.outstanding_requests, loaded.reader.read_size) != (
+    save_config(DatasetConfig.from_spec(spec.replace(reader=spec.reader.replace(**knobs))), out)
+    reader = load_config(out).to_spec().reader
+    if (reader.outstanding_requests, reader.read_size) != (
         knobs["outstanding_requests"], knobs["read_size"]
     ):  # fmt: skip
         raise click.ClickException(f"{out}: the written config does not load back the same")
-    return dict(loaded.reader)
+    return reader.as_dict()
 
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path())
 @config_option("Read the files the config's urls name, starting from its reader knobs.")
 @reader_options
-@click.option(
-    "--budget",
-    type=SIZE,
-    default=None,
-    help="Bytes in flight the tuner may use (default: half the memory budget).",
-)
-@click.option("--window-seconds", type=click.FloatRange(0.01), default=1.0, show_default=True,
-              help="Seconds of reading per measurement.")  # fmt: skip
-@click.option("--warmup-seconds", type=click.FloatRange(0), default=0.25, show_default=True,
-              help="Reading discarded after each change.")  # fmt: skip
-@click.option("--max-trials", type=click.IntRange(1, 500), default=30, show_default=True)
+@knob_option(TunerSettings, "memory_budget", "--budget")
+@knob_option(TunerSettings, "window_seconds")
+@knob_option(TunerSettings, "warmup_seconds")
+@knob_option(TunerSettings, "max_trials")
 @click.option("--max-seconds", type=click.FloatRange(1), default=300.0, show_default=True,
               help="Stop after this long even if not settled.")  # fmt: skip
 @click.option("--settled-windows", type=click.IntRange(0), default=3, show_default=True,
               help="Windows measured at the best after settling.")  # fmt: skip
-@click.option("--storage", default=None,
-              help="Persist trials here (journal file, .db SQLite, or database URL); a "
-              "second run then starts at the best known configuration.")  # fmt: skip
-@click.option("--seed", type=int, default=0, show_default=True)
+@knob_option(TunerSettings, "storage")
+@knob_option(TunerSettings, "seed")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="fastio-tuned.yaml",
               show_default=True, help="The tuned configuration, as a config file.")  # fmt: skip
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
@@ -195,40 +178,28 @@ def write_config(out: Path, base_config: Path | None, files: list[str], tuned: d
 def tune(ctx: click.Context, /, paths: tuple[str, ...], config_file: Path | None,
          **options: Any) -> None:  # fmt: skip
     """Tune outstanding requests and read size online while reading PATHS
-    (files or folders, read whole, over and over), and write the result."""
+    (files or folders, read whole, over and over), and write the result: the
+    dataset (PATHS, or the config's) with the tuned reader and these tuner
+    settings."""
     from fastio.reader._tuning import storage_fingerprint
-    from fastio.spec._tuner import TunerSettings
 
-    settings = settings_from(options)
-    if config_file is not None:
-        overrides = explicit_options(ctx, {knob: f"reader__{knob}" for knob in _KNOBS})
-        config = load(config_file, overrides)
-        settings = config.reader.to_settings()
-        if not paths:
-            from fastio.sources._urls import expand_urls
-
-            paths = tuple(expand_urls(config.urls))  # patterns and globs, as a dataset reads them
+    spec = command_spec(ctx, config_file, paths)
     if not paths:
-        raise click.UsageError("give PATHS to read, or --config FILE")
+        from fastio.sources._urls import expand_urls
+
+        paths = tuple(expand_urls(spec.urls))  # patterns and globs, as a dataset reads them
     files = files_to_read(paths)
-    try:
-        tuning_options = TunerSettings(
-            enabled=True,
-            storage=options["storage"], memory_budget=options["budget"],
-            window_seconds=options["window_seconds"], warmup_seconds=options["warmup_seconds"],
-            max_trials=options["max_trials"], seed=options["seed"],
-            tick_seconds=min(0.1, options["window_seconds"] / 4),
-        )  # fmt: skip
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
+    if config_file is None:  # the config written names the files read, not their folders
+        spec = spec.replace(urls=tuple(files))
+    tuner = spec.tuner
+    # Ticks finer than the windows, so that each window is measured on time.
+    tuning_options = tuner.replace(enabled=True, tick_seconds=min(0.1, tuner.window_seconds / 4))
     to_stdout = options["json_path"] == "-"
-    _tune_files(files, settings, tuning_options, options, config_file, to_stdout,
-                storage_fingerprint(files))  # fmt: skip
+    _tune_files(files, spec, tuning_options, options, to_stdout, storage_fingerprint(files))
 
 
-def _tune_files(files: list[str], settings: ReaderSettings, tuning_options: Any,
-                options: dict[str, Any], config_file: Path | None, to_stdout: bool,
-                study_name: str) -> None:  # fmt: skip
+def _tune_files(files: list[str], spec: DatasetSpec, tuning_options: TunerSettings,
+                options: dict[str, Any], to_stdout: bool, study_name: str) -> None:  # fmt: skip
     from rich.live import Live
 
     from fastio.reader._reader import Reader
@@ -237,7 +208,7 @@ def _tune_files(files: list[str], settings: ReaderSettings, tuning_options: Any,
     changes: list[tuple[float, dict[str, Any]]] = []
     clock = {"now": 0.0}
     live_on = not to_stdout and error_console().is_terminal
-    with Reader(settings) as reader, Live(console=error_console(), transient=False,
+    with Reader(spec.reader) as reader, Live(console=error_console(), transient=False,
                                          auto_refresh=False) as live:  # fmt: skip
         if not live_on:
             live.stop()
@@ -283,7 +254,7 @@ def _tune_files(files: list[str], settings: ReaderSettings, tuning_options: Any,
     }  # fmt: skip
     out = Path(options["out_path"])
     result["config_file"] = str(out)
-    result["reader"] = write_config(out, config_file, files, best, settings, options["storage"])
+    result["reader"] = write_config(out, spec, best)
     if to_stdout:
         json.dump(result, sys.stdout)
         sys.stdout.write("\n")

@@ -139,6 +139,7 @@ class Dataset(_Base):
         rank: int | None = None,
         world_size: int | None = None,
         remainder: Remainder = "exact",
+        batch_size: int | None = None,
         on_error: OnError = "raise",
         columns: Sequence[str] | None = None,
         record_size: int | str | None = None,
@@ -168,8 +169,8 @@ class Dataset(_Base):
         spec = DatasetSpec.from_keywords(
             urls, format=format, shuffle=shuffle, seed=seed, shuffle_buffer=shuffle_buffer,
             shuffle_shards=shuffle_shards, rank=rank, world_size=world_size, remainder=remainder,
-            on_error=on_error, columns=columns, record_size=record_size, verify=verify,
-            example=example, index_dir=index_dir, storage_options=storage_options,
+            batch_size=batch_size, on_error=on_error, columns=columns, record_size=record_size,
+            verify=verify, example=example, index_dir=index_dir, storage_options=storage_options,
             cache_dir=cache_dir, cache_bytes=cache_bytes, cache_policy=cache_policy,
             cache_prefetch=cache_prefetch, reader=reader, fairness=fairness,
             shuffle_memory=shuffle_memory, tiering=settings, tune=tune, **reader_knobs,

@@ -20,11 +20,21 @@ from fastio.spec._dataset import (
     TierSettings,
 )
 from fastio.spec._fairness import FairnessSettings
-from fastio.spec._knobs import Knob, knob, knobs, parse_size
+from fastio.spec._knobs import (
+    REQUIRED,
+    Knob,
+    check_value,
+    knob,
+    knob_defaults,
+    knobs,
+    parse_size,
+    size_text,
+)
 from fastio.spec._reader import ReaderSettings
 from fastio.spec._tuner import TunerSettings
 
 __all__ = [
+    "REQUIRED",
     "CacheSettings",
     "DatasetSpec",
     "FairnessSettings",
@@ -38,7 +48,10 @@ __all__ = [
     "TierSettings",
     "TieringSettings",
     "TunerSettings",
+    "check_value",
     "knob",
+    "knob_defaults",
     "knobs",
     "parse_size",
+    "size_text",
 ]

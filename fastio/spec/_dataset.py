@@ -9,12 +9,11 @@ has one names it (``shuffle_buffer`` is ``shuffle.buffer``), and
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastio.spec._fairness import FairnessSettings
-from fastio.spec._knobs import check, knob, knobs
+from fastio.spec._knobs import REQUIRED, check, check_value, knob, knobs
 from fastio.spec._reader import ReaderSettings
 from fastio.spec._tuner import TunerSettings
 
@@ -143,9 +142,9 @@ class CacheSettings:
 class TierSettings:
     """One tier: a directory, its byte budget and its medium (unset: detected)."""
 
-    name: str = knob("", "The tier's name.", "text")
-    path: str = knob("", "Its directory.", "path")
-    capacity: int = knob(1, "Bytes it may hold.", "size", low=1)
+    name: str = knob(REQUIRED, "The tier's name.", "text")
+    path: str = knob(REQUIRED, "Its directory.", "path")
+    capacity: int = knob(REQUIRED, "Bytes it may hold.", "size", low=1)
     media: Literal["ram", "ssd", "hdd"] | None = knob(
         None, "ram, ssd or hdd; unset: detected from the block device.", "choice",
         choices=("ram", "ssd", "hdd"), optional=True,
@@ -164,7 +163,7 @@ class TieringSettings:
 
     enabled: bool = knob(False, "Place intermediate files on the tiers.", "flag")
     tiers: tuple[TierSettings, ...] = knob((), "The tiers, fastest first.", "sections",
-                                           factory=tuple)  # fmt: skip
+                                           of=TierSettings, factory=tuple)  # fmt: skip
     shuffle_memory: int | None = knob(
         None, "Shuffle windows larger than this spill to a tier file (unset: stay in memory).",
         "size", low=1, optional=True, keyword="shuffle_memory",
@@ -177,10 +176,6 @@ class TieringSettings:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        tiers = tuple(
-            tier if isinstance(tier, TierSettings) else TierSettings(**tier) for tier in self.tiers
-        )
-        object.__setattr__(self, "tiers", tiers)
         check(self)
         if self.enabled and not self.tiers:
             raise ValueError("tiering is enabled but lists no tiers")
@@ -196,7 +191,7 @@ class DatasetSpec:
     the knob."""
 
     urls: str | tuple[str, ...] = knob(
-        "", "A URL pattern (braces, globs, fsspec chains) or a list of them.", "object",
+        REQUIRED, "A URL pattern (braces, globs, fsspec chains) or a list of them.", "urls",
     )  # fmt: skip
     format: str | None = knob(
         None, "The shard format; unset: from the first URL's extension.", "text",
@@ -227,25 +222,6 @@ class DatasetSpec:
                                     keyword="tiering", factory=TieringSettings)  # fmt: skip
 
     def __post_init__(self) -> None:
-        urls = self.urls
-        if isinstance(urls, os.PathLike):
-            urls = os.fspath(urls)
-        elif isinstance(urls, (list, tuple)):
-            urls = tuple(os.fspath(url) if isinstance(url, os.PathLike) else url for url in urls)
-        valid = (isinstance(urls, str) and urls) or (
-            isinstance(urls, tuple) and urls and all(isinstance(u, str) and u for u in urls)
-        )
-        if not valid:
-            raise ValueError(
-                f"urls must be a URL pattern or a non-empty list of them, not {urls!r}"
-            )
-        object.__setattr__(self, "urls", urls)
-        for name, section in _SECTIONS.items():
-            value = getattr(self, name)
-            if isinstance(value, dict):
-                object.__setattr__(self, name, section(**value))
-            elif not isinstance(value, section):
-                raise TypeError(f"{name} must be {section.__name__} or a dict of it, not {value!r}")
         check(self)
         tiering, cache = self.tiering, self.cache
         if tiering.enabled and tiering.shuffle_memory is None and cache.max_bytes is None:
@@ -271,6 +247,9 @@ class DatasetSpec:
         for keyword, value in keywords.items():
             if keyword in flat:
                 section_name, field = flat[keyword]
+                holder = _SECTIONS[section_name] if section_name else cls
+                # Checked here, so that a message names the keyword given.
+                value = check_value(keyword, knobs(holder)[field], value)
                 (changes[section_name] if section_name else top)[field] = value
             elif keyword in _WHOLE:
                 given[_WHOLE[keyword]] = value
@@ -287,13 +266,8 @@ class DatasetSpec:
                 base = FairnessSettings.coerce(value)
             elif value is None:
                 base = settings_class()
-            elif isinstance(value, dict):
-                base = settings_class(**value)
-            elif isinstance(value, settings_class):
-                base = value
             else:
-                raise TypeError(f"{_keyword_of(name)} must be {settings_class.__name__} or a "
-                                f"dict of it, not {value!r}")  # fmt: skip
+                base = check_value(_keyword_of(name), knobs(cls)[name], value)
             top[name] = dataclasses.replace(base, **changes[name]) if changes[name] else base
         return cls(**top)
 
@@ -342,11 +316,7 @@ def _keyword_of(section: str) -> str:
 
 
 _SECTIONS.update(
-    {
-        field.name: field.default_factory  # type: ignore[misc]
-        for field in dataclasses.fields(DatasetSpec)
-        if field.metadata["knob"].kind == "section"
-    }
+    {name: spec.of for name, spec in knobs(DatasetSpec).items() if spec.of is not None}
 )
 _WHOLE: dict[str, str] = {
     spec.keyword: name

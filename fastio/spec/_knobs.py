@@ -16,7 +16,19 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Knob", "KnobKind", "check", "check_value", "knob", "knobs", "parse_size", "size_text"]
+__all__ = [
+    "REQUIRED",
+    "Knob",
+    "KnobKind",
+    "check",
+    "check_value",
+    "knob_defaults",
+    "knob",
+    "knobs",
+    "parse_size",
+    "shown",
+    "size_text",
+]
 
 KnobKind = Literal[
     "count",  # an integer
@@ -29,12 +41,16 @@ KnobKind = Literal[
     "path",  # a path or a string
     "paths",  # a path, or a list of them
     "names",  # a list of strings
+    "urls",  # a URL pattern, or a non-empty list of them
     "mapping",  # a dict with string keys, passed on untouched
     "callable",  # a function (given in code only)
-    "section",  # a nested settings class
-    "sections",  # a list of nested settings
+    "section",  # a nested settings class (`of`), or a dict of its knobs
+    "sections",  # a list of them
     "object",  # anything (checked by its consumer)
 ]
+
+REQUIRED: Any = dataclasses.MISSING
+"""The default of a knob that has none: it must be given."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +67,7 @@ class Knob:
     keyword: str | None = None
     short: str | None = None
     in_config: bool = True
+    of: type | None = None
 
 
 def knob(
@@ -66,18 +83,24 @@ def knob(
     keyword: str | None = None,
     short: str | None = None,
     in_config: bool = True,
+    of: type | None = None,
     factory: Any = None,
 ) -> Any:
     """A dataclass field with its knob metadata.
 
-    ``low``/``high`` bound it inclusively, ``above`` exclusively from below;
-    ``optional`` lets it be None (meaning "not set"); ``keyword`` is its name
-    as a keyword of :class:`fastio.Dataset` where that differs from, or lives
-    outside, its section; ``short`` its one-letter command-line flag;
-    ``in_config=False`` keeps it out of config files (a callback).
+    ``default`` is :data:`REQUIRED` for a knob that must be given; ``factory``
+    makes a fresh default instead (a section, a mapping). ``low``/``high``
+    bound it inclusively, ``above`` exclusively from below; ``optional`` lets
+    it be None (meaning "not set"); ``keyword`` is its name as a keyword of
+    :class:`fastio.Dataset` where that differs from, or lives outside, its
+    section; ``short`` its one-letter command-line flag; ``in_config=False``
+    keeps it out of config files (a callback); ``of`` is the settings class of
+    a section or of each of sections (a section's factory, unless given).
     """
+    if kind == "section" and of is None:
+        of = factory
     metadata = {"knob": Knob(doc, kind, low, high, above, choices, optional, keyword, short,
-                             in_config)}  # fmt: skip
+                             in_config, of)}  # fmt: skip
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -86,6 +109,20 @@ def knob(
 def knobs(cls: Any) -> dict[str, Knob]:
     """The knobs of a settings class (or instance), in field order."""
     return {f.name: f.metadata["knob"] for f in dataclasses.fields(cls) if "knob" in f.metadata}
+
+
+def knob_defaults(cls: Any) -> dict[str, Any]:
+    """The knobs of a settings class with their defaults (factories called);
+    required knobs are left out."""
+    result = {}
+    for field in dataclasses.fields(cls):
+        if "knob" not in field.metadata:
+            continue
+        if field.default is not dataclasses.MISSING:
+            result[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            result[field.name] = field.default_factory()
+    return result
 
 
 def check(instance: Any) -> None:
@@ -100,7 +137,10 @@ def check(instance: Any) -> None:
 
 
 def check_value(name: str, spec: Knob, value: Any) -> Any:
-    """``value`` checked against ``spec``, in its normal form."""
+    """``value`` checked against ``spec``, in its normal form: sizes in bytes,
+    paths as strings, lists as tuples, a section's dict as its settings.
+    Raises TypeError (a value of the wrong type) or ValueError (out of bounds,
+    not a choice), as ``"<name> must be ..., not <value>"``."""
     if value is None:
         if spec.optional:
             return None
@@ -114,51 +154,87 @@ def check_value(name: str, spec: Knob, value: Any) -> Any:
         try:
             value = parse_size(value)
         except ValueError:
-            raise ValueError(f"{name} {_must_be_size(value)}") from None
+            # Text that is no size is a bad value; anything else (1.5, True) a bad type.
+            error = ValueError if isinstance(value, str) else TypeError
+            raise error(f"{name} {_must_be_size(value)}") from None
         return _bounded(name, spec, value)
     if kind == "count":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an integer, not {_shown(value)}")
+            raise TypeError(f"{name} must be an integer, not {shown(value)}")
         return _bounded(name, spec, value)
     if kind in ("seconds", "number"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise TypeError(f"{name} must be a number, not {_shown(value)}")
+            raise TypeError(f"{name} must be a number, not {shown(value)}")
         return _bounded(name, spec, value)
     if kind == "flag":
         if not isinstance(value, bool):
-            raise TypeError(f"{name} must be true or false, not {_shown(value)}")
+            raise TypeError(f"{name} must be true or false, not {shown(value)}")
         return value
     if kind == "choice":
         if value not in spec.choices:
-            raise ValueError(f"{name} must be {_alternatives(spec.choices)}, not {_shown(value)}")
+            raise ValueError(f"{name} must be {_alternatives(spec.choices)}, not {shown(value)}")
         return value
     if kind in ("text", "path"):
         if kind == "path" and isinstance(value, os.PathLike):
             return os.fspath(value)
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a {'path' if kind == 'path' else 'string'}, "
-                            f"not {_shown(value)}")  # fmt: skip
+                            f"not {shown(value)}")  # fmt: skip
         return value
     if kind == "paths":
         if isinstance(value, (str, os.PathLike)):
             return os.fspath(value)
         if isinstance(value, (list, tuple)) and value:
             return tuple(check_value(name, Knob(spec.doc, "path"), one) for one in value)
-        raise TypeError(f"{name} must be a path or a list of paths, not {_shown(value)}")
+        raise TypeError(f"{name} must be a path or a list of paths, not {shown(value)}")
     if kind == "names":
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise TypeError(f"{name} must be a list of names, not {_shown(value)}")
+            raise TypeError(f"{name} must be a list of names, not {shown(value)}")
         if not all(isinstance(one, str) for one in value):
-            raise TypeError(f"{name} must be a list of names, not {_shown(value)}")
+            raise TypeError(f"{name} must be a list of names, not {shown(value)}")
         return tuple(value)
+    if kind == "urls":
+        return _urls(name, value)
+    if kind in ("section", "sections"):
+        return _sections(name, spec, value)
     if kind == "mapping":
         if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
-            raise TypeError(f"{name} must be a mapping, not {_shown(value)}")
+            raise TypeError(f"{name} must be a mapping, not {shown(value)}")
         return value
     if kind == "callable":
         if not callable(value):
-            raise TypeError(f"{name} must be callable, not {_shown(value)}")
+            raise TypeError(f"{name} must be callable, not {shown(value)}")
         return value
+    return value
+
+
+def _urls(name: str, value: Any) -> str | tuple[str, ...]:
+    urls: Any = value
+    if isinstance(urls, os.PathLike):
+        urls = os.fspath(urls)
+    elif isinstance(urls, (list, tuple)):
+        urls = tuple(os.fspath(url) if isinstance(url, os.PathLike) else url for url in urls)
+    if isinstance(urls, str) and urls:
+        return urls
+    if isinstance(urls, tuple) and urls and all(isinstance(url, str) and url for url in urls):
+        return urls
+    raise ValueError(f"{name} must be a URL pattern or a non-empty list of them, "
+                     f"not {shown(value)}")  # fmt: skip
+
+
+def _sections(name: str, spec: Knob, value: Any) -> Any:
+    settings = spec.of
+    assert settings is not None, f"{name}: a section knob names its settings class (of=)"
+    if spec.kind == "sections":
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{name} must be a list of {settings.__name__} or of dicts of it, "
+                            f"not {shown(value)}")  # fmt: skip
+        return tuple(_sections(name, Knob(spec.doc, "section", of=settings), one)
+                     for one in value)  # fmt: skip
+    if isinstance(value, dict):
+        return settings(**value)
+    if not isinstance(value, settings):
+        raise TypeError(f"{name} must be {settings.__name__} or a dict of it, not {shown(value)}")
     return value
 
 
@@ -180,11 +256,12 @@ def _number(bound: float) -> str:
 
 
 def _alternatives(choices: tuple[Any, ...]) -> str:
-    shown = [repr(choice) for choice in choices]
-    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
+    texts = [repr(choice) for choice in choices]
+    return texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " or " + texts[-1]
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
+    """``value`` as a message shows it: its repr, cut at 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -215,7 +292,7 @@ def parse_size(value: object) -> int:
 
 
 def _must_be_size(value: object) -> str:
-    return f"must be a size (65536, 64KiB, 4m or 1GiB), not {_shown(value)}"
+    return f"must be a size (65536, 64KiB, 4m or 1GiB), not {shown(value)}"
 
 
 def size_text(count: int) -> int | str:

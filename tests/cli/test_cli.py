@@ -183,3 +183,31 @@ def test_demo_reads_with_a_config_files_reader_settings(tmp_path) -> None:
     assert report["reader"]["outstanding_requests"] == 3
     assert report["reader"]["read_size"] == 256 << 10
     assert report["fastio"]["bytes"] == 2 << 20
+
+
+def test_help_shows_the_specs_defaults_as_the_spec_writes_them() -> None:
+    shown = " ".join(bench("run", "--help").stdout.split())
+    assert "[default: 1MiB]" in shown  # --read-size
+    assert "[default: 64MiB]" in shown  # --memory-budget and --shuffle-buffer
+    assert "[default: 16; 1<=x<=256]" in shown  # --outstanding-requests
+
+
+def test_options_given_win_over_the_config_in_fairness(tmp_path) -> None:
+    from tests.shards import write
+
+    written = write("webdataset", tmp_path / "data", shards=2, per_shard=10)
+    config = tmp_path / "job.yaml"
+    config.write_text(f"urls: {written.pattern}\nreader: {{outstanding_requests: 3}}\n"
+                      "fairness: {window_seconds: 0.5, mitigate: false}\n")  # fmt: skip
+    report = json.loads(bench("fairness", "--config", str(config), "--workers", "0",
+                              "--step-ms", "0", "-q", "7", "--window", "0.05",
+                              "--json").stdout)  # fmt: skip
+    assert report["settings"]["window_seconds"] == 0.05  # given: wins
+    assert report["settings"]["mitigate"] is False  # left at its default: the file's
+    assert {w["outstanding_requests"] for w in report["report"]["workers"]} == {7}
+
+
+def test_tiering_probe_checks_a_tier_as_the_spec_does(tmp_path) -> None:
+    result = bench("tiering", "probe", "--tier", f"fast={tmp_path}:lots", check=False)
+    assert result.returncode == 2
+    assert "capacity must be a size (65536, 64KiB, 4m or 1GiB), not 'lots'" in result.stderr

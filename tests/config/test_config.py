@@ -8,7 +8,6 @@ import inspect
 import json
 import os
 import pickle
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +16,9 @@ import tomli_w
 import yaml
 
 import fastio
-from fastio import spec
-from fastio.config._config import (
-    DatasetConfig,
-    OnError,
-    ReaderSection,
-    defaults,
-    load_config,
-    save_config,
-)
+import fastio.spec
+from fastio.config._config import DatasetConfig, defaults, load_config, save_config
+from fastio.config._model import ReaderSection
 from tests.cli.test_cli import bench
 from tests.shards import key_of, write
 
@@ -50,8 +43,10 @@ EVERY_SECTION: dict[str, Any] = {
     "cache": {"dir": "/scratch/fastio", "max_bytes": "200GiB", "policy": "lru", "prefetch": 5},
     "tuner": {"enabled": True},
     "fairness": {"enabled": True},
-    "tiering": {"enabled": True},
-}
+    # Listed but not enabled: enabled tiering keeps the cache in the tiers, not in cache.dir.
+    "tiering": {"tiers": [{"name": "fast", "path": "/dev/shm/fastio", "capacity": "8GiB"}],
+                "shuffle_memory": "256MiB"},
+}  # fmt: skip
 DUMP = {".yaml": yaml.safe_dump, ".yml": yaml.safe_dump, ".toml": tomli_w.dumps,
         ".json": json.dumps}  # fmt: skip
 
@@ -170,7 +165,6 @@ def test_defaults_are_the_datasets() -> None:
         "index_dir": config.format_options.index_dir, "format": config.format,
     }  # fmt: skip
     assert given == {name: signature[name].default for name in given}
-    assert typing.get_args(OnError) == typing.get_args(spec.OnError)
 
 
 # ---- precedence --------------------------------------------------------------------------
@@ -403,3 +397,69 @@ def test_run_with_a_bad_config_or_nothing_to_read(tmp_path) -> None:
     result = bench("run", check=False)
     assert result.returncode == 2
     assert "give PATHS to read, or --config FILE" in result.stderr
+
+
+# ---- made from the spec --------------------------------------------------------------------
+
+
+def test_environment_text_is_read_as_each_knob_reads_text(tmp_path, monkeypatch) -> None:
+    for name, text in {
+        "FASTIO_READER__DIRECT": "true", "FASTIO_SHUFFLE__ENABLED": "0",
+        "FASTIO_SHUFFLE__BUFFER": "4m", "FASTIO_TUNER__WINDOW_SECONDS": "0.5",
+        "FASTIO_FORMAT_OPTIONS__COLUMNS": '["key", "data"]', "FASTIO_CACHE__DIR": "/c",
+        "FASTIO_CACHE__MAX_BYTES": "1GiB", "FASTIO_URLS": '["a.tar", "b.tar"]',
+        "FASTIO_TEST_SOMETHING_ELSE": "not a config key",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, text)
+    spec = load_config(config_file(tmp_path, {"format": "parquet"})).to_spec()
+    assert spec.urls == ("a.tar", "b.tar")
+    assert (spec.reader.direct, spec.shuffle.enabled, spec.shuffle.buffer) == (True, False, 4 << 20)
+    assert spec.tuner.window_seconds == 0.5
+    assert spec.format_options.columns == ("key", "data")
+    assert (spec.cache.dir, spec.cache.max_bytes) == ("/c", 1 << 30)
+
+
+def test_a_config_no_dataset_can_be_made_from_is_refused_at_load(tmp_path) -> None:
+    # Tiering keeps the shard cache in its tiers: a cache.dir beside it is a mistake.
+    tiers = [{"name": "fast", "path": "/dev/shm/fastio", "capacity": "8GiB"}]
+    data = {"urls": "a.tar", "cache": {"dir": "/c", "max_bytes": "1GiB"},
+            "tiering": {"enabled": True, "tiers": tiers}}  # fmt: skip
+    path = config_file(tmp_path, data)
+    with pytest.raises(fastio.ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"{path}: with tiering, the shard cache lives in the tiers' directories: "
+        "give cache_bytes, not cache_dir"
+    )
+    config = load_config(path, cache={"dir": None})
+    assert config.to_spec().tiering.tiers[0].capacity == 8 << 30
+
+
+def test_tiers_are_sections_too(tmp_path) -> None:
+    path = tmp_path / "tiers.toml"
+    path.write_text(
+        "urls = 'a.tar'\n[[tiering.tiers]]\nname = 'fast'\npath = '/t'\ncapacity = '1GiB'\n"
+        "medai = 'ssd'\n[[tiering.tiers]]\nname = 'slow'\n"
+    )
+    with pytest.raises(fastio.ConfigError) as caught:
+        load_config(path)
+    assert caught.value.problems == (
+        f"{path}: unknown key 'tiering.tiers.0.medai'; did you mean 'tiering.tiers.0.media'?",
+        f"{path}: tiering.tiers.1.path: missing; must be given",
+        f"{path}: tiering.tiers.1.capacity: missing; must be given",
+    )
+
+
+def test_a_config_is_its_spec_both_ways(tmp_path) -> None:
+    config = load_config(config_file(tmp_path, EVERY_SECTION))
+    spec = config.to_spec()
+    assert isinstance(spec, fastio.spec.DatasetSpec)
+    assert spec.reader == config.reader.to_settings()
+    assert DatasetConfig.from_spec(spec) == config
+    assert pickle.loads(pickle.dumps(config)) == config
+
+
+def test_a_callback_stays_out_of_the_file_and_the_section() -> None:
+    assert "callback" not in DatasetConfig.model_fields["fairness"].annotation.model_fields
+    spec = fastio.spec.DatasetSpec("a.tar", fairness={"callback": print})
+    assert DatasetConfig.from_spec(spec).to_spec().fairness.callback is None

@@ -120,7 +120,7 @@ def test_shuffled_epochs_ranks_and_batches_are_exact(written, tmp_path) -> None:
 
 
 def test_balance_is_a_checked_knob_in_code_and_config() -> None:
-    from fastio.config._config import FairnessSection
+    from fastio.config._model import FairnessSection
 
     assert FairnessSettings().balance == "budget"
     with pytest.raises(ValueError, match="balance must be"):

@@ -145,7 +145,7 @@ def test_config_tuner_section_turns_tuning_on(files: dict[str, str], tmp_path: P
     )
     config = load_config(config_path)
     assert config.tuner.memory_budget == 8 * MiB
-    options = config.tuner.to_options()
+    options = config.tuner.to_settings()
     assert options == TunerSettings(enabled=True, storage=str(tmp_path / "trials.log"),
                                     memory_budget=8 * MiB, window_seconds=0.5)  # fmt: skip
     with config.to_dataset() as dataset:

@@ -1,0 +1,100 @@
+"""Config files as text: YAML, TOML or JSON by the extension; syntax errors
+named by line and column."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import TYPE_CHECKING, Any
+
+import tomli_w
+import yaml  # type: ignore[import-untyped, unused-ignore]
+
+from fastio._errors import ConfigError
+from fastio.spec._knobs import shown
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the backport, a dependency on 3.10 only
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+__all__ = ["dumps", "file_kind", "read"]
+
+_KINDS = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".json": "json"}
+_TOML_WHERE = re.compile(r"^(.*) \(at line (\d+), column (\d+)\)$", re.DOTALL)
+
+
+def file_kind(path: Path) -> str:
+    """``"yaml"``, ``"toml"`` or ``"json"``, by the extension of ``path``.
+    Raises :class:`fastio.ConfigError` for another extension."""
+    kind = _KINDS.get(path.suffix.lower())
+    if kind is None:
+        raise ConfigError(
+            f"{path}: unknown config file type {path.suffix or '(none)'!r}; "
+            "use .yaml, .yml, .toml or .json",
+            file=str(path),
+        )
+    return kind
+
+
+def read(path: Path) -> dict[str, Any]:
+    """The mapping of sections in the config file ``path``. Raises
+    :class:`fastio.ConfigError` for a file that is not UTF-8, does not parse or
+    holds no mapping; OSError where it cannot be read."""
+    label = str(path)
+    kind = file_kind(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{label}: not UTF-8 text ({error.reason} at byte {error.start})",
+                          file=label) from None  # fmt: skip
+    data = _parse(text, kind, label)
+    if data is None:  # an empty YAML file
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{label}: must be a mapping of sections (urls, format, reader, ...), "
+            f"not {type(data).__name__} {shown(data)}",
+            file=label,
+        )
+    return data
+
+
+def _parse(text: str, kind: str, label: str) -> object:
+    """The data in ``text``; syntax errors name the line and column."""
+    try:
+        if kind == "yaml":
+            return yaml.safe_load(text)
+        if kind == "toml":
+            return tomllib.loads(text)
+        return json.loads(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = f"{where}not valid YAML: {error.problem}"
+    except yaml.YAMLError as error:
+        problem = f"not valid YAML: {error}"
+    except tomllib.TOMLDecodeError as error:
+        match = _TOML_WHERE.match(str(error))
+        problem = (
+            f"line {match[2]}, column {match[3]}: not valid TOML: {match[1]}"
+            if match
+            else f"not valid TOML: {error}"
+        )
+    except json.JSONDecodeError as error:
+        problem = f"line {error.lineno}, column {error.colno}: not valid JSON: {error.msg}"
+    raise ConfigError(f"{label}: {problem}", file=label)
+
+
+def dumps(data: Mapping[str, Any], kind: str) -> str:
+    """``data`` (see :meth:`DatasetConfig.to_dict`) as ``"yaml"``, ``"toml"`` or ``"json"``."""
+    if kind == "yaml":
+        return str(yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True))
+    if kind == "toml":
+        return tomli_w.dumps(data)
+    return json.dumps(data, indent=2) + "\n"
