@@ -3,8 +3,9 @@
     python benchmarks/bench_fairness.py               # ~12 min, with a 3-minute balanced run
     python benchmarks/bench_fairness.py --duration 10 --runs 3 --pairs 10 --size-mb 64  # quick
     python benchmarks/bench_fairness.py --only injected --runs 2              # mitigation only
+    python benchmarks/bench_fairness.py --only flagging --runs 5              # flag latency
 
-Three parts, results as JSON in benchmarks/results/fairness-<time>.json:
+Four parts, results as JSON in benchmarks/results/fairness-<time>.json:
 
 1. overhead: epochs of real local files (4 KiB fixed records, read by
    fastio.Dataset in this process, warm page cache: every sample a Python
@@ -20,7 +21,13 @@ Three parts, results as JSON in benchmarks/results/fairness-<time>.json:
    (``in_order=False``: only there do delivered rates differ, so only there
    does Jain's index show the imbalance); and ``balance="steal"`` with
    ``in_order=False``, with the units stolen.
-3. balanced: ``--duration`` seconds of epochs over the real local files with 2
+3. flagging: the same 2 workers, monitoring only, worker 0's shards slowed
+   (50 ms per request) for 1.6 s in the middle of the epoch: how many
+   windows after the slowdown begins worker 0 is flagged (the target is 3 at
+   most), how many after it ends the flag clears, and the fast worker's flags
+   (the target is none). These are timing outcomes, so they are measured
+   here, not asserted by the tests.
+4. balanced: ``--duration`` seconds of epochs over the real local files with 2
    DataLoader workers, default settings (1 s windows): flags raised (the target
    is none), and the lowest relative rate and largest readiness gap seen, the
    margins under the defaults (0.6 and 0.3).
@@ -177,6 +184,51 @@ def injected(urls: list[str], runs: int) -> dict[str, object]:
     return result
 
 
+def flagging(urls: list[str], runs: int) -> dict[str, object]:
+    slow = [os.path.basename(url) for url in urls[: len(urls) // 2]]
+    window = 0.2
+    to_flag, to_clear, fast_flags, events = [], [], [], []
+    for _ in range(runs):
+        FLAGS.unlink(missing_ok=True)
+        slow_from = time.time() + 1.0
+        slow_until = slow_from + 1.6
+        dataset = fastio.Dataset(
+            [f"throttled://{url}" for url in urls], "fixed", record_size=RECORD, shuffle=False,
+            shuffle_buffer=64 << 10,
+            storage_options={"delay": 0.001, "slow": slow, "slow_delay": 0.05,
+                             "slow_from": slow_from, "slow_until": slow_until},
+            reader=fastio.ReaderSettings(outstanding_requests=2, read_size=16 << 10,
+                                         memory_budget=256 << 10),
+            fairness={"window_seconds": window, "mitigate": False, "callback": record_flag},
+        )  # fmt: skip
+        loader_epoch(dataset, 0.005)
+        timeline = dataset.fairness.report(timeline=True)["timeline"]
+        dataset.close()
+
+        ends = [row["time"] for row in timeline]
+        first_slow = next((i for i, end in enumerate(ends) if end > slow_from), len(ends))
+        first_after = next((i for i, end in enumerate(ends) if end > slow_until), len(ends))
+        slow_flags = flagged(timeline, 0)
+        to_flag.append(slow_flags[0] - first_slow if slow_flags else None)
+        to_clear.append(slow_flags[-1] + 1 - first_after if slow_flags else None)
+        fast_flags.append(len(flagged(timeline, 1)))
+        events.append(FLAGS.read_text().splitlines() if FLAGS.exists() else [])
+    FLAGS.unlink(missing_ok=True)
+    measured = [value for value in to_flag if value is not None]
+    cleared = [value for value in to_clear if value is not None]
+    return {"windows_to_flag": statistics.median(measured) if measured else None,
+            "windows_to_clear": statistics.median(cleared) if cleared else None,
+            "runs_flagged": len(measured), "runs": runs, "fast_worker_flags": fast_flags,
+            "windows_to_flag_runs": to_flag,
+            "events_per_run": [len(e) for e in events]}  # fmt: skip
+
+
+def flagged(timeline: list[dict], worker: int) -> list[int]:
+    """The windows of ``timeline`` in which ``worker`` was flagged starved."""
+    return [i for i, row in enumerate(timeline)
+            if any(w["worker"] == worker and w["starved"] for w in row["workers"])]  # fmt: skip
+
+
 def record_flag(event: dict) -> None:
     with open(FLAGS, "a") as handle:
         handle.write(json.dumps(event) + "\n")
@@ -215,10 +267,11 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=150, help="overhead: epoch pairs per mode")
     parser.add_argument("--duration", type=float, default=180.0, help="balanced run, seconds")
     parser.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/)")
-    parser.add_argument("--only", choices=("overhead", "injected", "balanced"), default=None,
+    parser.add_argument("--only", choices=("overhead", "injected", "flagging", "balanced"),
+                        default=None,
                         help="run one part")  # fmt: skip
     args = parser.parse_args()
-    parts = [args.only] if args.only else ["overhead", "injected", "balanced"]
+    parts = [args.only] if args.only else ["overhead", "injected", "flagging", "balanced"]
     folder = Path(args.data_dir)
     urls = write_shards(folder / "local", args.size_mb)
     slow_urls = write_shards(folder / "slow", 16)
@@ -229,6 +282,9 @@ def main() -> None:
     if "injected" in parts:
         results["injected"] = injected(slow_urls, max(1, args.runs // 2))
         print(json.dumps({"injected": results["injected"]}, indent=1))
+    if "flagging" in parts:
+        results["flagging"] = flagging(slow_urls, args.runs)
+        print(json.dumps({"flagging": results["flagging"]}, indent=1))
     if "balanced" in parts:
         results["balanced"] = balanced(urls, args.duration)
         print(json.dumps({"balanced": {k: v for k, v in results["balanced"].items()
