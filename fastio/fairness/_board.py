@@ -25,7 +25,6 @@ __all__ = ["KIND", "Board"]
 KIND = "fairness"
 """The board's kind of shared file (see :mod:`fastio.shared`)."""
 MAX_WORKERS = 64
-MAX_RANKS = 256
 TIMELINE = 128  # windows kept for the report
 LATENCY_BUCKETS = 32
 
@@ -54,23 +53,35 @@ T_RATE, T_READINESS, T_FLAGGED, T_OUTSTANDING = range(4)
 T_PER_WORKER = 4
 TIMELINE_ROW = 2 + MAX_WORKERS * T_PER_WORKER
 
-_SIZES = (HEADER, MAX_WORKERS * SLOT, MAX_RANKS * RANK_FIELDS, TIMELINE * TIMELINE_ROW)
-_BYTES = 8 * sum(_SIZES)
+_SIZES = (HEADER, MAX_WORKERS * SLOT, TIMELINE * TIMELINE_ROW)
+_FIXED = sum(_SIZES)  # then the rank table, a row per rank
 
 
 class Board:
-    """The mapped board file at ``path`` (made if missing)."""
+    """The mapped board file at ``path`` (made if missing). The rank table
+    grows with the world size it is asked for (:meth:`ranks_for`): a board
+    holds every rank's last summary at any world size."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._array = SharedArray(path, np.float64, _BYTES // 8)
+        self._array = SharedArray(path, np.float64, _FIXED + RANK_FIELDS)
+        self._map_views()
+
+    def _map_views(self) -> None:
         values = self._array.values
         bounds = np.cumsum((0, *_SIZES))
         self.header = values[bounds[0] : bounds[1]]
         self.slots = values[bounds[1] : bounds[2]].reshape(MAX_WORKERS, SLOT)
-        self.ranks = values[bounds[2] : bounds[3]].reshape(MAX_RANKS, RANK_FIELDS)
-        self.timeline = values[bounds[3] : bounds[4]].reshape(TIMELINE, TIMELINE_ROW)
-        del values
+        self.timeline = values[bounds[2] : bounds[3]].reshape(TIMELINE, TIMELINE_ROW)
+        rows = (len(values) - _FIXED) // RANK_FIELDS
+        self.ranks = values[_FIXED : _FIXED + rows * RANK_FIELDS].reshape(rows, RANK_FIELDS)
+
+    def ranks_for(self, world_size: int) -> np.ndarray:
+        """The rank table, with a row for each of ``world_size`` ranks at least."""
+        if world_size > len(self.ranks):
+            self._array.ensure(_FIXED + RANK_FIELDS * world_size)
+            self._map_views()  # views held elsewhere (a slot) still see the same file
+        return self.ranks
 
     def exclusive(self) -> contextlib.AbstractContextManager[bool]:
         """Hold the board's lock if no other process does; yields whether it got it."""

@@ -68,14 +68,21 @@ class FileExchange:
         (older files are of ranks that stopped, or of an earlier run)."""
         now = time.time()
         found: dict[int, dict[str, Any]] = {}
-        for rank in range(world_size):
+        try:  # one listing, then only the files that are there
+            names = [entry.name for entry in os.scandir(self.folder)]
+        except OSError:
+            return found
+        for name in names:
+            number = name.removeprefix("rank-").removesuffix(".json")
+            if not (name.endswith(".json") and number.isdigit() and int(number) < world_size):
+                continue
             try:
-                with open(self._path(rank)) as handle:
+                with open(os.path.join(self.folder, name)) as handle:
                     summary = json.load(handle)
             except (OSError, ValueError):
                 continue
             if isinstance(summary, dict) and now - float(summary.get("time", 0)) <= max_age:
-                found[rank] = summary
+                found[int(number)] = summary
         return found
 
     def remove(self, rank: int) -> None:

@@ -113,15 +113,14 @@ class FairnessMonitor:
         """The observer of one iteration of ``epoch`` by ``participant`` in this
         process, which is to deliver ``assigned`` samples through ``reader``
         (``delivered()`` counts those delivered so far); None when monitoring
-        is off. Raises ValueError past the workers and ranks the board holds."""
+        is off. Raises ValueError past the DataLoader workers a board holds."""
         if not self.settings.enabled:
             return None
         who = participant
-        if who.worker >= b.MAX_WORKERS or (who.world_size > 1 and who.rank >= b.MAX_RANKS):
+        if who.worker >= b.MAX_WORKERS:
             raise ValueError(
-                f"the fairness monitor follows up to {b.MAX_WORKERS} DataLoader workers per rank "
-                f"and {b.MAX_RANKS} ranks, not {who.num_workers} and {who.world_size}; pass "
-                "fairness=False to the dataset"
+                f"the fairness monitor follows up to {b.MAX_WORKERS} DataLoader workers per rank, "
+                f"not {who.num_workers}; pass fairness=False to the dataset"
             )
         board = self._get_board()
         self._rank = (who.rank, who.world_size)
@@ -218,7 +217,7 @@ class FairnessMonitor:
             self._notify("worker", rank, worker, worker in raised, slots[worker, b.RELATIVE_RATE],
                          slots[worker, b.READINESS], index)  # fmt: skip
         if active.any():
-            own = board.ranks[rank] if world_size > 1 else None
+            own = board.ranks_for(world_size)[rank] if world_size > 1 else None
             floor = BUSY_FLOOR * span
             rates = samples[active] / np.maximum(busy[active], floor)
             if own is not None:
@@ -230,7 +229,7 @@ class FairnessMonitor:
     def _rank_summary(self, board: b.Board) -> dict[str, Any]:
         slots, rank = board.slots, self._rank[0]
         used = slots[:, b.PID] != 0
-        own = board.ranks[rank]
+        own = board.ranks_for(self._rank[1])[rank]
         rate, readiness = float(own[b.R_RATE]), float(own[b.R_READINESS])
         busy = float(slots[used, b.BUSY].sum())
         if rate == 0.0 and busy > 0:  # no window of this rank judged yet: the totals so far
@@ -250,7 +249,7 @@ class FairnessMonitor:
         rank, world_size = self._rank
         self._exchange.publish(rank, self._rank_summary(board))
         seen = self._exchange.gather(world_size, self._max_age())
-        table = board.ranks[:world_size]
+        table = board.ranks_for(world_size)[:world_size]
         fresh = np.zeros(world_size, bool)
         for other, summary in seen.items():
             # A rank whose window has not advanced since the last look is idle.
@@ -355,7 +354,7 @@ class FairnessMonitor:
         rank, world_size = self._rank
         self._exchange.publish(rank, self._rank_summary(board))
         seen = self._exchange.gather(world_size, self._max_age())
-        table = board.ranks
+        table = board.ranks_for(world_size)
         ranks = [{
             "rank": other, "samples": summary["samples"], "bytes": summary["bytes"],
             "assigned": summary["asked"], "workers": summary["workers"],
