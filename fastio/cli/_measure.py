@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastio.reader._reader import Reader
+from fastio.sources._urls import is_own_file
 
 if TYPE_CHECKING:
     import os
@@ -47,13 +48,15 @@ class Measurement:
 
 
 def expand_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """Files named, and every file under folders named, in sorted order.
-    Raises FileNotFoundError for a path that does not exist."""
+    """Files named, and every file under folders named (but those fastio
+    wrote: indexes), in sorted order. Raises FileNotFoundError for a path that
+    does not exist."""
     files: list[str] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            files.extend(str(p) for p in sorted(path.rglob("*")) if p.is_file())
+            files.extend(str(p) for p in sorted(path.rglob("*"))
+                         if p.is_file() and not is_own_file(str(p)))  # fmt: skip
         elif path.exists():
             files.append(str(path))
         else:

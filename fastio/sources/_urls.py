@@ -9,9 +9,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["expand_urls"]
+__all__ = ["OWN_MARK", "expand_urls", "is_own_file"]
 
 _GLOB_CHARACTERS = frozenset("*?[")
+OWN_MARK = ".fastio-"
+"""Every file fastio writes has this in its name (``<shard>.fastio-index.npz``,
+``dataset.fastio-index.json``, temporaries): globs and folder listings skip them."""
+
+
+def is_own_file(url: str) -> bool:
+    """Whether ``url`` names a file fastio wrote (an index, a temporary)."""
+    return OWN_MARK in url.rstrip("/").rsplit("/", 1)[-1]
 
 
 def expand_urls(
@@ -23,9 +31,9 @@ def expand_urls(
     Braces expand as in bash and webdataset (``train-{0000..0127}.tar``,
     ``{train,val}/part-{0..3}``, zero padding kept); then globs (``*``, ``?``,
     ``[...]``) match files in sorted order: local paths through :mod:`glob`,
-    URLs with a protocol (``s3://``, ``gs://``, ...) through fsspec. Raises
-    FileNotFoundError for a glob that matches nothing, so that a typo does not
-    become an empty dataset.
+    URLs with a protocol (``s3://``, ``gs://``, ...) through fsspec; files fastio
+    wrote (:func:`is_own_file`) never match. Raises FileNotFoundError for a
+    glob that matches nothing, so that a typo does not become an empty dataset.
     """
     from braceexpand import braceexpand
 
@@ -37,9 +45,8 @@ def expand_urls(
             if not _GLOB_CHARACTERS & set(url):
                 urls.append(url)
                 continue
-            matches = (
-                _remote_glob(url, storage_options or {}) if "://" in url else sorted(glob.glob(url))
-            )
+            found = _remote_glob(url, storage_options or {}) if "://" in url else glob.glob(url)
+            matches = sorted(match for match in found if not is_own_file(match))
             if not matches:
                 raise FileNotFoundError(2, "no file matches the pattern", url)
             urls.extend(matches)
@@ -50,4 +57,4 @@ def _remote_glob(url: str, storage_options: dict[str, Any]) -> list[str]:
     import fsspec
 
     filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
-    return sorted(filesystem.unstrip_protocol(match) for match in filesystem.glob(path))
+    return [filesystem.unstrip_protocol(match) for match in filesystem.glob(path)]
