@@ -144,3 +144,23 @@ def test_no_module_outside_the_dataset_touches_its_privates() -> None:
                              and node.value.id in ("self", "cls"))):  # fmt: skip
                 touched.append(f"{name}:{node.lineno} .{node.attr}")
     assert not touched
+
+
+def _layout_lines() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- layout: one line per folder -->", 1)[1].split("```")[1]
+    return [line for line in block.splitlines()[1:] if line and not line.startswith(" ")]
+
+
+def test_the_readmes_layout_is_the_folders() -> None:
+    listed = [line.split()[0] for line in _layout_lines() if line.split()[0].endswith("/")]
+    assert len(listed) == len(set(listed)), "a folder listed twice"
+    skipped = {"__pycache__", "results", "build"}
+    found = {
+        f"{path.relative_to(ROOT).as_posix()}/"
+        for path in ROOT.rglob("*")
+        if path.is_dir() and not any(part.startswith(".") and part != ".ci"
+                                     for part in path.relative_to(ROOT).parts)
+        and not skipped & set(path.parts) and not path.name.endswith(".egg-info")
+    }  # fmt: skip
+    assert set(listed) == found
