@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
 from fastio._native import RecordColumns, TarColumns, scan_tar
+from fastio.formats._tfrecord import _checksum_problem
 from fastio.formats._webdataset import sample_key
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
+    from fastio._native import FrameError
     from fastio.reader._ranges import Chunk
 
 __all__ = ["columns_lines", "columns_tfrecord", "columns_webdataset"]
@@ -179,16 +181,14 @@ def columns_webdataset(chunks: Iterable[Chunk], url: str) -> Iterator[pa.RecordB
         nonlocal members
         if not collector.rows and collector.columns > _MAX_STABLE_COLUMNS:
             collector.reset()
-        _, consumed, at_end, full, error, needed, found = collector.scan(
-            data, final, _MAX_BATCH_BYTES
-        )
+        found = collector.scan(data, final, _MAX_BATCH_BYTES)
         problem: Exception | None = None
-        if error is not None:
-            problem = _tar_problem(error, data, url, base, members)
-        elif full and not collector.rows:
+        if found.error is not None:
+            problem = _tar_problem(found.error, data, url, base, members)
+        elif found.full and not collector.rows:
             problem = _too_large(url, base)
-        members += found
-        return consumed, at_end, problem, needed, full
+        members += found.records
+        return found.consumed, found.at_end, problem, found.needed, found.full
 
     def take() -> Any:
         batch = collector.take(url)
@@ -197,23 +197,22 @@ def columns_webdataset(chunks: Iterable[Chunk], url: str) -> Iterator[pa.RecordB
     return _batches(chunks, url, scan, take)
 
 
-def _tar_problem(
-    error: tuple[str, int, int], data: Any, url: str, base: int, members: int
-) -> Exception:
-    kind, offset, before = error
+def _tar_problem(error: FrameError, data: Any, url: str, base: int, members: int) -> Exception:
+    kind, offset = error.kind, error.offset
     if kind == "truncated":
         present = len(data) - offset
         message = f"shard ends inside a record ({present} bytes of it present)"
         return TruncatedShardError(message, url, base + offset)
     if kind == "repeated_extension":
-        name = scan_tar(memoryview(data)[offset:])[0][0][0]
+        name = scan_tar(memoryview(data)[offset:]).members[0].name
         key, extension = sample_key(name) or (name, "")
         message = f"{name!r} repeats extension {extension!r} of sample {key!r}"
         return DecodeError(message, url, base + offset)
     if kind == "bad_name":
         message = "a member's key or extension is not UTF-8 (Arrow strings cannot hold it)"
-        return DecodeError(message, url, base + offset, members + before)
-    return CorruptRecordError(f"damaged tar header ({kind})", url, base + offset, members + before)
+        return DecodeError(message, url, base + offset, members + error.index)
+    index = members + error.index
+    return CorruptRecordError(f"damaged tar header ({kind})", url, base + offset, index)
 
 
 # ---- TFRecord -----------------------------------------------------------------------
@@ -230,16 +229,12 @@ def columns_tfrecord(
 
     def scan(data: Any, base: int, final: bool) -> tuple[int, bool, Exception | None, int, bool]:
         nonlocal count
-        rows, consumed, error, needed, full = collector.tfrecord(data, verify, _MAX_BATCH_BYTES)
-        count += rows
-        problem: Exception | None = None
-        if error is not None:
-            kind, offset = error
-            what = "length" if kind == "length_crc" else "data"
-            problem = CorruptRecordError(f"{what} checksum mismatch", url, base + offset, count)
-        elif full and not collector.rows:
+        found = collector.tfrecord(data, verify, _MAX_BATCH_BYTES)
+        count += found.records
+        problem: Exception | None = _checksum_problem(found.error, url, base, count)
+        if problem is None and found.full and not collector.rows:
             problem = _too_large(url, base)
-        return consumed, False, problem, needed, full
+        return found.consumed, False, problem, found.needed, found.full
 
     def take() -> Any:
         batch = collector.take()
@@ -272,11 +267,11 @@ def columns_lines(chunks: Iterable[Chunk], url: str) -> Iterator[pa.RecordBatch]
             offset = carry_base = chunk.offset
         position = 0
         while True:
-            rows, consumed, full = collector.lines(view[position:], carry, False, _MAX_BATCH_BYTES)
-            if rows and carry:
+            found = collector.lines(view[position:], carry, False, _MAX_BATCH_BYTES)
+            if found.rows and carry:
                 carry = bytearray()  # the first line took it, and the collector keeps it
-            position += consumed
-            if not full:
+            position += found.consumed
+            if not found.full:
                 break
             if not collector.rows:
                 raise _too_large(url, carry_base if carry else offset + position)
@@ -288,7 +283,6 @@ def columns_lines(chunks: Iterable[Chunk], url: str) -> Iterator[pa.RecordBatch]
         offset += len(view)
         yield from _taken(take)
     if carry:  # a last line without a newline
-        _, _, full = collector.lines(b"", carry, True, _MAX_BATCH_BYTES)
-        if full:
+        if collector.lines(b"", carry, True, _MAX_BATCH_BYTES).full:
             raise _too_large(url, carry_base)
         yield from _taken(take)

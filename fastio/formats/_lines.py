@@ -34,7 +34,8 @@ def locate_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, 
             # A stream may start mid-file, and skip bytes between ranges.
             position = line_start = chunk.offset
         current_range = chunk.range
-        ends, consumed = split_lines(view)
+        scan = split_lines(view)
+        ends = scan.ends
         if not ends:
             carry += view
             position += len(view)
@@ -49,8 +50,8 @@ def locate_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, 
         for end in ends:
             yield position + start, position + end + 1, view[start:end]
             start = end + 1
-        line_start = position + consumed
-        carry += view[consumed:]
+        line_start = position + scan.consumed
+        carry += view[scan.consumed :]
         position += len(view)
     if carry and position is not None:
         yield line_start, position, memoryview(bytes(carry))

@@ -14,6 +14,7 @@ from fastio.formats._reassemble import framed
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
+    from fastio._native import FrameError
     from fastio.reader._ranges import Chunk
 
 _HEADER = 12  # uint64 length + uint32 masked CRC of the length
@@ -36,20 +37,27 @@ def locate_tfrecords(chunks: Iterable[Chunk], url: str, verify: bool = True) -> 
 
     def scan(view: memoryview, base: int) -> tuple[list[Located], int, bool, Exception | None, int]:
         nonlocal count
-        offsets, lengths, consumed, error, needed = scan_tfrecords(view, verify)
+        found = scan_tfrecords(view, verify)
         records = [
             (base + o - _HEADER, base + o + n + 4, view[o : o + n])
-            for o, n in zip(offsets, lengths, strict=True)
+            for o, n in zip(found.offsets, found.lengths, strict=True)
         ]
         count += len(records)
-        problem = None
-        if error is not None:
-            kind, offset = error
-            what = "length" if kind == "length_crc" else "data"
-            problem = CorruptRecordError(f"{what} checksum mismatch", url, base + offset, count)
-        return records, consumed, False, problem, needed
+        problem = _checksum_problem(found.error, url, base, count)
+        return records, found.consumed, False, problem, found.needed
 
     return framed(chunks, url, scan)
+
+
+def _checksum_problem(
+    error: FrameError | None, url: str, base: int, count: int
+) -> CorruptRecordError | None:
+    """The error to raise for a checksum mismatch a scan at shard offset ``base``
+    stopped at, where ``count`` records of the shard come before it."""
+    if error is None:
+        return None
+    what = "length" if error.kind == "length_crc" else "data"
+    return CorruptRecordError(f"{what} checksum mismatch", url, base + error.offset, count)
 
 
 # ---- tf.train.Example (protobuf wire format) ------------------------------------

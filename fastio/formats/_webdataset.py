@@ -12,6 +12,7 @@ from fastio.formats._reassemble import framed
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
+    from fastio._native import TarMember
     from fastio.reader._ranges import Chunk
 
 # webdataset's rule: the key is the path up to the first dot of its last
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")
 _BLOCK = 512
 _REGULAR = frozenset("07")
-
-Member = tuple[str, int, int, str, int]
 
 
 def sample_key(name: str) -> tuple[str, str] | None:
@@ -34,24 +33,25 @@ def _padded(size: int) -> int:
     return (size + _BLOCK - 1) // _BLOCK * _BLOCK
 
 
-def _members(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[Member, memoryview]]:
+def _members(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[TarMember, int, memoryview]]:
+    """The tar members of one shard, each with the shard offset of the buffer
+    its offsets count from, and its data."""
     index = 0
 
     def scan(
         view: memoryview, base: int
-    ) -> tuple[list[tuple[Member, memoryview]], int, bool, Exception | None, int]:
+    ) -> tuple[list[tuple[TarMember, int, memoryview]], int, bool, Exception | None, int]:
         nonlocal index
-        members, consumed, at_end, error, needed = scan_tar(view)
-        found = [((name, base + offset, size, kind, base + header), view[offset : offset + size])
-                 for name, offset, size, kind, header in members]  # fmt: skip
+        scan = scan_tar(view)
+        found = [(member, base, view[member.data_offset : member.data_offset + member.size])
+                 for member in scan.members]  # fmt: skip
         index += len(found)
         problem = None
-        if error is not None:
-            kind_name, offset = error
+        if scan.error is not None:
             problem = CorruptRecordError(
-                f"damaged tar header ({kind_name})", url, base + offset, index
+                f"damaged tar header ({scan.error.kind})", url, base + scan.error.offset, index
             )
-        return found, consumed, at_end, problem, needed
+        return found, scan.consumed, scan.at_end, problem, scan.needed
 
     return framed(chunks, url, scan)
 
@@ -72,9 +72,10 @@ def locate_webdataset(
     A sample's range read on its own decodes to the same sample."""
     sample: dict[str, Any] | None = None
     start = end = 0
-    for (name, offset, size, kind, header), data in _members(chunks, url):
-        if kind not in _REGULAR:
+    for member, base, data in _members(chunks, url):
+        if member.typeflag not in _REGULAR:
             continue
+        name = member.name
         parts = sample_key(name)
         if parts is None:
             continue
@@ -83,12 +84,14 @@ def locate_webdataset(
             if sample is not None:
                 yield start, end, sample
             sample = {"__key__": key, "__url__": url}
-            start = header
+            start = base + member.header_offset
         if extension in sample:
             raise DecodeError(
-                f"{name!r} repeats extension {extension!r} of sample {key!r}", url, header
+                f"{name!r} repeats extension {extension!r} of sample {key!r}",
+                url,
+                base + member.header_offset,
             )
         sample[extension] = data
-        end = offset + _padded(size)
+        end = base + member.data_offset + _padded(member.size)
     if sample is not None:
         yield start, end, sample

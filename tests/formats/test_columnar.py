@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tfrecord.writer import TFRecordWriter
 
 import fastio
-from fastio._native import RecordColumns, TarColumns, scan_tar
+from fastio._native import RecordColumns, TarColumns, TarMember, scan_tar
 from fastio.formats import (
     _columnar,
     columns_lines,
@@ -224,8 +224,9 @@ def test_webdataset_end_marker_cut_by_a_chunk_boundary(tmp_path) -> None:
     path = tmp_path / "end.tar"
     write_tar(path, 5, tarfile.GNU_FORMAT)
     data = path.read_bytes()
-    _, marker, at_end, _, _ = scan_tar(data)
-    assert at_end
+    scan = scan_tar(data)
+    marker = scan.consumed
+    assert scan.at_end
     expected = plain(decode_webdataset([chunk_of(data)], "u"))
     for cut in (marker - 512, marker, marker + 1, marker + 511, marker + 513):
         assert rows(columns_webdataset(chunked(data, [cut]), "u")) == expected
@@ -242,11 +243,11 @@ def test_webdataset_end_marker_cut_by_a_chunk_boundary(tmp_path) -> None:
     assert rows(columns_webdataset(chunked(data[:marker], [marker - 700]), "u")) == expected
 
 
-def damaged_tar(tmp_path) -> tuple[str, bytearray, list]:
+def damaged_tar(tmp_path) -> tuple[str, bytearray, list[TarMember]]:
     path = tmp_path / "bad.tar"
     write_tar(path, 12, tarfile.GNU_FORMAT)
     data = bytearray(path.read_bytes())
-    return str(path), data, scan_tar(bytes(data))[0]
+    return str(path), data, scan_tar(bytes(data)).members
 
 
 def decode_until_error(decoder, chunks, url):
@@ -260,7 +261,7 @@ def decode_until_error(decoder, chunks, url):
 @pytest.mark.parametrize("member", [3, 8, 20])
 def test_webdataset_damaged_header(tmp_path, read_size: int, member: int) -> None:
     path, data, members = damaged_tar(tmp_path)
-    header = members[member][4]
+    header = members[member].header_offset
     data[header + 3] ^= 0x40
     with open(path, "wb") as handle:
         handle.write(data)
@@ -277,20 +278,20 @@ def test_webdataset_truncated_shard(tmp_path, read_size: int) -> None:
     path, data, members = damaged_tar(tmp_path)
     last = members[-1]
     with open(path, "wb") as handle:
-        handle.write(data[: last[1] + 10])  # inside the last member's data
+        handle.write(data[: last.data_offset + 10])  # inside the last member's data
     samples, expected = decode_until_error(decode_webdataset, stream(path, read_size), path)
     batches, error = decode_until_error(columns_webdataset, stream(path, read_size), path)
     assert type(error) is type(expected) is fastio.TruncatedShardError
-    assert (error.url, error.offset) == (expected.url, last[4])
+    assert (error.url, error.offset) == (expected.url, last.header_offset)
     assert str(error) == str(expected)
     assert rows(batches) == plain(samples)
 
 
 def test_webdataset_truncated_in_the_next_samples_first_member(tmp_path) -> None:
     path, data, members = damaged_tar(tmp_path)
-    first_of_last_sample = next(m for m in members if m[0].endswith("000011.jpg"))
+    first_of_last_sample = next(m for m in members if m.name.endswith("000011.jpg"))
     with open(path, "wb") as handle:
-        handle.write(data[: first_of_last_sample[1] + 10])
+        handle.write(data[: first_of_last_sample.data_offset + 10])
     samples, expected = decode_until_error(decode_webdataset, stream(path, 4096), path)
     batches, error = decode_until_error(columns_webdataset, stream(path, 4096), path)
     assert (type(error), error.offset) == (type(expected), expected.offset)
@@ -340,10 +341,12 @@ def test_tar_checksums_summed_as_signed_chars_are_accepted() -> None:
     signed = sum(byte - 256 if byte >= 0x80 else byte for byte in header)
     assert signed != sum(header)
     data[148:156] = b"%06o\0 " % signed
-    assert scan_tar(bytes(data))[3] is None
+    assert scan_tar(bytes(data)).error is None
     assert [r["bin"] for r in rows(columns_webdataset([chunk_of(bytes(data))], "u"))] == [b"abc"]
     data[148:156] = b"%06o\0 " % (signed + 1)
-    assert scan_tar(bytes(data))[3] == ("header_checksum", 0)
+    error = scan_tar(bytes(data)).error
+    assert error is not None
+    assert (error.kind, error.offset) == ("header_checksum", 0)
 
 
 def test_webdataset_many_extensions_start_columns_afresh(monkeypatch) -> None:
@@ -386,7 +389,8 @@ def test_batches_outlive_the_reader(tar_shard: str) -> None:
 def test_native_batch_is_handed_over_once() -> None:
     collector = RecordColumns("line")
     assert collector.take() is None
-    assert collector.lines(b"a\nbb\n")[:2] == (2, 5)
+    found = collector.lines(b"a\nbb\n")
+    assert (found.rows, found.records, found.consumed, found.full) == (2, 2, 5, False)
     batch = collector.take()
     assert batch is not None
     assert batch.num_rows == 2
@@ -396,7 +400,7 @@ def test_native_batch_is_handed_over_once() -> None:
     unused = RecordColumns()
     unused.tfrecord(b"")
     tar = TarColumns()
-    assert tar.scan(b"\0" * 1024)[2]  # the end marker
+    assert tar.scan(b"\0" * 1024).at_end
     assert tar.take("u") is None
 
 

@@ -164,8 +164,8 @@ def test_webdataset_damaged_header(tmp_path) -> None:
     path = tmp_path / "bad.tar"
     write_webdataset(path, 5, tarfile.GNU_FORMAT)
     data = bytearray(path.read_bytes())
-    members = scan_tar(bytes(data))[0]
-    second_member = members[4][4]  # the header of the fifth member: the second sample's jpg
+    members = scan_tar(bytes(data)).members
+    second_member = members[4].header_offset  # the fifth member: the second sample's jpg
     data[second_member + 3] ^= 0x40
     path.write_bytes(data)
     with pytest.raises(fastio.CorruptRecordError) as caught:
@@ -177,12 +177,12 @@ def test_webdataset_truncated_shard(tmp_path) -> None:
     path = tmp_path / "cut.tar"
     write_webdataset(path, 6, tarfile.GNU_FORMAT)
     data = path.read_bytes()
-    members = scan_tar(data)[0]
-    cut = members[-1][1] + 10  # inside the last member's data
+    members = scan_tar(data).members
+    cut = members[-1].data_offset + 10  # inside the last member's data
     path.write_bytes(data[:cut])
     with pytest.raises(fastio.TruncatedShardError) as caught:
         list(decode_webdataset(shard_chunks(str(path), 4096), str(path)))
-    assert caught.value.offset == members[-1][4]
+    assert caught.value.offset == members[-1].header_offset
 
 
 # ---- lines ------------------------------------------------------------------------------
@@ -409,8 +409,9 @@ def test_chunk_boundary_inside_the_tar_end_marker(tmp_path) -> None:
     path = tmp_path / "end.tar"
     write_webdataset(path, 3, tarfile.GNU_FORMAT)
     data = path.read_bytes()
-    _, marker, at_end, _, _ = scan_tar(data)
-    assert at_end
+    scan = scan_tar(data)
+    marker = scan.consumed
+    assert scan.at_end
     for cut in (marker + 1, marker + 511, marker + 513):
         samples = list(decode_webdataset(chunked(data, [cut]), "u"))
         assert [s["__key__"] for s in samples] == [
