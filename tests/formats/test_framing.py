@@ -1,4 +1,5 @@
-"""Native record framing against reference implementations and a peer's writer."""
+"""Native record framing against reference implementations and a peer's writer,
+and the native collectors' batches."""
 
 from __future__ import annotations
 
@@ -7,12 +8,21 @@ import subprocess
 import tarfile
 
 import google_crc32c
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tfrecord.writer import TFRecordWriter
 
-from fastio._native import TarMember, crc32c, scan_tar, scan_tfrecords, split_lines
+from fastio._native import (
+    RecordColumns,
+    TarColumns,
+    TarMember,
+    crc32c,
+    scan_tar,
+    scan_tfrecords,
+    split_lines,
+)
 
 
 def test_crc32c_check_value() -> None:
@@ -259,3 +269,24 @@ def test_scanners_say_how_many_bytes_a_cut_record_needs(tmp_path) -> None:
     assert needs[0] == 512  # a header block first
     assert needs[-1] == 512 + 512 + 512 + 3072  # long-name header, its data, header, data
     assert scan_tar(tar).needed == 0
+
+
+# ---- columns ------------------------------------------------------------------------
+
+
+def test_native_batch_is_handed_over_once() -> None:
+    collector = RecordColumns("line")
+    assert collector.take() is None
+    found = collector.lines(b"a\nbb\n")
+    assert (found.rows, found.records, found.consumed, found.full) == (2, 2, 5, False)
+    batch = collector.take()
+    assert batch is not None
+    assert batch.num_rows == 2
+    assert pa.record_batch(batch).column(0).to_pylist() == [b"a", b"bb"]
+    with pytest.raises(ValueError, match="handed over"):
+        pa.record_batch(batch)
+    unused = RecordColumns()
+    unused.tfrecord(b"")
+    tar = TarColumns()
+    assert tar.scan(b"\0" * 1024).at_end
+    assert tar.take("u") is None
