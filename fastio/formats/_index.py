@@ -101,10 +101,10 @@ Resync = Callable[["Reader", str, DecodeError], "int | None"]
 class Locator:
     """How a format finds the samples of its shards, handed to the index.
 
-    ``name`` is stored with an index, and an index is reused only under one of
-    the names in ``reuses`` (``name`` itself, and any whose scan serves this
-    one too). ``resync`` says where a tolerant scan may go on after damage
-    (by default nowhere: the index stops there).
+    ``name`` is stored with the index a scan builds; a stored index is reused
+    if it has that name or one of ``reuses`` (scans that serve this one too).
+    ``resync`` says where a tolerant scan may go on after damage (by default
+    nowhere: the index stops there).
     """
 
     name: str
