@@ -467,6 +467,14 @@ def test_parse_example_damaged_records(record: bytes, data) -> None:
     assert (rejected.url, rejected.offset) == ("<record>", 0)
 
 
+def test_parse_example_rejects_a_key_given_twice() -> None:
+    # The first key is not UTF-8, and a parser that kept the last key alone never
+    # checked it: the test above found such a record.
+    entry = wire_field(1, 2, b"\n\x01\x80") + wire_field(1, 2, b"a") + wire_field(2, 2, b"")
+    with pytest.raises(fastio.DecodeError, match="key twice"):
+        parse_example(wire_field(1, 2, wire_field(1, 2, entry)))
+
+
 def test_parse_example_rejects_wrong_wire_types_and_garbage() -> None:
     for record in (
         b"\x0a\xff\xff\xff",  # a length past the end
