@@ -29,16 +29,6 @@ import click
 from fastio.cli._config_cmd import config_option, gen_target
 from fastio.cli._options import SIZE
 from fastio.cli._report import byte_progress, console
-from fastio.formats import (
-    FixedWriter,
-    JsonLinesWriter,
-    NpyWriter,
-    TableWriter,
-    TFRecordWriter,
-    WebDatasetWriter,
-    compressing,
-    example_parts,
-)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -224,6 +214,9 @@ def write_dataset(
         raise ValueError("Arrow IPC files compress with zstd (or lz4), not gzip")
     if row_group_size is not None and row_group_size < 1:
         raise ValueError(f"row_group_size must be positive, not {row_group_size}")
+    # The formats load numpy, which the CLI does not at startup.
+    from fastio.formats import compressing
+
     plan = DatasetPlan(samples, sample_size, shards, seed, size_jitter, classes)
     if format in _SELF_COMPRESSED:
         default_rows = max(1, min(_ROW_GROUP_ROWS, _ROW_GROUP_BYTES // sample_size))
@@ -283,6 +276,8 @@ def _replacing(path: str) -> Iterator[str]:
 
 
 def _write_webdataset(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+    from fastio.formats import WebDatasetWriter
+
     with WebDatasetWriter(file) as writer:
         for block in blocks:
             for key, label, payload in block.samples():
@@ -290,6 +285,8 @@ def _write_webdataset(file: Writable, blocks: Iterator[Block], _: DatasetPlan, _
 
 
 def _write_tfrecord(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+    from fastio.formats import TFRecordWriter, example_parts
+
     with TFRecordWriter(file) as writer:
         for block in blocks:
             for key, label, payload in block.samples():
@@ -299,6 +296,8 @@ def _write_tfrecord(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __:
 def _write_npy(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, shard: int) -> None:
     import numpy as np
 
+    from fastio.formats import NpyWriter
+
     rows = len(plan.shard_samples(shard))
     with NpyWriter(file, np.dtype(np.uint8), (plan.sample_size,), rows) as writer:
         for block in blocks:
@@ -307,6 +306,8 @@ def _write_npy(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, shard
 
 
 def _write_fixed(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, _: int) -> None:
+    from fastio.formats import FixedWriter
+
     with FixedWriter(file, plan.sample_size) as writer:
         for block in blocks:
             for payload in block.payloads:
@@ -315,6 +316,8 @@ def _write_fixed(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, _: 
 
 def _write_jsonl(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
     import numpy as np
+
+    from fastio.formats import JsonLinesWriter
 
     alphabet = np.frombuffer(_TEXT_ALPHABET, dtype=np.uint8)
     with JsonLinesWriter(file) as writer:
@@ -327,6 +330,8 @@ def _write_jsonl(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: in
 def _write_table(file: Writable, format: str, blocks: Iterator[Block], compression: str) -> None:
     """One Parquet row group / Arrow record batch per block."""
     import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
+    from fastio.formats import TableWriter
 
     schema = pa.schema([("key", pa.string()), ("label", pa.int64()), ("data", pa.binary())])
     codec = None if compression == "none" else compression
