@@ -152,7 +152,7 @@ def parsed(records: list[bytes], parse: Callable[[bytes], dict]) -> tuple[int, i
 def python_parse_example() -> Callable[[bytes], dict]:
     """The pure-Python parser of fastio 0.1.0, which the tests keep as their reference."""
     sys.path.insert(0, str(ROOT))
-    from tests.formats.test_columnar import reference_parse_example
+    from tests.formats.test_tfrecord import reference_parse_example
 
     return reference_parse_example
 

@@ -12,8 +12,8 @@ The same samples are written once as WebDataset tar (tarfile) and TFRecord
   and fastio with ``parse_example`` for a like-for-like comparison.
 
 Each consumer touches every sample (counts it and its bytes). Prints samples/s,
-MB/s and ratios; medians of ``--repeats`` runs. This measures decoding, not the
-whole #3 pipeline (no shuffle, no DataLoader workers yet).
+MB/s and ratios; medians of ``--repeats`` runs. This measures decoding, not a
+whole dataset pipeline (no shuffle, no DataLoader workers: bench_datasets.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from array import array
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 from typing_extensions import Buffer
 
@@ -11,16 +11,84 @@ HUGE_PAGE: int
 
 def allocate_buffers(size: int, count: int) -> list[AlignedBuffer]: ...
 def crc32c(data: Buffer, value: int = 0, portable: bool = False) -> int: ...
-def scan_tfrecords(
-    data: Buffer, verify: bool = True
-) -> tuple[array[int], array[int], int, tuple[str, int] | None, int]: ...
-def split_lines(data: Buffer) -> tuple[array[int], int]: ...
+def scan_tfrecords(data: Buffer, verify: bool = True) -> TFRecordScan: ...
+def split_lines(data: Buffer) -> LineScan: ...
 def parse_example(
     record: Buffer, frombuffer: Callable[..., Any], int64: object, float32: object
 ) -> dict[str, Any]: ...
-def scan_tar(
-    data: Buffer,
-) -> tuple[list[tuple[str, int, int, str, int]], int, bool, tuple[str, int] | None, int]: ...
+def scan_tar(data: Buffer) -> TarScan: ...
+
+@final
+class FrameError:
+    """Damaged data a scan stopped at."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def index(self) -> int: ...
+
+class Scan:
+    """Where a scan of a buffer stopped."""
+
+    @property
+    def consumed(self) -> int: ...
+    @property
+    def needed(self) -> int: ...
+    @property
+    def at_end(self) -> bool: ...
+    @property
+    def error(self) -> FrameError | None: ...
+
+@final
+class TFRecordScan(Scan):
+    """The TFRecord records a scan found."""
+
+    @property
+    def offsets(self) -> array[int]: ...
+    @property
+    def lengths(self) -> array[int]: ...
+
+@final
+class LineScan(Scan):
+    """The complete lines a scan found."""
+
+    @property
+    def ends(self) -> array[int]: ...
+
+@final
+class TarMember:
+    """A tar member."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def data_offset(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def typeflag(self) -> str: ...
+    @property
+    def header_offset(self) -> int: ...
+
+@final
+class TarScan(Scan):
+    """The complete tar members a scan found."""
+
+    @property
+    def members(self) -> list[TarMember]: ...
+
+@final
+class Collected(Scan):
+    """What a collector took from a buffer."""
+
+    @property
+    def rows(self) -> int: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def full(self) -> bool: ...
 
 class Region:
     """A huge-page-advised mapping that buffers are carved from."""
@@ -34,7 +102,6 @@ class Engine:
     kind: Literal["io_uring", "threads"]
     capacity: int
     fallback_errno: int
-    owner_pid: int
     def __init__(
         self,
         kind: Literal["auto", "io_uring", "threads"] = "auto",
@@ -61,7 +128,6 @@ class Engine:
 class AlignedBuffer:
     """Writable aligned memory; ``exports`` counts views alive right now."""
 
-    alignment: int
     exports: int
     def __init__(
         self, size: int, alignment: int = 4096, region: Region | None = None, offset: int = 0
@@ -78,21 +144,22 @@ class ArrowBatch:
     num_rows: int
     def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]: ...
 
-class RecordColumns:
+class Collector:
+    """Collects records from buffers into a batch, keeping the buffers until it is taken."""
+
+class RecordColumns(Collector):
     """Records collected into batches of one binary column."""
 
     def __init__(self, name: str = "record") -> None: ...
     @property
     def rows(self) -> int: ...
-    def tfrecord(
-        self, data: Buffer, verify: bool = True, max_bytes: int = ...
-    ) -> tuple[int, int, tuple[str, int] | None, int, bool]: ...
+    def tfrecord(self, data: Buffer, verify: bool = True, max_bytes: int = ...) -> Collected: ...
     def lines(
         self, data: Buffer, prefix: Buffer = b"", final: bool = False, max_bytes: int = ...
-    ) -> tuple[int, int, bool]: ...
+    ) -> Collected: ...
     def take(self) -> ArrowBatch | None: ...
 
-class TarColumns:
+class TarColumns(Collector):
     """WebDataset samples of tar buffers collected into batches."""
 
     def __init__(self) -> None: ...
@@ -101,7 +168,5 @@ class TarColumns:
     @property
     def rows(self) -> int: ...
     def reset(self) -> None: ...
-    def scan(
-        self, data: Buffer, final: bool = False, max_bytes: int = ...
-    ) -> tuple[int, int, bool, bool, tuple[str, int, int] | None, int, int]: ...
+    def scan(self, data: Buffer, final: bool = False, max_bytes: int = ...) -> Collected: ...
     def take(self, url: str) -> ArrowBatch | None: ...

@@ -87,7 +87,6 @@ int fio_engine_open(fio_engine **out, int kind, unsigned capacity, unsigned max_
 
 int fio_engine_kind(const fio_engine *engine) { return engine->kind; }
 int fio_engine_eventfd(const fio_engine *engine) { return engine->eventfd; }
-unsigned fio_engine_capacity(const fio_engine *engine) { return engine->capacity; }
 unsigned fio_engine_inflight(const fio_engine *engine) { return engine->inflight; }
 unsigned fio_engine_threads(const fio_engine *engine) { return engine->threads; }
 

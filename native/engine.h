@@ -54,7 +54,6 @@ int fio_engine_open(fio_engine **out, int kind, unsigned capacity, unsigned max_
 
 int fio_engine_kind(const fio_engine *engine);
 int fio_engine_eventfd(const fio_engine *engine);
-unsigned fio_engine_capacity(const fio_engine *engine);
 unsigned fio_engine_inflight(const fio_engine *engine);
 unsigned fio_engine_threads(const fio_engine *engine);
 

@@ -585,6 +585,7 @@ int64_t fio_example_features(const uint8_t *record, size_t len, fio_feature *out
             fio_feature feature = {0};
             const uint8_t *value = NULL, *parts = entry.data, *parts_end = entry.data + entry.length;
             uint64_t value_length = 0;
+            int named = 0;
             while ((rc = next_field(&parts, parts_end, &part, what)) > 0) {
                 if (part.number != 1 && part.number != 2)
                     continue;
@@ -593,6 +594,12 @@ int64_t fio_example_features(const uint8_t *record, size_t len, fio_feature *out
                     return -1;
                 }
                 if (part.number == 1) {
+                    /* No writer gives a key twice; a second one would hide the
+                     * first from the UTF-8 check that names get. */
+                    if (named++) {
+                        *what = "a Features entry gives its key twice";
+                        return -1;
+                    }
                     feature.name_offset = (uint64_t)(part.data - record);
                     feature.name_length = (uint32_t)part.length;
                 } else {

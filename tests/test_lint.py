@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
         ["ruff", "check", "."],
         ["ruff", "format", "--check", "."],
         ["mypy"],
-        ["cython-lint", "native/fastio/_native.pyx", "native/fastio/_native.pxd"],
+        ["cython-lint", "native"],  # every .pyx, .pxi and .pxd below it
     ],
     ids=["ruff", "ruff-format", "mypy", "cython-lint"],
 )

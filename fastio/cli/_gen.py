@@ -8,25 +8,21 @@ whole 64-bit words of its stream, so neither the block size a writer works in
 nor the format changes what a sample holds. The output is deterministic: the
 same arguments write the same bytes.
 
-The TFRecord writer encodes ``tf.train.Example`` and the record framing itself
-(no TensorFlow); WebDataset headers are plain ustar, written directly because
-``tarfile`` spends ~40 us per member, a minute for a million samples.
+The samples are written by the formats' own writers (:mod:`fastio.formats`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import math
 import os
 import sys
-import tarfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -39,6 +35,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from fastio.cli._measure import ProgressCallback
+    from fastio.formats._compression import Writable
 
 # format -> file extension
 FORMATS: dict[str, str] = {
@@ -70,6 +67,10 @@ class Block:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def samples(self) -> Iterator[tuple[str, int, memoryview]]:
+        """``(key, label, payload)`` of each sample."""
+        return zip(self.keys, self.labels, self.payloads, strict=True)
 
     @property
     def payload_bytes(self) -> int:
@@ -213,6 +214,9 @@ def write_dataset(
         raise ValueError("Arrow IPC files compress with zstd (or lz4), not gzip")
     if row_group_size is not None and row_group_size < 1:
         raise ValueError(f"row_group_size must be positive, not {row_group_size}")
+    # The formats load numpy, which the CLI does not at startup.
+    from fastio.formats import compressing
+
     plan = DatasetPlan(samples, sample_size, shards, seed, size_jitter, classes)
     if format in _SELF_COMPRESSED:
         default_rows = max(1, min(_ROW_GROUP_ROWS, _ROW_GROUP_BYTES // sample_size))
@@ -226,11 +230,11 @@ def write_dataset(
     started = time.perf_counter()
     for shard, path in enumerate(paths):
         blocks = _Counted(plan.blocks(shard, block_samples), progress)
-        with _replacing(path) as partial:
+        with _replacing(path) as partial, open(partial, "wb", buffering=1 << 20) as file:
             if format in _SELF_COMPRESSED:
-                _write_columnar(partial, format, blocks, compression)
+                _write_table(file, format, blocks, compression)
             else:
-                with _compressed(partial, compression) as handle:
+                with compressing(file, None if compression == "none" else compression) as handle:
                     _STREAM_WRITERS[format](handle, blocks, plan, shard)
         payload += blocks.payload_bytes
     seconds = time.perf_counter() - started
@@ -268,212 +272,81 @@ def _replacing(path: str) -> Iterator[str]:
             os.unlink(partial)
 
 
-class _Writable(Protocol):
-    """A binary file, or a compressor in front of one."""
-
-    def write(self, data: bytes | bytearray | memoryview, /) -> int: ...
+# Each takes a shard's synthetic samples to its format's writer.
 
 
-@contextlib.contextmanager
-def _compressed(path: str, compression: str) -> Iterator[_Writable]:
-    with open(path, "wb", buffering=1 << 20) as raw:
-        if compression == "gzip":
-            # No name or time in the header, so the same data gives the same bytes.
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz:
-                yield gz
-        elif compression == "zstd":
-            try:
-                import zstandard
-            except ImportError:
-                raise ModuleNotFoundError(
-                    "zstd needs the zstandard package: pip install 'fastio[zstd]'"
-                ) from None
-            with zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False) as zst:
-                yield zst
-        else:
-            yield raw
+def _write_webdataset(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+    from fastio.formats import WebDatasetWriter
+
+    with WebDatasetWriter(file) as writer:
+        for block in blocks:
+            for key, label, payload in block.samples():
+                writer.write(key, {"bin": payload, "cls": str(label).encode()})
 
 
-# ---- stream formats ------------------------------------------------------------------
+def _write_tfrecord(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+    from fastio.formats import TFRecordWriter, example_parts
+
+    with TFRecordWriter(file) as writer:
+        for block in blocks:
+            for key, label, payload in block.samples():
+                writer.write(*example_parts({"key": key.encode(), "label": label, "data": payload}))
 
 
-def _write_webdataset(handle: _Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
-    written = 0
-    for block in blocks:
-        for key, label, payload in zip(block.keys, block.labels, block.payloads, strict=True):
-            for name, data in ((f"{key}.bin", payload), (f"{key}.cls", str(label).encode())):
-                size = len(data)
-                padding = -size % 512
-                handle.write(tar_header(name, size))
-                handle.write(data)
-                handle.write(bytes(padding))
-                written += 512 + size + padding
-    # Two zero blocks end the archive; tar pads it to whole 10 KiB records.
-    end = 1024 + (-(written + 1024) % tarfile.RECORDSIZE)
-    handle.write(bytes(end))
-
-
-def _ustar_template() -> bytearray:
-    """A ustar header without name, size and checksum."""
-    header = bytearray(512)
-    for offset, value in (
-        (100, b"0000644\0"),  # mode
-        (108, b"0000000\0"),  # uid
-        (116, b"0000000\0"),  # gid
-        (136, b"00000000000\0"),  # mtime
-        (148, b" " * 8),  # the checksum field counts as spaces
-        (156, b"0"),  # a regular file
-        (257, b"ustar\x0000"),  # magic and version; device numbers stay empty
-    ):
-        header[offset : offset + len(value)] = value
-    return header
-
-
-_USTAR_TEMPLATE = _ustar_template()
-_USTAR_SUM = sum(_USTAR_TEMPLATE)
-
-
-def tar_header(name: str, size: int) -> bytes:
-    """The ustar header of a regular file, as ``tarfile`` writes it (mode 644,
-    owner 0, time 0); names over 100 bytes go through ``tarfile`` (pax)."""
-    encoded = name.encode()
-    if len(encoded) > 100 or size >= 8**11:
-        info = tarfile.TarInfo(name)
-        info.size, info.mode, info.mtime, info.uname, info.gname = size, 0o644, 0, "", ""
-        return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
-    size_field = b"%011o\0" % size
-    header = _USTAR_TEMPLATE.copy()
-    header[: len(encoded)] = encoded
-    header[124:136] = size_field
-    header[148:155] = b"%06o\0" % (_USTAR_SUM + sum(encoded) + sum(size_field))
-    return bytes(header)
-
-
-def _write_tfrecord(handle: _Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
-    crc32c = _crc32c()
-    for block in blocks:
-        for key, label, payload in zip(block.keys, block.labels, block.payloads, strict=True):
-            head = example_head(key.encode(), label, payload.nbytes)
-            length = (len(head) + payload.nbytes).to_bytes(8, "little")
-            handle.write(length)
-            handle.write(_masked(crc32c(length, 0)).to_bytes(4, "little"))
-            handle.write(head)
-            handle.write(payload)
-            handle.write(_masked(crc32c(payload, crc32c(head, 0))).to_bytes(4, "little"))
-
-
-def _crc32c() -> Callable[[bytes | memoryview, int], int]:
-    """CRC-32C with a running value: fastio's native one, else google_crc32c."""
-    try:
-        from fastio._native import crc32c
-    except ImportError:  # a build without it
-        import google_crc32c
-
-        return lambda data, value: int(google_crc32c.extend(value, bytes(data)))
-    return crc32c
-
-
-def _masked(crc: int) -> int:
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # negative int64s as ten-byte two's complement, as protobuf does
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field_head(number: int, length: int) -> bytes:
-    """Tag and length of a length-delimited protobuf field."""
-    return _varint(number << 3 | 2) + _varint(length)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _field_head(number, len(payload)) + payload
-
-
-def _entry(name: bytes, feature: bytes) -> bytes:
-    # Features.feature is map<string, Feature>: entries {1: name, 2: Feature}.
-    return _field(1, _field(1, name) + _field(2, feature))
-
-
-def example_head(key: bytes, label: int, data_length: int) -> bytes:
-    """A serialized ``tf.train.Example`` with features ``key`` (bytes), ``label``
-    (int64) and ``data`` (bytes), up to where the ``data`` bytes start: the
-    record is ``head + data``, so the payload is never copied to build it."""
-
-    def ending_in_data(number: int, head: bytes) -> bytes:
-        # A field whose payload is ``head`` followed by the data bytes.
-        return _field_head(number, len(head) + data_length) + head
-
-    key_feature = _field(1, _field(1, key))  # Feature.bytes_list.value
-    label_feature = _field(3, _field(1, _varint(label)))  # Feature.int64_list.value, packed
-    data_feature = ending_in_data(1, ending_in_data(1, b""))  # Feature.bytes_list.value
-    data_entry = ending_in_data(1, _field(1, b"data") + ending_in_data(2, data_feature))
-    features = _entry(b"key", key_feature) + _entry(b"label", label_feature) + data_entry
-    return ending_in_data(1, features)  # Example.features
-
-
-def _write_npy(handle: _Writable, blocks: Iterator[Block], plan: DatasetPlan, shard: int) -> None:
-    from numpy.lib import format as npy_format
-
-    rows = len(plan.shard_samples(shard))
-    header = {"descr": "|u1", "fortran_order": False, "shape": (rows, plan.sample_size)}
-    npy_format.write_array_header_1_0(handle, header)
-    _write_fixed(handle, blocks, plan, shard)
-
-
-def _write_fixed(handle: _Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
-    for block in blocks:
-        for payload in block.payloads:
-            handle.write(payload)
-
-
-def _write_jsonl(handle: _Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+def _write_npy(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, shard: int) -> None:
     import numpy as np
 
+    from fastio.formats import NpyWriter
+
+    rows = len(plan.shard_samples(shard))
+    with NpyWriter(file, np.dtype(np.uint8), (plan.sample_size,), rows) as writer:
+        for block in blocks:
+            for payload in block.payloads:
+                writer.write(payload)
+
+
+def _write_fixed(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, _: int) -> None:
+    from fastio.formats import FixedWriter
+
+    with FixedWriter(file, plan.sample_size) as writer:
+        for block in blocks:
+            for payload in block.payloads:
+                writer.write(payload)
+
+
+def _write_jsonl(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+    import numpy as np
+
+    from fastio.formats import JsonLinesWriter
+
     alphabet = np.frombuffer(_TEXT_ALPHABET, dtype=np.uint8)
-    for block in blocks:
-        lines = []
-        for key, label, payload in zip(block.keys, block.labels, block.payloads, strict=True):
-            text = alphabet[np.frombuffer(payload, dtype=np.uint8) & 31].tobytes().decode()
-            lines.append(json.dumps({"key": key, "label": label, "text": text}) + "\n")
-        handle.write("".join(lines).encode())
+    with JsonLinesWriter(file) as writer:
+        for block in blocks:
+            for key, label, payload in block.samples():
+                text = alphabet[np.frombuffer(payload, dtype=np.uint8) & 31].tobytes().decode()
+                writer.write({"key": key, "label": label, "text": text})
 
 
-_STREAM_WRITERS: dict[str, Callable[[_Writable, Iterator[Block], DatasetPlan, int], None]] = {
+def _write_table(file: Writable, format: str, blocks: Iterator[Block], compression: str) -> None:
+    """One Parquet row group / Arrow record batch per block."""
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
+    from fastio.formats import TableWriter
+
+    schema = pa.schema([("key", pa.string()), ("label", pa.int64()), ("data", pa.binary())])
+    codec = None if compression == "none" else compression
+    with TableWriter(file, format, schema, codec) as writer:
+        for block in blocks:
+            writer.write(_record_batch(block, schema))
+
+
+_STREAM_WRITERS: dict[str, Callable[[Writable, Iterator[Block], DatasetPlan, int], None]] = {
     "webdataset": _write_webdataset,
     "tfrecord": _write_tfrecord,
     "npy": _write_npy,
     "fixed": _write_fixed,
     "jsonl": _write_jsonl,
 }
-
-
-# ---- columnar formats (pyarrow) -----------------------------------------------------
-
-
-def _write_columnar(path: str, format: str, blocks: Iterator[Block], compression: str) -> None:
-    """One Parquet row group / Arrow record batch per block."""
-    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-
-    schema = pa.schema([("key", pa.string()), ("label", pa.int64()), ("data", pa.binary())])
-    codec = None if compression == "none" else compression
-    if format == "parquet":
-        import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
-
-        with pq.ParquetWriter(path, schema, compression=codec or "none") as writer:
-            for block in blocks:
-                writer.write_batch(_record_batch(block, schema), row_group_size=len(block))
-    else:
-        options = pa.ipc.IpcWriteOptions(compression=codec)
-        with pa.ipc.new_file(path, schema, options=options) as writer:
-            for block in blocks:
-                writer.write_batch(_record_batch(block, schema))
 
 
 def _record_batch(block: Block, schema: Any) -> Any:

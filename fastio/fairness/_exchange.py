@@ -69,7 +69,8 @@ class FileExchange:
         now = time.time()
         found: dict[int, dict[str, Any]] = {}
         try:  # one listing, then only the files that are there
-            names = [entry.name for entry in os.scandir(self.folder)]
+            with os.scandir(self.folder) as entries:
+                names = [entry.name for entry in entries]
         except OSError:
             return found
         for name in names:

@@ -1,20 +1,35 @@
-"""Fixed-size binary records and ``.npy`` arrays split along their first axis."""
+"""Fixed-size binary records and ``.npy`` arrays (rows along the first axis).
+
+Laid out by arithmetic (no index: sample ``i`` is at ``data_offset + i *
+row_size``), read as views or as numpy batches, and written.
+"""
 
 from __future__ import annotations
 
 import io
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from fastio._errors import DecodeError, TruncatedShardError
-from fastio.formats._reassemble import framed
+from fastio.formats._layout import Layout, ShardFormat
+from fastio.formats._reassemble import Framing, framed
+from fastio.formats._records import RecordWriter
+from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
+    from typing_extensions import Buffer
+
+    from fastio.formats._compression import Writable
     from fastio.reader._ranges import Chunk
+    from fastio.reader._reader import Reader
+
+__all__ = ["FixedFormat", "FixedWriter", "NpyFormat", "NpyWriter", "decode_fixed", "decode_npy"]
+
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 def decode_fixed(chunks: Iterable[Chunk], url: str, record_size: int) -> Iterator[memoryview]:
@@ -23,27 +38,59 @@ def decode_fixed(chunks: Iterable[Chunk], url: str, record_size: int) -> Iterato
     if record_size <= 0:
         raise ValueError(f"record_size must be positive, not {record_size}")
 
-    def scan(
-        view: memoryview, base: int
-    ) -> tuple[list[memoryview], int, bool, Exception | None, int]:
+    def scan(view: memoryview, base: int) -> Framing[memoryview]:
         count = len(view) // record_size
         records = [view[i * record_size : (i + 1) * record_size] for i in range(count)]
-        return records, count * record_size, False, None, record_size
+        return Framing(records, count * record_size, record_size)
 
     return framed(chunks, url, scan)
 
 
+class _NpyHeader(NamedTuple):
+    length: int  # bytes of the magic, version, length field and header: where rows start
+    dtype: np.dtype[Any]
+    row_shape: tuple[int, ...]
+    rows: int
+
+    @property
+    def row_size(self) -> int:
+        return self.dtype.itemsize * math.prod(self.row_shape)
+
+
 def _npy_header_length(prefix: bytes, url: str) -> int | None:
-    """Bytes of the magic, version, length field and header, once known."""
+    """Bytes of the magic, version, length field and header, once ``prefix``
+    shows them (None until it does)."""
+    if prefix[:6] != _NPY_MAGIC[: len(prefix)]:
+        raise DecodeError("not an .npy file (bad magic)", url, 0)
     if len(prefix) < 10:
         return None
-    if prefix[:6] != b"\x93NUMPY":
-        raise DecodeError("not an .npy file (bad magic)", url, 0)
     if prefix[6] == 1:
         return 10 + int.from_bytes(prefix[8:10], "little")
     if len(prefix) < 12:
         return None
     return 12 + int.from_bytes(prefix[8:12], "little")
+
+
+def _npy_header(head: bytes, length: int, url: str) -> _NpyHeader:
+    """The header at the start of ``head`` (``length`` bytes of it). Raises
+    :class:`DecodeError` for an array whose rows are not contiguous
+    fixed-size bytes (Fortran order, objects) or a damaged header."""
+    stream = io.BytesIO(head[:length])
+    try:
+        version = np.lib.format.read_magic(stream)
+        # Version 3.0 differs from 2.0 only in allowing UTF-8 in the header.
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)  # fmt: skip
+        shape, fortran_order, dtype = read(stream)
+    except ValueError as error:
+        raise DecodeError(f"bad .npy header: {error}", url, 0) from None
+    if dtype.hasobject:
+        raise DecodeError("object arrays hold pickles, not fixed-size rows", url, 0)
+    if fortran_order and len(shape) > 1:
+        raise DecodeError("a Fortran-order array's rows are not contiguous", url, 0)
+    if not shape:  # a 0-d array is one "row"
+        return _NpyHeader(length, dtype, (), 1)
+    return _NpyHeader(length, dtype, tuple(shape[1:]), shape[0])
 
 
 def decode_npy(chunks: Iterable[Chunk], url: str) -> Iterator[np.ndarray]:
@@ -52,35 +99,18 @@ def decode_npy(chunks: Iterable[Chunk], url: str) -> Iterator[np.ndarray]:
     and object arrays cannot be split in place and raise :class:`DecodeError`."""
     stream = iter(chunks)
     prefix = bytearray()
-    header_length: int | None = None
+    length: int | None = None
     chunk: Chunk | None = None
     for chunk in stream:
         prefix += chunk.data
-        header_length = _npy_header_length(bytes(prefix[:12]), url)
-        if header_length is not None and len(prefix) >= header_length:
+        length = _npy_header_length(bytes(prefix[:12]), url)
+        if length is not None and len(prefix) >= length:
             break
-    if header_length is None or len(prefix) < header_length or chunk is None:
+    if length is None or len(prefix) < length or chunk is None:
         raise TruncatedShardError(".npy header is incomplete", url, 0)
-    header = io.BytesIO(bytes(prefix[:header_length]))
-    version = np.lib.format.read_magic(header)
-    read_header = (
-        np.lib.format.read_array_header_1_0
-        if version == (1, 0)
-        else np.lib.format.read_array_header_2_0  # 3.0 differs only in allowing UTF-8
-    )
-    shape, fortran_order, dtype = read_header(header)
-    if dtype.hasobject:
-        raise DecodeError("object arrays hold pickles, not fixed-size rows", url, 0)
-    if fortran_order and len(shape) > 1:
-        raise DecodeError("a Fortran-order array's rows are not contiguous", url, 0)
-    row_shape = shape[1:]
-    row_size = dtype.itemsize * math.prod(row_shape)
-    expected = math.prod(shape[:1]) if shape else 1
-    if not shape:  # a 0-d array is one "row"
-        row_shape, row_size = (), dtype.itemsize
+    header = _npy_header(bytes(prefix), length, url)
     # The rest of the chunk where the header ended, then the remaining chunks.
-    consumed_before = len(prefix) - len(chunk.data)
-    start = header_length - consumed_before
+    start = length - (len(prefix) - len(chunk.data))
     first = chunk._replace(data=chunk.data[start:], offset=chunk.offset + start)
 
     def body() -> Iterator[Chunk]:
@@ -88,17 +118,161 @@ def decode_npy(chunks: Iterable[Chunk], url: str) -> Iterator[np.ndarray]:
         yield from stream
 
     count = 0
-    if row_size:
-        for record in decode_fixed(body(), url, row_size):
-            yield np.frombuffer(record, dtype).reshape(row_shape)
+    if header.row_size:
+        for record in decode_fixed(body(), url, header.row_size):
+            yield np.frombuffer(record, header.dtype).reshape(header.row_shape)
             count += 1
     else:  # zero-size rows: nothing to read, but the rows exist
-        for _ in range(expected):
-            yield np.empty(row_shape, dtype)
+        for _ in range(header.rows):
+            yield np.empty(header.row_shape, header.dtype)
             count += 1
-    if count != expected:
+    if count != header.rows:
         raise TruncatedShardError(
-            f".npy array says {expected} rows but holds {count}",
+            f".npy array says {header.rows} rows but holds {count}",
             url,
-            header_length + count * row_size,
+            length + count * header.row_size,
         )
+
+
+def _fixed_layout(url: str, size: int, data_offset: int, row_size: int, tolerate: bool,
+                  meta: dict[str, Any]) -> tuple[Layout, list[DecodeError]]:  # fmt: skip
+    body = size - data_offset
+    count, extra = divmod(body, row_size) if row_size else (meta.get("rows", 0), 0)
+    problems: list[DecodeError] = []
+    expected = meta.get("rows")
+    if expected is not None and row_size and count != expected:
+        problem = TruncatedShardError(
+            f".npy array says {expected} rows but the file holds {count}",
+            url, data_offset + min(count, expected) * row_size,
+        )  # fmt: skip
+        if not tolerate:
+            raise problem
+        problems.append(problem)
+        count = min(count, expected)
+    elif extra:
+        problem = TruncatedShardError(
+            f"{body} bytes are not a whole number of {row_size}-byte records", url, size - extra
+        )
+        if not tolerate:
+            raise problem
+        problems.append(problem)
+    starts = data_offset + np.arange(count, dtype=np.int64) * row_size
+    meta = {**meta, "data_offset": data_offset, "row_size": row_size}
+    bounds = np.arange(count + 1, dtype=np.int64)
+    unit_bytes = np.full(count, row_size, np.int64)
+    return Layout(url, count, size, bounds, unit_bytes, starts, starts + row_size, meta), problems
+
+
+def _array_batches(chunks: Iterable[Chunk], layout: Layout) -> Iterator[np.ndarray]:
+    chunks = list(chunks)
+    total = sum(c.data.nbytes for c in chunks)
+    row_size = layout.meta["row_size"]
+    dtype, shape = layout.meta["dtype"], layout.meta["shape"]
+    rows = total // row_size if row_size else 0
+    out = np.empty((rows, *shape), dtype)
+    flat = out.reshape(-1).view(np.uint8)
+    position = 0
+    for chunk in chunks:
+        flat[position : position + chunk.data.nbytes] = np.frombuffer(chunk.data, np.uint8)
+        position += chunk.data.nbytes
+    if position != rows * row_size:
+        raise TruncatedShardError("a run of records ends inside a record", layout.url, -1)
+    yield out
+
+
+class FixedFormat(ShardFormat):
+    """Raw records of ``record_size`` bytes each."""
+
+    name = "fixed"
+    batch_kind = "numpy"
+
+    def __init__(self, record_size: int) -> None:
+        if not isinstance(record_size, int) or record_size <= 0:
+            raise ValueError(f"format 'fixed' needs record_size > 0, not {record_size!r}")
+        self.record_size = record_size
+
+    def options(self) -> dict[str, Any]:
+        return {"record_size": self.record_size}
+
+    def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
+        size, _ = reader.describe(url)
+        meta = {"dtype": np.dtype(np.uint8), "shape": (self.record_size,)}
+        return _fixed_layout(url, size, 0, self.record_size, tolerate, meta)
+
+    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        for record in decode_fixed(chunks, layout.url, self.record_size):
+            yield bytes(record)
+
+    def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        yield from _array_batches(chunks, layout)
+
+
+class NpyFormat(ShardFormat):
+    """An ``.npy`` array per shard, its rows (first axis) the samples."""
+
+    name = "npy"
+    batch_kind = "numpy"
+
+    def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
+        size, _ = reader.describe(url)
+        head = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, 0, min(size, 4096))]))
+        length = _npy_header_length(head, url)
+        if length is None:
+            raise TruncatedShardError(".npy header is incomplete", url, 0)
+        if length > len(head):
+            head = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, 0, length)]))
+        header = _npy_header(head, length, url)
+        meta = {"dtype": header.dtype, "shape": header.row_shape, "rows": header.rows}
+        return _fixed_layout(url, size, length, header.row_size, tolerate, meta)
+
+    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[np.ndarray]:
+        for batch in _array_batches(chunks, layout):
+            yield from batch
+
+    def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        yield from _array_batches(chunks, layout)
+
+
+# ---- writing ------------------------------------------------------------------------
+
+
+class FixedWriter(RecordWriter):
+    """Writes records of ``record_size`` bytes each (the ``fixed`` format)."""
+
+    format = "fixed"
+
+    def __init__(self, file: Writable, record_size: int) -> None:
+        super().__init__(file)
+        self.record_size = record_size
+
+    def write(self, record: Buffer) -> None:
+        """Write a record. Raises ValueError for one of another size."""
+        size = memoryview(record).nbytes
+        if size != self.record_size:
+            raise ValueError(f"a record of {size} bytes, not {self.record_size}")
+        self.file.write(record)
+        self.position += size
+        self._noted(self.position - size)
+
+
+class NpyWriter(FixedWriter):
+    """Writes an ``.npy`` array of ``rows`` rows of ``row_shape`` and ``dtype``,
+    a row (its bytes, C order) at a time; the header goes first."""
+
+    format = "npy"
+
+    def __init__(
+        self, file: Writable, dtype: np.dtype[Any], row_shape: tuple[int, ...], rows: int
+    ) -> None:
+        super().__init__(file, np.dtype(dtype).itemsize * math.prod(row_shape))
+        self.rows = rows
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                  "fortran_order": False, "shape": (rows, *row_shape)}  # fmt: skip
+        head = io.BytesIO()
+        np.lib.format.write_array_header_1_0(head, header)
+        self._put(head.getvalue())
+
+    def close(self) -> None:
+        """Raises ValueError unless ``rows`` rows were written."""
+        if len(self) != self.rows:
+            raise ValueError(f"the .npy header says {self.rows} rows, {len(self)} were written")

@@ -1,20 +1,26 @@
-"""Compressed shards: a stage between the reader and a decoder.
+"""Compressed shards: a stage between the reader and a decoder, and between a
+writer and its file.
 
 ``decompress(chunks, url)`` turns the chunks of a gzip or zstd shard into chunks
 of its decompressed bytes, which any decoder accepts. Decompressed data is new
 memory by nature; it comes in pieces of at most ``piece_size`` bytes so that
-memory stays bounded whatever the compression ratio.
+memory stays bounded whatever the compression ratio. ``compressing(file,
+codec)`` puts a compressor in front of a file that a writer writes to.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from fastio._errors import CorruptRecordError, TruncatedShardError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
+
+    from typing_extensions import Buffer
 
     from fastio.reader._ranges import Chunk
 
@@ -33,14 +39,14 @@ def codec_for(url: str) -> str | None:
     return None
 
 
-def _zstd_decompressor() -> Any:
+def _zstandard(doing: str) -> Any:
     try:
         import zstandard
     except ImportError:
         raise ImportError(
-            "reading zstd shards needs the zstandard package: pip install 'fastio[zstd]'"
+            f"{doing} zstd shards needs the zstandard package: pip install 'fastio[zstd]'"
         ) from None
-    return zstandard.ZstdDecompressor().decompressobj()
+    return zstandard
 
 
 def decompress(
@@ -92,8 +98,8 @@ def _gunzip(chunks: Iterable[Chunk], url: str, piece_size: int) -> Iterator[memo
 
 
 def _unzstd(chunks: Iterable[Chunk], url: str, piece_size: int) -> Iterator[memoryview]:
-    decompressor = _zstd_decompressor()
-    import zstandard
+    zstandard = _zstandard("reading")
+    decompressor = zstandard.ZstdDecompressor().decompressobj()
 
     consumed = 0
     for chunk in chunks:
@@ -120,3 +126,28 @@ def _sniff(data: memoryview) -> str | None:
     if head == _ZSTD_MAGIC:
         return "zstd"
     return None
+
+
+class Writable(Protocol):
+    """A binary file, or a compressor in front of one: what shard writers write to."""
+
+    def write(self, data: Buffer, /) -> int: ...
+
+
+@contextlib.contextmanager
+def compressing(file: BinaryIO, codec: str | None) -> Iterator[Writable]:
+    """``file`` behind a ``"gzip"`` or ``"zstd"`` compressor (None: ``file``
+    itself), finished when the block ends (``file`` stays open). The output
+    depends on the input alone: no name or time in a gzip header. Raises
+    ValueError for another codec, ImportError without zstandard for zstd."""
+    if codec is None:
+        yield file
+    elif codec == "gzip":
+        with gzip.GzipFile(filename="", mode="wb", fileobj=file, mtime=0, compresslevel=6) as gz:
+            yield gz
+    elif codec == "zstd":
+        compressor = _zstandard("writing").ZstdCompressor(level=3)
+        with compressor.stream_writer(file, closefd=False) as zst:
+            yield zst
+    else:
+        raise ValueError(f"unknown compression {codec!r} (gzip or zstd)")

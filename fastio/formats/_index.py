@@ -11,28 +11,34 @@ size and modification time are those it was built from.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fastio._errors import CorruptRecordError, DecodeError
-from fastio.reader._ranges import ByteRange
+from fastio._errors import DecodeError
+from fastio.formats._compression import codec_for, decompress
+from fastio.reader._ranges import ByteRange, Chunk
 from fastio.sources._remote import is_remote, local_path
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
-
-    from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
-__all__ = ["INDEX_SUFFIX", "ShardIndex", "build_index", "index_shard", "load_or_scan", "scan_shard"]
+__all__ = [
+    "INDEX_SUFFIX",
+    "Locator",
+    "ShardIndex",
+    "build_index",
+    "index_shard",
+    "load_or_scan",
+    "scan_shard",
+]
 
 INDEX_SUFFIX = ".fastio-index.npz"
 INDEX_KIND = "index"
@@ -82,49 +88,50 @@ class ShardIndex:
                        stored["starts"], stored["ends"])  # fmt: skip
 
 
-def _locator(format_name: str) -> Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]:
-    from fastio.formats._lines import locate_json_lines, locate_lines
-    from fastio.formats._tfrecord import locate_tfrecords
-    from fastio.formats._webdataset import locate_webdataset
+Locate = Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]
+"""``locate(chunks, url)``: each sample of a shard's chunks as ``(start, end,
+sample)``, its byte range in the shard and the sample; raises the format's
+DecodeError at damage."""
 
-    locators: dict[str, Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]] = {
-        "tfrecord": locate_tfrecords,
-        "webdataset": locate_webdataset,
-        "jsonl": locate_json_lines,
-        "lines": locate_lines,
-    }
-    if format_name not in locators:
-        raise ValueError(
-            f"no index for format {format_name!r}; one of {', '.join(sorted(locators))}"
-        )
-    return locators[format_name]
+Resync = Callable[["Reader", str, DecodeError], "int | None"]
+"""``resync(reader, url, error)``: where a scan may go on after ``error``, or None."""
 
 
-def build_index(reader: Reader, url: str, format_name: str) -> ShardIndex:
+@dataclass(frozen=True)
+class Locator:
+    """How a format finds the samples of its shards, handed to the index.
+
+    ``name`` is stored with the index a scan builds; a stored index is reused
+    if it has that name or one of ``reuses`` (scans that serve this one too).
+    ``resync`` says where a tolerant scan may go on after damage (by default
+    nowhere: the index stops there).
+    """
+
+    name: str
+    locate: Locate
+    resync: Resync | None = None
+    reuses: tuple[str, ...] = ()
+
+    def reusable(self, stored: str) -> bool:
+        return stored == self.name or stored in self.reuses
+
+
+def build_index(reader: Reader, url: str, locator: Locator) -> ShardIndex:
     """Scan ``url`` once through ``reader`` and record every sample's byte range.
     Raises the format's DecodeError for a damaged shard (the index would lie)."""
-    index, problems = scan_shard(reader, url, format_name, tolerate=False)
+    index, problems = scan_shard(reader, url, locator, tolerate=False)
     assert not problems  # raised instead
     return index
 
 
 def scan_shard(
-    reader: Reader, url: str, format_name: str, *, tolerate: bool, verify: bool = True
+    reader: Reader, url: str, locator: Locator, *, tolerate: bool
 ) -> tuple[ShardIndex, list[DecodeError]]:
     """Scan ``url`` and index its samples. A compressed shard (``.gz``, ``.zst``)
     is indexed in decompressed offsets (its samples are read by decompressing
     from the start). With ``tolerate``, a damaged shard is indexed up to the
-    damage, a TFRecord with a bad data checksum is indexed without the bad
-    record, and the errors are returned instead of raised."""
-    from fastio.formats._compression import codec_for, decompress
-
-    locate = _locator(format_name)
-    if format_name == "tfrecord" and not verify:
-        from fastio.formats._tfrecord import locate_tfrecords
-
-        def locate(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, Any]]:
-            return locate_tfrecords(chunks, url, verify=False)
-
+    damage (and on from where the locator's ``resync`` says, in an
+    uncompressed shard), and the errors are returned instead of raised."""
     size, version = reader.describe(url)
     codec = codec_for(url)
     starts: list[int] = []
@@ -136,32 +143,22 @@ def scan_shard(
         if codec is not None:
             chunks = decompress(chunks, url, codec)
         try:
-            for start, end, _ in locate(chunks, url):
+            for start, end, _ in locator.locate(chunks, url):
                 starts.append(start)
                 ends.append(end)
         except DecodeError as error:
             if not tolerate:
                 raise
             problems.append(error)
-            skip_to = _resync(reader, url, format_name, error) if codec is None else None
+            resync = locator.resync if codec is None else None
+            skip_to = None if resync is None else resync(reader, url, error)
             if skip_to is not None and skip_to < size:
                 begin = skip_to
                 continue
         break
-    index = ShardIndex(url, format_name, size, version,
+    index = ShardIndex(url, locator.name, size, version,
                        np.array(starts, np.uint64), np.array(ends, np.uint64))  # fmt: skip
     return index, problems
-
-
-def _resync(reader: Reader, url: str, format_name: str, error: DecodeError) -> int | None:
-    """Where a scan may go on after ``error``: past a TFRecord whose data (not
-    length) checksum is wrong, as its length is known; elsewhere nowhere."""
-    if format_name != "tfrecord" or not isinstance(error, CorruptRecordError):
-        return None
-    if not str(error).endswith("data checksum mismatch"):
-        return None
-    header = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, error.offset, 8)]))
-    return error.offset + 12 + int.from_bytes(header, "little") + 4
 
 
 def default_cache_dir() -> Path:
@@ -192,15 +189,17 @@ def _index_paths(
 
 
 def index_shard(
-    reader: Reader, url: str, format_name: str, cache_dir: str | os.PathLike[str] | None = None
+    reader: Reader, url: str, locator: Locator, cache_dir: str | os.PathLike[str] | None = None
 ) -> ShardIndex:
-    index, _ = load_or_scan(reader, url, format_name, cache_dir, tolerate=False)
+    """The index of ``url`` (see :func:`load_or_scan`); a damaged shard raises
+    the format's DecodeError."""
+    index, _ = load_or_scan(reader, url, locator, cache_dir, tolerate=False)
     return index
 
 
 class IndexPlacement(Protocol):
     """Where indexes go that cannot go beside their shard: a
-    :class:`fastio.tiering.Tiering` (its shard cache hook)."""
+    :class:`fastio.tiering.Tiering`, asked as it is for shard cache files."""
 
     @property
     def directories(self) -> list[str]: ...
@@ -211,11 +210,10 @@ class IndexPlacement(Protocol):
 def load_or_scan(
     reader: Reader,
     url: str,
-    format_name: str,
+    locator: Locator,
     cache_dir: str | os.PathLike[str] | None = None,
     *,
     tolerate: bool = False,
-    verify: bool = True,
     placement: IndexPlacement | None = None,
 ) -> tuple[ShardIndex, list[DecodeError]]:
     """The index of ``url``: a stored one that still matches the shard, else a
@@ -228,20 +226,14 @@ def load_or_scan(
     candidates = list(writable)
     if placement is not None:
         candidates += [Path(d) / f"{placed_name}{INDEX_SUFFIX}" for d in placement.directories]
-    # A scan that skipped checksums is kept under its own name: it serves
-    # unverified reads, never a dataset that asked for verification.
-    unverified = format_name == "tfrecord" and not verify
-    stored_as = f"{format_name}/unverified" if unverified else format_name
-    accepted = {format_name, stored_as}
     for path in candidates:
         try:
             index = ShardIndex.load(path)
         except (OSError, ValueError, KeyError):
             continue
-        if (index.size, index.mtime_ns) == (size, version) and (index.format in accepted):
+        if (index.size, index.mtime_ns) == (size, version) and locator.reusable(index.format):
             return index, []
-    index, problems = scan_shard(reader, url, format_name, tolerate=tolerate, verify=verify)
-    index = dataclasses.replace(index, format=stored_as)
+    index, problems = scan_shard(reader, url, locator, tolerate=tolerate)
     if problems:  # an index of a damaged shard is not kept: a repaired shard gets a new scan
         return index, problems
     for path in writable:

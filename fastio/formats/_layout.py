@@ -1,7 +1,8 @@
 """What the dataset needs of a shard format: a :class:`Layout` (how many
 samples a shard holds and which bytes hold any run of them, known without
 reading samples) and a :class:`ShardFormat` (those bytes decoded into samples
-the caller owns, or into columnar batches).
+the caller owns, or into columnar batches). And what every format's writer
+is: a :class:`ShardWriter`.
 
 Samples can be read in runs as small as a layout's *unit*: one sample for
 indexed and fixed formats, one row group or record batch for Parquet and
@@ -21,12 +22,15 @@ from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
+    from types import TracebackType
+
+    from typing_extensions import Self
 
     from fastio._errors import DecodeError
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
-__all__ = ["Layout", "ShardFormat", "gather"]
+__all__ = ["Layout", "ShardFormat", "ShardWriter", "gather"]
 
 
 @dataclass
@@ -143,3 +147,30 @@ def _plain(sample: Any) -> dict[str, Any]:
     if isinstance(sample, dict):
         return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in sample.items()}
     return {"value": sample}
+
+
+class ShardWriter:
+    """Writes the samples of one shard to a file it is given; :meth:`close`
+    ends the shard. Used as a context manager, the writer is closed when the
+    block ends, or abandoned when it ends with an exception (the unfinished
+    file is then the caller's to discard)."""
+
+    def close(self) -> None:
+        """Write what ends the shard (an end marker, a footer); the file stays open."""
+
+    def abandon(self) -> None:
+        """Let an unfinished shard go, releasing what the writer holds."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if error is None:
+            self.close()
+        else:
+            self.abandon()

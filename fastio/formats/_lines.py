@@ -1,17 +1,40 @@
-"""Text line shards (JSONL and plain lines)."""
+"""Text line shards: JSON Lines (a JSON value a line) and plain lines of text.
+
+Read as lines (views), JSON values, text, or Arrow batches of one column,
+located for the index, and written.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import TYPE_CHECKING, Any
 
 from fastio._errors import DecodeError
-from fastio._native import split_lines
+from fastio._native import RecordColumns, split_lines
+from fastio.formats._index import Locator
+from fastio.formats._reassemble import MAX_BATCH_BYTES, arrow, too_large
+from fastio.formats._records import RecordFormat, RecordWriter
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+    from fastio.formats._layout import Layout
     from fastio.reader._ranges import Chunk
+
+__all__ = [
+    "JsonLinesFormat",
+    "JsonLinesWriter",
+    "LinesFormat",
+    "LinesWriter",
+    "columns_lines",
+    "decode_jsonl",
+    "decode_lines",
+    "locate_json_lines",
+    "locate_lines",
+]
 
 
 def decode_lines(chunks: Iterable[Chunk], url: str) -> Iterator[memoryview]:
@@ -34,7 +57,8 @@ def locate_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, 
             # A stream may start mid-file, and skip bytes between ranges.
             position = line_start = chunk.offset
         current_range = chunk.range
-        ends, consumed = split_lines(view)
+        scan = split_lines(view)
+        ends = scan.ends
         if not ends:
             carry += view
             position += len(view)
@@ -49,8 +73,8 @@ def locate_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, 
         for end in ends:
             yield position + start, position + end + 1, view[start:end]
             start = end + 1
-        line_start = position + consumed
-        carry += view[consumed:]
+        line_start = position + scan.consumed
+        carry += view[scan.consumed :]
         position += len(view)
     if carry and position is not None:
         yield line_start, position, memoryview(bytes(carry))
@@ -76,3 +100,128 @@ def locate_json_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, 
     for start, end, line in locate_lines(chunks, url):
         if bytes(line).strip():
             yield start, end, line
+
+
+def columns_lines(
+    chunks: Iterable[Chunk], url: str, *, max_batch_bytes: int = MAX_BATCH_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """The lines :func:`decode_lines` yields (without their newlines; a last line
+    without one is a line too), as record batches of one binary column
+    ``line`` (of at most ``max_batch_bytes``), in order. A line cut by chunk
+    boundaries is joined from a carry buffer and the chunk where it ends, in
+    that chunk's batch."""
+    pyarrow = arrow()
+    collector = RecordColumns("line")
+    carry = bytearray()
+    carry_base = 0  # stream offset of the line that carry begins
+    offset: int | None = None
+
+    def take() -> Iterator[pa.RecordBatch]:
+        batch = collector.take()
+        if batch is not None:
+            yield pyarrow.record_batch(batch)
+
+    for chunk in chunks:
+        view = chunk.data
+        if offset is None:
+            offset = carry_base = chunk.offset
+        position = 0
+        while True:
+            found = collector.lines(view[position:], carry, False, max_batch_bytes)
+            if found.rows and carry:
+                carry = bytearray()  # the first line took it, and the collector keeps it
+            position += found.consumed
+            if not found.full:
+                break
+            if not collector.rows:
+                raise too_large(url, carry_base if carry else offset + position, max_batch_bytes)
+            yield from take()
+        if position < len(view):
+            if not carry:
+                carry_base = offset + position
+            carry += view[position:]
+        offset += len(view)
+        yield from take()
+    if carry:  # a last line without a newline
+        if collector.lines(b"", carry, True, max_batch_bytes).full:
+            raise too_large(url, carry_base, max_batch_bytes)
+        yield from take()
+
+
+class JsonLinesFormat(RecordFormat):
+    name = "jsonl"
+
+    def locator(self) -> Locator:
+        return Locator(self.name, locate_json_lines)
+
+    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        return decode_jsonl(self._decompressed(chunks, layout), layout.url)
+
+    def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        pyarrow = arrow()
+        import pyarrow.json as pa_json  # type: ignore[import-untyped,unused-ignore]
+
+        data = b"".join(bytes(c.data) for c in self._decompressed(chunks, layout))
+        if not data.strip():
+            return
+        try:
+            table = pa_json.read_json(io.BytesIO(data))
+        except pyarrow.ArrowInvalid as error:
+            raise DecodeError(f"JSON lines do not parse: {error}", layout.url, -1) from None
+        yield from table.to_batches()
+
+
+class LinesFormat(RecordFormat):
+    name = "lines"
+
+    def locator(self) -> Locator:
+        return Locator(self.name, locate_lines)
+
+    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[str]:
+        for offset, _, line in locate_lines(self._decompressed(chunks, layout), layout.url):
+            try:
+                yield str(line, "utf-8")
+            except UnicodeDecodeError as error:
+                raise DecodeError(f"line is not UTF-8: {error}", layout.url, offset) from None
+
+    def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        pyarrow = arrow()
+        text = pyarrow.schema([("line", pyarrow.string())])
+        for batch in columns_lines(self._decompressed(chunks, layout), layout.url):
+            try:  # text, as samples are (validated as UTF-8 by the cast)
+                yield batch.cast(text)
+            except pyarrow.ArrowInvalid as error:
+                raise DecodeError(f"a line is not UTF-8: {error}", layout.url, -1) from None
+
+
+# ---- writing ------------------------------------------------------------------------
+
+
+class _LineWriter(RecordWriter):
+    def _line(self, encoded: bytes) -> None:
+        start = self.position
+        self._put(encoded + b"\n")
+        self._noted(start)
+
+
+class LinesWriter(_LineWriter):
+    """Writes lines of text, each ended by a newline."""
+
+    format = "lines"
+
+    def write(self, line: str) -> None:
+        """Write ``line`` (UTF-8). Raises ValueError for a line with a newline in it."""
+        if "\n" in line:
+            raise ValueError(f"a line cannot hold a newline: {line[:40]!r}")
+        self._line(line.encode())
+
+
+class JsonLinesWriter(_LineWriter):
+    """Writes JSON Lines: a JSON value a line, as :func:`json.dumps` makes it."""
+
+    format = "jsonl"
+
+    def write(self, value: Any) -> None:
+        """Write ``value`` (anything :func:`json.dumps` takes; raises TypeError
+        for what it does not)."""
+        self._line(json.dumps(value).encode())

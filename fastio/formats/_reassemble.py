@@ -1,27 +1,54 @@
-"""From a shard's chunks to framed records, copying only records cut by a chunk boundary."""
+"""From a shard's chunks to framed records or Arrow batches, copying only what a
+chunk boundary cuts.
+
+Every format scans the bytes the reader filled in place (natively, without the
+GIL); the two drivers here take care of chunk boundaries for all of them.
+:func:`framed` yields single records, views of the chunks; :func:`batched`
+yields ``pyarrow.RecordBatch`` objects that native collectors gathered (each
+record's bytes copied once, into one data buffer per column; the batch reaches
+pyarrow through the Arrow C data interface, so Python makes one object per
+batch instead of one per sample).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from fastio._errors import TruncatedShardError
+from fastio._errors import DecodeError, TruncatedShardError
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+    from fastio._native import Collected
     from fastio.reader._ranges import Chunk
 
 T = TypeVar("T")
 
-# scan(view, base) -> (records, consumed, done, error, needed): the complete
-# records at the start of `view`, which lies at byte `base` of the shard;
-# `done` once the format's end marker is seen; an error to raise after the
-# records before it; and how many bytes from `consumed` on the next record
-# needs, as far as its header tells (the native scanners report this).
-Scan = Callable[[memoryview, int], "tuple[list[T], int, bool, Exception | None, int]"]
+MAX_BATCH_BYTES = (1 << 31) - 1
+"""Arrow's binary columns count bytes with int32 offsets: a batch stops short of this."""
 
 
-def framed(chunks: Iterable[Chunk], url: str, scan: Scan[T]) -> Iterator[T]:
-    """Records of one shard's chunks, in order.
+@dataclass(frozen=True)
+class Framing(Generic[T]):
+    """What a scan found at the start of a view: the complete ``records``;
+    where the next scan starts (``consumed``); how many bytes from there the
+    next record needs, as far as its header tells; whether the format's end
+    marker was seen (``done``); and an error to raise after the records."""
+
+    records: list[T]
+    consumed: int
+    needed: int = 0
+    done: bool = False
+    error: Exception | None = None
+
+
+def framed(
+    chunks: Iterable[Chunk], url: str, scan: Callable[[memoryview, int], Framing[T]]
+) -> Iterator[T]:
+    """Records of one shard's chunks, in order; ``scan(view, base)`` frames the
+    records at the start of ``view``, which lies at byte ``base`` of the shard.
 
     Records inside a chunk are views of it. A record cut by a chunk boundary is
     completed in a carry buffer, gathering the bytes the scan says it needs
@@ -58,16 +85,137 @@ def framed(chunks: Iterable[Chunk], url: str, scan: Scan[T]) -> Iterator[T]:
                 whole, view, base = view, view[len(view) :], carry_base
             else:
                 break
-            records, consumed, done, error, needed = scan(whole, base)
-            yield from records
-            if error is not None:
-                raise error
-            if not done and consumed < len(whole):
-                if not consumed and needed <= len(whole):
+            found = scan(whole, base)
+            yield from found.records
+            if found.error is not None:
+                raise found.error
+            done, needed = found.done, found.needed
+            if not done and found.consumed < len(whole):
+                if not found.consumed and needed <= len(whole):
                     raise TruncatedShardError("record does not frame as its header says", url, base)
-                carry += whole[consumed:]
-            carry_base = base + consumed
+                carry += whole[found.consumed :]
+            carry_base = base + found.consumed
     if carry and not done and carry_base is not None:
         raise TruncatedShardError(
             f"shard ends inside a record ({len(carry)} bytes of it present)", url, carry_base
         )
+
+
+# scan(data, base, final) collects the complete records at the start of `data`
+# (at shard offset `base`; `final`: nothing follows) and answers what it took,
+# with an error to raise after the records before it. take() -> the records
+# collected so far as a batch, or None.
+CollectScan = Callable[[Any, int, bool], "tuple[Collected, Exception | None]"]
+Take = Callable[[], Any]
+
+
+def arrow() -> Any:
+    """pyarrow, imported on first use so that importing the formats stays light."""
+    import pyarrow  # type: ignore[import-untyped,unused-ignore]
+
+    return pyarrow
+
+
+def too_large(url: str, base: int, max_bytes: int) -> DecodeError:
+    return DecodeError(
+        f"a record of more than {max_bytes} bytes does not fit an Arrow binary column", url, base
+    )
+
+
+def _taken(take: Take) -> Iterator[pa.RecordBatch]:
+    batch = take()
+    if batch is not None:
+        yield batch
+
+
+def batched(
+    chunks: Iterable[Chunk], url: str, scan: CollectScan, take: Take
+) -> Iterator[pa.RecordBatch]:
+    """Batches of one shard's chunks, in order: one per chunk (more when full).
+
+    As :func:`framed` does for single records, a record cut by a chunk boundary
+    is completed in a carry buffer, gathering the bytes the scan says it needs.
+    A scan may look past the records it collects (a tar sample ends where the
+    next member's header shows another key): what it looked at past them goes
+    back to the chunk, so that the carry empties and scanning returns to the
+    chunk itself. The collector keeps the buffers it collected from until the
+    batch is taken, so a carry it scanned is replaced, never changed.
+    """
+    carry = bytearray()
+    carry_base = 0  # stream offset of carry[0]
+    offset: int | None = None  # stream offset of the current chunk's first byte
+    needed = 0  # bytes the record at the start of carry needs, as far as known
+    done = False
+    for chunk in chunks:
+        view = chunk.data
+        if offset is None:  # a stream may start mid-file (a range of samples)
+            offset = carry_base = chunk.offset
+        position = 0  # in view
+        borrowed = 0  # bytes at the end of carry that came from this chunk
+        while not done:
+            if carry:
+                if len(carry) < needed:
+                    if position == len(view):
+                        break  # the rest of the record comes with the next chunk
+                    more = min(len(view) - position, needed - len(carry))
+                    carry += view[position : position + more]
+                    position += more
+                    borrowed += more
+                    continue
+                found, error = scan(carry, carry_base, False)
+                if error is not None:
+                    yield from _taken(take)
+                    raise error
+                consumed, done, needed = found.consumed, found.at_end, found.needed
+                if found.full:
+                    yield from _taken(take)
+                    needed = 0  # scan the rest of the carry again at once
+                elif not consumed and not done:
+                    if needed <= len(carry):
+                        raise TruncatedShardError(
+                            "record does not frame as its header says", url, carry_base
+                        )
+                    continue
+                back = min(len(carry) - consumed, borrowed)
+                position -= back
+                borrowed -= back
+                carry = carry[consumed : len(carry) - back]
+                carry_base += consumed
+            elif position < len(view):
+                base = offset + position
+                found, error = scan(view[position:], base, False)
+                if error is not None:
+                    yield from _taken(take)
+                    raise error
+                consumed, done, needed = found.consumed, found.at_end, found.needed
+                position += consumed
+                if found.full:
+                    yield from _taken(take)
+                    continue
+                if done or position == len(view):
+                    continue
+                if not consumed and needed <= len(view) - position:
+                    raise TruncatedShardError("record does not frame as its header says", url, base)
+                carry = bytearray(view[position:])
+                carry_base = offset + position
+                borrowed = len(view) - position
+                position = len(view)
+            else:
+                break
+        offset += len(view)
+        yield from _taken(take)
+    while carry and not done:
+        found, error = scan(carry, carry_base, True)
+        done = found.at_end
+        if error is None and not found.full and not done and found.consumed < len(carry):
+            present = len(carry) - found.consumed
+            error = TruncatedShardError(
+                f"shard ends inside a record ({present} bytes of it present)",
+                url,
+                carry_base + found.consumed,
+            )
+        yield from _taken(take)
+        if error is not None:
+            raise error
+        carry = carry[found.consumed :]
+        carry_base += found.consumed

@@ -7,15 +7,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from fastio.formats._array_formats import FixedFormat, NpyFormat
+from fastio.formats._arrays import FixedFormat, NpyFormat
 from fastio.formats._layout import Layout, ShardFormat
-from fastio.formats._record_formats import (
-    JsonLinesFormat,
-    LinesFormat,
-    TFRecordFormat,
-    WebDatasetFormat,
-)
-from fastio.formats._table_formats import ArrowFormat, ParquetFormat
+from fastio.formats._lines import JsonLinesFormat, LinesFormat
+from fastio.formats._records import RecordFormat
+from fastio.formats._tables import ArrowFormat, ParquetFormat
+from fastio.formats._tfrecord import TFRecordFormat
+from fastio.formats._webdataset import WebDatasetFormat
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -79,8 +77,11 @@ def format_options(
     index_dir: str | os.PathLike[str] | None,
     index_placement: IndexPlacement | None = None,
 ) -> dict[str, Any]:
+    """The options of format ``name`` (for :func:`make_format`) among the
+    dataset's settings. Raises ValueError for a setting given to a format that
+    does not take it, or ``fixed`` without ``record_size``."""
     options: dict[str, Any] = {}
-    if name in ("webdataset", "tfrecord", "jsonl", "lines"):
+    if name in FORMATS and issubclass(FORMATS[name], RecordFormat):
         options["index_dir"] = index_dir
         if index_placement is not None:
             options["index_placement"] = index_placement

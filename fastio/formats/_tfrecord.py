@@ -1,20 +1,48 @@
-"""TFRecord shards, and tf.train.Example records decoded without TensorFlow."""
+"""TFRecord shards, and tf.train.Example records decoded without TensorFlow.
+
+Read as records (views), parsed examples or Arrow batches of one binary column,
+located for the index, and written (the record framing and ``tf.train.Example``
+encoded here, with no TensorFlow or protobuf either).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+import struct
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fastio._errors import CorruptRecordError, DecodeError
+from fastio._native import RecordColumns, crc32c, scan_tfrecords
 from fastio._native import parse_example as _parse_example
-from fastio._native import scan_tfrecords
-from fastio.formats._reassemble import framed
+from fastio.formats._index import Locator
+from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
+from fastio.formats._records import RecordFormat, RecordWriter
+from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    import os
+    from collections.abc import Iterable, Iterator, Mapping
 
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    from typing_extensions import Buffer
+
+    from fastio._native import Collected, FrameError
+    from fastio.formats._index import IndexPlacement
+    from fastio.formats._layout import Layout
     from fastio.reader._ranges import Chunk
+    from fastio.reader._reader import Reader
+
+__all__ = [
+    "TFRecordFormat",
+    "TFRecordWriter",
+    "columns_tfrecord",
+    "decode_tfrecord",
+    "example_parts",
+    "locate_tfrecords",
+    "parse_example",
+]
 
 _HEADER = 12  # uint64 length + uint32 masked CRC of the length
 
@@ -34,22 +62,70 @@ def locate_tfrecords(chunks: Iterable[Chunk], url: str, verify: bool = True) -> 
     (header to trailing checksum), for the index."""
     count = 0
 
-    def scan(view: memoryview, base: int) -> tuple[list[Located], int, bool, Exception | None, int]:
+    def scan(view: memoryview, base: int) -> Framing[Located]:
         nonlocal count
-        offsets, lengths, consumed, error, needed = scan_tfrecords(view, verify)
+        found = scan_tfrecords(view, verify)
         records = [
             (base + o - _HEADER, base + o + n + 4, view[o : o + n])
-            for o, n in zip(offsets, lengths, strict=True)
+            for o, n in zip(found.offsets, found.lengths, strict=True)
         ]
         count += len(records)
-        problem = None
-        if error is not None:
-            kind, offset = error
-            what = "length" if kind == "length_crc" else "data"
-            problem = CorruptRecordError(f"{what} checksum mismatch", url, base + offset, count)
-        return records, consumed, False, problem, needed
+        problem = _checksum_problem(found.error, url, base, count)
+        return Framing(records, found.consumed, found.needed, False, problem)
 
     return framed(chunks, url, scan)
+
+
+def _checksum_problem(
+    error: FrameError | None, url: str, base: int, count: int
+) -> CorruptRecordError | None:
+    """The error to raise for a checksum mismatch a scan at shard offset ``base``
+    stopped at, where ``count`` records of the shard come before it."""
+    if error is None:
+        return None
+    what = "length" if error.kind == "length_crc" else "data"
+    return CorruptRecordError(f"{what} checksum mismatch", url, base + error.offset, count)
+
+
+def _resync(reader: Reader, url: str, error: DecodeError) -> int | None:
+    """Where a scan may go on after ``error``: past a record whose data (not
+    length) checksum is wrong, as its length is known; elsewhere nowhere."""
+    if not isinstance(error, CorruptRecordError) or not str(error).endswith(
+        "data checksum mismatch"
+    ):
+        return None
+    header = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, error.offset, 8)]))
+    return error.offset + _HEADER + int.from_bytes(header, "little") + 4
+
+
+def columns_tfrecord(
+    chunks: Iterable[Chunk],
+    url: str,
+    verify: bool = True,
+    *,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
+) -> Iterator[pa.RecordBatch]:
+    """The records :func:`decode_tfrecord` yields, as record batches of one
+    binary column ``record`` (of at most ``max_batch_bytes``), in order; the
+    same errors."""
+    pyarrow = arrow()
+    collector = RecordColumns("record")
+    count = 0  # records before the current scan, for record indices
+
+    def scan(data: Any, base: int, final: bool) -> tuple[Collected, Exception | None]:
+        nonlocal count
+        found = collector.tfrecord(data, verify, max_batch_bytes)
+        count += found.records
+        problem: Exception | None = _checksum_problem(found.error, url, base, count)
+        if problem is None and found.full and not collector.rows:
+            problem = too_large(url, base, max_batch_bytes)
+        return found, problem
+
+    def take() -> Any:
+        batch = collector.take()
+        return None if batch is None else pyarrow.record_batch(batch)
+
+    return batched(chunks, url, scan, take)
 
 
 # ---- tf.train.Example (protobuf wire format) ------------------------------------
@@ -64,10 +140,139 @@ def parse_example(record: bytes | memoryview) -> dict[str, np.ndarray | list[byt
     twice keeps its last value). Parsed in native code, without TensorFlow or
     protobuf. Raises :class:`DecodeError` (with offset 0 and no URL) for
     malformed bytes, a field of the wrong wire type included."""
+    return _parsed(record, "<record>", 0)
+
+
+def _parsed(record: bytes | memoryview, url: str, offset: int) -> dict[str, Any]:
     try:
-        result: dict[str, np.ndarray | list[bytes]] = _parse_example(
-            record, np.frombuffer, _INT64, _FLOAT32
-        )
+        result: dict[str, Any] = _parse_example(record, np.frombuffer, _INT64, _FLOAT32)
     except ValueError as error:  # UnicodeDecodeError too: a name that is not UTF-8
-        raise DecodeError(f"not a tf.train.Example: {error}", "<record>", 0) from None
+        raise DecodeError(f"not a tf.train.Example: {error}", url, offset) from None
     return result
+
+
+class TFRecordFormat(RecordFormat):
+    name = "tfrecord"
+
+    def __init__(
+        self,
+        index_dir: str | os.PathLike[str] | None = None,
+        verify: bool = True,
+        example: bool = True,
+        index_placement: IndexPlacement | None = None,
+    ) -> None:
+        super().__init__(index_dir, index_placement)
+        self.verify = verify
+        self.example = example
+
+    def options(self) -> dict[str, Any]:
+        return {"verify": self.verify, "example": self.example}
+
+    def locator(self) -> Locator:
+        if self.verify:
+            return Locator(self.name, locate_tfrecords, _resync)
+        # A scan that skipped checksums is kept under its own name: it serves
+        # unverified reads, never a dataset that asked for verification.
+        unverified = functools.partial(locate_tfrecords, verify=False)
+        return Locator(f"{self.name}/unverified", unverified, _resync, reuses=(self.name,))
+
+    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        records = locate_tfrecords(self._decompressed(chunks, layout), layout.url, self.verify)
+        if not self.example:
+            for _, _, record in records:
+                yield bytes(record)
+            return
+        for start, _, record in records:
+            yield _parsed(record, layout.url, start)
+
+    def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        if self.example:
+            return super().batches(chunks, layout)
+        return columns_tfrecord(self._decompressed(chunks, layout), layout.url, self.verify)
+
+
+# ---- writing ------------------------------------------------------------------------
+
+
+_OWN_PIECE = 256  # bytes of a value that is written as it is rather than copied
+
+
+def _masked(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+class TFRecordWriter(RecordWriter):
+    """Writes TFRecord records (length, data and their masked CRC-32C)."""
+
+    format = "tfrecord"
+
+    def write(self, *parts: Buffer) -> None:
+        """Write one record whose data is ``parts`` one after another (so that
+        a large payload is never copied to join it to its head)."""
+        write, start = self.file.write, self.position
+        size = crc = 0
+        for part in parts:
+            size += memoryview(part).nbytes
+            crc = crc32c(part, crc)
+        length = size.to_bytes(8, "little")
+        write(length + _masked(crc32c(length)).to_bytes(4, "little"))
+        for part in parts:
+            write(part)
+        write(_masked(crc).to_bytes(4, "little"))
+        self.position += _HEADER + size + 4
+        self._noted(start)
+
+
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]  # most tags and lengths
+
+
+def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
+    value &= (1 << 64) - 1  # negative int64s as ten-byte two's complement, as protobuf does
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field_head(number: int, length: int) -> bytes:
+    """Tag and length of a length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(length)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _field_head(number, len(payload)) + payload
+
+
+def example_parts(features: Mapping[str, Buffer | int | float]) -> list[Buffer]:
+    """A serialized ``tf.train.Example`` of ``features`` as pieces to write one
+    after another (see :meth:`TFRecordWriter.write`): a bytes-like value is a
+    ``bytes_list`` of one (from 256 bytes on a piece of its own, never copied),
+    an int an ``int64_list`` of one, a float a ``float_list`` of one."""
+    parts: list[Buffer] = []
+    head = bytearray()  # encoded since the last piece of its own
+    for name, value in features.items():
+        # Features.feature is map<string, Feature>: entries {1: name, 2: Feature}.
+        key = _field(1, name.encode())
+        if isinstance(value, (int, float)):
+            numbers = _varint(value) if isinstance(value, int) else struct.pack("<f", value)
+            feature = _field(3 if isinstance(value, int) else 2, _field(1, numbers))
+            head += _field(1, key + _field(2, feature))
+            continue
+        size = memoryview(value).nbytes
+        values_head = _field_head(1, size)  # BytesList.value
+        feature_head = _field_head(1, len(values_head) + size) + values_head  # Feature.bytes_list
+        entry_head = key + _field_head(2, len(feature_head) + size) + feature_head
+        head += _field_head(1, len(entry_head) + size) + entry_head
+        if size < _OWN_PIECE:
+            head += value
+        else:
+            parts += [bytes(head), value]
+            head.clear()
+    if head or not parts:
+        parts.append(bytes(head))
+    length = sum(memoryview(part).nbytes for part in parts)
+    return [_field_head(1, length) + bytes(parts[0]), *parts[1:]]  # Example.features

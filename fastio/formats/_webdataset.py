@@ -1,26 +1,51 @@
-"""WebDataset tar shards: members grouped into samples by key, as webdataset does."""
+"""WebDataset tar shards: members grouped into samples by key, as webdataset does.
+
+Read as samples (dicts of views) or as Arrow batches gathered natively, located
+for the index, and written (plain ustar headers, written directly: ``tarfile``
+spends ~40 us per member, a minute for a million samples).
+"""
 
 from __future__ import annotations
 
 import re
+import tarfile
 from typing import TYPE_CHECKING, Any
 
-from fastio._errors import CorruptRecordError, DecodeError
-from fastio._native import scan_tar
-from fastio.formats._reassemble import framed
+from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
+from fastio._native import TarColumns, scan_tar
+from fastio.formats._index import Locator
+from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
+from fastio.formats._records import RecordFormat, RecordWriter, owned
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
 
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    from typing_extensions import Buffer
+
+    from fastio._native import Collected, FrameError, TarMember
+    from fastio.formats._layout import Layout
     from fastio.reader._ranges import Chunk
+
+__all__ = [
+    "WebDatasetFormat",
+    "WebDatasetWriter",
+    "columns_webdataset",
+    "decode_webdataset",
+    "locate_webdataset",
+    "sample_key",
+    "tar_header",
+]
 
 # webdataset's rule: the key is the path up to the first dot of its last
 # component, the extension is the rest ("a/b.seg.png" -> "a/b", "seg.png").
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")
 _BLOCK = 512
 _REGULAR = frozenset("07")
-
-Member = tuple[str, int, int, str, int]
+# Extensions keep their columns across a shard's batches (missing ones are null),
+# so that batches share a schema; a shard with more distinct extensions than
+# this starts afresh at its next batch, which then has only its own.
+_MAX_STABLE_COLUMNS = 64
 
 
 def sample_key(name: str) -> tuple[str, str] | None:
@@ -34,24 +59,23 @@ def _padded(size: int) -> int:
     return (size + _BLOCK - 1) // _BLOCK * _BLOCK
 
 
-def _members(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[Member, memoryview]]:
+def _members(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[TarMember, int, memoryview]]:
+    """The tar members of one shard, each with the shard offset of the buffer
+    its offsets count from, and its data."""
     index = 0
 
-    def scan(
-        view: memoryview, base: int
-    ) -> tuple[list[tuple[Member, memoryview]], int, bool, Exception | None, int]:
+    def scan(view: memoryview, base: int) -> Framing[tuple[TarMember, int, memoryview]]:
         nonlocal index
-        members, consumed, at_end, error, needed = scan_tar(view)
-        found = [((name, base + offset, size, kind, base + header), view[offset : offset + size])
-                 for name, offset, size, kind, header in members]  # fmt: skip
-        index += len(found)
+        found = scan_tar(view)
+        members = [(member, base, view[member.data_offset : member.data_offset + member.size])
+                   for member in found.members]  # fmt: skip
+        index += len(members)
         problem = None
-        if error is not None:
-            kind_name, offset = error
+        if found.error is not None:
             problem = CorruptRecordError(
-                f"damaged tar header ({kind_name})", url, base + offset, index
+                f"damaged tar header ({found.error.kind})", url, base + found.error.offset, index
             )
-        return found, consumed, at_end, problem, needed
+        return Framing(members, found.consumed, found.needed, found.at_end, problem)
 
     return framed(chunks, url, scan)
 
@@ -72,9 +96,10 @@ def locate_webdataset(
     A sample's range read on its own decodes to the same sample."""
     sample: dict[str, Any] | None = None
     start = end = 0
-    for (name, offset, size, kind, header), data in _members(chunks, url):
-        if kind not in _REGULAR:
+    for member, base, data in _members(chunks, url):
+        if member.typeflag not in _REGULAR:
             continue
+        name = member.name
         parts = sample_key(name)
         if parts is None:
             continue
@@ -83,12 +108,157 @@ def locate_webdataset(
             if sample is not None:
                 yield start, end, sample
             sample = {"__key__": key, "__url__": url}
-            start = header
+            start = base + member.header_offset
         if extension in sample:
             raise DecodeError(
-                f"{name!r} repeats extension {extension!r} of sample {key!r}", url, header
+                f"{name!r} repeats extension {extension!r} of sample {key!r}",
+                url,
+                base + member.header_offset,
             )
         sample[extension] = data
-        end = offset + _padded(size)
+        end = base + member.data_offset + _padded(member.size)
     if sample is not None:
         yield start, end, sample
+
+
+def columns_webdataset(
+    chunks: Iterable[Chunk], url: str, *, max_batch_bytes: int = MAX_BATCH_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """The samples :func:`decode_webdataset` yields, as record batches in order
+    (of at most ``max_batch_bytes`` in any column).
+
+    Columns: ``__key__`` (string), ``__url__`` (dictionary-encoded string) and
+    one binary column per extension, sorted by name; a sample without an
+    extension that the shard had so far has a null there. Errors are those of
+    :func:`decode_webdataset`, with two differences: a sample is complete once
+    the next member's header shows another key, so a shard cut inside the
+    next sample's first member delivers that sample before
+    :class:`TruncatedShardError`; and keys and extensions must be UTF-8 (Arrow
+    strings cannot hold other bytes), else :class:`DecodeError`.
+    """
+    pyarrow = arrow()
+    collector = TarColumns()
+    members = 0  # tar members before the current scan, for record indices
+
+    def scan(data: Any, base: int, final: bool) -> tuple[Collected, Exception | None]:
+        nonlocal members
+        if not collector.rows and collector.columns > _MAX_STABLE_COLUMNS:
+            collector.reset()
+        found = collector.scan(data, final, max_batch_bytes)
+        problem: Exception | None = None
+        if found.error is not None:
+            problem = _tar_problem(found.error, data, url, base, members)
+        elif found.full and not collector.rows:
+            problem = too_large(url, base, max_batch_bytes)
+        members += found.records
+        return found, problem
+
+    def take() -> Any:
+        batch = collector.take(url)
+        return None if batch is None else pyarrow.record_batch(batch)
+
+    return batched(chunks, url, scan, take)
+
+
+def _tar_problem(error: FrameError, data: Any, url: str, base: int, members: int) -> Exception:
+    kind, offset, index = error.kind, base + error.offset, members + error.index
+    if kind == "truncated":
+        present = len(data) - error.offset
+        message = f"shard ends inside a record ({present} bytes of it present)"
+        return TruncatedShardError(message, url, offset)
+    if kind == "repeated_extension":
+        name = scan_tar(memoryview(data)[error.offset :]).members[0].name
+        key, extension = sample_key(name) or (name, "")
+        message = f"{name!r} repeats extension {extension!r} of sample {key!r}"
+        return DecodeError(message, url, offset)
+    if kind == "bad_name":
+        message = "a member's key or extension is not UTF-8 (Arrow strings cannot hold it)"
+        return DecodeError(message, url, offset, index)
+    return CorruptRecordError(f"damaged tar header ({kind})", url, offset, index)
+
+
+class WebDatasetFormat(RecordFormat):
+    name = "webdataset"
+
+    def locator(self) -> Locator:
+        return Locator(self.name, locate_webdataset)
+
+    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
+        for sample in decode_webdataset(self._decompressed(chunks, layout), layout.url):
+            yield {key: owned(value) for key, value in sample.items()}
+
+    def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        return columns_webdataset(self._decompressed(chunks, layout), layout.url)
+
+
+# ---- writing ------------------------------------------------------------------------
+
+
+def _ustar_template() -> bytearray:
+    """A ustar header without name, size and checksum."""
+    header = bytearray(512)
+    for offset, value in (
+        (100, b"0000644\0"),  # mode
+        (108, b"0000000\0"),  # uid
+        (116, b"0000000\0"),  # gid
+        (136, b"00000000000\0"),  # mtime
+        (148, b" " * 8),  # the checksum field counts as spaces
+        (156, b"0"),  # a regular file
+        (257, b"ustar\x0000"),  # magic and version; device numbers stay empty
+    ):
+        header[offset : offset + len(value)] = value
+    return header
+
+
+_USTAR_TEMPLATE = _ustar_template()
+_USTAR_SUM = sum(_USTAR_TEMPLATE)
+
+
+def tar_header(name: str, size: int) -> bytes:
+    """The ustar header of a regular file, as ``tarfile`` writes it (mode 644,
+    owner 0, time 0); names over 100 bytes go through ``tarfile`` (pax)."""
+    encoded = name.encode()
+    if len(encoded) > 100 or size >= 8**11:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime, info.uname, info.gname = size, 0o644, 0, "", ""
+        return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    size_field = b"%011o\0" % size
+    header = _USTAR_TEMPLATE.copy()
+    header[: len(encoded)] = encoded
+    header[124:136] = size_field
+    header[148:155] = b"%06o\0" % (_USTAR_SUM + sum(encoded) + sum(size_field))
+    return bytes(header)
+
+
+class WebDatasetWriter(RecordWriter):
+    """Writes WebDataset samples as tar members ``<key>.<extension>``, one
+    sample's members together; :meth:`close` writes the end-of-archive marker,
+    padded to whole 10 KiB tar records as ``tar`` does."""
+
+    format = "webdataset"
+
+    def write(self, key: str, members: Mapping[str, Buffer]) -> None:
+        """Write a sample: ``members`` maps extensions to their bytes. Raises
+        ValueError for no members, or a key or extension that would not read
+        back as such."""
+        if not members:
+            raise ValueError(f"sample {key!r} has no members")
+        if sample_key(f"{key}.x") != (key, "x"):
+            raise ValueError(f"{key!r} cannot be a sample key (a dot in its last component?)")
+        for extension in members:
+            if not extension or "/" in extension:
+                raise ValueError(f"{extension!r} cannot be an extension")
+        write, start = self.file.write, self.position
+        for extension, data in members.items():
+            size = memoryview(data).nbytes
+            header = tar_header(f"{key}.{extension}", size)
+            padding = -size % _BLOCK
+            write(header)
+            write(data)
+            write(bytes(padding))
+            self.position += len(header) + size + padding
+        self._noted(start)
+
+    def close(self) -> None:
+        end = 2 * _BLOCK + (-(self.position + 2 * _BLOCK) % tarfile.RECORDSIZE)
+        self._put(bytes(end))

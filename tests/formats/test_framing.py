@@ -1,4 +1,5 @@
-"""Native record framing against reference implementations and a peer's writer."""
+"""Native record framing against reference implementations and a peer's writer,
+and the native collectors' batches."""
 
 from __future__ import annotations
 
@@ -7,12 +8,21 @@ import subprocess
 import tarfile
 
 import google_crc32c
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tfrecord.writer import TFRecordWriter
 
-from fastio._native import crc32c, scan_tar, scan_tfrecords, split_lines
+from fastio._native import (
+    RecordColumns,
+    TarColumns,
+    TarMember,
+    crc32c,
+    scan_tar,
+    scan_tfrecords,
+    split_lines,
+)
 
 
 def test_crc32c_check_value() -> None:
@@ -45,13 +55,20 @@ def record_payloads(data: bytes, offsets, lengths) -> list[bytes]:
     return [data[o : o + n] for o, n in zip(offsets, lengths, strict=True)]
 
 
+def regular_files(data: bytes, members: list[TarMember]) -> dict[str, bytes]:
+    return {
+        m.name: data[m.data_offset : m.data_offset + m.size] for m in members if m.typeflag == "0"
+    }
+
+
 def test_scan_records_written_by_the_tfrecord_package(tmp_path) -> None:
     payloads = [b"", b"x", bytes(range(256)) * 40, b"y" * 100_000]
     data = write_tfrecords(tmp_path / "a.tfrecord", payloads)
-    offsets, lengths, consumed, error, _ = scan_tfrecords(data)
-    assert error is None
-    assert consumed == len(data)
-    records = record_payloads(data, offsets, lengths)
+    scan = scan_tfrecords(data)
+    assert scan.error is None
+    assert scan.consumed == len(data)
+    assert (scan.needed, scan.at_end) == (0, False)
+    records = record_payloads(data, scan.offsets, scan.lengths)
     assert len(records) == len(payloads)
     # Each record is a serialized tf.train.Example holding the payload.
     for record, payload in zip(records, payloads, strict=True):
@@ -69,48 +86,51 @@ def test_records_cut_at_any_byte_resume_in_the_next_scan(tmp_path_factory, sizes
     payloads = [bytes([index % 251]) * size for index, size in enumerate(sizes)]
     data = write_tfrecords(path, payloads)
     cut = min(cut, len(data))
-    first_offsets, first_lengths, consumed, error, _ = scan_tfrecords(data[:cut])
-    assert error is None
-    assert consumed <= cut
-    rest = data[consumed:]
-    more_offsets, more_lengths, rest_consumed, error, _ = scan_tfrecords(rest)
-    assert error is None
-    assert consumed + rest_consumed == len(data)
+    first = scan_tfrecords(data[:cut])
+    assert first.error is None
+    assert first.consumed <= cut
+    rest = data[first.consumed :]
+    more = scan_tfrecords(rest)
+    assert more.error is None
+    assert first.consumed + more.consumed == len(data)
     whole = scan_tfrecords(data)
-    assert record_payloads(data[:cut], first_offsets, first_lengths) + record_payloads(
-        rest, more_offsets, more_lengths
-    ) == record_payloads(data, whole[0], whole[1])
+    assert record_payloads(data[:cut], first.offsets, first.lengths) + record_payloads(
+        rest, more.offsets, more.lengths
+    ) == record_payloads(data, whole.offsets, whole.lengths)
 
 
 def test_corrupt_data_checksum_is_reported_after_the_good_records(tmp_path) -> None:
     data = bytearray(write_tfrecords(tmp_path / "c.tfrecord", [b"a" * 50, b"b" * 50, b"c" * 50]))
-    offsets, _, _, _, _ = scan_tfrecords(data)
+    offsets = scan_tfrecords(data).offsets
     second_header = offsets[1] - 12
     data[offsets[1] + 5] ^= 0xFF
-    found, _, consumed, error, _ = scan_tfrecords(data)
-    assert error == ("data_crc", second_header)
-    assert len(found) == 1
-    assert consumed == second_header
+    scan = scan_tfrecords(data)
+    assert scan.error is not None
+    assert (scan.error.kind, scan.error.offset, scan.error.index) == ("data_crc", second_header, 1)
+    assert len(scan.offsets) == 1
+    assert scan.consumed == second_header
     # Unverified, the damaged record is framed all the same.
-    found, _, consumed, error, _ = scan_tfrecords(data, verify=False)
-    assert error is None
-    assert (len(found), consumed) == (3, len(data))
+    scan = scan_tfrecords(data, verify=False)
+    assert scan.error is None
+    assert (len(scan.offsets), scan.consumed) == (3, len(data))
 
 
 def test_corrupt_length_checksum(tmp_path) -> None:
     data = bytearray(write_tfrecords(tmp_path / "l.tfrecord", [b"a" * 10, b"b" * 10]))
-    offsets, _, _, _, _ = scan_tfrecords(data)
+    offsets = scan_tfrecords(data).offsets
     data[offsets[1] - 12] ^= 0x01  # the second record's length field
-    found, _, _, error, _ = scan_tfrecords(data)
-    assert error == ("length_crc", offsets[1] - 12)
-    assert len(found) == 1
+    scan = scan_tfrecords(data)
+    assert scan.error is not None
+    assert (scan.error.kind, scan.error.offset) == ("length_crc", offsets[1] - 12)
+    assert len(scan.offsets) == 1
 
 
 def test_many_records_span_internal_batches(tmp_path) -> None:
     payloads = [bytes([i % 256]) for i in range(10_000)]  # more than one native batch
     data = write_tfrecords(tmp_path / "m.tfrecord", payloads)
-    offsets, lengths, consumed, error, _ = scan_tfrecords(data)
-    assert (len(offsets), consumed, error) == (10_000, len(data), None)
+    scan = scan_tfrecords(data)
+    offsets, lengths = scan.offsets, scan.lengths
+    assert (len(offsets), scan.consumed, scan.error) == (10_000, len(data), None)
     assert list(offsets) == sorted(offsets)
     assert len(set(lengths)) == 1  # every record is an Example of one 1-byte payload
     assert record_payloads(data, offsets, lengths)[-1].endswith(bytes([9_999 % 256]))
@@ -119,17 +139,18 @@ def test_many_records_span_internal_batches(tmp_path) -> None:
 @given(st.binary(max_size=3000).map(lambda b: b.replace(b"\r", b"")))
 @settings(max_examples=200, deadline=None)
 def test_split_lines_matches_python(data: bytes) -> None:
-    ends, consumed = split_lines(data)
+    scan = split_lines(data)
+    ends = scan.ends
     starts = [0, *(end + 1 for end in ends)][: len(ends)]
     assert [data[s:e] for s, e in zip(starts, ends, strict=True)] == data.split(b"\n")[:-1]
-    assert consumed == (data.rfind(b"\n") + 1)
+    assert scan.consumed == (data.rfind(b"\n") + 1)
 
 
 def test_split_lines_over_many_batches() -> None:
     data = b"line\n" * 20_000
-    ends, consumed = split_lines(data)
-    assert len(ends) == 20_000
-    assert consumed == len(data)
+    scan = split_lines(data)
+    assert len(scan.ends) == 20_000
+    assert scan.consumed == len(data)
 
 
 def test_framing_rejects_non_buffers() -> None:
@@ -173,19 +194,17 @@ def test_scan_tar_matches_tarfile(tar_format: str) -> None:
     else:
         del files["shard/" + "n" * 150 + ".txt"]
     data = tar_members(files, TAR_FORMATS[tar_format])
-    members, consumed, at_end, error, _ = scan_tar(data)
-    assert error is None
-    assert at_end
-    assert data[consumed:].strip(b"\0") == b""  # stopped at the end-of-archive marker
-    found = {
-        name: data[offset : offset + size] for name, offset, size, kind, _ in members if kind == "0"
-    }
-    assert found == files
-    assert [kind for *_, kind, _ in members].count("5") == 1  # the directory
+    scan = scan_tar(data)
+    assert scan.error is None
+    assert scan.at_end
+    assert data[scan.consumed :].strip(b"\0") == b""  # stopped at the end-of-archive marker
+    assert regular_files(data, scan.members) == files
+    assert [m.typeflag for m in scan.members].count("5") == 1  # the directory
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         # tarfile drops a directory's trailing slash; the scanner keeps the stored name.
-        expected = [m.name for m in archive.getmembers()]
-    assert expected == [name.rstrip("/") for name, *_ in members]
+        expected = [(m.name, m.offset, m.offset_data) for m in archive.getmembers()]
+    found = [(m.name.rstrip("/"), m.header_offset, m.data_offset) for m in scan.members]
+    assert expected == found
 
 
 def test_scan_tar_written_by_gnu_tar(tmp_path) -> None:
@@ -197,9 +216,9 @@ def test_scan_tar_written_by_gnu_tar(tmp_path) -> None:
     archive = tmp_path / "gnu.tar"
     subprocess.run(["tar", "-C", str(source), "-cf", str(archive), *files], check=True)
     data = archive.read_bytes()
-    members, _, at_end, error, _ = scan_tar(data)
-    assert (at_end, error) == (True, None)
-    assert {n: data[o : o + s] for n, o, s, kind, _ in members if kind == "0"} == files
+    scan = scan_tar(data)
+    assert (scan.at_end, scan.error) == (True, None)
+    assert regular_files(data, scan.members) == files
 
 
 @given(cut=st.integers(0, 20_000))
@@ -207,43 +226,67 @@ def test_scan_tar_written_by_gnu_tar(tmp_path) -> None:
 def test_tar_members_cut_at_any_byte_resume_in_the_next_scan(cut: int) -> None:
     data = tar_members(sample_files(), tarfile.PAX_FORMAT)
     cut = min(cut, len(data))
-    first, consumed, _, error, _ = scan_tar(data[:cut])
-    assert error is None
-    assert consumed <= cut
-    assert consumed % 512 == 0
-    rest, _, at_end, error, _ = scan_tar(data[consumed:])
-    assert error is None
-    assert at_end
-    names = [m[0] for m in first] + [m[0] for m in rest]
-    assert names == [m[0] for m in scan_tar(data)[0]]
+    first = scan_tar(data[:cut])
+    assert first.error is None
+    assert first.consumed <= cut
+    assert first.consumed % 512 == 0
+    rest = scan_tar(data[first.consumed :])
+    assert rest.error is None
+    assert rest.at_end
+    names = [m.name for m in first.members] + [m.name for m in rest.members]
+    assert names == [m.name for m in scan_tar(data).members]
 
 
 def test_damaged_tar_header_is_reported_with_its_offset() -> None:
     data = bytearray(tar_members(sample_files(), tarfile.GNU_FORMAT))
-    members, _, _, _, _ = scan_tar(data)
-    third_header = members[2][4]
+    third_header = scan_tar(data).members[2].header_offset
     data[third_header + 10] ^= 0x20  # inside the name: the checksum no longer matches
-    found, consumed, at_end, error, _ = scan_tar(data)
-    assert error == ("header_checksum", third_header)
-    assert len(found) == 2
-    assert consumed == third_header
-    assert not at_end
+    scan = scan_tar(data)
+    assert scan.error is not None
+    assert (scan.error.kind, scan.error.offset, scan.error.index) == (
+        "header_checksum", third_header, 2,
+    )  # fmt: skip
+    assert len(scan.members) == 2
+    assert scan.consumed == third_header
+    assert not scan.at_end
 
 
 def test_scanners_say_how_many_bytes_a_cut_record_needs(tmp_path) -> None:
     data = write_tfrecords(tmp_path / "n.tfrecord", [b"a" * 1000, b"b" * 2000])
-    offsets, lengths, _, _, _ = scan_tfrecords(data)
-    second = offsets[1] - 12
-    *_, consumed, error, needed = scan_tfrecords(data[: second + 5])  # inside the header
-    assert (consumed, error, needed) == (second, None, 12)
-    *_, consumed, error, needed = scan_tfrecords(data[: second + 100])  # inside the data
-    assert (consumed, needed) == (second, 16 + lengths[1])
-    assert scan_tfrecords(data)[4] == 0
+    whole = scan_tfrecords(data)
+    second = whole.offsets[1] - 12
+    scan = scan_tfrecords(data[: second + 5])  # inside the header
+    assert (scan.consumed, scan.error, scan.needed) == (second, None, 12)
+    scan = scan_tfrecords(data[: second + 100])  # inside the data
+    assert (scan.consumed, scan.needed) == (second, 16 + whole.lengths[1])
+    assert whole.needed == 0
     tar = tar_members({"long/" * 40 + "x.bin": b"z" * 3000}, tarfile.GNU_FORMAT)
     # The directory member, then a GNU long name: the needed size grows as blocks arrive.
-    members, start, _, _, _ = scan_tar(tar[:1024])
-    assert [m[3] for m in members] == ["5"]
-    needs = [scan_tar(tar[start : start + cut])[4] for cut in (100, 512, 1024, 1536)]
+    head = scan_tar(tar[:1024])
+    assert [m.typeflag for m in head.members] == ["5"]
+    start = head.consumed
+    needs = [scan_tar(tar[start : start + cut]).needed for cut in (100, 512, 1024, 1536)]
     assert needs[0] == 512  # a header block first
     assert needs[-1] == 512 + 512 + 512 + 3072  # long-name header, its data, header, data
-    assert scan_tar(tar)[4] == 0
+    assert scan_tar(tar).needed == 0
+
+
+# ---- columns ------------------------------------------------------------------------
+
+
+def test_native_batch_is_handed_over_once() -> None:
+    collector = RecordColumns("line")
+    assert collector.take() is None
+    found = collector.lines(b"a\nbb\n")
+    assert (found.rows, found.records, found.consumed, found.full) == (2, 2, 5, False)
+    batch = collector.take()
+    assert batch is not None
+    assert batch.num_rows == 2
+    assert pa.record_batch(batch).column(0).to_pylist() == [b"a", b"bb"]
+    with pytest.raises(ValueError, match="handed over"):
+        pa.record_batch(batch)
+    unused = RecordColumns()
+    unused.tfrecord(b"")
+    tar = TarColumns()
+    assert tar.scan(b"\0" * 1024).at_end
+    assert tar.take("u") is None

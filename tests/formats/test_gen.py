@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from fastio.cli import main
-from fastio.cli._gen import FORMATS, DatasetPlan, GenResult, tar_header, write_dataset
+from fastio.cli._gen import FORMATS, DatasetPlan, GenResult, write_dataset
+from fastio.formats._webdataset import tar_header
 
 SAMPLES, SIZE, SHARDS, SEED, CLASSES = 47, 700, 3, 5, 10
 JITTER = 0.2

@@ -1,6 +1,8 @@
 """Parquet and Arrow IPC files, read by row group or record batch through
 fastio's reader: footers and the selected columns' byte ranges are fetched
-first, and pyarrow decodes them from memory (it never opens the file)."""
+first, and pyarrow decodes them from memory (it never opens the file). Written
+by pyarrow, a row group or record batch at a time.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError, TruncatedShardError
-from fastio.formats._layout import Layout, ShardFormat, gather
+from fastio.formats._layout import Layout, ShardFormat, ShardWriter, gather
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
@@ -19,10 +21,11 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    from fastio.formats._compression import Writable
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
-__all__ = ["ArrowFormat", "ParquetFormat"]
+__all__ = ["ArrowFormat", "ParquetFormat", "TableWriter"]
 
 
 class _RangeFile(io.RawIOBase):
@@ -309,3 +312,45 @@ class ArrowFormat(_ColumnFile):
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         return self._batches(chunks, layout)
+
+
+# ---- writing ------------------------------------------------------------------------
+
+
+class TableWriter(ShardWriter):
+    """Writes a Parquet (``format="parquet"``) or Arrow IPC (``"arrow"``) file of
+    ``schema`` to ``file``, one row group or record batch a :meth:`write`;
+    ``compression`` (a codec pyarrow knows, or None) applies inside the file,
+    to column chunks or IPC buffers. Raises ValueError for another format."""
+
+    def __init__(
+        self, file: Writable, format: str, schema: pa.Schema, compression: str | None = None
+    ) -> None:
+        import pyarrow as pa
+
+        if format == "parquet":
+            import pyarrow.parquet as pq
+
+            self._writer = pq.ParquetWriter(file, schema, compression=compression or "none")
+        elif format == "arrow":
+            options = pa.ipc.IpcWriteOptions(compression=compression)
+            self._writer = pa.ipc.new_file(file, schema, options=options)
+        else:
+            raise ValueError(f"a table is written as parquet or arrow, not {format!r}")
+        self.format = format
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Write ``batch`` as one row group (Parquet) or record batch (Arrow)."""
+        if self.format == "parquet":
+            self._writer.write_batch(batch, row_group_size=len(batch))
+        else:
+            self._writer.write_batch(batch)
+
+    def close(self) -> None:
+        """Write the footer; ``file`` stays open."""
+        self._writer.close()
+
+    def abandon(self) -> None:
+        # pyarrow's writer would otherwise close itself when collected, into a
+        # file that may be closed by then.
+        self._writer.close()

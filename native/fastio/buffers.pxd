@@ -1,0 +1,25 @@
+# Read buffers: aligned memory, carved from huge-page-advised regions (hugemem.h).
+
+cdef extern from "hugemem.h" nogil:
+    size_t FIO_HUGE_PAGE
+
+    ctypedef struct fio_region:
+        char *data
+        size_t size
+
+    int fio_region_map(fio_region *region, size_t size)
+    void fio_region_unmap(fio_region *region)
+
+
+cdef class Region:
+    cdef fio_region _region
+
+
+cdef class AlignedBuffer:
+    cdef char *_data
+    cdef Py_ssize_t _size
+    cdef Py_ssize_t _itemsize
+    cdef Region _owner  # the region the bytes are carved from, kept alive with them
+    cdef bint _owns_data  # allocated by us (posix_memalign): free it
+    cdef Py_ssize_t _alignment
+    cdef readonly Py_ssize_t exports

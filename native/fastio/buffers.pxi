@@ -1,0 +1,116 @@
+# Read buffers: aligned memory that exposes the buffer protocol and counts the
+# views alive, carved from huge-page-advised regions.
+cimport cython
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
+from libc.stdint cimport uintptr_t
+from libc.stdlib cimport free
+from posix.stdlib cimport posix_memalign
+
+import os
+
+DIRECT_ALIGNMENT = 4096
+"""Alignment of offsets, lengths and addresses that O_DIRECT reads use here.
+4096 satisfies every logical block size Linux devices report (512 or 4096)."""
+
+
+cdef class Region:
+    """A huge-page-advised memory mapping that :class:`AlignedBuffer` objects are
+    carved from; unmapped when the last buffer referring to it is gone."""
+
+    def __cinit__(self, size_t size):
+        cdef int rc = fio_region_map(&self._region, size)
+        if rc < 0:
+            raise MemoryError(f"cannot map {size} bytes: {os.strerror(-rc)}")
+
+    def __dealloc__(self):
+        fio_region_unmap(&self._region)
+
+    def __len__(self):
+        return self._region.size
+
+
+HUGE_PAGE = FIO_HUGE_PAGE
+"""Size of the transparent huge pages read buffers are carved from."""
+
+
+def allocate_buffers(Py_ssize_t size, Py_ssize_t count):
+    """``count`` buffers of ``size`` bytes (a multiple of 4096) carved from one
+    huge-page-advised region, so each is physically contiguous where the kernel
+    grants huge pages (see native/hugemem.h for why reads care)."""
+    if size <= 0 or size % DIRECT_ALIGNMENT or count <= 0:
+        raise ValueError(f"need a positive multiple of {DIRECT_ALIGNMENT} bytes and count, "
+                         f"not {size} x {count}")
+    region = Region(size * count)
+    return [AlignedBuffer(size, DIRECT_ALIGNMENT, region, index * size)
+            for index in range(count)]
+
+
+# A buffer refers only to its Region, which refers to nothing: no cycle can run
+# through it, so the cyclic GC must leave it alone (a GC "clear" dropping the
+# region first would unmap memory that the buffer still exposes).
+@cython.no_gc
+cdef class AlignedBuffer:
+    """Writable memory of ``size`` bytes aligned to ``alignment`` (a power of two).
+
+    Exposes the buffer protocol; ``exports`` counts views alive right now, so a
+    pool can tell when nobody holds on to the memory any more. With ``region``,
+    the bytes are ``region``'s from ``offset`` on (see :func:`allocate_buffers`).
+    """
+
+    def __cinit__(self, Py_ssize_t size, Py_ssize_t alignment=DIRECT_ALIGNMENT,
+                  Region region=None, Py_ssize_t offset=0):
+        if size < 0:
+            raise ValueError(f"size must be >= 0, not {size}")
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise ValueError(f"alignment must be a power of two, not {alignment}")
+        if region is not None:
+            if offset < 0 or offset + size > <Py_ssize_t>region._region.size:
+                raise ValueError(f"{size} bytes at {offset} do not fit the region")
+            if (<uintptr_t>(region._region.data + offset)) % alignment:
+                raise ValueError(f"offset {offset} is not aligned to {alignment}")
+            self._data = region._region.data + offset
+            self._owner = region
+            self._owns_data = False
+        elif posix_memalign(<void **>&self._data, max(alignment, sizeof(void *)),
+                            max(size, 1)) != 0:
+            raise MemoryError(f"cannot allocate {size} bytes aligned to {alignment}")
+        else:
+            self._owns_data = True
+        self._size = size
+        self._itemsize = 1
+        self._alignment = alignment
+
+    def __dealloc__(self):
+        if self._owns_data:
+            free(self._data)
+
+    def __len__(self):
+        return self._size
+
+    @property
+    def address(self):
+        return <uintptr_t>self._data
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        buffer.buf = self._data
+        buffer.obj = self
+        buffer.len = self._size
+        buffer.readonly = 0
+        buffer.itemsize = 1
+        if flags & PyBUF_FORMAT:
+            buffer.format = b"B"
+        else:
+            buffer.format = NULL
+        buffer.ndim = 1
+        buffer.shape = &self._size if flags & PyBUF_ND else NULL
+        buffer.strides = &self._itemsize if flags & PyBUF_STRIDES else NULL
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        self.exports -= 1
+
+    def __repr__(self):
+        return (f"<AlignedBuffer size={self._size} alignment={self._alignment} "
+                f"exports={self.exports}>")

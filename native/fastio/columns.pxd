@@ -1,0 +1,77 @@
+# Columnar gathering (columnar.h): records copied once into Arrow record batches.
+from libc.stdint cimport uint64_t
+
+
+cdef extern from "columnar.h" nogil:
+    struct ArrowSchema:
+        void (*release)(ArrowSchema *)
+
+    struct ArrowArray:
+        void (*release)(ArrowArray *)
+
+    unsigned int FIO_COLUMN_MAX_BYTES
+
+    void fio_export_release(ArrowSchema *schema, ArrowArray *array)
+
+    ctypedef struct fio_records:
+        size_t rows
+
+    void fio_records_free(fio_records *records)
+    int fio_tfrecord_collect(const unsigned char *buf, size_t len, int verify, uint64_t max_bytes,
+                             fio_records *out, size_t *rows, size_t *consumed, size_t *needed,
+                             int *full, fio_frame_error *error)
+    int fio_lines_collect(const unsigned char *buf, size_t len, const unsigned char *prefix,
+                          size_t prefix_length, int final, uint64_t max_bytes,
+                          fio_records *out, size_t *rows, size_t *consumed, int *full)
+    int fio_records_export(fio_records *records, const char *name, ArrowSchema *schema,
+                           ArrowArray *array)
+
+    ctypedef struct fio_wds:
+        pass
+
+    ctypedef struct fio_wds_result:
+        size_t rows
+        size_t consumed
+        size_t needed
+        size_t members
+        int at_end
+        int full
+        fio_frame_error error
+        size_t error_members
+
+    fio_wds *fio_wds_new()
+    void fio_wds_free(fio_wds *wds)
+    size_t fio_wds_columns(const fio_wds *wds)
+    void fio_wds_reset_columns(fio_wds *wds)
+    size_t fio_wds_rows(const fio_wds *wds)
+    int fio_wds_scan(fio_wds *wds, const unsigned char *buf, size_t len, int final,
+                     uint64_t max_bytes, fio_wds_result *result)
+    int fio_wds_export(fio_wds *wds, const char *url, size_t url_length, ArrowSchema *schema,
+                       ArrowArray *array)
+
+
+cdef class Collected(Scan):
+    cdef readonly size_t rows
+    cdef readonly size_t records
+    cdef readonly bint full
+
+
+cdef class ArrowBatch:
+    cdef ArrowSchema *_schema
+    cdef ArrowArray *_array
+    cdef readonly Py_ssize_t num_rows
+
+
+cdef class Collector:
+    cdef list _held  # memoryviews of the buffers that collected records point into
+
+    cdef int _collected(self, int rc, size_t rows, object view) except -1
+
+
+cdef class RecordColumns(Collector):
+    cdef fio_records _records
+    cdef bytes _name
+
+
+cdef class TarColumns(Collector):
+    cdef fio_wds *_wds

@@ -1,0 +1,273 @@
+# Columns: records copied once into Arrow record batches, which leave through
+# the Arrow PyCapsule interface (the C data interface): this module never
+# imports pyarrow; pyarrow.record_batch(batch) takes one.
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from libc.stdlib cimport calloc, free
+from libc.string cimport memset
+
+_TAR_COLUMN_ERRORS = {**_TAR_ERRORS, 4: "repeated_extension", 5: "truncated", 6: "bad_name"}
+
+
+@cython.final
+cdef class Collected(Scan):
+    """What a collector took from a buffer: ``rows`` (samples) added to the
+    batch and ``records`` (lines, TFRecords or tar members) framed before
+    ``consumed``; ``full``: the scan stopped before a record that would take
+    the batch past ``max_bytes`` (take the batch and scan again from
+    ``consumed``; with no rows collected, that record alone is too large)."""
+
+
+cdef Collected _collected_scan(size_t rows, size_t records, size_t consumed, size_t needed,
+                               bint full, bint at_end, FrameError error):
+    cdef Collected result = Collected.__new__(Collected)
+    result.rows = rows
+    result.records = records
+    result.consumed = consumed
+    result.needed = needed
+    result.full = full
+    result.at_end = at_end
+    result.error = error
+    return result
+
+
+cdef void _release_schema_capsule(object capsule) noexcept:
+    cdef ArrowSchema *schema = <ArrowSchema *>PyCapsule_GetPointer(capsule, b"arrow_schema")
+    if schema != NULL:
+        if schema.release != NULL:  # not taken by a consumer
+            schema.release(schema)
+        free(schema)
+
+
+cdef void _release_array_capsule(object capsule) noexcept:
+    cdef ArrowArray *data = <ArrowArray *>PyCapsule_GetPointer(capsule, b"arrow_array")
+    if data != NULL:
+        if data.release != NULL:
+            data.release(data)
+        free(data)
+
+
+cdef class ArrowBatch:
+    """A record batch made natively. pyarrow takes it, once, through the Arrow
+    PyCapsule interface: ``pyarrow.record_batch(batch)``."""
+
+    def __cinit__(self):
+        self._schema = <ArrowSchema *>calloc(1, sizeof(ArrowSchema))
+        self._array = <ArrowArray *>calloc(1, sizeof(ArrowArray))
+        if self._schema == NULL or self._array == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        fio_export_release(self._schema, self._array)
+        free(self._schema)
+        free(self._array)
+
+    def __arrow_c_array__(self, requested_schema=None):
+        """The schema and array capsules (``requested_schema`` is not supported:
+        the batch has the schema it has)."""
+        if self._array == NULL or self._schema == NULL:
+            raise ValueError("this batch was handed over already")
+        schema = PyCapsule_New(self._schema, b"arrow_schema", _release_schema_capsule)
+        self._schema = NULL
+        data = PyCapsule_New(self._array, b"arrow_array", _release_array_capsule)
+        self._array = NULL
+        return schema, data
+
+
+cdef class Collector:
+    """Collects records from buffers into a batch: the buffers (kept here as
+    memoryviews, so that they stay put) until :meth:`take`. One thread at a
+    time may use a collector."""
+
+    def __cinit__(self, *args, **kwargs):
+        self._held = []
+
+    cdef int _collected(self, int rc, size_t rows, object view) except -1:
+        """After collecting from ``view``: keep it while records point into it."""
+        if rc < 0:
+            raise MemoryError()
+        if rows:
+            self._held.append(view)
+        return 0
+
+
+cdef class RecordColumns(Collector):
+    """Records collected into batches of one binary column ``name``."""
+
+    def __cinit__(self, str name="record"):
+        self._name = name.encode()
+        memset(&self._records, 0, sizeof(self._records))
+
+    def __dealloc__(self):
+        fio_records_free(&self._records)
+
+    @property
+    def rows(self):
+        """Records collected since the last :meth:`take`."""
+        return self._records.rows
+
+    def tfrecord(self, object data, bint verify=True,
+                 unsigned long long max_bytes=FIO_COLUMN_MAX_BYTES):
+        """Collect the complete TFRecords at the start of ``data`` (framed and
+        checked as :func:`scan_tfrecords` does).
+
+        Returns a :class:`Collected`, whose ``error`` is that of
+        :func:`scan_tfrecords`. Runs without the GIL.
+        """
+        cdef Py_buffer buffer
+        cdef size_t rows = 0, consumed = 0, needed = 0
+        cdef int full = 0, rc = 0
+        cdef fio_frame_error error
+        error.kind = 0
+        view = memoryview(data)
+        PyObject_GetBuffer(view, &buffer, PyBUF_SIMPLE)
+        try:
+            with nogil:
+                rc = fio_tfrecord_collect(<const unsigned char *>buffer.buf, <size_t>buffer.len,
+                                          verify, max_bytes, &self._records, &rows, &consumed,
+                                          &needed, &full, &error)
+        finally:
+            PyBuffer_Release(&buffer)
+        self._collected(rc, rows, view)
+        problem = None
+        if error.kind:
+            problem = _frame_error(_FRAME_ERRORS[error.kind], error.offset, rows)
+        return _collected_scan(rows, rows, consumed, needed, full, False, problem)
+
+    def lines(self, object data, object prefix=b"", bint final=False,
+              unsigned long long max_bytes=FIO_COLUMN_MAX_BYTES):
+        """Collect the complete lines at the start of ``data``, without their
+        newlines; the first begins with ``prefix`` (the start of a line cut by
+        earlier buffers). With ``final``, what follows the last newline is a line
+        too. Returns a :class:`Collected`; both buffers must stay unchanged until
+        :meth:`take`. Runs without the GIL."""
+        cdef Py_buffer buffer, carried
+        cdef size_t rows = 0, consumed = 0
+        cdef int full = 0, rc = 0
+        view = memoryview(data)
+        carried_view = memoryview(prefix)
+        PyObject_GetBuffer(view, &buffer, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(carried_view, &carried, PyBUF_SIMPLE)
+            try:
+                with nogil:
+                    rc = fio_lines_collect(<const unsigned char *>buffer.buf, <size_t>buffer.len,
+                                           <const unsigned char *>carried.buf,
+                                           <size_t>carried.len, final, max_bytes,
+                                           &self._records, &rows, &consumed, &full)
+            finally:
+                PyBuffer_Release(&carried)
+        finally:
+            PyBuffer_Release(&buffer)
+        self._collected(rc, rows, view)
+        self._collected(rc, rows if len(carried_view) else 0, carried_view)
+        return _collected_scan(rows, rows, consumed, 0, full, False, None)
+
+    def take(self):
+        """The records collected since the last take as an :class:`ArrowBatch`,
+        or None without any; the buffers they came from are let go."""
+        cdef ArrowBatch batch
+        cdef const char *name = self._name
+        cdef size_t rows = self._records.rows
+        cdef int rc = 0
+        if not rows:
+            return None
+        batch = ArrowBatch()
+        with nogil:
+            rc = fio_records_export(&self._records, name, batch._schema, batch._array)
+        if rc < 0:
+            raise MemoryError()
+        batch.num_rows = rows
+        self._held.clear()
+        return batch
+
+
+cdef class TarColumns(Collector):
+    """WebDataset samples of tar buffers collected into batches.
+
+    Members are grouped into samples by key as webdataset does; each extension
+    has a column slot that lasts across batches (so that they share a schema)
+    until :meth:`reset`.
+    """
+
+    def __cinit__(self):
+        self._wds = fio_wds_new()
+        if self._wds == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        fio_wds_free(self._wds)
+
+    @property
+    def columns(self):
+        """Extension slots so far."""
+        return fio_wds_columns(self._wds)
+
+    @property
+    def rows(self):
+        """Samples collected since the last :meth:`take`."""
+        return fio_wds_rows(self._wds)
+
+    def reset(self):
+        """Forget the extension slots (only between batches)."""
+        if fio_wds_rows(self._wds):
+            raise ValueError("take the collected samples before resetting the columns")
+        fio_wds_reset_columns(self._wds)
+
+    def scan(self, object data, bint final=False,
+             unsigned long long max_bytes=FIO_COLUMN_MAX_BYTES):
+        """Collect the complete samples at the start of ``data``, which starts on
+        a member's header.
+
+        A sample is complete once its members are and the next member with
+        another key shows its header, or the end-of-archive marker follows, or
+        (``final``: nothing comes after ``data``) ``data`` ends.
+
+        Returns a :class:`Collected`: ``rows`` are samples, ``records`` tar
+        members, ``consumed`` where the first sample not added starts, and
+        ``needed`` what that sample needs as far as known. ``error`` kinds are
+        ``"header_checksum"``, ``"bad_number"``, ``"bad_pax"``,
+        ``"repeated_extension"``, ``"truncated"`` (only when ``final``) and
+        ``"bad_name"`` (a key or extension that is not UTF-8). Runs without the
+        GIL.
+        """
+        cdef Py_buffer buffer
+        cdef fio_wds_result result
+        cdef int rc = 0
+        view = memoryview(data)
+        PyObject_GetBuffer(view, &buffer, PyBUF_SIMPLE)
+        try:
+            with nogil:
+                rc = fio_wds_scan(self._wds, <const unsigned char *>buffer.buf,
+                                  <size_t>buffer.len, final, max_bytes, &result)
+        finally:
+            PyBuffer_Release(&buffer)
+        self._collected(rc, result.rows, view)
+        error = None
+        if result.error.kind:
+            error = _frame_error(_TAR_COLUMN_ERRORS[result.error.kind], result.error.offset,
+                                 result.error_members)
+        return _collected_scan(result.rows, result.members, result.consumed, result.needed,
+                               result.full, result.at_end, error)
+
+    def take(self, str url):
+        """The samples collected since the last take as an :class:`ArrowBatch`
+        (``__key__``, ``__url__`` and one binary column per extension slot, by
+        name), or None without any; the buffers they came from are let go."""
+        cdef ArrowBatch batch
+        cdef bytes encoded = url.encode()
+        cdef const char *text = encoded
+        cdef size_t length = len(encoded)
+        cdef size_t rows = fio_wds_rows(self._wds)
+        cdef int rc = 0
+        if not rows:
+            return None
+        batch = ArrowBatch()
+        with nogil:
+            rc = fio_wds_export(self._wds, text, length, batch._schema, batch._array)
+        if rc < 0:
+            raise MemoryError()
+        batch.num_rows = rows
+        self._held.clear()
+        return batch

@@ -1,0 +1,46 @@
+# The engine (engine.h): positional reads completed asynchronously.
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+
+
+cdef extern from "engine.h" nogil:
+    ctypedef struct fio_engine:
+        pass
+
+    ctypedef struct fio_completion:
+        uint64_t tag
+        int64_t result
+        uint32_t slot
+
+    int FIO_ENGINE_AUTO
+    int FIO_ENGINE_URING
+    int FIO_ENGINE_THREADS
+    unsigned FIO_READ_DIRECT
+    unsigned FIO_DIRECT_SECTOR
+
+    int fio_engine_open(fio_engine **out, int kind, unsigned capacity,
+                        unsigned max_threads, int *uring_errno)
+    int fio_engine_kind(const fio_engine *engine)
+    int fio_engine_eventfd(const fio_engine *engine)
+    unsigned fio_engine_inflight(const fio_engine *engine)
+    unsigned fio_engine_threads(const fio_engine *engine)
+    int fio_engine_prep_read(fio_engine *engine, int fd, void *buf, size_t len,
+                             uint64_t offset, uint64_t tag, unsigned flags)
+    int fio_engine_flush(fio_engine *engine)
+    int fio_engine_reap(fio_engine *engine, fio_completion *out, unsigned max)
+    int fio_engine_wait(fio_engine *engine, int timeout_ms)
+    void fio_engine_shutdown(fio_engine *engine)
+    void fio_engine_destroy(fio_engine *engine)
+
+
+cdef class Engine:
+    cdef fio_engine *_engine
+    cdef Py_buffer *_views
+    cdef fio_completion *_completions
+    cdef readonly str kind
+    cdef readonly unsigned capacity
+    cdef readonly int fallback_errno
+    cdef int _owner_pid
+    cdef bint _closed
+
+    cdef fio_engine *_live(self) except NULL
+    cdef int _reap_into(self, list results) except -1

@@ -1,0 +1,186 @@
+# The engine: reads into caller buffers, which stay exported while the kernel
+# or a worker thread writes into them; errno becomes OSError.
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from libc.stdint cimport uintptr_t
+from libc.stdlib cimport calloc, free
+
+import os
+
+_KINDS = {"auto": FIO_ENGINE_AUTO, "io_uring": FIO_ENGINE_URING, "threads": FIO_ENGINE_THREADS}
+_NAMES = {FIO_ENGINE_URING: "io_uring", FIO_ENGINE_THREADS: "threads"}
+
+
+cdef inline int _raise_errno(int negative_errno, str what) except -1:
+    raise OSError(-negative_errno, f"{what}: {os.strerror(-negative_errno)}")
+
+
+cdef class Engine:
+    """Positional reads into caller buffers, completed asynchronously.
+
+    ``kind`` is ``"io_uring"``, ``"threads"`` (a pread thread pool) or ``"auto"``
+    (io_uring, else threads; ``fallback_errno`` then says why io_uring was not
+    used). Completions make :meth:`fileno` (an eventfd) readable; call
+    :meth:`reap` then. One thread at a time may use an engine.
+    """
+
+    def __cinit__(self, str kind="auto", unsigned capacity=256, unsigned max_threads=0):
+        cdef int uring_errno = 0
+        cdef int rc
+        if kind not in _KINDS:
+            raise ValueError(f"engine kind must be one of {sorted(_KINDS)}, not {kind!r}")
+        if capacity == 0 or capacity > 65536:
+            raise ValueError(f"capacity must be in 1..65536, not {capacity}")
+        self._views = <Py_buffer *>calloc(capacity, sizeof(Py_buffer))
+        self._completions = <fio_completion *>calloc(capacity, sizeof(fio_completion))
+        if self._views == NULL or self._completions == NULL:
+            raise MemoryError()
+        rc = fio_engine_open(&self._engine, _KINDS[kind], capacity,
+                             max_threads or capacity, &uring_errno)
+        if rc < 0:
+            _raise_errno(rc, f"cannot start the {kind} I/O engine")
+        self.kind = _NAMES[fio_engine_kind(self._engine)]
+        self.capacity = capacity
+        self.fallback_errno = uring_errno
+        self._owner_pid = os.getpid()
+
+    def __dealloc__(self):
+        cdef unsigned i
+        if self._engine != NULL:
+            if not self._closed and os.getpid() == self._owner_pid:
+                fio_engine_shutdown(self._engine)
+                while fio_engine_inflight(self._engine):
+                    fio_engine_wait(self._engine, 100)
+                    fio_engine_reap(self._engine, self._completions, self.capacity)
+            fio_engine_destroy(self._engine)
+            self._engine = NULL
+        if self._views != NULL:
+            for i in range(self.capacity):
+                PyBuffer_Release(&self._views[i])
+            free(self._views)
+        free(self._completions)
+
+    cdef fio_engine *_live(self) except NULL:
+        if self._closed:
+            raise ValueError("I/O operation on a closed engine")
+        if os.getpid() != self._owner_pid:
+            raise RuntimeError(
+                f"this engine was created in process {self._owner_pid} and cannot be used "
+                f"after fork; create a new one in process {os.getpid()}")
+        return self._engine
+
+    @property
+    def closed(self):
+        return self._closed
+
+    @property
+    def inflight(self):
+        """Reads submitted and not yet reaped."""
+        return 0 if self._closed else fio_engine_inflight(self._engine)
+
+    @property
+    def threads(self):
+        """Worker threads running (thread pool only; io_uring uses none of ours)."""
+        return 0 if self._closed else fio_engine_threads(self._engine)
+
+    def fileno(self):
+        """The eventfd that becomes readable when completions may be waiting."""
+        return fio_engine_eventfd(self._live())
+
+    def submit(self, int fd, object buffer, unsigned long long offset,
+               unsigned long long tag, bint direct=False):
+        """Queue a read filling ``buffer`` (writable, contiguous) from ``offset``.
+
+        The engine keeps the buffer exported until the read is reaped. Nothing
+        starts before :meth:`flush`. Raises BlockingIOError when ``capacity``
+        reads are already in flight, ValueError for a buffer that O_DIRECT
+        cannot use.
+        """
+        cdef fio_engine *engine = self._live()
+        cdef Py_buffer view
+        cdef int slot
+        PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE)
+        if direct and ((<uintptr_t>view.buf) % FIO_DIRECT_SECTOR
+                       or view.len % FIO_DIRECT_SECTOR or offset % FIO_DIRECT_SECTOR):
+            PyBuffer_Release(&view)
+            raise ValueError("O_DIRECT reads need buffer address, length and offset "
+                             f"aligned to {FIO_DIRECT_SECTOR} bytes")
+        slot = fio_engine_prep_read(engine, fd, view.buf, <size_t>view.len, offset, tag,
+                                    FIO_READ_DIRECT if direct else 0)
+        if slot < 0:
+            PyBuffer_Release(&view)
+            if slot == -11:  # EAGAIN
+                raise BlockingIOError(11, f"all {self.capacity} engine slots are in flight")
+            _raise_errno(slot, "cannot queue read")
+        self._views[slot] = view
+
+    def flush(self):
+        """Start every queued read. Returns how many started."""
+        cdef fio_engine *engine = self._live()
+        cdef int rc
+        with nogil:
+            rc = fio_engine_flush(engine)
+        if rc < 0:
+            _raise_errno(rc, "cannot submit reads")
+        return rc
+
+    cdef int _reap_into(self, list results) except -1:
+        cdef int count, i
+        cdef fio_completion *done
+        while True:
+            with nogil:
+                count = fio_engine_reap(self._engine, self._completions, self.capacity)
+            for i in range(count):
+                done = &self._completions[i]
+                PyBuffer_Release(&self._views[done.slot])
+                if results is not None:
+                    results.append((done.tag, done.result))
+            if <unsigned>count < self.capacity:
+                return 0
+
+    def reap(self):
+        """Finished reads as ``[(tag, result), ...]`` without blocking; ``result``
+        is the byte count, or ``-errno`` for a failed read."""
+        self._live()
+        cdef list results = []
+        self._reap_into(results)
+        return results
+
+    def wait(self, timeout=None):
+        """Block (without the GIL) until a completion may be ready, or
+        ``timeout`` seconds pass. Returns True if one may be ready."""
+        cdef fio_engine *engine = self._live()
+        cdef int timeout_ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        cdef int rc
+        with nogil:
+            rc = fio_engine_wait(engine, timeout_ms)
+        if rc < 0:
+            _raise_errno(rc, "cannot wait for completions")
+        return rc > 0
+
+    def close(self):
+        """Cancel reads not yet started, wait for the running ones and free
+        everything: fds, threads, buffers. Idempotent."""
+        cdef unsigned i
+        if self._closed:
+            return
+        self._closed = True
+        if os.getpid() == self._owner_pid:
+            fio_engine_shutdown(self._engine)
+            while fio_engine_inflight(self._engine):
+                with nogil:
+                    fio_engine_wait(self._engine, 100)
+                self._reap_into(None)
+        fio_engine_destroy(self._engine)
+        self._engine = NULL
+        for i in range(self.capacity):
+            PyBuffer_Release(&self._views[i])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self._closed else f"inflight={self.inflight}"
+        return f"<Engine {self.kind} capacity={self.capacity} {state}>"

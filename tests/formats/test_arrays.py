@@ -1,0 +1,94 @@
+"""``.npy`` arrays and fixed-size records: decoded and written."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import numpy as np
+import pytest
+
+import fastio
+from fastio.formats import FixedWriter, NpyWriter, decode_fixed, decode_npy
+from tests.formats.chunks import stream
+
+
+@pytest.mark.parametrize("read_size", [4096, 65_536])
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(10_000, dtype=np.int64),
+        np.random.default_rng(0).random((300, 17, 3)).astype(np.float32),
+        np.arange(4000, dtype=">i4").reshape(1000, 4),  # big-endian stays big-endian
+        np.zeros(50, dtype=[("x", "<f8"), ("label", "u1")]),  # structured rows
+        np.zeros((0, 5)),
+    ],
+    ids=["int64", "float32-3d", "big-endian", "structured", "empty"],
+)
+def test_npy_rows_round_trip(tmp_path, read_size: int, array: np.ndarray) -> None:
+    path = tmp_path / "array.npy"
+    np.save(path, array)
+    rows = list(decode_npy(stream(str(path), read_size), str(path)))
+    assert len(rows) == len(array)
+    if len(array):
+        np.testing.assert_array_equal(np.stack(rows), array)
+        assert rows[0].dtype == array.dtype
+
+
+def test_npy_fortran_order_and_object_arrays_are_refused(tmp_path) -> None:
+    fortran = tmp_path / "f.npy"
+    np.save(fortran, np.asfortranarray(np.ones((4, 3))))
+    with pytest.raises(fastio.DecodeError, match="Fortran"):
+        list(decode_npy(stream(str(fortran), 4096), str(fortran)))
+    objects = tmp_path / "o.npy"
+    np.save(objects, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(fastio.DecodeError, match="object"):
+        list(decode_npy(stream(str(objects), 4096), str(objects)))
+
+
+def test_npy_truncated(tmp_path) -> None:
+    path = tmp_path / "cut.npy"
+    np.save(path, np.arange(1000, dtype=np.int32))
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(fastio.TruncatedShardError) as caught:
+        list(decode_npy(stream(str(path), 4096), str(path)))
+    assert caught.value.url == str(path)
+
+
+def test_fixed_records(tmp_path) -> None:
+    path = tmp_path / "records.bin"
+    data = random.Random(9).randbytes(1000 * 37)
+    path.write_bytes(data)
+    records = [bytes(r) for r in decode_fixed(stream(str(path), 4096), str(path), 37)]
+    assert records == [data[i : i + 37] for i in range(0, len(data), 37)]
+    path.write_bytes(data + b"xx")
+    with pytest.raises(fastio.TruncatedShardError) as caught:
+        list(decode_fixed(stream(str(path), 4096), str(path), 37))
+    assert caught.value.offset == len(data)
+
+
+# ---- writing -----------------------------------------------------------------------
+
+
+def test_npy_writer_writes_what_numpy_and_the_decoder_read(tmp_path) -> None:
+    array = np.arange(600, dtype=">i4").reshape(50, 3, 4)
+    path = tmp_path / "written.npy"
+    with open(path, "wb") as file, NpyWriter(file, array.dtype, array.shape[1:], len(array)) as w:
+        for row in array:
+            w.write(row.tobytes())
+    np.testing.assert_array_equal(np.load(path), array)
+    rows = list(decode_npy(stream(str(path), 4096), str(path)))
+    np.testing.assert_array_equal(np.stack(rows), array)
+
+
+def test_array_writers_check_sizes_and_counts() -> None:
+    file = io.BytesIO()
+    with FixedWriter(file, 4) as writer:
+        writer.write(b"abcd")
+        with pytest.raises(ValueError, match="a record of 3 bytes"):
+            writer.write(b"abc")
+    assert file.getvalue() == b"abcd"
+    writer = NpyWriter(io.BytesIO(), np.dtype(np.uint8), (4,), 2)
+    writer.write(b"abcd")
+    with pytest.raises(ValueError, match="says 2 rows"):
+        writer.close()

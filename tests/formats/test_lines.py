@@ -1,0 +1,92 @@
+"""Text line shards (JSON Lines and plain lines): decoded, gathered into columns, written."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastio
+from fastio.formats import JsonLinesWriter, LinesWriter, columns_lines, decode_jsonl, decode_lines
+from tests.formats.chunks import chunk_of, chunked, column, decode_until_error, stream
+
+
+@pytest.mark.parametrize("read_size", [4096, 65_536])
+def test_jsonl_round_trip(tmp_path, read_size: int) -> None:
+    rng = random.Random(5)
+    values = [{"i": i, "text": "x" * rng.randrange(0, 9000)} for i in range(300)]
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(json.dumps(v) for v in values))  # no final newline
+    assert list(decode_jsonl(stream(str(path), read_size), str(path))) == values
+    lines = [bytes(line) for line in decode_lines(stream(str(path), read_size), str(path))]
+    assert lines == path.read_bytes().split(b"\n")
+
+
+def test_jsonl_bad_line(tmp_path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"a": 1}\n{"b": 2}\nnot json\n')
+    with pytest.raises(fastio.DecodeError) as caught:
+        list(decode_jsonl(stream(str(path), 4096), str(path)))
+    assert (caught.value.offset, caught.value.record) == (18, 2)
+
+
+# ---- columns -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ending", [b"", b"\n", b"\n\n"])
+@pytest.mark.parametrize("read_size", [4096, 65_536])
+def test_lines_columns_equal_the_lines(tmp_path, read_size: int, ending: bytes) -> None:
+    rng = random.Random(11)
+    text = b"\n".join(b"%d %s" % (i, b"y" * rng.choice([0, 1, 80, 9000])) for i in range(400))
+    path = tmp_path / "lines.txt"
+    path.write_bytes(text + ending)
+    expected = [bytes(line) for line in decode_lines(stream(str(path), read_size), str(path))]
+    got = column(columns_lines(stream(str(path), read_size), str(path)), "line")
+    assert got == expected
+    assert got[:3] == text.split(b"\n")[:3]
+
+
+@given(
+    text=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=50),
+    cuts=st.lists(st.integers(0, 3000), max_size=20),
+    ending=st.sampled_from([b"", b"\n"]),
+)
+@settings(max_examples=150, deadline=None)
+def test_lines_columns_are_indifferent_to_chunk_boundaries(text, cuts, ending) -> None:
+    data = b"\n".join(text) + ending
+    expected = [bytes(line) for line in decode_lines([chunk_of(data)], "u")]
+    assert column(columns_lines(chunked(data, cuts), "u"), "line") == expected
+
+
+def test_lines_full_batches_split() -> None:
+    data = b"".join(b"%05d\n" % i for i in range(5000))
+    batches = list(columns_lines(chunked(data, [7, 20_000]), "u", max_batch_bytes=1000))
+    assert column(batches, "line") == data.split(b"\n")[:-1]
+    assert len(batches) >= 25
+    small = functools.partial(columns_lines, max_batch_bytes=1000)
+    _, error = decode_until_error(small, chunked(b"x" * 3000 + b"\nshort\n", [5]), "u")
+    assert "does not fit" in str(error)
+
+
+# ---- writing -----------------------------------------------------------------------
+
+
+def test_writers_write_what_the_decoders_read(tmp_path) -> None:
+    values = [{"i": index, "text": "\u00e9" * index} for index in range(100)]
+    path = tmp_path / "written.jsonl"
+    with open(path, "wb") as file, JsonLinesWriter(file) as writer:
+        for value in values:
+            writer.write(value)
+    assert list(decode_jsonl(stream(str(path), 4096), str(path))) == values
+    lines = ["", "plain", "\u00fcn\u00ef", "x" * 5000]
+    path = tmp_path / "written.txt"
+    with open(path, "wb") as file, LinesWriter(file) as writer:
+        for line in lines:
+            writer.write(line)
+    assert [bytes(x).decode() for x in decode_lines(stream(str(path), 4096), str(path))] == lines
+    with pytest.raises(ValueError, match="newline"):
+        writer.write("two\nlines")

@@ -1,0 +1,447 @@
+"""WebDataset tar shards: decoded and gathered into columns (against each other and
+against webdataset's and tarfile's readers), and written.
+
+Small read sizes and odd byte ranges make samples straddle chunks, so the carry
+path is exercised as much as the zero-copy one; every batch is checked with
+Arrow's full validation.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import itertools
+import json
+import random
+import tarfile
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastio
+from fastio._native import TarMember, scan_tar
+from fastio.formats import (
+    WebDatasetWriter,
+    _webdataset,
+    columns_webdataset,
+    decode_webdataset,
+    sample_key,
+)
+from fastio.formats._webdataset import locate_webdataset
+from tests.formats.chunks import (
+    READ_SIZES,
+    TAR_FORMATS,
+    chunk_of,
+    chunked,
+    decode_until_error,
+    plain,
+    rows,
+    stream,
+)
+
+
+def add_file(archive: tarfile.TarFile, name: str, payload: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(payload)
+    archive.addfile(info, io.BytesIO(payload))
+
+
+def write_webdataset(path, count: int, tar_format: int, seed: int = 1) -> list[dict]:
+    rng = random.Random(seed)
+    samples = []
+    with tarfile.open(path, "w", format=tar_format) as archive:
+        for index in range(count):
+            key = f"{'nested/' * (index % 3)}sample{index:06d}"
+            sample = {
+                "jpg": rng.randbytes(rng.choice([0, 700, 5000, 110_000])),
+                "cls": str(index % 10).encode(),
+                "meta.json": json.dumps({"i": index}).encode(),
+            }
+            for extension, payload in sample.items():
+                add_file(archive, f"{key}.{extension}", payload)
+            samples.append({"__key__": key, **sample})
+    return samples
+
+
+@pytest.mark.parametrize("read_size", READ_SIZES)
+@pytest.mark.parametrize("tar_format", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_webdataset_samples_round_trip(tmp_path, read_size: int, tar_format: int) -> None:
+    path = tmp_path / "shard-000.tar"
+    written = write_webdataset(path, 40, tar_format)
+    samples = list(decode_webdataset(stream(str(path), read_size), str(path)))
+    assert [s["__key__"] for s in samples] == [w["__key__"] for w in written]
+    for sample, expected in zip(samples, written, strict=True):
+        assert sample["__url__"] == str(path)
+        assert {k: bytes(v) for k, v in sample.items() if not k.startswith("__")} == {
+            k: v for k, v in expected.items() if not k.startswith("__")
+        }
+
+
+def test_webdataset_key_rule_matches_webdataset() -> None:
+    assert sample_key("a/b.seg.png") == ("a/b", "seg.png")
+    assert sample_key("dir.v1/x.jpg") == ("dir.v1/x", "jpg")
+    assert sample_key("README") is None
+
+
+def test_webdataset_damaged_header_names_url_and_offset(tmp_path) -> None:
+    path = tmp_path / "bad.tar"
+    write_webdataset(path, 5, tarfile.GNU_FORMAT)
+    data = bytearray(path.read_bytes())
+    members = scan_tar(bytes(data)).members
+    second_member = members[4].header_offset  # the fifth member: the second sample's jpg
+    data[second_member + 3] ^= 0x40
+    path.write_bytes(data)
+    with pytest.raises(fastio.CorruptRecordError) as caught:
+        list(decode_webdataset(stream(str(path), 4096), str(path)))
+    assert (caught.value.url, caught.value.offset) == (str(path), second_member)
+
+
+def test_webdataset_truncated_shard_names_the_cut_member(tmp_path) -> None:
+    path = tmp_path / "cut.tar"
+    write_webdataset(path, 6, tarfile.GNU_FORMAT)
+    data = path.read_bytes()
+    members = scan_tar(data).members
+    cut = members[-1].data_offset + 10  # inside the last member's data
+    path.write_bytes(data[:cut])
+    with pytest.raises(fastio.TruncatedShardError) as caught:
+        list(decode_webdataset(stream(str(path), 4096), str(path)))
+    assert caught.value.offset == members[-1].header_offset
+
+
+def test_chunk_boundary_inside_the_tar_end_marker(tmp_path) -> None:
+    path = tmp_path / "end.tar"
+    write_webdataset(path, 3, tarfile.GNU_FORMAT)
+    data = path.read_bytes()
+    scan = scan_tar(data)
+    marker = scan.consumed
+    assert scan.at_end
+    for cut in (marker + 1, marker + 511, marker + 513):
+        samples = list(decode_webdataset(chunked(data, [cut]), "u"))
+        assert [s["__key__"] for s in samples] == [
+            s["__key__"] for s in decode_webdataset([chunk_of(data)], "u")
+        ]
+
+
+# ---- columns -----------------------------------------------------------------------
+
+
+def write_tar(path, samples: int, tar_format: int, seed: int = 1) -> None:
+    rng = random.Random(seed)
+    with tarfile.open(path, "w", format=tar_format) as archive:
+        directory = tarfile.TarInfo("nested")
+        directory.type = tarfile.DIRTYPE
+        archive.addfile(directory)
+        for index in range(samples):
+            key = f"{'nested/' * (index % 3)}sample{index:06d}"
+            if index % 5 == 0:  # > 100 bytes: a GNU long name, a pax path, a ustar prefix
+                key = f"{'long-directory-name/' * 6}{index:06d}"
+                if tar_format != tarfile.USTAR_FORMAT:
+                    key = f"{'long-directory-name/' * 8}ünï-{index:06d}"
+            members = {
+                "jpg": rng.randbytes(rng.choice([0, 700, 5000, 20_000])),
+                "cls": str(index % 10).encode(),
+                "meta.json": b'{"i": %d}' % index,
+            }
+            if index % 4 == 1:
+                del members["cls"]  # a missing extension: null in its column
+            if index % 7 == 3:
+                members["extra.txt"] = b"x" * index
+            for extension, payload in members.items():
+                add_file(archive, f"{key}.{extension}", payload)
+            if index % 6 == 2:  # skipped, as webdataset skips them: no extension, a dot file
+                for name in (f"{key}-README", f"nested/.hidden{index}"):
+                    add_file(archive, name, b"abc")
+
+
+@pytest.fixture(scope="module", params=list(TAR_FORMATS))
+def tar_shard(request, tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("tar") / f"shard-{request.param}.tar"
+    write_tar(path, 60, TAR_FORMATS[request.param])
+    return str(path)
+
+
+@pytest.mark.parametrize("read_size", READ_SIZES)
+def test_webdataset_columns_equal_the_samples(tar_shard: str, read_size: int) -> None:
+    expected = plain(decode_webdataset(stream(tar_shard, 1 << 20), tar_shard))
+    assert len(expected) == 60
+    batches = list(columns_webdataset(stream(tar_shard, read_size), tar_shard))
+    assert rows(batches) == expected
+    if read_size == 4096:
+        assert len(batches) > 10  # many chunks, many batches
+    schema = batches[0].schema
+    assert schema.field("__key__").type == pa.string()
+    assert schema.field("__url__").type == pa.dictionary(pa.int32(), pa.string())
+    # Columns only grow over a shard (an extension first seen adds one), in name order.
+    for before, after in itertools.pairwise(batches):
+        assert set(before.schema.names) <= set(after.schema.names)
+    schema = batches[-1].schema
+    assert {name for name in schema.names if not name.startswith("__")} <= {
+        "cls",
+        "jpg",
+        "meta.json",
+        "extra.txt",
+    }
+    data_columns = schema.names[2:]
+    assert data_columns == sorted(data_columns)
+    assert all(schema.field(name).type == pa.binary() for name in data_columns)
+
+
+def test_webdataset_columns_of_odd_byte_ranges(tar_shard: str) -> None:
+    located = list(locate_webdataset(stream(tar_shard, 1 << 20), tar_shard))
+    rng = random.Random(3)
+    for _ in range(6):
+        first = rng.randrange(len(located))
+        last = rng.randrange(first, len(located))
+        start, end = located[first][0], located[last][1]
+        ranges = [fastio.ByteRange(tar_shard, start, end - start)]
+        expected = plain(decode_webdataset(stream(tar_shard, 4096, ranges), tar_shard))
+        assert len(expected) == last - first + 1
+        for read_size in (4096, 8192 * 3):
+            got = rows(columns_webdataset(stream(tar_shard, read_size, ranges), tar_shard))
+            assert got == expected
+
+
+def test_webdataset_columns_of_webdataset_tarwriter(tmp_path) -> None:
+    import webdataset
+
+    path = str(tmp_path / "written-by-webdataset.tar")
+    rng = random.Random(7)
+    written = []
+    with webdataset.TarWriter(path) as writer:
+        for index in range(200):
+            sample = {
+                "__key__": f"{index:05d}",
+                "png": rng.randbytes(rng.randrange(0, 3000)),
+                "cls": str(index % 3).encode(),
+            }
+            writer.write(sample)
+            written.append(sample)
+    for read_size in (4096, 65_536):
+        got = rows(columns_webdataset(stream(path, read_size), path))
+        assert got == [{**sample, "__url__": path} for sample in written]
+        assert got == plain(decode_webdataset(stream(path, read_size), path))
+    # webdataset's own tar reader finds the same samples.
+    from webdataset.tariterators import group_by_keys, tar_file_expander
+
+    with open(path, "rb") as handle:
+        own = [
+            {k: v for k, v in sample.items() if not k.startswith("__")}
+            for sample in group_by_keys(tar_file_expander([{"url": path, "stream": handle}]))
+        ]
+    assert own == [{k: v for k, v in r.items() if not k.startswith("__")} for r in got]
+
+
+@given(
+    cuts=st.lists(st.integers(0, 200_000), max_size=30),
+    sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=12),
+    tar_format=st.sampled_from(list(TAR_FORMATS.values())),
+)
+@settings(max_examples=80, deadline=None)
+def test_webdataset_columns_are_indifferent_to_chunk_boundaries(cuts, sizes, tar_format) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tar_format) as archive:
+        for index, size in enumerate(sizes):
+            directory = "x" * 120  # a ustar prefix, a GNU long name or a pax path
+            for extension in ("bin", "cls")[: 1 + index % 2]:
+                add_file(archive, f"{directory}/s{index:03d}.{extension}", bytes([index]) * size)
+    data = buffer.getvalue()
+    cuts = [c % (len(data) + 1) for c in cuts]
+    expected = plain(decode_webdataset([chunk_of(data)], "u"))
+    assert rows(columns_webdataset(chunked(data, cuts), "u")) == expected
+    # Byte by byte, once in a while: every boundary at once.
+    if len(cuts) == 1:
+        assert rows(columns_webdataset(chunked(data, list(range(len(data)))), "u")) == expected
+
+
+def test_webdataset_end_marker_cut_by_a_chunk_boundary(tmp_path) -> None:
+    path = tmp_path / "end.tar"
+    write_tar(path, 5, tarfile.GNU_FORMAT)
+    data = path.read_bytes()
+    scan = scan_tar(data)
+    marker = scan.consumed
+    assert scan.at_end
+    expected = plain(decode_webdataset([chunk_of(data)], "u"))
+    for cut in (marker - 512, marker, marker + 1, marker + 511, marker + 513):
+        assert rows(columns_webdataset(chunked(data, [cut]), "u")) == expected
+    # No sample open where the marker is cut (only members webdataset skips before it).
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        add_file(archive, "README", b"abc")
+    skipped = buffer.getvalue()
+    for cut in range(0, len(skipped), 100):
+        assert list(columns_webdataset(chunked(skipped, [cut]), "u")) == []
+    # A range that ends with the last sample (no end marker) completes it at the end.
+    assert rows(columns_webdataset(chunked(data[:marker], [marker - 700]), "u")) == expected
+
+
+def damaged_tar(tmp_path) -> tuple[str, bytearray, list[TarMember]]:
+    path = tmp_path / "bad.tar"
+    write_tar(path, 12, tarfile.GNU_FORMAT)
+    data = bytearray(path.read_bytes())
+    return str(path), data, scan_tar(bytes(data)).members
+
+
+@pytest.mark.parametrize("read_size", [4096, 1 << 20])
+@pytest.mark.parametrize("member", [3, 8, 20])
+def test_webdataset_damaged_header(tmp_path, read_size: int, member: int) -> None:
+    path, data, members = damaged_tar(tmp_path)
+    header = members[member].header_offset
+    data[header + 3] ^= 0x40
+    with open(path, "wb") as handle:
+        handle.write(data)
+    samples, expected = decode_until_error(decode_webdataset, stream(path, read_size), path)
+    batches, error = decode_until_error(columns_webdataset, stream(path, read_size), path)
+    assert type(error) is type(expected) is fastio.CorruptRecordError
+    assert (error.url, error.offset, error.record) == (expected.url, expected.offset, member)
+    assert str(error) == str(expected)
+    assert rows(batches) == plain(samples)  # the samples before it
+
+
+@pytest.mark.parametrize("read_size", [4096, 1 << 20])
+def test_webdataset_truncated_shard(tmp_path, read_size: int) -> None:
+    path, data, members = damaged_tar(tmp_path)
+    last = members[-1]
+    with open(path, "wb") as handle:
+        handle.write(data[: last.data_offset + 10])  # inside the last member's data
+    samples, expected = decode_until_error(decode_webdataset, stream(path, read_size), path)
+    batches, error = decode_until_error(columns_webdataset, stream(path, read_size), path)
+    assert type(error) is type(expected) is fastio.TruncatedShardError
+    assert (error.url, error.offset) == (expected.url, last.header_offset)
+    assert str(error) == str(expected)
+    assert rows(batches) == plain(samples)
+
+
+def test_webdataset_truncated_in_the_next_samples_first_member(tmp_path) -> None:
+    path, data, members = damaged_tar(tmp_path)
+    first_of_last_sample = next(m for m in members if m.name.endswith("000011.jpg"))
+    with open(path, "wb") as handle:
+        handle.write(data[: first_of_last_sample.data_offset + 10])
+    samples, expected = decode_until_error(decode_webdataset, stream(path, 4096), path)
+    batches, error = decode_until_error(columns_webdataset, stream(path, 4096), path)
+    assert (type(error), error.offset) == (type(expected), expected.offset)
+    # The documented difference: the sample before is complete once the next
+    # member's header shows another key, so it comes before the error.
+    assert rows(batches)[: len(samples)] == plain(samples)
+    assert len(rows(batches)) in (len(samples), len(samples) + 1)
+
+
+def test_webdataset_repeated_extension(tmp_path) -> None:
+    path = str(tmp_path / "twice.tar")
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as archive:
+        for name in ("a.jpg", "b.jpg", "b.cls", "b.jpg"):
+            add_file(archive, name, b"z")
+    samples, expected = decode_until_error(decode_webdataset, stream(path, 4096), path)
+    batches, error = decode_until_error(columns_webdataset, stream(path, 4096), path)
+    assert type(error) is type(expected) is fastio.DecodeError
+    assert (error.offset, str(error)) == (expected.offset, str(expected))
+    assert rows(batches) == plain(samples)
+
+
+def test_webdataset_keys_must_be_utf8(tmp_path) -> None:
+    path = str(tmp_path / "latin1.tar")
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as archive:
+        for name in ("ok.jpg", "caf\xe9.jpg"):
+            add_file(archive, name, b"z")
+    assert len(list(decode_webdataset(stream(path, 4096), path))) == 2  # surrogate-escaped
+    batches, error = decode_until_error(columns_webdataset, stream(path, 4096), path)
+    assert "UTF-8" in str(error)
+    assert [r["__key__"] for r in rows(batches)] == ["ok"]
+
+
+def test_tar_checksums_summed_as_signed_chars_are_accepted() -> None:
+    """Old writers summed the header as signed chars; GNU tar accepts both sums."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        add_file(archive, "caf\u00e9-\u00fc.bin", b"abc")  # bytes >= 0x80 in the name
+    data = bytearray(buffer.getvalue())
+    header = data[:512]
+    header[148:156] = b" " * 8
+    signed = sum(byte - 256 if byte >= 0x80 else byte for byte in header)
+    assert signed != sum(header)
+    data[148:156] = b"%06o\0 " % signed
+    assert scan_tar(bytes(data)).error is None
+    assert [r["bin"] for r in rows(columns_webdataset([chunk_of(bytes(data))], "u"))] == [b"abc"]
+    data[148:156] = b"%06o\0 " % (signed + 1)
+    error = scan_tar(bytes(data)).error
+    assert error is not None
+    assert (error.kind, error.offset) == ("header_checksum", 0)
+
+
+def test_webdataset_many_extensions_start_columns_afresh(monkeypatch) -> None:
+    monkeypatch.setattr(_webdataset, "_MAX_STABLE_COLUMNS", 4)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        for index in range(40):
+            for extension in (f"e{index}", "cls"):
+                add_file(archive, f"s{index:03d}.{extension}", b"%02d" % index)
+    data = buffer.getvalue()
+    chunks = chunked(data, list(range(0, len(data), 4096)))
+    batches = list(columns_webdataset(chunks, "u"))
+    assert rows(batches) == plain(decode_webdataset(chunks, "u"))
+    assert max(len(batch.schema) for batch in batches) <= 2 + 4 + 4  # reset once past 4
+
+
+def test_webdataset_full_batches_split(tar_shard: str) -> None:
+    expected = plain(decode_webdataset(stream(tar_shard, 1 << 20), tar_shard))
+    chunks = stream(tar_shard, 1 << 20)
+    batches = list(columns_webdataset(chunks, tar_shard, max_batch_bytes=30_000))
+    assert rows(batches) == expected
+    assert len(batches) > 5
+    for batch in batches:
+        for name in batch.schema.names[2:]:
+            assert sum(len(value or b"") for value in batch.column(name).to_pylist()) <= 30_000
+    small = functools.partial(columns_webdataset, max_batch_bytes=10_000)  # a 20 kB jpg: no
+    batches, error = decode_until_error(small, stream(tar_shard, 4096), tar_shard)
+    assert "does not fit" in str(error)
+
+
+def test_batches_outlive_the_reader(tar_shard: str) -> None:
+    expected = plain(decode_webdataset(stream(tar_shard, 1 << 20), tar_shard))
+    with fastio.Reader(read_size=4096, outstanding_requests=2) as reader:
+        batches = list(columns_webdataset(reader.stream([tar_shard]), tar_shard))
+    assert rows(batches) == expected  # copies: the reader's buffers are gone
+
+
+# ---- writing -----------------------------------------------------------------------
+
+
+def test_writer_writes_what_tarfile_and_the_decoders_read(tmp_path) -> None:
+    path = tmp_path / "written.tar"
+    rng = random.Random(4)
+    samples = [
+        {
+            "__key__": f"{'deep/' * 30 if index % 4 == 0 else ''}s{index:04d}",  # pax when long
+            "bin": rng.randbytes(rng.choice([0, 1, 511, 512, 5000])),
+            "cls": b"%d" % index,
+        }
+        for index in range(50)
+    ]
+    with open(path, "wb") as file, WebDatasetWriter(file) as writer:
+        for sample in samples:
+            writer.write(sample["__key__"], {"bin": sample["bin"], "cls": sample["cls"]})
+    assert len(writer) == 50
+    assert path.stat().st_size % tarfile.RECORDSIZE == 0
+    with tarfile.open(path) as archive:
+        names = archive.getnames()
+    assert names == [f"{s['__key__']}.{extension}" for s in samples for extension in ("bin", "cls")]
+    got = plain(decode_webdataset(stream(str(path), 4096), str(path)))
+    assert got == [{**sample, "__url__": str(path)} for sample in samples]
+
+
+@pytest.mark.parametrize(
+    ("key", "members", "problem"),
+    [
+        ("a.b", {"x": b""}, "sample key"),
+        ("dir/", {"x": b""}, "sample key"),
+        ("k", {}, "no members"),
+        ("k", {"": b"1"}, "extension"),
+        ("k", {"a/b": b"1"}, "extension"),
+    ],
+)
+def test_writer_refuses_what_would_not_read_back(key: str, members: dict, problem: str) -> None:
+    writer = WebDatasetWriter(io.BytesIO())
+    with pytest.raises(ValueError, match=problem):
+        writer.write(key, members)
+    assert (len(writer), writer.position) == (0, 0)
