@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from fastio.spec._knobs import check, knob
+from fastio.spec._knobs import check, knob, switchable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -101,12 +101,4 @@ class FairnessSettings:
     def coerce(cls, value: FairnessSettings | bool | dict[str, Any] | None) -> FairnessSettings:
         """Settings from what ``Dataset(fairness=...)`` takes: settings, a dict of
         them, True/None (the defaults) or False (off). Raises TypeError otherwise."""
-        if value is None or value is True:
-            return cls()
-        if value is False:
-            return cls(enabled=False)
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, dict):
-            return cls(**value)
-        raise TypeError(f"fairness must be FairnessSettings, a dict, True or False, not {value!r}")
+        return switchable(cls, value, "fairness")

@@ -14,21 +14,24 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 __all__ = [
-    "REQUIRED",
     "Knob",
     "KnobKind",
+    "REQUIRED",
     "check",
     "check_value",
-    "knob_defaults",
     "knob",
+    "knob_defaults",
     "knobs",
     "parse_size",
     "shown",
     "size_text",
+    "switchable",
 ]
+
+T = TypeVar("T")
 
 KnobKind = Literal[
     "count",  # an integer
@@ -123,6 +126,27 @@ def knob_defaults(cls: Any) -> dict[str, Any]:
         elif field.default_factory is not dataclasses.MISSING:
             result[field.name] = field.default_factory()
     return result
+
+
+def switchable(cls: type[T], value: Any, keyword: str) -> T:
+    """Settings with an ``enabled`` knob from what a keyword takes: settings,
+    a dict of them (enabled unless it says otherwise), True (enabled, the
+    defaults), False (off) or None (the class's defaults). Raises TypeError
+    naming ``keyword`` otherwise."""
+    if isinstance(value, cls):
+        return value
+    make: Any = cls
+    if value is None:
+        return cast("T", make())
+    if isinstance(value, bool):
+        return cast("T", make(enabled=value))
+    if isinstance(value, dict):
+        try:
+            return cast("T", make(**{"enabled": True, **value}))
+        except TypeError as error:
+            raise TypeError(f"{keyword}: {error}") from None
+    raise TypeError(f"{keyword} must be {cls.__name__}, a dict of it, True or False, "
+                    f"not {shown(value)}")  # fmt: skip
 
 
 def check(instance: Any) -> None:

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fastio.spec._knobs import check, knob
+from fastio.spec._knobs import check, knob, switchable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -59,15 +59,4 @@ class TunerSettings:
         """Settings from what ``Dataset(tune=...)`` takes: True (tune with the
         defaults), settings, a mapping of them (tuning unless it says
         ``enabled: false``), or None/False (off). Raises TypeError otherwise."""
-        if value is None or value is False:
-            return cls()
-        if value is True:
-            return cls(enabled=True)
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, dict):
-            try:
-                return cls(**{"enabled": True, **value})
-            except TypeError as error:
-                raise TypeError(f"tune: {error}") from None
-        raise TypeError(f"tune must be True, TunerSettings or a dict of them, not {value!r}")
+        return switchable(cls, value, "tune")
