@@ -19,6 +19,7 @@ __all__ = [
     "EngineFallbackWarning",
     "FastIOError",
     "FastIOWarning",
+    "IndexFileError",
     "RangeIgnoredError",
     "ReaderClosedError",
     "SkippedSamplesWarning",
@@ -82,6 +83,24 @@ class CorruptRecordError(DecodeError):
 
 class TruncatedShardError(DecodeError):
     """A shard ends in the middle of a record: an interrupted write or copy."""
+
+
+class IndexFileError(FastIOError, OSError):
+    """A shard's stored index file is damaged: truncated, empty, or not an index.
+
+    ``filename`` is the index file, ``url`` the shard it indexes. Remove the
+    file and it is built anew; a dataset with ``on_error="skip"`` or
+    ``"warn"`` rebuilds it by itself (and logs that it did).
+    """
+
+    def __init__(self, url: str, path: str, problem: str) -> None:
+        message = f"the index of {url} is damaged ({problem}); remove it to rebuild it"
+        super().__init__(errno.EIO, message, path)
+        self.url = url
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.url, self.filename, self.problem))
 
 
 class ConfigError(FastIOError, ValueError):

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fastio._errors import DecodeError
+from fastio._errors import DecodeError, IndexFileError
 from fastio.formats._compression import codec_for, decompress
 from fastio.reader._ranges import ByteRange, Chunk
 from fastio.sources._remote import is_remote, local_path
@@ -39,6 +42,8 @@ __all__ = [
     "load_or_scan",
     "scan_shard",
 ]
+
+log = logging.getLogger("fastio")
 
 INDEX_SUFFIX = ".fastio-index.npz"
 INDEX_KIND = "index"
@@ -80,12 +85,38 @@ class ShardIndex:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ShardIndex:
-        with np.load(path, allow_pickle=False) as stored:
+        """Raises FileNotFoundError where there is none, :class:`OtherVersion`
+        for an index of another version, else what reading a damaged file
+        raises (see :func:`_stored`)."""
+        # Opened here, so that it is closed whatever np.load makes of a damaged file.
+        with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as stored:
             meta = json.loads(str(stored["meta"]))
             if meta.get("version") != _VERSION:
-                raise ValueError(f"{path}: index version {meta.get('version')}, not {_VERSION}")
+                raise OtherVersion(f"{path}: index version {meta.get('version')}, not {_VERSION}")
             return cls(meta["url"], meta["format"], meta["size"], meta["mtime_ns"],
                        stored["starts"], stored["ends"])  # fmt: skip
+
+
+class OtherVersion(ValueError):
+    """A stored index of another version: not damaged, only not reusable."""
+
+
+# What reading a file that is not a whole index raises: an empty file, a cut
+# or damaged zip, other contents (a pickle, a bare array), missing entries.
+_DAMAGED = (OSError, EOFError, zipfile.BadZipFile, zlib.error, ValueError, KeyError, TypeError,
+            AttributeError)  # fmt: skip
+
+
+def _stored(path: Path, url: str) -> ShardIndex | None:
+    """The index stored at ``path``; None where there is none to reuse (no
+    file, one we may not read, another version). Raises IndexFileError for a
+    file that is not a whole index."""
+    try:
+        return ShardIndex.load(path)
+    except (FileNotFoundError, NotADirectoryError, PermissionError, OtherVersion):
+        return None
+    except _DAMAGED as error:
+        raise IndexFileError(url, str(path), f"{type(error).__name__}: {error}") from None
 
 
 Locate = Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]
@@ -219,7 +250,8 @@ def load_or_scan(
     """The index of ``url``: a stored one that still matches the shard, else a
     new scan, stored beside the shard, or in ``cache_dir`` where that folder is
     not writable, or where ``placement`` puts it (an index that cannot be
-    stored anywhere is still returned)."""
+    stored anywhere is still returned). A damaged stored index raises
+    :class:`~fastio.IndexFileError`, or with ``tolerate`` is built anew."""
     size, version = reader.describe(url)
     writable, digest = _index_paths(url, cache_dir, placement is not None)
     placed_name = f"{PLACED_PREFIX}{digest}"
@@ -228,8 +260,13 @@ def load_or_scan(
         candidates += [Path(d) / f"{placed_name}{INDEX_SUFFIX}" for d in placement.directories]
     for path in candidates:
         try:
-            index = ShardIndex.load(path)
-        except (OSError, ValueError, KeyError):
+            index = _stored(path, url)
+        except IndexFileError as error:
+            if not tolerate:
+                raise
+            log.warning("fastio: %s; it is built anew", error)  # and replaces the damaged file
+            continue
+        if index is None:
             continue
         if (index.size, index.mtime_ns) == (size, version) and locator.reusable(index.format):
             return index, []

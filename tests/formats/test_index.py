@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
+import logging
 import os
 import random
 import subprocess
@@ -100,6 +101,31 @@ def test_a_changed_shard_is_indexed_again(tmp_path) -> None:
         with open(url, "a") as handle:
             handle.write('{"late": true}\n')
         assert len(index_shard(reader, url, locator("jsonl"))) == 41
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "not an index"])
+def test_a_damaged_index_file_is_named_and_rebuilt_under_skip(tmp_path, caplog, damage) -> None:
+    url = make_shard(tmp_path, "jsonl")
+    stored = url + INDEX_SUFFIX
+    fastio.Dataset(url)  # indexed, and the index kept beside the shard
+    contents = {"empty": b"", "truncated": Path(stored).read_bytes()[:300],
+                "not an index": b"\x93NUMPY not an index at all"}[damage]  # fmt: skip
+    with open(stored, "wb") as out:
+        out.write(contents)
+    with pytest.raises(fastio.IndexFileError) as caught:
+        fastio.Dataset(url)
+    error = caught.value
+    assert isinstance(error, OSError)
+    assert (error.url, error.filename) == (url, stored)
+    assert url in str(error)
+    # skip (and warn) rebuild it, say so in the log, and lose no sample.
+    with caplog.at_level(logging.WARNING, logger="fastio"):
+        dataset = fastio.Dataset(url, on_error="skip", shuffle=False)
+    assert [sample["i"] for sample in dataset] == list(range(40))
+    assert dataset.stats()["skipped"] == 0
+    assert any(url in r.getMessage() and "built anew" in r.getMessage() for r in caplog.records)
+    assert len(ShardIndex.load(stored)) == 40  # the rebuilt index replaced the damaged one
+    assert fastio.Dataset(url).total == 40
 
 
 @contextlib.contextmanager
