@@ -277,8 +277,9 @@ class Dataset(_Base):
                 layouts.append(_empty_layout(url))
                 continue
             for problem in problems:
-                # The damaged record is lost; the index holds the samples around it.
-                policy.failure(problem, 1, f"shard {url} is indexed without the damaged record")
+                # What the damage cost is lost; the index holds the samples around it.
+                policy.failure(problem, problem.lost, f"shard {url} is indexed without the "
+                               "damaged records")  # fmt: skip
             layouts.append(layout)
         return layouts
 
