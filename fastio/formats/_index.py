@@ -122,7 +122,8 @@ def _stored(path: Path, url: str) -> ShardIndex | None:
 Locate = Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]
 """``locate(chunks, url)``: each sample of a shard's chunks as ``(start, end,
 sample)``, its byte range in the shard and the sample; raises the format's
-DecodeError at damage."""
+DecodeError at damage, or gives it in place of the sample where it can step
+over the damaged record."""
 
 Resync = Callable[["Reader", str, DecodeError], "int | None"]
 """``resync(reader, url, error)``: where a scan may go on after ``error``, or None."""
@@ -174,7 +175,12 @@ def scan_shard(
         if codec is not None:
             chunks = decompress(chunks, url, codec)
         try:
-            for start, end, _ in locator.locate(chunks, url):
+            for start, end, sample in locator.locate(chunks, url):
+                if isinstance(sample, DecodeError):  # a damaged record the scan stepped over
+                    if not tolerate:
+                        raise sample
+                    problems.append(sample)
+                    continue
                 starts.append(start)
                 ends.append(end)
         except DecodeError as error:

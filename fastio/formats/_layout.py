@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio._errors import DecodeError
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-    from fastio._errors import DecodeError
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
@@ -129,13 +129,31 @@ class ShardFormat(abc.ABC):
 
     @abc.abstractmethod
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        """The samples of the chunks of ``layout.ranges(...)``, owned by the caller."""
+        """The samples of the chunks of ``layout.ranges(...)``, owned by the
+        caller. A damaged record the format can step over (the records after
+        it are sound) may come as its DecodeError in its place; damage it
+        cannot step over is raised."""
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        """Columnar batches of the same samples (any sizes), in order."""
+        """Columnar batches of the same samples (any sizes), in order; a
+        DecodeError that :meth:`samples` gives in a record's place comes
+        between them in its place, and what came before an error first."""
         import pyarrow as pa
 
-        rows = [_plain(sample) for sample in self.samples(chunks, layout)]
+        rows: list[dict[str, Any]] = []
+        try:
+            for sample in self.samples(chunks, layout):
+                if isinstance(sample, DecodeError):
+                    if rows:
+                        yield pa.RecordBatch.from_pylist(rows)
+                        rows = []
+                    yield sample
+                else:
+                    rows.append(_plain(sample))
+        except (DecodeError, OSError):
+            if rows:
+                yield pa.RecordBatch.from_pylist(rows)
+            raise
         if rows:
             yield pa.RecordBatch.from_pylist(rows)
 
