@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
-__all__ = ["Layout", "ShardFormat", "ShardWriter", "gather"]
+__all__ = ["Layout", "ShardFormat", "ShardWriter", "batch_of", "gather"]
 
 
 @dataclass
@@ -133,14 +133,20 @@ class ShardFormat(abc.ABC):
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         """Columnar batches of the same samples (any sizes), in order."""
-        import pyarrow as pa
-
-        rows = [_plain(sample) for sample in self.samples(chunks, layout)]
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows)
+        samples = list(self.samples(chunks, layout))
+        if samples:
+            yield batch_of(samples)
 
     def options(self) -> dict[str, Any]:
         return {}
+
+
+def batch_of(samples: list[Any]) -> Any:
+    """Samples as one ``pyarrow.RecordBatch`` (a column per dict key, or
+    ``value``): the generic way, one Python object per sample."""
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
 
 
 def _plain(sample: Any) -> dict[str, Any]:

@@ -149,6 +149,7 @@ NOT_KNOBS = {
     ("run", "--format"): "also 'auto', and without it files are read whole",
     ("run", "--batch-size"): "reads dataset.batches(n), which splits workers in whole batches too",
     ("fairness", "--batch-size"): "the DataLoader's; the dataset's split is set to follow it",
+    ("index", "--format"): "only the formats that have shard indexes",
     ("sweep", "--direct"): "the O_DIRECT modes of the grid: buffered, direct or both",
     ("demo", "--shards"): "how many files the demo writes",
     ("tiering", "--seed"): "the seed of the synthetic trace",
