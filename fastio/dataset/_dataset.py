@@ -551,6 +551,8 @@ class Dataset(_Base):
         cursor = self._cursor
         epoch, resumes = self._ledger.begin(participant.worker, cursor.pending_resume())
         saved = cursor.pending if resumes else None
+        if saved is not None and _at_a_start(saved):
+            saved = None  # saved before a pass began: that pass from its start
         self._stealing = self._stream = None
         if (saved is not None and "stream" in saved) or (
             saved is None and self._first_streams and epoch == self._ledger.first_epoch()
@@ -755,6 +757,12 @@ class MapStyle(_MapBase):
 
 def _empty_layout(url: str) -> Layout:
     return Layout(url, 0, 0, np.zeros(1, np.int64), np.zeros(0, np.int64))
+
+
+def _at_a_start(state: dict[str, Any]) -> bool:
+    """Whether ``state`` was saved where nothing of its epoch was passed yet."""
+    return (not state.get("position") and "members" not in state
+            and not state.get("history") and not state.get("steal"))  # fmt: skip
 
 
 def _participant_of(state: dict[str, Any]) -> Participant:

@@ -9,9 +9,9 @@ ranks and workers; how many each participant delivers depends on its shards.
 
 Shuffling uses windows over the stream: consecutive samples, about
 ``budget(k)`` bytes for the ``k``-th window, delivered in a permutation of
-``(seed, epoch, rank, worker, k)``. The budgets start at 64 KiB and double up
-to the shuffle buffer, so the first sample leaves after the first of its bytes
-arrive and the buffer holds at most ``shuffle_buffer`` bytes. Window
+``(seed, epoch, rank, worker, k)``. The first window is the first sample
+alone (it leaves as soon as its bytes arrive); then the budgets start at 64
+KiB and double up to the shuffle buffer, which bounds what is held. Window
 boundaries depend only on the samples' sizes, so the order is reproducible
 and a position in it resumable (see :mod:`fastio.dataset._stream`).
 """
@@ -57,5 +57,7 @@ def stream_shards(
 
 def window_budget(index: int, buffer: int) -> int:
     """Bytes of samples in stream window ``index`` (it closes at the first
-    sample that reaches them)."""
-    return min(buffer, FIRST_WINDOW << min(index, 40))
+    sample that reaches them): the first window is the first sample alone."""
+    if index == 0:
+        return 1
+    return min(buffer, FIRST_WINDOW << min(index - 1, 40))
