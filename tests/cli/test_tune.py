@@ -141,3 +141,28 @@ def test_tune_table_on_the_terminal_output(folder: Path, tmp_path: Path) -> None
     assert (
         fastio.load_config(tmp_path / "t.yaml").reader.read_size == data["best_config"]["read_size"]
     )
+
+
+def test_folders_and_globs_never_pick_up_fastios_files(tmp_path: Path) -> None:
+    from tests.shards import write
+
+    written = write("webdataset", tmp_path / "data", shards=4, per_shard=20)  # and its index
+    folder = tmp_path / "data"
+    assert (folder / "dataset.fastio-index.npz").exists()
+    shards = sorted(str(Path(url)) for url in written.urls)
+    for _ in range(2):  # the second run sees what the first left, if anything
+        dataset_run = json.loads(bench("run", "--format", "webdataset", f"{folder}/*",
+                                       "--json").stdout)  # fmt: skip
+        assert dataset_run["samples"] == len(written.samples)
+        files_run = json.loads(bench("run", str(folder), "--json").stdout)
+        assert files_run["bytes"] == sum(Path(url).stat().st_size for url in shards)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [*(Path(url).name for url in shards), "dataset.fastio-index.npz"]
+    )
+    out = tmp_path / "tuned.yaml"
+    bench("tune", str(folder), "--window-seconds", "0.05", "--warmup-seconds", "0.01",
+          "--max-trials", "8", "--out", str(out), "--json", "-")  # fmt: skip
+    config = fastio.load_config(out)
+    assert sorted(fastio.expand_urls(config.urls)) == shards
+    with config.to_dataset() as dataset:
+        assert sum(1 for _ in dataset) == len(written.samples)
