@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio._errors import import_extra
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
@@ -133,8 +134,7 @@ class ShardFormat(abc.ABC):
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         """Columnar batches of the same samples (any sizes), in order."""
-        import pyarrow as pa
-
+        pa = import_extra("pyarrow", f"batches of {self.name} shards (Arrow record batches)")
         rows = [_plain(sample) for sample in self.samples(chunks, layout)]
         if rows:
             yield pa.RecordBatch.from_pylist(rows)

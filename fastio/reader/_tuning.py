@@ -32,6 +32,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from fastio._errors import import_extra
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 from fastio.spec._tuner import MAX_TUNED_READ_SIZE, MIN_TUNED_READ_SIZE, TunerSettings
 
@@ -91,6 +92,7 @@ class ReaderTuning:
 
     :meth:`tick` takes one measurement (the CLI calls it itself);
     :meth:`start` runs ticks on a daemon thread until :meth:`close`.
+    Raises :class:`~fastio.MissingExtraError` without optuna (the ``tune`` extra).
     """
 
     def __init__(
@@ -100,6 +102,8 @@ class ReaderTuning:
         study_name: str,
         on_decision: Callable[[Decision], None] | None = None,
     ) -> None:
+        # The tuners import optuna when a study opens: say which extra it takes first.
+        import_extra("optuna", "tuning")
         self.reader = reader
         self.options = options
         self.budget = budget_for(reader.settings, options)
