@@ -200,7 +200,7 @@ def test_options_given_win_over_the_config_in_fairness(tmp_path) -> None:
     config.write_text(f"urls: {written.pattern}\nreader: {{outstanding_requests: 3}}\n"
                       "fairness: {window_seconds: 0.5, mitigate: false}\n")  # fmt: skip
     report = json.loads(bench("fairness", "--config", str(config), "--workers", "0",
-                              "--step-ms", "0", "-q", "7", "--window", "0.05",
+                              "--step-ms", "0", "-q", "7", "--fairness-window-seconds", "0.05",
                               "--json").stdout)  # fmt: skip
     assert report["settings"]["window_seconds"] == 0.05  # given: wins
     assert report["settings"]["mitigate"] is False  # left at its default: the file's
