@@ -156,7 +156,7 @@ def test_one_knob_has_one_flag_in_every_command() -> None:
 
 
 def test_every_command_that_reads_offers_the_reader_knobs() -> None:
-    for name in ("run", "tune", "fairness"):
+    for name in ("run", "tune", "fairness", "compare"):
         command = dict(COMMANDS)[name]
         offered = {o.knob_name for o in command.params
                    if isinstance(o, KnobOption) and o.settings is ReaderSettings}  # fmt: skip
@@ -168,6 +168,7 @@ NOT_KNOBS = {
     ("run", "--format"): "also 'auto', and without it files are read whole",
     ("run", "--batch-size"): "reads dataset.batches(n), which splits workers in whole batches too",
     ("fairness", "--batch-size"): "the DataLoader's; the dataset's split is set to follow it",
+    ("compare", "--batch-size"): "rows per batch of each loader compared, fastio's batches(n) too",
     ("demo", "--shards"): "how many files the demo writes",
     ("tiering", "--seed"): "the seed of the synthetic trace",
 }
