@@ -67,8 +67,10 @@ def test_raw_reads_and_record_formats_need_no_extra(tmp_path: Path) -> None:
          "batches of webdataset shards (Arrow record batches) needs pyarrow: "
          "pip install 'fastio[arrow]'"),
         ("fastio.Dataset(TAR, tune=True)", "tuning needs optuna: pip install 'fastio[tune]'"),
+        ("import fastio.metrics; fastio.metrics.prometheus_text(fastio.Dataset(TAR))",
+         "Prometheus metrics needs prometheus_client: pip install 'fastio[metrics]'"),
     ],
-    ids=["parquet", "arrow-batches", "tune"],
+    ids=["parquet", "arrow-batches", "tune", "metrics"],
 )  # fmt: skip
 def test_a_feature_that_needs_an_extra_names_it(tmp_path: Path, code: str, message: str) -> None:
     tar = write("webdataset", tmp_path / "tar", shards=1, per_shard=4)
