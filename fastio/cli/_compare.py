@@ -24,17 +24,16 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fastio.cli._config_cmd import command_spec, config_option
-from fastio.cli._options import NamesType, knob_option, output_options, reader_options
+from fastio.cli._options import NamesType, dataset_options, output_options, reader_options
 from fastio.cli._peers import LOADERS, Loader, LoaderOptions, fastio_samples, files_bytes, loaders
 from fastio.cli._report import _size, console, emit, error_console, pyplot
 from fastio.cli._sweep import sweep_points
 from fastio.cli._tune import _human, tune_files, tuned_config_option, tuner_options, write_config
-from fastio.spec import DatasetSpec, FormatSettings
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from fastio.spec import TunerSettings
+    from fastio.spec import DatasetSpec, TunerSettings
 
 # The ceiling's grid: around where local storage peaks (sweep explores further).
 _CEILING_REQUESTS = [4, 16, 64]
@@ -46,9 +45,7 @@ TUNED = "fastio tuned config"
 @click.argument("paths", nargs=-1)
 @config_option("Compare on the dataset a config file describes (fastio reads with its knobs).")
 @reader_options
-@knob_option(DatasetSpec, "format", "--format", "format_name")
-@knob_option(FormatSettings, "record_size")
-@knob_option(FormatSettings, "columns")
+@dataset_options
 @click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True,
               help="Samples per batch: fastio's, pyarrow's and the DataLoaders'.")  # fmt: skip
 @click.option("--workers", type=click.IntRange(0, 64), default=2, show_default=True,

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fastio.cli._config_cmd import command_spec, config_option
-from fastio.cli._options import knob_option, output_options, reader_options
+from fastio.cli._options import dataset_options, knob_option, output_options, reader_options
 from fastio.cli._report import console, emit, pyplot
-from fastio.spec import DatasetSpec, FairnessSettings, FormatSettings
+from fastio.spec import DatasetSpec, FairnessSettings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 @click.argument("paths", nargs=-1)
 @config_option("Read the dataset a config file describes (its fairness section included).")
 @reader_options
-@knob_option(DatasetSpec, "format", "--format", "format_name")
-@knob_option(FormatSettings, "record_size")
+@dataset_options
 @click.option("--workers", type=click.IntRange(0, 64), default=2, show_default=True,
               help="DataLoader worker processes (0: the main process reads).")  # fmt: skip
 @click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True)

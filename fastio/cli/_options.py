@@ -26,7 +26,14 @@ import click
 from click.core import ParameterSource
 
 from fastio._errors import MissingExtraError, import_extra
-from fastio.spec import DatasetSpec, ReaderSettings, check_value, knob_defaults, knobs
+from fastio.spec import (
+    DatasetSpec,
+    FormatSettings,
+    ReaderSettings,
+    check_value,
+    knob_defaults,
+    knobs,
+)
 from fastio.spec import parse_size as parse_bytes
 from fastio.spec._dataset import sections
 from fastio.spec._knobs import Knob, size_text
@@ -184,6 +191,13 @@ def reader_options(function: F) -> F:
         decls = ("--direct/--buffered",) if name == "direct" else ()
         function = knob_option(ReaderSettings, name, *decls)(function)
     return function
+
+
+def dataset_options(function: F) -> F:
+    """``--format`` (the format knob) and the format options a command offers."""
+    function = knob_option(FormatSettings, "columns")(function)
+    function = knob_option(FormatSettings, "record_size")(function)
+    return knob_option(DatasetSpec, "format", "--format", "format_name")(function)
 
 
 def given(ctx: click.Context, name: str) -> bool:
