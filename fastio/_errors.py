@@ -23,9 +23,11 @@ __all__ = [
     "EngineFallbackWarning",
     "FastIOError",
     "FastIOWarning",
+    "IndexFileError",
     "MissingExtraError",
     "RangeIgnoredError",
     "ReaderClosedError",
+    "ShardChangedError",
     "SkippedSamplesWarning",
     "TierFullError",
     "TruncatedFileError",
@@ -87,6 +89,35 @@ class CorruptRecordError(DecodeError):
 
 class TruncatedShardError(DecodeError):
     """A shard ends in the middle of a record: an interrupted write or copy."""
+
+
+class ShardChangedError(FastIOError, OSError):
+    """A shard is no longer what its index describes: rewritten since it was
+    indexed (another size, modification or change time, or content), or a
+    remote object replaced (another ETag). ``filename`` is its URL. Reading
+    it with the old layout would deliver the wrong samples: make the dataset
+    anew (it indexes the shard again), or restore the shard."""
+
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(errno.ESTALE, message, url)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.filename, self.strerror))
+
+
+class IndexFileError(FastIOError, ValueError):
+    """An index file is damaged or of another version (``path``), so it cannot
+    say where ``url``'s samples are. Under ``on_error="skip"``/``"warn"`` the
+    shard is indexed again; make the index anew with ``fastio-bench index``."""
+
+    def __init__(self, path: str, url: str, problem: str) -> None:
+        super().__init__(f"index {path} of {url} cannot be read: {problem}")
+        self.path = path
+        self.url = url
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.url, self.problem))
 
 
 class ConfigError(FastIOError, ValueError):

@@ -8,8 +8,22 @@ import sys
 
 import fastio
 
-HEAVY = ("optuna", "pyarrow", "torch", "numpy", "tensorflow", "jax", "pandas", "fsspec", "uvloop",
-         "prometheus_client", "matplotlib", "pydantic", "click", "rich")
+HEAVY = (
+    "optuna",
+    "pyarrow",
+    "torch",
+    "numpy",
+    "tensorflow",
+    "jax",
+    "pandas",
+    "fsspec",
+    "uvloop",
+    "prometheus_client",
+    "matplotlib",
+    "pydantic",
+    "click",
+    "rich",
+)
 
 MEASURE = """
 import json, sys, time
@@ -20,16 +34,13 @@ print(json.dumps({"seconds": elapsed, "modules": sorted(sys.modules)}))
 """
 
 
-def test_import_is_fast_and_light() -> None:
-    runs = []
-    for _ in range(5):  # the fastest of a few runs: CI machines are noisy
-        output = subprocess.run(
-            [sys.executable, "-c", MEASURE], capture_output=True, text=True, check=True
-        ).stdout
-        runs.append(json.loads(output))
-    fastest = min(run["seconds"] for run in runs)
-    assert fastest < 0.150, f"import fastio took {fastest * 1000:.0f} ms"
-    loaded = set(runs[0]["modules"])
+def test_import_is_light() -> None:
+    # How long it takes is measured by benchmarks, not asserted: a busy machine
+    # would fail any bound. What it loads does not depend on the machine.
+    output = subprocess.run(
+        [sys.executable, "-c", MEASURE], capture_output=True, text=True, check=True
+    ).stdout
+    loaded = set(json.loads(output)["modules"])
     assert not [name for name in HEAVY if name in loaded]
 
 

@@ -13,6 +13,7 @@ from fastio.cli import (
     _demo,
     _fairness,
     _gen,
+    _index_cmd,
     _run,
     _sweep,
     _tiering,
@@ -29,6 +30,7 @@ def main() -> None:
 main.add_command(_config_cmd.config)
 main.add_command(_demo.demo)
 main.add_command(_gen.gen)
+main.add_command(_index_cmd.index)
 main.add_command(_run.run)
 main.add_command(_sweep.sweep)
 main.add_command(_tune.tune)

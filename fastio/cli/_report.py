@@ -128,6 +128,15 @@ def sample_progress(
         yield advance
 
 
+@contextlib.contextmanager
+def shard_progress(
+    label: str, total: int, quiet: bool = False
+) -> Iterator[ProgressCallback | None]:
+    """A progress bar over ``total`` shards on stderr (None when quiet or not a terminal)."""
+    with _progress(label, total, quiet, unit="shards") as advance:
+        yield advance
+
+
 def print_dataset_table(result: dict[str, Any]) -> None:
     """The report of ``fastio-bench run --format``: speed, counts, shuffle quality."""
     from rich.table import Table

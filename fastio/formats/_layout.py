@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
-__all__ = ["Layout", "ShardFormat", "ShardWriter", "gather"]
+__all__ = ["Layout", "ShardFormat", "ShardWriter", "batch_of", "gather"]
 
 
 @dataclass
@@ -134,13 +134,21 @@ class ShardFormat(abc.ABC):
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         """Columnar batches of the same samples (any sizes), in order."""
-        pa = import_extra("pyarrow", f"batches of {self.name} shards (Arrow record batches)")
-        rows = [_plain(sample) for sample in self.samples(chunks, layout)]
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows)
+        samples = list(self.samples(chunks, layout))
+        if samples:
+            yield batch_of(samples)
 
     def options(self) -> dict[str, Any]:
         return {}
+
+
+def batch_of(samples: list[Any]) -> Any:
+    """Samples as one ``pyarrow.RecordBatch`` (a column per dict key, or
+    ``value``): the generic way, one Python object per sample. Raises
+    :class:`~fastio.MissingExtraError` without pyarrow."""
+    pa = import_extra("pyarrow", "Arrow record batches")
+
+    return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
 
 
 def _plain(sample: Any) -> dict[str, Any]:

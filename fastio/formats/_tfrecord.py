@@ -176,6 +176,9 @@ class TFRecordFormat(RecordFormat):
         unverified = functools.partial(locate_tfrecords, verify=False)
         return Locator(f"{self.name}/unverified", unverified, _resync, reuses=(self.name,))
 
+    def own(self, record: Any, url: str, offset: int) -> Any:
+        return _parsed(record, url, offset) if self.example else bytes(record)
+
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         records = locate_tfrecords(self._decompressed(chunks, layout), layout.url, self.verify)
         if not self.example:

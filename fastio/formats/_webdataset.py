@@ -183,6 +183,9 @@ class WebDatasetFormat(RecordFormat):
     def locator(self) -> Locator:
         return Locator(self.name, locate_webdataset)
 
+    def own(self, record: Any, url: str, offset: int) -> dict[str, Any]:
+        return {key: owned(value) for key, value in record.items()}
+
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
         for sample in decode_webdataset(self._decompressed(chunks, layout), layout.url):
             yield {key: owned(value) for key, value in sample.items()}

@@ -68,6 +68,7 @@ RUNS: dict[tuple[str, ...], tuple[tuple[str, ...], bool]] = {
     ("fairness",): (("{pattern}", "--workers", "0", "--step-ms", "0"), True),
     ("gen",): (("{folder}/gen", "--samples", "20", "--sample-size", "1KiB", "--shards", "2"),
                True),
+    ("index",): (("{pattern}", "--index", "{folder}/data.fastio-index.npz"), True),
     ("run",): (("{data}",), True),
     ("sweep",): (("{data}", "-q", "1,4", "-b", "64KiB"), True),
     ("tiering",): (("--files", "40", "--budget-fraction", "0.2"), True),

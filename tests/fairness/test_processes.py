@@ -28,8 +28,9 @@ PREFIX = "fastio-fairness-"
 
 
 def boards() -> set[str]:
+    """This process's boards (other processes on the machine have their own)."""
     folder = _mapped.shared_folder()
-    return {name for name in os.listdir(folder) if name.startswith(PREFIX)}
+    return {name for name in os.listdir(folder) if name.startswith(f"{PREFIX}{os.getpid()}-")}
 
 
 def keys(batch):

@@ -169,6 +169,7 @@ NOT_KNOBS = {
     ("run", "--batch-size"): "reads dataset.batches(n), which splits workers in whole batches too",
     ("fairness", "--batch-size"): "the DataLoader's; the dataset's split is set to follow it",
     ("compare", "--batch-size"): "rows per batch of each loader compared, fastio's batches(n) too",
+    ("index", "--format"): "only the formats that have shard indexes",
     ("demo", "--shards"): "how many files the demo writes",
     ("tiering", "--seed"): "the seed of the synthetic trace",
 }
