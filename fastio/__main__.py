@@ -2,4 +2,5 @@
 
 from fastio.cli import main
 
-main(prog_name="fastio-bench")
+if __name__ == "__main__":  # importing it (pkgutil walks, docs) runs nothing
+    main(prog_name="fastio-bench")
