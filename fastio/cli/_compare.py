@@ -110,6 +110,7 @@ def _dataset_files(spec: DatasetSpec) -> tuple[list[str], int, str]:
 
     try:
         with Dataset.from_spec(spec) as dataset:
+            dataset.index()  # counts every shard; later datasets of them plan from the start
             urls, total, format_name = list(dataset.urls), dataset.total, dataset.format
     except (OSError, DecodeError, ValueError, TypeError, MissingExtraError) as error:
         raise click.ClickException(str(error)) from None

@@ -40,7 +40,8 @@ def byte_progress(label: str, total: int, quiet: bool = False) -> Iterator[Progr
 
 
 @contextlib.contextmanager
-def _progress(label: str, total: int, quiet: bool, unit: str) -> Iterator[ProgressCallback | None]:
+def _progress(label: str, total: int | None, quiet: bool,
+              unit: str) -> Iterator[ProgressCallback | None]:  # fmt: skip
     """A transient rich progress bar on stderr counting ``unit`` ("bytes": with
     sizes and speed; anything else: done of total)."""
     if quiet or not error_console().is_terminal:
@@ -121,9 +122,10 @@ def _size(count: int) -> str:
 
 @contextlib.contextmanager
 def sample_progress(
-    label: str, total: int, quiet: bool = False
+    label: str, total: int | None, quiet: bool = False
 ) -> Iterator[ProgressCallback | None]:
-    """A progress bar over ``total`` samples on stderr (None when quiet or not a terminal)."""
+    """A progress bar over ``total`` samples on stderr (None when quiet or not a
+    terminal; a count without a bar where the total is not known yet)."""
     with _progress(label, total, quiet, unit="samples") as advance:
         yield advance
 

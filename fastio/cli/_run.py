@@ -33,6 +33,8 @@ from fastio.spec import DatasetSpec, FormatSettings, ShuffleSettings
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from fastio.dataset._dataset import Dataset
+
 
 # The format registry's names (fastio.formats, which loads numpy: not at startup).
 _FORMATS = ["auto", "webdataset", "tfrecord", "parquet", "arrow", "npy", "fixed", "jsonl", "lines"]
@@ -133,6 +135,15 @@ def run(
     emit(result, as_json, out_path, show, plot_path)
 
 
+def _count(dataset: Dataset) -> int | None:
+    """The samples of an epoch, or None before a never-seen dataset's first
+    epoch has indexed its shards."""
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
+
+
 @dataclass(frozen=True)
 class Output:
     """Where a command's result goes: ``--json``, ``--out``, ``--plot``."""
@@ -157,10 +168,11 @@ def _run_dataset(spec: DatasetSpec, repeat: int, batch_size: int | None, output:
     try:
         with dataset:
             for attempt in range(repeat):
-                label = f"epoch of {len(dataset):,} samples" + (
-                    f" (run {attempt + 1}/{repeat})" * (repeat > 1)
-                )
-                with sample_progress(label, len(dataset), quiet=output.as_json) as advance:
+                count = _count(dataset)
+                label = ("epoch of " + (f"{count:,} samples" if count is not None else
+                         "a dataset never seen (indexed on the way)") +
+                         f" (run {attempt + 1}/{repeat})" * (repeat > 1))  # fmt: skip
+                with sample_progress(label, count, quiet=output.as_json) as advance:
                     progress = advance
                     if output.plot_path is not None:
                         progress, points = timeline_recorder(advance)

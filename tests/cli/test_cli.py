@@ -211,3 +211,13 @@ def test_tiering_probe_checks_a_tier_as_the_spec_does(tmp_path) -> None:
     result = bench("tiering", "probe", "--tier", f"fast={tmp_path}:lots", check=False)
     assert result.returncode == 2
     assert "capacity must be a size (65536, 64KiB, 4m or 1GiB), not 'lots'" in result.stderr
+
+
+def test_run_reads_a_dataset_never_seen_before(tmp_path) -> None:
+    # Freshly written shards have no index: the first epoch indexes them on the way.
+    written = json.loads(bench("gen", str(tmp_path), "--samples", "90", "--sample-size", "1KiB",
+                               "--shards", "3", "--json").stdout)  # fmt: skip
+    report = json.loads(bench("run", "--format", "webdataset", written["url"], "--repeat", "2",
+                              "--json").stdout)  # fmt: skip
+    assert report["samples"] == report["expected_samples"] == 90
+    assert report["runs"] == 2
