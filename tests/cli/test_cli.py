@@ -221,3 +221,18 @@ def test_run_reads_a_dataset_never_seen_before(tmp_path) -> None:
                               "--json").stdout)  # fmt: skip
     assert report["samples"] == report["expected_samples"] == 90
     assert report["runs"] == 2
+
+
+def test_fairness_table_shows_a_window_without_readiness(capsys) -> None:
+    # A window can close with a worker's rate but no readiness yet (no time asked):
+    # the table shows "-" there instead of failing on None.
+    from fastio.cli._fairness import print_timeline
+
+    worker = {"worker": 0, "rate": 120.0, "readiness": None, "starved": False,
+              "outstanding_requests": 8}  # fmt: skip
+    window = {"window": 0, "jain_index": float("nan"), "workers": [worker]}
+    report = {"workers": [{"worker": 0}], "starved_workers": [], "mitigate": True,
+              "timeline": [window]}  # fmt: skip
+    print_timeline({"report": report, "epoch_seconds": [0.5]})
+    shown = capsys.readouterr().out
+    assert "120/s - q=8" in shown
