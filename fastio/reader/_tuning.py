@@ -7,8 +7,8 @@ by default half the reader's ``memory_budget``, leaving the other half for
 data read ahead and handed over; large budgets, e.g. 64 x 4 MiB, were
 measured erratic on small VMs). ``engine`` and ``direct`` only take effect
 when a reader is made or a stream opens, so a live tuner, which must not
-interrupt the job's stream, leaves them alone: ``fastio-bench sweep --engines
-io_uring,threads --direct both`` measures them with a fresh reader per
+interrupt the job's stream, leaves them alone: ``fastio-bench sweep --engine
+io_uring,threads --direct false,true`` measures them with a fresh reader per
 setting, and the choice goes into the config (``reader: {engine, direct}``).
 
 With DataLoader workers, each worker's reader has its own tuner; given a
