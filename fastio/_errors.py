@@ -4,7 +4,11 @@ built-in it refines, so ``except OSError`` and ``except FileNotFoundError`` work
 from __future__ import annotations
 
 import errno
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = [
     "CacheError",
@@ -20,6 +24,7 @@ __all__ = [
     "FastIOError",
     "FastIOWarning",
     "IndexFileError",
+    "MissingExtraError",
     "RangeIgnoredError",
     "ReaderClosedError",
     "ShardChangedError",
@@ -192,6 +197,44 @@ class TierFullError(FastIOError, OSError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.strerror,))
+
+
+class MissingExtraError(FastIOError, ImportError):
+    """A feature needs a package of one of fastio's extras, and it is not
+    installed: Parquet and Arrow shards and columnar batches need ``arrow``
+    (pyarrow), tuning needs ``tune`` (optuna), plots ``plot``, metrics
+    ``metrics``. ``extra`` names the extra and ``name`` the missing module;
+    install it with ``pip install 'fastio[<extra>]'``."""
+
+    def __init__(self, feature: str, module: str, extra: str) -> None:
+        super().__init__(f"{feature} needs {module}: pip install 'fastio[{extra}]'", name=module)
+        self.feature, self.extra = feature, extra
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.feature, self.name, self.extra))
+
+
+# The module each extra brings, by module (pyproject.toml's optional dependencies).
+EXTRAS = {
+    "pyarrow": "arrow",
+    "optuna": "tune",
+    "uvloop": "fast",
+    "matplotlib": "plot",
+    "prometheus_client": "metrics",
+    "zstandard": "zstd",
+    "torch": "torch",
+}
+
+
+def import_extra(module: str, feature: str) -> ModuleType:
+    """``module`` (one of :data:`EXTRAS`), imported for ``feature``
+    (``"Parquet shards"``). Raises :class:`MissingExtraError` naming the extra
+    to install when it is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(feature, module.partition(".")[0],
+                                EXTRAS[module.partition(".")[0]]) from None  # fmt: skip
 
 
 class FastIOWarning(RuntimeWarning):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from fastio.cli import (
+    _compare,
     _config_cmd,
     _demo,
     _fairness,
@@ -35,5 +36,6 @@ main.add_command(_sweep.sweep)
 main.add_command(_tune.tune)
 main.add_command(_fairness.fairness)
 main.add_command(_tiering.tiering)
+main.add_command(_compare.compare)
 
 __all__ = ["main"]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
+from fastio._errors import import_extra
 from fastio.dataset._batching import rebatch
 from fastio.dataset._delivery import deliver
 from fastio.dataset._layouts import ShardLayouts
@@ -534,9 +535,13 @@ class Dataset(_Base):
         """An iterable of batches of ``batch_size`` samples, one Python object per
         batch: ``pyarrow.RecordBatch`` (webdataset, tfrecord, jsonl, lines,
         parquet, arrow) or ``numpy.ndarray`` (fixed, npy), in the same order as
-        iterating samples. Usable as a DataLoader dataset with ``batch_size=None``."""
+        iterating samples. Usable as a DataLoader dataset with ``batch_size=None``.
+        Raises :class:`~fastio.MissingExtraError` for Arrow batches without
+        pyarrow (the ``arrow`` extra)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, not {batch_size}")
+        if self._format.batch_kind == "arrow":
+            import_extra("pyarrow", f"batches of {self.format} shards (Arrow record batches)")
         return Batches(self, batch_size, drop_last)
 
     def _iterate(self, columnar: bool, batch_size: int, drop_last: bool) -> Iterator[Any]:

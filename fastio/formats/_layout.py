@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio._errors import import_extra
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
@@ -143,8 +144,9 @@ class ShardFormat(abc.ABC):
 
 def batch_of(samples: list[Any]) -> Any:
     """Samples as one ``pyarrow.RecordBatch`` (a column per dict key, or
-    ``value``): the generic way, one Python object per sample."""
-    import pyarrow as pa
+    ``value``): the generic way, one Python object per sample. Raises
+    :class:`~fastio.MissingExtraError` without pyarrow."""
+    pa = import_extra("pyarrow", "Arrow record batches")
 
     return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
 
