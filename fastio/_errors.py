@@ -69,18 +69,25 @@ class DecodeError(FastIOError, ValueError):
     ``url`` names the shard, ``offset`` the byte offset in it where the bad
     record starts, ``record`` the record's index in the shard (or None where it
     cannot be counted). The file itself is damaged or not of this format.
+    ``lost`` is how many of the shard's samples the damage costs, as far as
+    the decoder can tell: 1 (the damaged record) unless it knows better, 0
+    where every sample decoded (a shard cut exactly between records, a
+    checksum over a whole compressed stream).
     """
 
-    def __init__(self, message: str, url: str, offset: int, record: int | None = None) -> None:
+    def __init__(
+        self, message: str, url: str, offset: int, record: int | None = None, *, lost: int = 1
+    ) -> None:
         where = f"{url} at byte {offset}" + (f" (record {record})" if record is not None else "")
         super().__init__(f"{where}: {message}")
         self.url = url
         self.offset = offset
         self.record = record
+        self.lost = lost
 
     def __reduce__(self) -> tuple[Any, ...]:
         message = str(self).split(": ", 1)[1]
-        return (type(self), (message, self.url, self.offset, self.record))
+        return (type(self), (message, self.url, self.offset, self.record), {"lost": self.lost})
 
 
 class CorruptRecordError(DecodeError):

@@ -27,6 +27,7 @@ class Faults:
     ignore_range: bool = False  # answer 200 with the whole object
     latency: float = 0.0  # added before every answer
     missing: set[str] = field(default_factory=set)  # names that answer 404
+    forbidden: set[str] = field(default_factory=set)  # names that answer 403
     requests: int = 0  # data requests served (all answers)
     bytes_served: int = 0  # body bytes of successful data answers
     gets: Counter[str] = field(default_factory=Counter)  # data requests by name
@@ -91,6 +92,8 @@ class RangeServer:
         faults = self.faults
         if faults.latency:
             await asyncio.sleep(faults.latency)
+        if name in faults.forbidden:
+            raise web.HTTPForbidden()
         if name in faults.missing or not path.is_file():
             raise web.HTTPNotFound()
         data = path.read_bytes()

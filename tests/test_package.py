@@ -25,22 +25,20 @@ HEAVY = (
     "rich",
 )
 
-MEASURE = """
-import json, sys, time
-started = time.perf_counter()
+LOADED = """
+import json, sys
 import fastio
-elapsed = time.perf_counter() - started
-print(json.dumps({"seconds": elapsed, "modules": sorted(sys.modules)}))
+print(json.dumps(sorted(sys.modules)))
 """
 
 
 def test_import_is_light() -> None:
-    # How long it takes is measured by benchmarks, not asserted: a busy machine
-    # would fail any bound. What it loads does not depend on the machine.
+    # What keeps `import fastio` fast is what it does not load; how long it
+    # takes is a measurement (benchmarks/bench_import.py), not a test.
     output = subprocess.run(
-        [sys.executable, "-c", MEASURE], capture_output=True, text=True, check=True
+        [sys.executable, "-c", LOADED], capture_output=True, text=True, check=True
     ).stdout
-    loaded = set(json.loads(output)["modules"])
+    loaded = set(json.loads(output))
     assert not [name for name in HEAVY if name in loaded]
 
 

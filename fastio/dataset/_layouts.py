@@ -118,8 +118,8 @@ class ShardLayouts:
         if records is None:
             layout, problems = self.format.layout(reader, url, self.policy.tolerates)
             for problem in problems:
-                # The damaged record is lost; the layout holds the samples around it.
-                self.policy.failure(problem, 1, f"shard {url} is laid out without it")
+                # What the damage cost is lost; the layout holds the samples around it.
+                self.policy.failure(problem, problem.lost, f"shard {url} is laid out without it")
             return layout
         entry = known.get(url if is_remote(url) else _absolute(url))
         if entry is None or not (records.locator().reusable(entry.format)
@@ -214,7 +214,7 @@ class ShardLayouts:
                 continue
             index, problems = result
             for problem in problems:
-                self.policy.failure(problem, 1, f"shard {url} is indexed without it")
+                self.policy.failure(problem, problem.lost, f"shard {url} is indexed without it")
             if problems:  # a damaged shard's index is this dataset's alone
                 self.layouts[shard] = records.layout_of(index)
             else:

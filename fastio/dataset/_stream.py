@@ -173,6 +173,12 @@ class StreamPass:
                     shard_url = self.urls[self.shards[here]]
                     try:
                         for start, end, sample in self.format.scanned(chunks, shard_url):
+                            if isinstance(sample, DecodeError):  # stepped over, in its place
+                                if not skip_samples:  # (else counted before the resume)
+                                    shard.damaged = True
+                                    self.policy.failure(sample, sample.lost,
+                                                        f"shard {shard_url} is damaged")  # fmt: skip
+                                continue
                             if skip_samples:
                                 skip_samples -= 1
                                 continue
@@ -209,7 +215,7 @@ class StreamPass:
         """Put damage through the policy (the damaged sample is lost); where the
         shard goes on past it, where the format can find the next sample."""
         url = self.urls[self.shards[ordinal]]
-        self.policy.failure(error, 1, f"shard {url} is damaged")
+        self.policy.failure(error, error.lost, f"shard {url} is damaged")
         locator = self.format.locator()
         if locator.resync is not None and codec_for(url) is None:
             skip_to = locator.resync(self.reader(), url, error)

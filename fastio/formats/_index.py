@@ -153,7 +153,8 @@ def fingerprint(reader: Reader, url: str, size: int) -> str:
 Locate = Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]
 """``locate(chunks, url)``: each sample of a shard's chunks as ``(start, end,
 sample)``, its byte range in the shard and the sample; raises the format's
-DecodeError at damage."""
+DecodeError at damage, or gives it in place of the sample where it can step
+over the damaged record."""
 
 Resync = Callable[["Reader", str, DecodeError], "int | None"]
 """``resync(reader, url, error)``: where a scan may go on after ``error``, or None."""
@@ -216,7 +217,12 @@ def scan_shard(
         if codec is not None:
             chunks = decompress(chunks, url, codec)
         try:
-            for start, end, _ in locator.locate(chunks, url):
+            for start, end, sample in locator.locate(chunks, url):
+                if isinstance(sample, DecodeError):  # a damaged record the scan stepped over
+                    if not tolerate:
+                        raise sample
+                    problems.append(sample)
+                    continue
                 starts.append(start)
                 ends.append(end)
         except DecodeError as error:

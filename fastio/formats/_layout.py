@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._errors import import_extra
+from fastio._errors import DecodeError, import_extra
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-    from fastio._errors import DecodeError
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
@@ -130,11 +129,29 @@ class ShardFormat(abc.ABC):
 
     @abc.abstractmethod
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        """The samples of the chunks of ``layout.ranges(...)``, owned by the caller."""
+        """The samples of the chunks of ``layout.ranges(...)``, owned by the
+        caller. A damaged record the format can step over (the records after
+        it are sound) may come as its DecodeError in its place; damage it
+        cannot step over is raised."""
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        """Columnar batches of the same samples (any sizes), in order."""
-        samples = list(self.samples(chunks, layout))
+        """Columnar batches of the same samples (any sizes), in order; a
+        DecodeError that :meth:`samples` gives in a record's place comes
+        between them in its place, and what came before an error first."""
+        samples: list[Any] = []
+        try:
+            for sample in self.samples(chunks, layout):
+                if isinstance(sample, DecodeError):
+                    if samples:
+                        yield batch_of(samples)
+                        samples = []
+                    yield sample
+                else:
+                    samples.append(sample)
+        except (DecodeError, OSError):
+            if samples:
+                yield batch_of(samples)
+            raise
         if samples:
             yield batch_of(samples)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio._errors import DecodeError
 from fastio.formats._compression import codec_for, decompress
 from fastio.formats._index import IndexStore, ShardIndex, scan_shard, stamped
 from fastio.formats._layout import Layout, ShardFormat, ShardWriter
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
     from typing_extensions import Buffer
 
-    from fastio._errors import DecodeError
     from fastio.formats._compression import Writable
     from fastio.formats._index import IndexPlacement, Locator
     from fastio.reader._ranges import Chunk
@@ -94,11 +94,17 @@ class RecordFormat(ShardFormat):
     def scanned(self, chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, Any]]:
         """Every sample of a whole shard's chunks, owned, with its byte range as
         the shard's index has it: what a scan and :meth:`samples` give, in
-        one pass (a first epoch streams a shard so). Raises the format's
-        DecodeError at damage."""
+        one pass (a first epoch streams a shard so). A damaged record the
+        format can step over comes as its DecodeError in the sample's place;
+        damage it cannot step over is raised."""
         whole = decompress(chunks, url) if codec_for(url) is not None else chunks
         for start, end, record in self.locator().locate(whole, url):
-            yield start, end, self.own(record, url, start)
+            if not isinstance(record, DecodeError):
+                try:
+                    record = self.own(record, url, start)
+                except DecodeError as error:  # the record is framed: the next one is sound
+                    record = error
+            yield start, end, record
 
     def _decompressed(self, chunks: Iterable[Chunk], layout: Layout) -> Iterable[Chunk]:
         """The chunks of ``layout.ranges(...)`` as the format's bytes."""

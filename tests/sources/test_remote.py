@@ -162,6 +162,26 @@ def test_a_shard_deleted_mid_epoch(http, tars, tmp_path) -> None:
     assert len(got) == len(tars.samples) - skipping.counts[2]
 
 
+def test_a_forbidden_object_is_a_permission_error(http, tars, tmp_path) -> None:
+    denied = http_dataset(http, tars, tmp_path).urls[1]
+    name = denied.rsplit("/", 2)[1] + "/" + denied.rsplit("/", 1)[1]
+    http.faults.forbidden.add(name)
+    # Indexing asks for its size: the answer is a 403, not "no such object".
+    with pytest.raises(PermissionError, match="HTTP 403") as caught:
+        http_dataset(http, tars, tmp_path / "fresh")
+    assert caught.value.filename == denied
+    skipping = http_dataset(http, tars, tmp_path / "fresh", on_error="skip")
+    assert skipping.stats()["shards_skipped"] == 1
+    # Reading it after it was indexed: a 403 to a range request.
+    http.faults.forbidden.clear()
+    dataset = http_dataset(http, tars, tmp_path)
+    http.faults.forbidden.add(name)
+    with pytest.raises(PermissionError, match="access denied") as caught:
+        list(dataset)
+    assert caught.value.filename == denied
+    assert "at offset 0" in str(caught.value)
+
+
 def test_dataloader_workers_read_remote_shards(http, tars, tmp_path) -> None:
     dataset = fastio.Dataset(remote_pattern(tars, http.url("faulty/")), index_dir=tmp_path, seed=3)
     loader = DataLoader(
