@@ -4,7 +4,11 @@ built-in it refines, so ``except OSError`` and ``except FileNotFoundError`` work
 from __future__ import annotations
 
 import errno
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = [
     "CacheError",
@@ -20,8 +24,10 @@ __all__ = [
     "FastIOError",
     "FastIOWarning",
     "IndexFileError",
+    "MissingExtraError",
     "RangeIgnoredError",
     "ReaderClosedError",
+    "ShardChangedError",
     "SkippedSamplesWarning",
     "TierFullError",
     "TruncatedFileError",
@@ -92,22 +98,33 @@ class TruncatedShardError(DecodeError):
     """A shard ends in the middle of a record: an interrupted write or copy."""
 
 
-class IndexFileError(FastIOError, OSError):
-    """A shard's stored index file is damaged: truncated, empty, or not an index.
+class ShardChangedError(FastIOError, OSError):
+    """A shard is no longer what its index describes: rewritten since it was
+    indexed (another size, modification or change time, or content), or a
+    remote object replaced (another ETag). ``filename`` is its URL. Reading
+    it with the old layout would deliver the wrong samples: make the dataset
+    anew (it indexes the shard again), or restore the shard."""
 
-    ``filename`` is the index file, ``url`` the shard it indexes. Remove the
-    file and it is built anew; a dataset with ``on_error="skip"`` or
-    ``"warn"`` rebuilds it by itself (and logs that it did).
-    """
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(errno.ESTALE, message, url)
 
-    def __init__(self, url: str, path: str, problem: str) -> None:
-        message = f"the index of {url} is damaged ({problem}); remove it to rebuild it"
-        super().__init__(errno.EIO, message, path)
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.filename, self.strerror))
+
+
+class IndexFileError(FastIOError, ValueError):
+    """An index file is damaged or of another version (``path``), so it cannot
+    say where ``url``'s samples are. Under ``on_error="skip"``/``"warn"`` the
+    shard is indexed again; make the index anew with ``fastio-bench index``."""
+
+    def __init__(self, path: str, url: str, problem: str) -> None:
+        super().__init__(f"index {path} of {url} cannot be read: {problem}")
+        self.path = path
         self.url = url
         self.problem = problem
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.url, self.filename, self.problem))
+        return (type(self), (self.path, self.url, self.problem))
 
 
 class ConfigError(FastIOError, ValueError):
@@ -187,6 +204,44 @@ class TierFullError(FastIOError, OSError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.strerror,))
+
+
+class MissingExtraError(FastIOError, ImportError):
+    """A feature needs a package of one of fastio's extras, and it is not
+    installed: Parquet and Arrow shards and columnar batches need ``arrow``
+    (pyarrow), tuning needs ``tune`` (optuna), plots ``plot``, metrics
+    ``metrics``. ``extra`` names the extra and ``name`` the missing module;
+    install it with ``pip install 'fastio[<extra>]'``."""
+
+    def __init__(self, feature: str, module: str, extra: str) -> None:
+        super().__init__(f"{feature} needs {module}: pip install 'fastio[{extra}]'", name=module)
+        self.feature, self.extra = feature, extra
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.feature, self.name, self.extra))
+
+
+# The module each extra brings, by module (pyproject.toml's optional dependencies).
+EXTRAS = {
+    "pyarrow": "arrow",
+    "optuna": "tune",
+    "uvloop": "fast",
+    "matplotlib": "plot",
+    "prometheus_client": "metrics",
+    "zstandard": "zstd",
+    "torch": "torch",
+}
+
+
+def import_extra(module: str, feature: str) -> ModuleType:
+    """``module`` (one of :data:`EXTRAS`), imported for ``feature``
+    (``"Parquet shards"``). Raises :class:`MissingExtraError` naming the extra
+    to install when it is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(feature, module.partition(".")[0],
+                                EXTRAS[module.partition(".")[0]]) from None  # fmt: skip
 
 
 class FastIOWarning(RuntimeWarning):

@@ -8,7 +8,22 @@ import sys
 
 import fastio
 
-HEAVY = ("optuna", "pyarrow", "torch", "numpy", "tensorflow", "jax", "pandas", "fsspec")
+HEAVY = (
+    "optuna",
+    "pyarrow",
+    "torch",
+    "numpy",
+    "tensorflow",
+    "jax",
+    "pandas",
+    "fsspec",
+    "uvloop",
+    "prometheus_client",
+    "matplotlib",
+    "pydantic",
+    "click",
+    "rich",
+)
 
 LOADED = """
 import json, sys

@@ -14,10 +14,8 @@ The samples are written by the formats' own writers (:mod:`fastio.formats`).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fastio.cli._config_cmd import config_option, gen_target
-from fastio.cli._options import SIZE
-from fastio.cli._report import byte_progress, console
+from fastio.cli._options import SIZE, output_options
+from fastio.cli._report import byte_progress, console, emit
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,6 +34,7 @@ if TYPE_CHECKING:
 
     from fastio.cli._measure import ProgressCallback
     from fastio.formats._compression import Writable
+    from fastio.formats._records import RecordWriter
 
 # format -> file extension
 FORMATS: dict[str, str] = {
@@ -153,6 +152,7 @@ class GenResult:
     payload_bytes: int
     bytes: int  # on disk
     seconds: float
+    index: str | None = None  # the dataset index written beside the shards
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -164,6 +164,7 @@ class GenResult:
             "bytes": self.bytes,
             "seconds": self.seconds,
             "url": self.url,
+            "index": self.index,
         }
 
 
@@ -193,6 +194,7 @@ def write_dataset(
     row_group_size: int | None = None,
     classes: int = 1000,
     progress: ProgressCallback | None = None,
+    index: bool = False,
 ) -> GenResult:
     """Write ``samples`` samples of about ``sample_size`` bytes as ``shards`` files
     ``<out_dir>/<format>-NNNNN.<ext>[.gz|.zst]``, replacing files of those names.
@@ -202,6 +204,8 @@ def write_dataset(
     ``row_group_size`` is in rows (Parquet row groups, Arrow record batches;
     default about 32 MiB each). ``npy`` and ``fixed`` hold equal-sized rows, so
     they take no ``size_jitter``. ``progress`` is called with payload bytes.
+    With ``index``, the formats that index their shards (webdataset, tfrecord,
+    jsonl) also get a dataset index beside them, from what the writers noted.
     Raises ValueError for an unknown format or compression or a bad size.
     """
     if format not in FORMATS:
@@ -215,7 +219,7 @@ def write_dataset(
     if row_group_size is not None and row_group_size < 1:
         raise ValueError(f"row_group_size must be positive, not {row_group_size}")
     # The formats load numpy, which the CLI does not at startup.
-    from fastio.formats import compressing
+    from fastio.formats import DatasetIndexWriter, compressing
 
     plan = DatasetPlan(samples, sample_size, shards, seed, size_jitter, classes)
     if format in _SELF_COMPRESSED:
@@ -228,6 +232,7 @@ def write_dataset(
     paths, url = shard_names(folder, format, shards, compression)
     payload = 0
     started = time.perf_counter()
+    indexes = DatasetIndexWriter() if index and format in _INDEXED else None
     for shard, path in enumerate(paths):
         blocks = _Counted(plan.blocks(shard, block_samples), progress)
         with _replacing(path) as partial, open(partial, "wb", buffering=1 << 20) as file:
@@ -235,11 +240,15 @@ def write_dataset(
                 _write_table(file, format, blocks, compression)
             else:
                 with compressing(file, None if compression == "none" else compression) as handle:
-                    _STREAM_WRITERS[format](handle, blocks, plan, shard)
+                    writer = _STREAM_WRITERS[format](handle, blocks, plan, shard)
+        if indexes is not None:
+            indexes.add(writer, path)  # in place now, as the index records it
         payload += blocks.payload_bytes
+    written_index = indexes.save() if indexes is not None else None
     seconds = time.perf_counter() - started
     on_disk = sum(os.path.getsize(path) for path in paths)
-    return GenResult(format, compression, tuple(paths), url, samples, payload, on_disk, seconds)
+    return GenResult(format, compression, tuple(paths), url, samples, payload, on_disk, seconds,
+                     written_index)  # fmt: skip
 
 
 class _Counted(Iterator[Block]):
@@ -275,25 +284,33 @@ def _replacing(path: str) -> Iterator[str]:
 # Each takes a shard's synthetic samples to its format's writer.
 
 
-def _write_webdataset(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+def _write_webdataset(
+    file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int
+) -> RecordWriter:
     from fastio.formats import WebDatasetWriter
 
     with WebDatasetWriter(file) as writer:
         for block in blocks:
             for key, label, payload in block.samples():
                 writer.write(key, {"bin": payload, "cls": str(label).encode()})
+    return writer
 
 
-def _write_tfrecord(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+def _write_tfrecord(
+    file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int
+) -> RecordWriter:
     from fastio.formats import TFRecordWriter, example_parts
 
     with TFRecordWriter(file) as writer:
         for block in blocks:
             for key, label, payload in block.samples():
                 writer.write(*example_parts({"key": key.encode(), "label": label, "data": payload}))
+    return writer
 
 
-def _write_npy(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, shard: int) -> None:
+def _write_npy(
+    file: Writable, blocks: Iterator[Block], plan: DatasetPlan, shard: int
+) -> RecordWriter:
     import numpy as np
 
     from fastio.formats import NpyWriter
@@ -303,18 +320,22 @@ def _write_npy(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, shard
         for block in blocks:
             for payload in block.payloads:
                 writer.write(payload)
+    return writer
 
 
-def _write_fixed(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, _: int) -> None:
+def _write_fixed(
+    file: Writable, blocks: Iterator[Block], plan: DatasetPlan, _: int
+) -> RecordWriter:
     from fastio.formats import FixedWriter
 
     with FixedWriter(file, plan.sample_size) as writer:
         for block in blocks:
             for payload in block.payloads:
                 writer.write(payload)
+    return writer
 
 
-def _write_jsonl(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+def _write_jsonl(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> RecordWriter:
     import numpy as np
 
     from fastio.formats import JsonLinesWriter
@@ -325,13 +346,15 @@ def _write_jsonl(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: in
             for key, label, payload in block.samples():
                 text = alphabet[np.frombuffer(payload, dtype=np.uint8) & 31].tobytes().decode()
                 writer.write({"key": key, "label": label, "text": text})
+    return writer
 
 
 def _write_table(file: Writable, format: str, blocks: Iterator[Block], compression: str) -> None:
     """One Parquet row group / Arrow record batch per block."""
-    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-
+    from fastio._errors import import_extra
     from fastio.formats import TableWriter
+
+    pa = import_extra("pyarrow", f"writing {format.capitalize()} files")
 
     schema = pa.schema([("key", pa.string()), ("label", pa.int64()), ("data", pa.binary())])
     codec = None if compression == "none" else compression
@@ -340,7 +363,12 @@ def _write_table(file: Writable, format: str, blocks: Iterator[Block], compressi
             writer.write(_record_batch(block, schema))
 
 
-_STREAM_WRITERS: dict[str, Callable[[Writable, Iterator[Block], DatasetPlan, int], None]] = {
+_INDEXED = ("webdataset", "tfrecord", "jsonl")
+"""Formats whose shards a dataset indexes by a scan, unless given the index."""
+
+_STREAM_WRITERS: dict[
+    str, Callable[[Writable, Iterator[Block], DatasetPlan, int], RecordWriter]
+] = {
     "webdataset": _write_webdataset,
     "tfrecord": _write_tfrecord,
     "npy": _write_npy,
@@ -414,7 +442,15 @@ def _record_batch(block: Block, schema: Any) -> Any:
     show_default=True,
     help="Labels are drawn from [0, classes).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+@click.option(
+    "--index/--no-index",
+    "with_index",
+    default=True,
+    show_default=True,
+    help="webdataset, tfrecord, jsonl: write the dataset index beside the shards (from what "
+    "the writers noted, no scan); --no-index leaves a dataset fastio has never seen.",
+)
+@output_options()
 @config_option(
     "Take the format from a dataset config (unless --format is given) and, without "
     "OUT_DIR, the folder of its urls."
@@ -432,7 +468,9 @@ def gen(
     size_jitter: float,
     row_group_size: int | None,
     classes: int,
+    with_index: bool,
     as_json: bool,
+    out_path: str | None,
     config_file: Path | None,
 ) -> None:
     """Write a synthetic sharded dataset to OUT_DIR: SAMPLES samples of about
@@ -450,7 +488,7 @@ def gen(
         with byte_progress(f"writing {dataset_format}", total, quiet=as_json) as advance:
             result = write_dataset(
                 out_dir, dataset_format, samples, sample_size, shards, seed, compression,
-                size_jitter, row_group_size, classes, advance,
+                size_jitter, row_group_size, classes, advance, with_index,
             )  # fmt: skip
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
@@ -458,14 +496,16 @@ def gen(
         raise click.ClickException(str(error)) from None
     except OSError as error:
         raise click.ClickException(str(error)) from None
-    if as_json:
-        json.dump(result.as_dict(), sys.stdout)
-        sys.stdout.write("\n")
-        return
-    rate = result.payload_bytes / result.seconds / 1e6 if result.seconds else math.inf
-    console().print(
-        f"wrote {len(result.paths)} {result.format} shards: {result.samples:,} samples, "
-        f"{result.payload_bytes / 1e9:.3f} GB of payload, {result.bytes / 1e9:.3f} GB on disk, "
-        f"in {result.seconds:.2f} s ({rate:,.0f} MB/s)"
-    )
-    console().print(result.url, highlight=False, soft_wrap=True)
+
+    def show() -> None:
+        rate = result.payload_bytes / result.seconds / 1e6 if result.seconds else math.inf
+        console().print(
+            f"wrote {len(result.paths)} {result.format} shards: {result.samples:,} samples, "
+            f"{result.payload_bytes / 1e9:.3f} GB of payload, {result.bytes / 1e9:.3f} GB on "
+            f"disk, in {result.seconds:.2f} s ({rate:,.0f} MB/s)"
+        )
+        console().print(result.url, highlight=False, soft_wrap=True)
+        if result.index is not None:
+            console().print(f"dataset index: {result.index}", highlight=False, soft_wrap=True)
+
+    emit(result.as_dict(), as_json, out_path, show)

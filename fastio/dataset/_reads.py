@@ -69,6 +69,8 @@ class SampleReads:
         self.format = shard_format
         self.reader = reader
         self.policy = policy
+        self.failing: dict[int, Exception] = {}
+        """Shards whose reads fail at once with this error (changed since indexed)."""
 
     def plan(
         self,
@@ -113,7 +115,15 @@ class SampleReads:
         shards = [Shard(tuple(ranges)) for ranges, _ in planned]
         k = 0
         while k < len(reads):
-            guarded = Guarded(self.reader().stream(shards[k:]))
+            failing = self.failing.get(reads[k].run.shard)
+            if failing is not None:
+                policy.failure(failing, reads[k].stop - reads[k].start, "shard skipped")
+                yield reads[k], [], 0
+                k += 1
+                continue
+            stop = next((i for i in range(k, len(reads)) if reads[i].run.shard in self.failing),
+                        len(reads))  # fmt: skip
+            guarded = Guarded(self.reader().stream(shards[k:stop]))
             expected = k
             try:
                 for position, group in groupby(guarded, key=attrgetter("shard")):
@@ -145,7 +155,7 @@ class SampleReads:
                     yield read, [], 0
                     expected = failed + 1
             else:
-                while expected < len(reads):
+                while expected < stop:
                     yield reads[expected], [], 0
                     expected += 1
             k = expected

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._errors import DecodeError
+from fastio._errors import DecodeError, import_extra
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
-__all__ = ["Layout", "ShardFormat", "ShardWriter", "gather"]
+__all__ = ["Layout", "ShardFormat", "ShardWriter", "batch_of", "gather"]
 
 
 @dataclass
@@ -138,27 +138,34 @@ class ShardFormat(abc.ABC):
         """Columnar batches of the same samples (any sizes), in order; a
         DecodeError that :meth:`samples` gives in a record's place comes
         between them in its place, and what came before an error first."""
-        import pyarrow as pa
-
-        rows: list[dict[str, Any]] = []
+        samples: list[Any] = []
         try:
             for sample in self.samples(chunks, layout):
                 if isinstance(sample, DecodeError):
-                    if rows:
-                        yield pa.RecordBatch.from_pylist(rows)
-                        rows = []
+                    if samples:
+                        yield batch_of(samples)
+                        samples = []
                     yield sample
                 else:
-                    rows.append(_plain(sample))
+                    samples.append(sample)
         except (DecodeError, OSError):
-            if rows:
-                yield pa.RecordBatch.from_pylist(rows)
+            if samples:
+                yield batch_of(samples)
             raise
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows)
+        if samples:
+            yield batch_of(samples)
 
     def options(self) -> dict[str, Any]:
         return {}
+
+
+def batch_of(samples: list[Any]) -> Any:
+    """Samples as one ``pyarrow.RecordBatch`` (a column per dict key, or
+    ``value``): the generic way, one Python object per sample. Raises
+    :class:`~fastio.MissingExtraError` without pyarrow."""
+    pa = import_extra("pyarrow", "Arrow record batches")
+
+    return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
 
 
 def _plain(sample: Any) -> dict[str, Any]:

@@ -175,6 +175,12 @@ class JsonLinesFormat(RecordFormat):
     def locator(self) -> Locator:
         return Locator(self.name, locate_json_lines)
 
+    def own(self, record: Any, url: str, offset: int) -> Any:
+        try:
+            return json.loads(bytes(record))
+        except ValueError as error:
+            raise DecodeError(f"line is not JSON: {error}", url, offset) from None
+
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         return _json_values(self._decompressed(chunks, layout), layout.url)
 
@@ -261,12 +267,18 @@ class LinesFormat(RecordFormat):
     def locator(self) -> Locator:
         return Locator(self.name, locate_lines)
 
+    def own(self, record: Any, url: str, offset: int) -> str:
+        try:
+            return str(record, "utf-8")
+        except UnicodeDecodeError as error:
+            raise DecodeError(f"line is not UTF-8: {error}", url, offset) from None
+
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         for offset, _, line in locate_lines(self._decompressed(chunks, layout), layout.url):
             try:
-                yield str(line, "utf-8")
-            except UnicodeDecodeError as error:
-                yield DecodeError(f"line is not UTF-8: {error}", layout.url, offset)
+                yield self.own(line, layout.url, offset)
+            except DecodeError as error:  # in the line's place: the lines after it are sound
+                yield error
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         pyarrow = arrow()

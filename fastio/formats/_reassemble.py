@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from fastio._errors import DecodeError, TruncatedShardError
+from fastio._errors import DecodeError, TruncatedShardError, import_extra
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -141,10 +141,9 @@ Take = Callable[[], Any]
 
 
 def arrow() -> Any:
-    """pyarrow, imported on first use so that importing the formats stays light."""
-    import pyarrow  # type: ignore[import-untyped,unused-ignore]
-
-    return pyarrow
+    """pyarrow, imported on first use so that importing the formats stays light.
+    Raises :class:`~fastio.MissingExtraError` without it (the ``arrow`` extra)."""
+    return import_extra("pyarrow", "columnar batches (Arrow record batches)")
 
 
 def too_large(url: str, base: int, max_bytes: int) -> DecodeError:

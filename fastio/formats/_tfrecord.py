@@ -188,6 +188,9 @@ class TFRecordFormat(RecordFormat):
         unverified = functools.partial(locate_tfrecords, verify=False)
         return Locator(f"{self.name}/unverified", unverified, reuses=(self.name,))
 
+    def own(self, record: Any, url: str, offset: int) -> Any:
+        return _parsed(record, url, offset) if self.example else bytes(record)
+
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         """Records (or parsed examples); a record whose checksum fails, or that
         is not an example, comes as its DecodeError in its place."""

@@ -316,6 +316,9 @@ class WebDatasetFormat(RecordFormat):
         return Locator(self.name, functools.partial(locate_webdataset, whole=True),
                        resync_webdataset)  # fmt: skip
 
+    def own(self, record: Any, url: str, offset: int) -> dict[str, Any]:
+        return {key: owned(value) for key, value in record.items()}
+
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
         decoded = decode_webdataset(self._decompressed(chunks, layout), layout.url,
                                     whole=layout.whole)  # fmt: skip

@@ -256,6 +256,26 @@ class Reader:
         status = os.stat(local_path(url))
         return status.st_size, status.st_mtime_ns
 
+    def change_stamp(self, url: str) -> int:
+        """A local file's inode change stamp: its inode and status-change time,
+        which every rewrite moves (``cp -p`` and ``rsync -t`` keep the
+        modification time, not this); 0 for a remote object."""
+        self._check_usable()
+        if is_remote(url):
+            return 0
+        status = os.stat(local_path(url))
+        return (status.st_ino * 1_000_003 + status.st_ctime_ns) & ((1 << 63) - 1)
+
+    def refresh(self, urls: Iterable[str]) -> None:
+        """Forget what is known of remote objects' sizes and versions and ask
+        again (many at once), so that :meth:`describe` sees an object replaced
+        since."""
+        self._check_usable()
+        for url in urls:
+            if is_remote(url):
+                self._remotes.forget(url)
+        self.prefetch_info(urls)
+
     @property
     def engine_kind(self) -> str:
         """``io_uring`` or ``threads``: the engine serving reads (started if needed)."""
