@@ -38,7 +38,7 @@ KnobKind = Literal[
     "size",  # bytes: an integer or "64MiB", "1MB", "4m"
     "seconds",  # a number of seconds
     "number",  # any other real number
-    "flag",  # true or false
+    "flag",  # true or false (or one of `choices`, such as "auto")
     "choice",  # one of `choices`
     "text",  # a string
     "path",  # a path or a string
@@ -191,8 +191,10 @@ def check_value(name: str, spec: Knob, value: Any) -> Any:
             raise TypeError(f"{name} must be a number, not {shown(value)}")
         return _bounded(name, spec, value)
     if kind == "flag":
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be true or false, not {shown(value)}")
+        if not isinstance(value, bool) and value not in spec.choices:
+            words = ["true", "false", *(repr(choice) for choice in spec.choices)]
+            listed = f"{', '.join(words[:-1])} or {words[-1]}"
+            raise TypeError(f"{name} must be {listed}, not {shown(value)}")
         return value
     if kind == "choice":
         if value not in spec.choices:

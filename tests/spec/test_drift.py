@@ -119,6 +119,9 @@ def test_knob_option_has_the_knobs_default_bounds_and_choices(where: str, option
         if kind == "flag":
             assert option_type is click.BOOL
             return
+    elif kind == "flag" and not isinstance(default, bool):
+        # Left unset unless given (the spec's default, such as "auto", applies), shown as it.
+        assert (option.default, option.show_default) == (None, str(default))
     else:
         shown = option.default if default is None else option_type.convert(option.default, None,
                                                                           None)  # fmt: skip
