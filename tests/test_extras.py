@@ -20,7 +20,7 @@ import fastio
 from fastio._errors import EXTRAS
 from tests.shards import write
 
-BLOCKED = ("pyarrow", "optuna", "uvloop", "prometheus_client", "matplotlib")
+BLOCKED = ("pyarrow", "optuna", "uvloop", "prometheus_client", "matplotlib", "ray")
 
 PRELUDE = f"""
 import json, sys
@@ -69,8 +69,9 @@ def test_raw_reads_and_record_formats_need_no_extra(tmp_path: Path) -> None:
         ("fastio.Dataset(TAR, tune=True)", "tuning needs optuna: pip install 'fastio[tune]'"),
         ("import fastio.metrics; fastio.metrics.prometheus_text(fastio.Dataset(TAR))",
          "Prometheus metrics needs prometheus_client: pip install 'fastio[metrics]'"),
+        ("import fastio.ray", "Ray datasets needs ray: pip install 'fastio[ray]'"),
     ],
-    ids=["parquet", "arrow-batches", "tune", "metrics"],
+    ids=["parquet", "arrow-batches", "tune", "metrics", "ray"],
 )  # fmt: skip
 def test_a_feature_that_needs_an_extra_names_it(tmp_path: Path, code: str, message: str) -> None:
     tar = write("webdataset", tmp_path / "tar", shards=1, per_shard=4)

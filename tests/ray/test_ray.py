@@ -1,0 +1,103 @@
+"""fastio datasets read by Ray Data on a local Ray instance: every sample
+exactly once across the read tasks, the same samples fastio.Dataset delivers,
+on shards written by the peers' own writers (webdataset's ShardWriter, the
+tfrecord package, numpy)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is the ray extra: pip install 'fastio[ray]'")
+
+import fastio  # noqa: E402
+from fastio.ray import FastIODatasource, read  # noqa: E402
+from tests.shards import check_sample, key_of, write  # noqa: E402
+
+# Ray 2.60's DataContext sets its own deprecated fields while it makes itself.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> object:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)  # fmt: skip
+    yield
+    ray.shutdown()
+
+
+def _fastio_samples(pattern: str, **options: object) -> dict[int, object]:
+    with fastio.Dataset(pattern, shuffle=False, fairness=False, **options) as dataset:
+        return {key_of(str(options["format"]), sample): sample for sample in dataset}
+
+
+def test_webdataset_rows_are_the_datasets_samples_each_once(tmp_path: Path) -> None:
+    written = write("webdataset", tmp_path, shards=4, per_shard=15, index=False)
+    rows = read(written.pattern, override_num_blocks=3).take_all()
+    keys = Counter(key_of("webdataset", row) for row in rows)
+    assert keys == Counter(range(len(written.samples)))
+    expected = _fastio_samples(written.pattern, **written.options)
+    for row in rows:
+        key = key_of("webdataset", row)
+        assert row == expected[key]  # __key__, __url__ and every member's bytes
+        check_sample("webdataset", row, written.samples[key])
+
+
+def test_read_tasks_split_the_samples_into_disjoint_parts(tmp_path: Path) -> None:
+    written = write("webdataset", tmp_path, shards=3, per_shard=12)
+    source = FastIODatasource(written.pattern, block_rows=5)
+    tasks = source.get_read_tasks(4)
+    assert len(tasks) == 4
+    parts = []
+    for task in tasks:  # each task's blocks, read here as a Ray worker would
+        keys = [key_of("webdataset", row) for block in task()
+                for row in block.to_pylist()]  # fmt: skip
+        assert len(keys) == task.metadata.num_rows
+        assert {row["__url__"] for row in _rows(task)} <= set(task.metadata.input_files)
+        parts.append(keys)
+    assert sorted(k for part in parts for k in part) == list(range(len(written.samples)))
+    assert all(max(a) < min(b) for a, b in itertools.pairwise(parts))  # contiguous, in order
+    assert source.estimate_inmemory_data_size() == sum(Path(u).stat().st_size
+                                                       for u in written.urls)  # fmt: skip
+
+
+def _rows(task: object) -> list[dict[str, object]]:
+    return [row for block in task() for row in block.to_pylist()]  # type: ignore[operator]
+
+
+def test_tfrecord_shuffled_epoch_reads_every_sample_once(tmp_path: Path) -> None:
+    written = write("tfrecord", tmp_path, shards=3, per_shard=10)
+    rows = read(written.pattern, shuffle=True, seed=3, epoch=2, override_num_blocks=2,
+                example=True).take_all()  # fmt: skip
+    assert Counter(key_of("tfrecord", row) for row in rows) == Counter(
+        range(len(written.samples)))  # fmt: skip
+    for row in rows:
+        key = key_of("tfrecord", row)
+        assert row["data"] == [written.samples[key]["data"]]
+        assert list(row["label"]) == [written.samples[key]["label"]]
+
+
+def test_numpy_rows_come_as_a_tensor_column(tmp_path: Path) -> None:
+    written = write("npy", tmp_path, shards=2, per_shard=9)
+    rows = read(written.pattern, override_num_blocks=3).take_all()
+    assert sorted(key_of("npy", row["data"]) for row in rows) == list(range(len(written.samples)))
+    for row in rows:
+        check_sample("npy", row["data"], written.samples[key_of("npy", row["data"])])
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [({"rank": 1, "world_size": 2}, "rank, world_size: Ray's read tasks split the samples"),
+     ({"remainder": "drop"}, "remainder='drop' would drop or repeat samples"),
+     ({"block_rows": 0}, "block_rows must be positive")],
+    ids=["rank", "remainder", "block_rows"],
+)  # fmt: skip
+def test_knobs_that_would_break_exactly_once_are_refused(
+    tmp_path: Path, knobs: dict[str, object], message: str
+) -> None:
+    written = write("webdataset", tmp_path, shards=1, per_shard=3)
+    with pytest.raises(ValueError, match=message):
+        FastIODatasource(written.pattern, **knobs)
