@@ -15,6 +15,7 @@ ray = pytest.importorskip("ray", reason="Ray is the ray extra: pip install 'fast
 
 import fastio  # noqa: E402
 from fastio.ray import FastIODatasource, read  # noqa: E402
+from tests.dataset.test_bad_input import damage_tar  # noqa: E402
 from tests.shards import check_sample, key_of, write  # noqa: E402
 
 # Ray 2.60's DataContext sets its own deprecated fields while it makes itself.
@@ -101,3 +102,22 @@ def test_knobs_that_would_break_exactly_once_are_refused(
     written = write("webdataset", tmp_path, shards=1, per_shard=3)
     with pytest.raises(ValueError, match=message):
         FastIODatasource(written.pattern, **knobs)
+
+
+def test_a_cut_shard_raises_naming_it_or_under_skip_every_intact_sample_comes_once(
+    tmp_path: Path,
+) -> None:
+    written = write("webdataset", tmp_path, shards=4, per_shard=12)
+    url, cut_key, end_key = damage_tar(written)
+    with pytest.raises(fastio.TruncatedShardError, match=url):
+        read(written.pattern, override_num_blocks=2).take_all()
+    rows = read(written.pattern, on_error="skip", override_num_blocks=3).take_all()
+    keys = Counter(key_of("webdataset", row) for row in rows)
+    assert set(keys.values()) == {1}
+    assert set(keys) == set(range(len(written.samples))) - set(range(cut_key, end_key))
+
+
+def test_count_and_limit_come_from_the_plan(tmp_path: Path) -> None:
+    written = write("webdataset", tmp_path, shards=3, per_shard=10)
+    assert read(written.pattern, override_num_blocks=2).count() == len(written.samples)
+    assert len(read(written.pattern, override_num_blocks=2).limit(7).take_all()) == 7
