@@ -65,6 +65,23 @@ def test_read_tasks_split_the_samples_into_disjoint_parts(tmp_path: Path) -> Non
                                                        for u in written.urls)  # fmt: skip
 
 
+def test_a_dataset_never_seen_is_split_by_shards_and_indexed_on_the_way(tmp_path: Path) -> None:
+    written = write("tfrecord", tmp_path, shards=4, per_shard=10, index=False)
+    source = FastIODatasource(written.pattern)
+    assert source.split == "shards"
+    assert source.estimate_inmemory_data_size() is None  # nothing read on the driver
+    tasks = source.get_read_tasks(8)
+    assert [list(task.metadata.input_files) for task in tasks] == [[url] for url in written.urls]
+    parts = [[key_of("tfrecord", row) for row in _rows(task)] for task in tasks]
+    assert sorted(k for part in parts for k in part) == list(range(len(written.samples)))
+    assert not set(parts[0]) & set(parts[1])
+    # The tasks left the indexes behind: the next read splits by samples.
+    again = FastIODatasource(written.pattern)
+    assert again.split == "samples"
+    assert sum(task.metadata.num_rows for task in again.get_read_tasks(3)) == len(
+        written.samples)  # fmt: skip
+
+
 def _rows(task: object) -> list[dict[str, object]]:
     return [row for block in task() for row in block.to_pylist()]  # type: ignore[operator]
 
@@ -93,8 +110,9 @@ def test_numpy_rows_come_as_a_tensor_column(tmp_path: Path) -> None:
     ("knobs", "message"),
     [({"rank": 1, "world_size": 2}, "rank, world_size: Ray's read tasks split the samples"),
      ({"remainder": "drop"}, "remainder='drop' would drop or repeat samples"),
-     ({"block_rows": 0}, "block_rows must be positive")],
-    ids=["rank", "remainder", "block_rows"],
+     ({"block_rows": 0}, "block_rows must be positive"),
+     ({"split": "files"}, "split must be 'auto', 'samples' or 'shards', not 'files'")],
+    ids=["rank", "remainder", "block_rows", "split"],
 )  # fmt: skip
 def test_knobs_that_would_break_exactly_once_are_refused(
     tmp_path: Path, knobs: dict[str, object], message: str
