@@ -12,7 +12,10 @@ touches every sample; a method whose rows or bytes differ is reported as failed:
 
 * ``ray.data.read_webdataset``: Ray's own reader, ``decoder=None`` (raw bytes,
   as fastio gives them), one read task per shard.
-* ``fastio.ray.read``: :class:`fastio.ray.FastIODatasource`, as many read tasks.
+* ``fastio.ray.read``: :class:`fastio.ray.FastIODatasource`, as many read tasks,
+  each a contiguous run of samples (the shards are indexed).
+* ``fastio.ray.read(split=shards)``: the same, each task whole shards (as a
+  dataset never seen is read).
 * ``fastio.Dataset.batches``: the same batches in this process, without Ray
   (what Ray's tasks and object store cost).
 * ``file read (limit)``: every shard's bytes read once with ``readinto``: the
@@ -91,6 +94,13 @@ def fastio_ray(paths: list[str], batch: int) -> tuple[int, int]:
     return _consume(ds.iter_batches(batch_size=batch, batch_format="pyarrow"))
 
 
+def fastio_ray_shards(paths: list[str], batch: int) -> tuple[int, int]:
+    import fastio.ray
+
+    ds = fastio.ray.read(paths, split="shards", override_num_blocks=len(paths))
+    return _consume(ds.iter_batches(batch_size=batch, batch_format="pyarrow"))
+
+
 def fastio_batches(paths: list[str], batch: int) -> tuple[int, int]:
     import fastio
 
@@ -101,6 +111,7 @@ def fastio_batches(paths: list[str], batch: int) -> tuple[int, int]:
 METHODS = {
     "ray.data.read_webdataset": ray_webdataset,
     "fastio.ray.read": fastio_ray,
+    "fastio.ray.read(split=shards)": fastio_ray_shards,
     "fastio.Dataset.batches": fastio_batches,
 }
 
@@ -147,7 +158,7 @@ def main() -> None:
                 METHODS[name](paths, args.batch_size)
             seconds[name].append(time.perf_counter() - started)
             rate = manifest["samples"] / seconds[name][-1]
-            print(f"round {round_ + 1}: {name:26} {rate:12,.0f} samples/s", file=sys.stderr)
+            print(f"round {round_ + 1}: {name:30} {rate:12,.0f} samples/s", file=sys.stderr)
     ray.shutdown()
     cells = []
     for name, runs in seconds.items():
