@@ -14,8 +14,8 @@ touches every sample; a method whose rows or bytes differ is reported as failed:
   as fastio gives them), one read task per shard.
 * ``fastio.ray.read``: :class:`fastio.ray.FastIODatasource`, as many read tasks,
   each a contiguous run of samples (the shards are indexed).
-* ``fastio.ray.read(split=shards)``: the same, each task whole shards (as a
-  dataset never seen is read).
+* ``fastio.ray.read(split=shards)``: the same, each task whole shards (how a
+  dataset not indexed yet is split; here the indexes are there).
 * ``fastio.Dataset.batches``: the same batches in this process, without Ray
   (what Ray's tasks and object store cost).
 * ``file read (limit)``: every shard's bytes read once with ``readinto``: the
