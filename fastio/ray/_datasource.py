@@ -109,7 +109,7 @@ class FastIODatasource(Datasource):  # type: ignore[misc]
         self.block_rows = block_rows
         indexed = all(layout is not None for layout in self.dataset.layouts)
         self.split = split if split != "auto" else "samples" if indexed else "shards"
-        self._stored: Any = None  # the indexed dataset in Ray's object store
+        self._stored: tuple[str, Any] | None = None  # its owner, the indexed dataset put
 
     def get_name(self) -> str:
         return f"FastIO({self.dataset.format})"
@@ -136,9 +136,16 @@ class FastIODatasource(Datasource):  # type: ignore[misc]
         if total == 0:
             return []
         tasks = max(1, min(parallelism, total))
-        if self._stored is None and ray.is_initialized():
-            self._stored = ray.put(dataset)
-        stored = self._stored if self._stored is not None else dataset
+        stored: Any = dataset
+        if ray.is_initialized():
+            # Once per driver connection: the put belongs to this driver, and a
+            # datasource read again after ray.init() anew must not hand its
+            # tasks a reference the old connection owned.
+            context = ray.get_runtime_context()  # a new cluster has a new node id
+            owner = f"{context.get_node_id()}/{context.get_worker_id()}"
+            if self._stored is None or self._stored[0] != owner:
+                self._stored = (owner, ray.put(dataset))
+            stored = self._stored[1]
         encoded = max(1, sum(layout.size for layout in dataset.layouts if layout is not None))
         block_rows = self.block_rows or _rows_per_block(encoded, total, data_context)
         bases = dataset.bases

@@ -135,7 +135,12 @@ def test_a_cut_shard_raises_naming_it_or_under_skip_every_intact_sample_comes_on
     assert set(keys) == set(range(len(written.samples))) - set(range(cut_key, end_key))
 
 
-def test_count_and_limit_come_from_the_plan(tmp_path: Path) -> None:
+def test_count_limit_and_a_read_again_in_a_new_ray_session(tmp_path: Path) -> None:
     written = write("webdataset", tmp_path, shards=3, per_shard=10)
     assert read(written.pattern, override_num_blocks=2).count() == len(written.samples)
     assert len(read(written.pattern, override_num_blocks=2).limit(7).take_all()) == 7
+    source = FastIODatasource(written.pattern)
+    assert len(ray.data.read_datasource(source).take_all()) == len(written.samples)
+    ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    assert len(ray.data.read_datasource(source).take_all()) == len(written.samples)
