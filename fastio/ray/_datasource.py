@@ -195,13 +195,7 @@ def _rows_per_block(encoded: int, total: int, data_context: Any) -> int:
 def _read_fn(stored: Any, task: int, tasks: int, epoch: int, block_rows: int) -> Any:
     def read_part() -> Iterator[Any]:
         base = ray.get(stored) if isinstance(stored, ray.ObjectRef) else stored
-        part = base.as_rank(task, tasks)
-        part.set_epoch(epoch)
-        try:
-            for batch in part.batches(block_rows):
-                yield _block(batch)
-        finally:
-            part.close()
+        yield from _blocks(base.as_rank(task, tasks), epoch, block_rows)
 
     return read_part
 
@@ -210,15 +204,19 @@ def _read_shards_fn(spec: Any, epoch: int, block_rows: int) -> Any:
     def read_shards() -> Iterator[Any]:
         from fastio.dataset._dataset import Dataset
 
-        part = Dataset.from_spec(spec)
-        part.set_epoch(epoch)
-        try:
-            for batch in part.batches(block_rows):
-                yield _block(batch)
-        finally:
-            part.close()
+        yield from _blocks(Dataset.from_spec(spec), epoch, block_rows)
 
     return read_shards
+
+
+def _blocks(part: Dataset, epoch: int, block_rows: int) -> Iterator[Any]:
+    """``part``'s samples of ``epoch`` as blocks; its reader closed at the end."""
+    part.set_epoch(epoch)
+    try:
+        for batch in part.batches(block_rows):
+            yield _block(batch)
+    finally:
+        part.close()
 
 
 def _block(batch: Any) -> Any:
