@@ -76,7 +76,7 @@ def remove_leftovers() -> None:
 
 def compile_relay(folder: Path) -> Path:
     binary = folder / "delay_line"
-    command = ["cc", "-O2", "-Wall", "-Wextra", "-o", str(binary), str(DELAY_LINE_SOURCE)]
+    command = ["cc", "-O2", "-Wall", "-Wextra", "-pthread", "-o", str(binary), str(DELAY_LINE_SOURCE)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"compiling {DELAY_LINE_SOURCE.name}: {done.stderr.strip()}")

@@ -20,8 +20,9 @@
  * with several Gbit/s.
  *
  * A constant delay keeps packets in arrival order, so each direction is a
- * FIFO of byte-packed entries in one ring (no per-packet allocation); the
- * next wake-up is the head's due time, slept to with nanosecond precision. */
+ * FIFO of byte-packed entries in one ring (no per-packet allocation), served
+ * by its own thread; the next wake-up is the head's due time, slept to with
+ * nanosecond precision. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -44,8 +47,9 @@
 #define MAX_PACKET (65536 + 64) /* a GSO segment of 64 KiB and its virtio-net header */
 #define ENTRY_HEADER 16u
 #define WRAPPED UINT32_MAX     /* an entry length meaning "the rest is unused, go to 0" */
-#define READ_BATCH 64          /* packets read from one device before serving the other */
+#define READ_BATCH 64          /* packets read before releasing those due */
 #define LATE_NS 1000000ull     /* a packet released this late counts as late */
+#define SLIGHTLY_LATE_NS 100000ull
 
 struct entry {
     uint64_t due_ns;
@@ -55,10 +59,12 @@ struct entry {
 
 struct direction {
     const char *name;
-    int from, to;
+    int from, to, stop;
+    uint64_t delay_ns;
     uint8_t *ring;
     size_t head, tail, used;
-    uint64_t packets, bytes, dropped_full, dropped_write, late, late_max_ns, queued_max;
+    uint64_t packets, bytes, dropped_full, dropped_write, queued_max;
+    uint64_t slightly_late, late, late_max_ns;
 };
 
 static uint64_t now_ns(void) {
@@ -141,8 +147,8 @@ static void release(struct direction *d) {
         uint64_t late = now - e->due_ns;
         if (late > d->late_max_ns)
             d->late_max_ns = late;
-        if (late > LATE_NS)
-            d->late++;
+        d->slightly_late += late > SLIGHTLY_LATE_NS;
+        d->late += late > LATE_NS;
         /* A TUN write hands the packet to the stack at once; a failure (the
          * stack refused it) is a loss on the link, not a reason to stop. */
         if (write(d->to, (uint8_t *)e + ENTRY_HEADER, e->length) < 0)
@@ -154,8 +160,8 @@ static void release(struct direction *d) {
 }
 
 /* Read what the device has (at most a batch, so the other side is served too). */
-static void receive(struct direction *d, uint64_t delay_ns) {
-    static uint8_t discard[MAX_PACKET];
+static void receive(struct direction *d) {
+    static __thread uint8_t discard[MAX_PACKET];
     for (int i = 0; i < READ_BATCH; i++) {
         uint8_t *slot = reserve(d);
         uint8_t *into = slot != NULL ? slot + ENTRY_HEADER : discard;
@@ -168,7 +174,7 @@ static void receive(struct direction *d, uint64_t delay_ns) {
         if (slot == NULL)
             d->dropped_full++;
         else
-            commit(d, (size_t)got, now_ns() + delay_ns);
+            commit(d, (size_t)got, now_ns() + d->delay_ns);
     }
 }
 
@@ -205,12 +211,43 @@ static int open_tun(const char *netns, const char *device) {
 
 static void print_direction(const struct direction *d, const char *after) {
     printf("\"%s\": {\"packets\": %llu, \"bytes\": %llu, \"dropped_full\": %llu, "
-           "\"dropped_write\": %llu, \"late_over_1ms\": %llu, \"late_max_us\": %.1f, "
+           "\"dropped_write\": %llu, \"late_over_100us\": %llu, \"late_over_1ms\": %llu, "
+           "\"late_max_us\": %.1f, "
            "\"queued_max_bytes\": %llu}%s",
            d->name, (unsigned long long)d->packets, (unsigned long long)d->bytes,
            (unsigned long long)d->dropped_full, (unsigned long long)d->dropped_write,
-           (unsigned long long)d->late, d->late_max_ns / 1000.0,
+           (unsigned long long)d->slightly_late,           (unsigned long long)d->late, d->late_max_ns / 1000.0,
            (unsigned long long)d->queued_max, after);
+}
+
+/* One thread per direction, so a burst of data to write never holds back the
+ * ACKs going the other way (each TUN write runs the receiving stack here). */
+static void *relay(void *argument) {
+    struct direction *d = argument;
+    struct pollfd watched[2] = {
+        {.fd = d->from, .events = POLLIN},
+        {.fd = d->stop, .events = POLLIN},
+    };
+    for (;;) {
+        release(d);
+        /* Sleep until the oldest packet is due, or until the device has one to read. */
+        struct timespec wait, *timeout = NULL;
+        struct entry *e = oldest(d);
+        if (e != NULL) {
+            uint64_t now = now_ns();
+            uint64_t left = e->due_ns > now ? e->due_ns - now : 0;
+            wait.tv_sec = (time_t)(left / 1000000000ull);
+            wait.tv_nsec = (long)(left % 1000000000ull);
+            timeout = &wait;
+        }
+        int ready = ppoll(watched, 2, timeout, NULL);
+        if (ready < 0 && errno != EINTR)
+            die("ppoll");
+        if (watched[1].revents)
+            return NULL;
+        if (watched[0].revents & POLLIN)
+            receive(d);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -223,7 +260,8 @@ int main(int argc, char **argv) {
     /* The relay must not outlive the benchmark that started it, however that ends. */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     /* The link's timing should not depend on how busy the machine is: other
-     * processes (the client, the server, others' tests) share two cores. */
+     * processes (the client, the server, others' tests) share two cores. The
+     * threads inherit the policy. */
     if (argc > 6) {
         struct sched_param param = {.sched_priority = atoi(argv[6])};
         if (sched_setscheduler(0, SCHED_FIFO, &param) < 0)
@@ -234,64 +272,41 @@ int main(int argc, char **argv) {
 
     int a = open_tun(argv[1], argv[2]);
     int b = open_tun(argv[3], argv[4]);
+    int stop = eventfd(0, EFD_CLOEXEC);
     struct direction sides[2] = {
         {.name = "a_to_b", .from = a, .to = b},
         {.name = "b_to_a", .from = b, .to = a},
     };
-    for (int i = 0; i < 2; i++) {
-        sides[i].ring = aligned_alloc(64, RING_BYTES);
-        if (sides[i].ring == NULL)
-            die("ring");
-    }
-
     sigset_t stops;
     sigemptyset(&stops);
     sigaddset(&stops, SIGTERM);
     sigaddset(&stops, SIGINT);
-    sigprocmask(SIG_BLOCK, &stops, NULL);
-    int signals = signalfd(-1, &stops, SFD_CLOEXEC);
-    int poll = epoll_create1(EPOLL_CLOEXEC);
-    int watched[4] = {a, b, signals, STDIN_FILENO};
-    for (int i = 0; i < 4; i++) {
-        struct epoll_event event = {.events = EPOLLIN, .data.fd = watched[i]};
-        if (epoll_ctl(poll, EPOLL_CTL_ADD, watched[i], &event) < 0)
-            die("epoll_ctl");
+    sigprocmask(SIG_BLOCK, &stops, NULL); /* before the threads, so they inherit the mask */
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++) {
+        sides[i].ring = aligned_alloc(64, RING_BYTES);
+        if (sides[i].ring == NULL)
+            die("ring");
+        sides[i].delay_ns = delay_ns;
+        sides[i].stop = stop;
+        if (pthread_create(&threads[i], NULL, relay, &sides[i]) != 0)
+            die("pthread_create");
     }
+    int signals = signalfd(-1, &stops, SFD_CLOEXEC);
     printf("ready\n");
     fflush(stdout);
-
-    for (int running = 1; running;) {
-        release(&sides[0]);
-        release(&sides[1]);
-        /* Sleep until the earliest due packet, or until a device has one to read. */
-        struct timespec wait = {0, 0}, *timeout = NULL;
-        uint64_t next = UINT64_MAX;
-        for (int i = 0; i < 2; i++) {
-            struct entry *e = oldest(&sides[i]);
-            if (e != NULL && e->due_ns < next)
-                next = e->due_ns;
-        }
-        if (next != UINT64_MAX) {
-            uint64_t now = now_ns();
-            uint64_t left = next > now ? next - now : 0;
-            wait.tv_sec = (time_t)(left / 1000000000ull);
-            wait.tv_nsec = (long)(left % 1000000000ull);
-            timeout = &wait;
-        }
-        struct epoll_event events[4];
-        int ready = epoll_pwait2(poll, events, 4, timeout, NULL);
-        if (ready < 0 && errno != EINTR)
-            die("epoll_pwait2");
-        for (int i = 0; i < ready; i++) {
-            int fd = events[i].data.fd;
-            if (fd == a)
-                receive(&sides[0], delay_ns);
-            else if (fd == b)
-                receive(&sides[1], delay_ns);
-            else /* a stop signal, or the caller closed our stdin (or died) */
-                running = 0;
-        }
-    }
+    /* Until a stop signal, or until the caller closes our stdin (or dies). */
+    struct pollfd waited[2] = {
+        {.fd = signals, .events = POLLIN},
+        {.fd = STDIN_FILENO, .events = POLLIN},
+    };
+    while (poll(waited, 2, -1) < 0 && errno == EINTR)
+        ;
+    uint64_t one = 1;
+    if (write(stop, &one, sizeof one) < 0)
+        die("eventfd");
+    for (int i = 0; i < 2; i++)
+        pthread_join(threads[i], NULL);
     printf("{");
     print_direction(&sides[0], ", ");
     print_direction(&sides[1], "}\n");
