@@ -41,6 +41,7 @@ ROUTER_TUN, SERVER_TUN = "fbwan-tr", "fbwan-ts"
 HOST_ADDRESS, ROUTER_ADDRESS = "10.99.11.1", "10.99.11.2"
 ROUTER_TUN_ADDRESS, SERVER_ADDRESS = "10.99.12.1", "10.99.12.2"
 SERVER_PORT = 8080
+STATUS_PATH = "/__nginx_status"  # nginx's counters (requests served)
 DELAY_LINE_SOURCE = Path(__file__).with_name("delay_line.c")
 # Real-time priority of the relay: below the kernel's own threads (50), above
 # every normal process, so others' load does not stretch the delay.
@@ -76,7 +77,16 @@ def remove_leftovers() -> None:
 
 def compile_relay(folder: Path) -> Path:
     binary = folder / "delay_line"
-    command = ["cc", "-O2", "-Wall", "-Wextra", "-pthread", "-o", str(binary), str(DELAY_LINE_SOURCE)]
+    command = [
+        "cc",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-pthread",
+        "-o",
+        str(binary),
+        str(DELAY_LINE_SOURCE),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"compiling {DELAY_LINE_SOURCE.name}: {done.stderr.strip()}")
@@ -120,8 +130,10 @@ class Link:
         ):
             links = json.loads(run(["ip", "-s", "-j", "link", "show", "dev", device], netns))
             stats = links[0].get("stats64", {})
-            out[key] = {"tx_dropped": stats.get("tx", {}).get("dropped"),
-                        "rx_dropped": stats.get("rx", {}).get("dropped")}  # fmt: skip
+            out[key] = {
+                "tx_dropped": stats.get("tx", {}).get("dropped"),
+                "rx_dropped": stats.get("rx", {}).get("dropped"),
+            }
         return out
 
     def ping(self, count: int = 20) -> dict[str, float]:
@@ -158,30 +170,59 @@ def wan_link(one_way_ms: float, relay_stats: dict[str, Any] | None = None) -> It
             run(["ip", "netns", "add", netns])
             run(["ip", "link", "set", "lo", "up"], netns)
         relay = subprocess.Popen(
-            [str(binary), ROUTER_NS, ROUTER_TUN, SERVER_NS, SERVER_TUN,
-             str(round(one_way_ms * 1000)), str(RELAY_PRIORITY)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                str(binary),
+                ROUTER_NS,
+                ROUTER_TUN,
+                SERVER_NS,
+                SERVER_TUN,
+                str(round(one_way_ms * 1000)),
+                str(RELAY_PRIORITY),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert relay.stdout is not None
         if relay.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the delay line did not start (exit {relay.wait()})")
-        run(["ip", "link", "add", HOST_VETH, "type", "veth", "peer", "name", ROUTER_VETH,
-             "netns", ROUTER_NS])  # fmt: skip
+        run(
+            [
+                "ip",
+                "link",
+                "add",
+                HOST_VETH,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                ROUTER_VETH,
+                "netns",
+                ROUTER_NS,
+            ]
+        )
         run(["ip", "addr", "add", f"{HOST_ADDRESS}/30", "dev", HOST_VETH])
         run(["ip", "link", "set", HOST_VETH, "up"])
         run(["ip", "route", "add", f"{SERVER_ADDRESS}/32", "via", ROUTER_ADDRESS])
         run(["ip", "addr", "add", f"{ROUTER_ADDRESS}/30", "dev", ROUTER_VETH], ROUTER_NS)
         run(["ip", "link", "set", ROUTER_VETH, "up"], ROUTER_NS)
-        run(["ip", "addr", "add", ROUTER_TUN_ADDRESS, "peer", SERVER_ADDRESS, "dev", ROUTER_TUN],
-            ROUTER_NS)  # fmt: skip
+        run(
+            ["ip", "addr", "add", ROUTER_TUN_ADDRESS, "peer", SERVER_ADDRESS, "dev", ROUTER_TUN],
+            ROUTER_NS,
+        )
         run(["ip", "link", "set", ROUTER_TUN, "up"], ROUTER_NS)
         run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], ROUTER_NS)
-        run(["ip", "addr", "add", SERVER_ADDRESS, "peer", ROUTER_TUN_ADDRESS, "dev", SERVER_TUN],
-            SERVER_NS)  # fmt: skip
+        run(
+            ["ip", "addr", "add", SERVER_ADDRESS, "peer", ROUTER_TUN_ADDRESS, "dev", SERVER_TUN],
+            SERVER_NS,
+        )
         run(["ip", "link", "set", SERVER_TUN, "up"], SERVER_NS)
         run(["ip", "route", "add", "default", "dev", SERVER_TUN], SERVER_NS)
-        run(["ip", "route", "add", f"{HOST_ADDRESS}/32", "via", ROUTER_ADDRESS], ROUTER_NS,
-            check=False)  # fmt: skip
+        run(
+            ["ip", "route", "add", f"{HOST_ADDRESS}/32", "via", ROUTER_ADDRESS],
+            ROUTER_NS,
+            check=False,
+        )
         yield Link(one_way_ms, relay)
     finally:
         if relay is not None:
@@ -214,6 +255,7 @@ http {{
         listen {address}:{port} backlog=4096 reuseport;
         root {root};
         location / {{ }}
+        location = {status} {{ stub_status; }}
     }}
 }}
 """
@@ -227,9 +269,24 @@ def nginx(root: Path, address: str = SERVER_ADDRESS, port: int = SERVER_PORT) ->
         raise RuntimeError("nginx is not installed (apt-get install -y nginx-light)")
     folder = Path(tempfile.mkdtemp(prefix="fastio-nginx-"))
     config = folder / "nginx.conf"
-    config.write_text(NGINX_CONFIG.format(folder=folder, address=address, port=port, root=root))
-    command = ["ip", "netns", "exec", SERVER_NS, "nginx", "-p", str(folder), "-e",
-               str(folder / "error.log"), "-c", str(config)]  # fmt: skip
+    config.write_text(
+        NGINX_CONFIG.format(
+            folder=folder, address=address, port=port, root=root, status=STATUS_PATH
+        )
+    )
+    command = [
+        "ip",
+        "netns",
+        "exec",
+        SERVER_NS,
+        "nginx",
+        "-p",
+        str(folder),
+        "-e",
+        str(folder / "error.log"),
+        "-c",
+        str(config),
+    ]
     # Its own session: Ctrl-C reaches the benchmark, which then stops nginx in order.
     process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE, text=True)
     try:
