@@ -25,7 +25,10 @@ touching every sample (a wrong sample count or payload total fails the run):
   a fresh empty cache): ``fastio.Dataset(pattern, format="webdataset",
   shuffle=False)`` on a never-seen dataset: a fresh ``XDG_CACHE_HOME`` and
   ``index_dir`` per run, so no index exists anywhere (what a user meets first);
-* fastio indexed: the same with the indexes already built (untimed, once).
+* fastio indexed: the same with the indexes already built (untimed, once);
+* fastio obstore, fastio obstore indexed (only with ``--methods``): fastio
+  default and indexed with the reader's remote source swapped for the obstore
+  prototype in obstore_remote.py.
 
 Each run is timed inside its process from the first call (constructing the
 dataset, or the first open) to the first sample and to the last; imports are
@@ -78,12 +81,18 @@ METHODS = {
     "fastio tune=True": "fastio",
     "fastio cache": "fastio",
     "fastio indexed": "fastio",
+    # Not run unless asked (--methods): fastio's reader on obstore_remote.py's prototype.
+    "fastio obstore": "fastio",
+    "fastio obstore indexed": "fastio",
 }
+DEFAULT_METHODS = [m for m in METHODS if "obstore" not in m]
 FASTIO_OPTIONS: dict[str, dict[str, Any]] = {
     "fastio default": {},
     "fastio tune=True": {"tune": True},
     "fastio cache": {"cache": True},
     "fastio indexed": {"indexed": True},
+    "fastio obstore": {"obstore": True},
+    "fastio obstore indexed": {"obstore": True, "indexed": True},
 }
 IMPORTS = {
     "fastio": ("fastio", "fsspec.implementations.http"),
@@ -159,6 +168,10 @@ class Progress:
 def fastio_run(spec: dict[str, Any], options: dict[str, Any], clock: dict[str, float]) -> Any:
     import fastio
 
+    if options.get("obstore"):
+        import obstore_remote
+
+        obstore_remote.install()
     keywords: dict[str, Any] = {"index_dir": spec["index_dir"]}
     if options.get("indexed"):
         keywords["index_dir"] = spec["shared_index_dir"]
@@ -609,7 +622,7 @@ def main() -> None:
     parser.add_argument(
         "--methods",
         type=lambda s: s.split(","),
-        default=list(METHODS),
+        default=DEFAULT_METHODS,
         help=f"a comma-separated subset of: {', '.join(METHODS)}",
     )
     parser.add_argument("--json", type=Path, help="default: benchmarks/results/remote-link-*.json")
