@@ -117,22 +117,22 @@ def obstore_point(work: list[Any], n: int) -> int:
 
 def curl_point(work: list[Any], n: int) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".curl") as config:
-        for url, offset, length in work:
-            config.write(
-                f'url = "{url}"\nrange = {offset}-{offset + length - 1}\noutput = /dev/null\n'
-            )
+        # One option group per transfer ("next" starts the next one): without it the
+        # last range would apply to every URL.
+        groups = [
+            f'url = "{url}"\nrange = {offset}-{offset + length - 1}\noutput = /dev/null\n'
+            'write-out = "%{size_download}\\n"\nsilent\nfail\n'
+            for url, offset, length in work
+        ]
+        config.write("next\n".join(groups))
         config.flush()
         done = subprocess.run(
             [
                 "curl",
-                "--silent",
-                "--fail",
                 "--parallel",
                 "--parallel-immediate",
                 "--parallel-max",
                 str(n),
-                "--write-out",
-                "%{size_download}\\n",
                 "-K",
                 config.name,
             ],

@@ -51,6 +51,7 @@
 #define READ_BATCH 64          /* packets read before releasing those due */
 #define LATE_NS 1000000ull     /* a packet released this late counts as late */
 #define SLIGHTLY_LATE_NS 100000ull
+#define VERY_LATE_NS 10000000ull
 
 struct entry {
     uint64_t due_ns;
@@ -65,7 +66,7 @@ struct direction {
     uint8_t *ring;
     size_t head, tail, used;
     uint64_t packets, bytes, dropped_full, dropped_write, queued_max;
-    uint64_t slightly_late, late, late_max_ns;
+    uint64_t slightly_late, late, very_late, late_max_ns;
 };
 
 static uint64_t now_ns(void) {
@@ -150,6 +151,7 @@ static void release(struct direction *d) {
             d->late_max_ns = late;
         d->slightly_late += late > SLIGHTLY_LATE_NS;
         d->late += late > LATE_NS;
+        d->very_late += late > VERY_LATE_NS;
         /* A TUN write hands the packet to the stack at once; a failure (the
          * stack refused it) is a loss on the link, not a reason to stop. */
         if (write(d->to, (uint8_t *)e + ENTRY_HEADER, e->length) < 0)
@@ -213,11 +215,12 @@ static int open_tun(const char *netns, const char *device) {
 static void print_direction(const struct direction *d, const char *after) {
     printf("\"%s\": {\"packets\": %llu, \"bytes\": %llu, \"dropped_full\": %llu, "
            "\"dropped_write\": %llu, \"late_over_100us\": %llu, \"late_over_1ms\": %llu, "
-           "\"late_max_us\": %.1f, "
+           "\"late_over_10ms\": %llu, \"late_max_us\": %.1f, "
            "\"queued_max_bytes\": %llu}%s",
            d->name, (unsigned long long)d->packets, (unsigned long long)d->bytes,
            (unsigned long long)d->dropped_full, (unsigned long long)d->dropped_write,
-           (unsigned long long)d->slightly_late,           (unsigned long long)d->late, d->late_max_ns / 1000.0,
+           (unsigned long long)d->slightly_late, (unsigned long long)d->late,
+           (unsigned long long)d->very_late, d->late_max_ns / 1000.0,
            (unsigned long long)d->queued_max, after);
 }
 
