@@ -5,8 +5,8 @@
 
 The same link and nginx as bench_remote_link.py (run that once first: it
 writes the dataset this reads), uncapped (``--rate`` to cap it). Each point
-reads the first ``--bytes`` of the shards, in order, as ranges of R bytes with
-N requests in flight at all times, as fastio's reader issues them (see
+reads ``--bytes`` (at least 4 x N x R) of the shards, in order, as ranges of R
+bytes with N requests in flight at all times, as fastio's reader issues them (see
 fastio/sources/_remote.py), with a new client (so new connections) per run:
 
 * fsspec: ``HTTPFileSystem._cat_file(url, start, end)`` on fsspec's event loop
@@ -28,6 +28,7 @@ import asyncio
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,18 +48,21 @@ RESULTS = Path(__file__).parent / "results"
 SCRIPT = str(Path(__file__).resolve())
 CLIENTS = ("fsspec", "obstore", "curl")
 MiB = 1 << 20
+WAVES = 4  # each run reads at least this many times N x R bytes
 
 
 def ranges(urls: list[str], size: int, length: int, total: int) -> Iterator[tuple[str, int, int]]:
-    """(url, offset, length) of the first ``total`` bytes of the shards, ``length`` at a time."""
+    """(url, offset, length) of ``total`` bytes of the shards, ``length`` at a time,
+    in order, starting over at the first shard if ``total`` is more than they hold."""
     left = total
-    for url in urls:
-        for offset in range(0, size, length):
-            if left <= 0:
-                return
-            take = min(length, size - offset, left)
-            yield url, offset, take
-            left -= take
+    while True:
+        for url in urls:
+            for offset in range(0, size, length):
+                if left <= 0:
+                    return
+                take = min(length, size - offset, left)
+                yield url, offset, take
+                left -= take
 
 
 async def drive(read: Callable[[str, int, int], Awaitable[int]], work: list[Any], n: int) -> int:
@@ -158,7 +162,10 @@ def child(spec_path: str) -> None:
     point = POINTS[spec["client"]]
     for requests in spec["requests"]:
         for size in spec["sizes"]:
-            work = list(ranges(spec["urls"], spec["shard_bytes"], size, spec["bytes"]))
+            # Several waves of N requests, so the steady state and not the first
+            # slow start of N new connections sets the figure.
+            total = max(spec["bytes"], WAVES * requests * size)
+            work = list(ranges(spec["urls"], spec["shard_bytes"], size, total))
             for repeat in range(spec["repeats"]):
                 cpu_before, started = cpu_seconds(), time.perf_counter()
                 try:
@@ -201,6 +208,9 @@ def main() -> None:
         return
     if os.geteuid() != 0:
         parser.error("needs root: network namespaces, TUN devices, tc")
+    # SIGTERM and SIGHUP unwind like Ctrl-C, so the link and nginx are taken down.
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, lambda *_: sys.exit(143))
     manifests = sorted(args.data_dir.glob("*/manifest.json"), key=lambda p: p.stat().st_size)
     if not manifests:
         parser.error(f"no dataset in {args.data_dir}: run bench_remote_link.py first")
@@ -226,7 +236,7 @@ def main() -> None:
                 "client": client,
                 "urls": [f"{base}/{name}" for name in manifest["names"]],
                 "shard_bytes": shard_bytes,
-                "bytes": min(args.bytes, manifest["bytes"]),
+                "bytes": args.bytes,
                 "requests": [int(n) for n in args.requests.split(",")],
                 "sizes": [int(float(r) * MiB) for r in args.sizes.split(",")],
                 "repeats": args.repeats,
