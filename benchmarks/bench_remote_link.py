@@ -168,11 +168,7 @@ class Progress:
 def fastio_run(spec: dict[str, Any], options: dict[str, Any], clock: dict[str, float]) -> Any:
     import fastio
 
-    if options.get("obstore"):
-        import obstore_remote
-
-        obstore_remote.install()
-    keywords: dict[str, Any] = {"index_dir": spec["index_dir"]}
+    keywords: dict[str, Any] = {"index_dir": spec["index_dir"], **spec["fastio_knobs"]}
     if options.get("indexed"):
         keywords["index_dir"] = spec["shared_index_dir"]
     if options.get("tune"):
@@ -272,6 +268,10 @@ def child(spec_path: str) -> None:
             import fastio
 
             assert fastio.Dataset  # a lazy attribute: this imports it
+            if FASTIO_OPTIONS[spec["method"]].get("obstore"):
+                import obstore_remote
+
+                obstore_remote.install()
         clock = {"started": time.perf_counter()}
         samples, payload, details = RUNS[kind](spec, FASTIO_OPTIONS.get(spec["method"], {}), clock)
         clock["ended"] = time.perf_counter()
@@ -389,6 +389,7 @@ def measure_condition(
         "shared_index_dir": str(work / f"index-{condition}"),
         "samples": manifest["case"]["samples"],
         "bytes": manifest["bytes"],
+        "fastio_knobs": args.fastio_knobs,
     }
     if "fastio indexed" in chosen:
         seconds = build_index(spec_base, manifest["case"]["samples"])
@@ -592,6 +593,15 @@ def plot(cells: list[Cell], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
+def parse_knobs(text: str) -> dict[str, int]:
+    """``name=value,...`` with sizes in fastio's syntax (``4MiB``)."""
+    knobs = {}
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        knobs[name.strip()] = parse_size(value.strip())
+    return knobs
+
+
 def bits_per_second(rate: str) -> float:
     """tc's rate syntax (``1gbit``, ``500mbit``) in bits per second."""
     for unit, scale in (("kbit", 1e3), ("mbit", 1e6), ("gbit", 1e9), ("bit", 1.0)):
@@ -624,6 +634,12 @@ def main() -> None:
         type=lambda s: s.split(","),
         default=DEFAULT_METHODS,
         help=f"a comma-separated subset of: {', '.join(METHODS)}",
+    )
+    parser.add_argument(
+        "--fastio-knobs",
+        type=parse_knobs,
+        default={},
+        help="reader knobs for every fastio run, e.g. outstanding_requests=32,read_size=4MiB",
     )
     parser.add_argument("--json", type=Path, help="default: benchmarks/results/remote-link-*.json")
     parser.add_argument("--plot", type=Path, help="write a PNG chart here (matplotlib)")

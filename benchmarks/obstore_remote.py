@@ -142,6 +142,9 @@ class ObstoreRemotes(Remotes):
 
 def install() -> None:
     """Make readers created from now on, in this process, use ObstoreRemotes."""
+    import importlib
+
     import fastio.reader._reader as reader_module
 
+    importlib.import_module("obstore.store")  # loaded now, not on the first read
     reader_module.Remotes = ObstoreRemotes  # type: ignore[misc]
