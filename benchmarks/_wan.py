@@ -50,6 +50,11 @@ RELAY_PRIORITY = 10
 # router buffer (a bandwidth-delay product); more only adds queueing delay.
 TBF_QUEUE = "20ms"
 TBF_BURST = "256kb"  # larger than a 64 KiB GSO segment, so tbf need not split them
+# Packets a TUN device holds for the relay to read. The default (500) overflows
+# when the relay is held up for a few ms (by others' load, or by the kernel's
+# receive work that each of its writes runs): losses the link would not have.
+# A packet that waits here is late instead (the relay stamps it when it reads it).
+TUN_QUEUE = 10000
 
 
 def run(words: list[str], netns: str | None = None, check: bool = True) -> str:
@@ -210,13 +215,13 @@ def wan_link(one_way_ms: float, relay_stats: dict[str, Any] | None = None) -> It
             ["ip", "addr", "add", ROUTER_TUN_ADDRESS, "peer", SERVER_ADDRESS, "dev", ROUTER_TUN],
             ROUTER_NS,
         )
-        run(["ip", "link", "set", ROUTER_TUN, "up"], ROUTER_NS)
+        run(["ip", "link", "set", ROUTER_TUN, "up", "txqueuelen", str(TUN_QUEUE)], ROUTER_NS)
         run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], ROUTER_NS)
         run(
             ["ip", "addr", "add", SERVER_ADDRESS, "peer", ROUTER_TUN_ADDRESS, "dev", SERVER_TUN],
             SERVER_NS,
         )
-        run(["ip", "link", "set", SERVER_TUN, "up"], SERVER_NS)
+        run(["ip", "link", "set", SERVER_TUN, "up", "txqueuelen", str(TUN_QUEUE)], SERVER_NS)
         run(["ip", "route", "add", "default", "dev", SERVER_TUN], SERVER_NS)
         run(
             ["ip", "route", "add", f"{HOST_ADDRESS}/32", "via", ROUTER_ADDRESS],

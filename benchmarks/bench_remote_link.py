@@ -706,6 +706,10 @@ def main() -> None:
                 f"released late: {late} (max {data['late_max_us'] / 1e3:.1f} ms); "
                 f"{data['dropped_full']} dropped"
             )
+        neck = check.get("bottleneck", {})
+        tbf = sum(q.get("drops") or 0 for q in neck.get("to_client", []))
+        tun = sum((neck.get(k) or {}).get("tx_dropped") or 0 for k in ("tun_router", "tun_server"))
+        print(f"{condition}: packets dropped by the rate limit {tbf}, by a full TUN queue {tun}")
     RESULTS.mkdir(exist_ok=True)
     out = args.json or RESULTS / f"remote-link-{time.strftime('%Y%m%d-%H%M%S')}.json"
     record = {
