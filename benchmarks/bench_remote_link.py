@@ -539,18 +539,18 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
             )
         )
         print(
-            f"{'method':18} {'first sample s':>14} {'MB/s':>7} {'x curl':>7} "
+            f"{'method':22} {'first sample s':>14} {'MB/s':>7} {'x curl':>7} "
             f"{'requests':>8} {'CPU s':>6} {'load':>5} {'runs':>4}"
         )
         for cell in rows:
             mb = cell.mb_per_s()
             if mb is None:
-                print(f"{cell.method:18} FAILED: {cell.failures[-1] if cell.failures else '-'}")
+                print(f"{cell.method:22} FAILED: {cell.failures[-1] if cell.failures else '-'}")
                 continue
             first = cell.first_sample()
             share = f"{mb / limit:7.2f}" if limit else f"{'-':>7}"
             print(
-                f"{cell.method:18} {first:14.2f} {mb:7.1f} {share} "
+                f"{cell.method:22} {first:14.2f} {mb:7.1f} {share} "
                 f"{statistics.median(cell.requests):8.0f} "
                 f"{statistics.median(cell.cpu_seconds):6.1f} "
                 f"{statistics.median(cell.load):5.1f} {len(cell.seconds):4}"
