@@ -4,7 +4,11 @@ built-in it refines, so ``except OSError`` and ``except FileNotFoundError`` work
 from __future__ import annotations
 
 import errno
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = [
     "CacheError",
@@ -19,8 +23,11 @@ __all__ = [
     "EngineFallbackWarning",
     "FastIOError",
     "FastIOWarning",
+    "IndexFileError",
+    "MissingExtraError",
     "RangeIgnoredError",
     "ReaderClosedError",
+    "ShardChangedError",
     "SkippedSamplesWarning",
     "TierFullError",
     "TruncatedFileError",
@@ -62,18 +69,25 @@ class DecodeError(FastIOError, ValueError):
     ``url`` names the shard, ``offset`` the byte offset in it where the bad
     record starts, ``record`` the record's index in the shard (or None where it
     cannot be counted). The file itself is damaged or not of this format.
+    ``lost`` is how many of the shard's samples the damage costs, as far as
+    the decoder can tell: 1 (the damaged record) unless it knows better, 0
+    where every sample decoded (a shard cut exactly between records, a
+    checksum over a whole compressed stream).
     """
 
-    def __init__(self, message: str, url: str, offset: int, record: int | None = None) -> None:
+    def __init__(
+        self, message: str, url: str, offset: int, record: int | None = None, *, lost: int = 1
+    ) -> None:
         where = f"{url} at byte {offset}" + (f" (record {record})" if record is not None else "")
         super().__init__(f"{where}: {message}")
         self.url = url
         self.offset = offset
         self.record = record
+        self.lost = lost
 
     def __reduce__(self) -> tuple[Any, ...]:
         message = str(self).split(": ", 1)[1]
-        return (type(self), (message, self.url, self.offset, self.record))
+        return (type(self), (message, self.url, self.offset, self.record), {"lost": self.lost})
 
 
 class CorruptRecordError(DecodeError):
@@ -82,6 +96,35 @@ class CorruptRecordError(DecodeError):
 
 class TruncatedShardError(DecodeError):
     """A shard ends in the middle of a record: an interrupted write or copy."""
+
+
+class ShardChangedError(FastIOError, OSError):
+    """A shard is no longer what its index describes: rewritten since it was
+    indexed (another size, modification or change time, or content), or a
+    remote object replaced (another ETag). ``filename`` is its URL. Reading
+    it with the old layout would deliver the wrong samples: make the dataset
+    anew (it indexes the shard again), or restore the shard."""
+
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(errno.ESTALE, message, url)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.filename, self.strerror))
+
+
+class IndexFileError(FastIOError, ValueError):
+    """An index file is damaged or of another version (``path``), so it cannot
+    say where ``url``'s samples are. Under ``on_error="skip"``/``"warn"`` the
+    shard is indexed again; make the index anew with ``fastio-bench index``."""
+
+    def __init__(self, path: str, url: str, problem: str) -> None:
+        super().__init__(f"index {path} of {url} cannot be read: {problem}")
+        self.path = path
+        self.url = url
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.url, self.problem))
 
 
 class ConfigError(FastIOError, ValueError):
@@ -161,6 +204,44 @@ class TierFullError(FastIOError, OSError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.strerror,))
+
+
+class MissingExtraError(FastIOError, ImportError):
+    """A feature needs a package of one of fastio's extras, and it is not
+    installed: Parquet and Arrow shards and columnar batches need ``arrow``
+    (pyarrow), tuning needs ``tune`` (optuna), plots ``plot``, metrics
+    ``metrics``. ``extra`` names the extra and ``name`` the missing module;
+    install it with ``pip install 'fastio[<extra>]'``."""
+
+    def __init__(self, feature: str, module: str, extra: str) -> None:
+        super().__init__(f"{feature} needs {module}: pip install 'fastio[{extra}]'", name=module)
+        self.feature, self.extra = feature, extra
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.feature, self.name, self.extra))
+
+
+# The module each extra brings, by module (pyproject.toml's optional dependencies).
+EXTRAS = {
+    "pyarrow": "arrow",
+    "optuna": "tune",
+    "uvloop": "fast",
+    "matplotlib": "plot",
+    "prometheus_client": "metrics",
+    "zstandard": "zstd",
+    "torch": "torch",
+}
+
+
+def import_extra(module: str, feature: str) -> ModuleType:
+    """``module`` (one of :data:`EXTRAS`), imported for ``feature``
+    (``"Parquet shards"``). Raises :class:`MissingExtraError` naming the extra
+    to install when it is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(feature, module.partition(".")[0],
+                                EXTRAS[module.partition(".")[0]]) from None  # fmt: skip
 
 
 class FastIOWarning(RuntimeWarning):

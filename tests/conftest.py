@@ -53,6 +53,19 @@ class ResourceSnapshot:
         assert not set(threading.enumerate()) - self.python_threads, "Python threads leaked"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def index_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shard indexes go to a folder of this run's (never the user's cache)."""
+    folder = tmp_path_factory.mktemp("xdg-cache")
+    previous = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(folder)
+    yield folder
+    if previous is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = previous
+
+
 @pytest.fixture
 def resources() -> ResourceSnapshot:
     return ResourceSnapshot()

@@ -9,6 +9,7 @@ import hashlib
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +27,12 @@ class Faults:
     ignore_range: bool = False  # answer 200 with the whole object
     latency: float = 0.0  # added before every answer
     missing: set[str] = field(default_factory=set)  # names that answer 404
+    forbidden: set[str] = field(default_factory=set)  # names that answer 403
     requests: int = 0  # data requests served (all answers)
     bytes_served: int = 0  # body bytes of successful data answers
+    gets: Counter[str] = field(default_factory=Counter)  # data requests by name
+    served: Counter[str] = field(default_factory=Counter)  # body bytes by name
+    hold_after: int | None = None  # data requests past this many wait until it is None
 
     def take(self, name: str) -> bool:
         count = getattr(self, name)
@@ -87,6 +92,8 @@ class RangeServer:
         faults = self.faults
         if faults.latency:
             await asyncio.sleep(faults.latency)
+        if name in faults.forbidden:
+            raise web.HTTPForbidden()
         if name in faults.missing or not path.is_file():
             raise web.HTTPNotFound()
         data = path.read_bytes()
@@ -96,6 +103,9 @@ class RangeServer:
         if request.method == "HEAD":
             return web.Response(headers={**headers, "Content-Length": str(len(data))})
         faults.requests += 1
+        faults.gets[name] += 1
+        while faults.hold_after is not None and faults.requests > faults.hold_after:
+            await asyncio.sleep(0.005)
         if faults.take("errors_5xx"):
             raise web.HTTPServiceUnavailable()
         if faults.take("stalls"):
@@ -121,6 +131,7 @@ class RangeServer:
             request.transport.close()  # the connection drops mid-answer
             return response
         faults.bytes_served += len(body)
+        faults.served[name] += len(body)
         return web.Response(status=status, body=body, headers=headers)
 
 

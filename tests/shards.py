@@ -34,9 +34,11 @@ def _payload(rng: random.Random, key: int, small: bool) -> bytes:
     return key.to_bytes(8, "little") + rng.randbytes(size)
 
 
-def write(format_name: str, folder: Path, shards: int = 4, per_shard: int = 30,
-          seed: int = 0, compression: str | None = None) -> Written:  # fmt: skip
-    """``shards`` shards of about ``per_shard`` samples (counts vary) of one format."""
+def write(format_name: str, folder: Path, shards: int = 4, per_shard: int = 30, seed: int = 0,
+          compression: str | None = None, index: bool = True) -> Written:  # fmt: skip
+    """``shards`` shards of about ``per_shard`` samples (counts vary) of one
+    format; with ``index``, and a dataset index beside them (as ``fastio-bench
+    index`` writes it), else never seen by fastio."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     counts = [
@@ -60,6 +62,11 @@ def write(format_name: str, folder: Path, shards: int = 4, per_shard: int = 30,
     if compression:
         urls = [_compress(url, compression) for url in urls]
     pattern = _pattern(urls)
+    if index and format_name in ("webdataset", "tfrecord", "jsonl", "lines"):
+        import fastio
+
+        with fastio.Dataset(pattern, fairness=False, **options) as dataset:
+            dataset.save_index()
     return Written(pattern, urls, samples, options)
 
 

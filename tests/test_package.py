@@ -8,27 +8,37 @@ import sys
 
 import fastio
 
-HEAVY = ("optuna", "pyarrow", "torch", "numpy", "tensorflow", "jax", "pandas", "fsspec")
+HEAVY = (
+    "optuna",
+    "pyarrow",
+    "torch",
+    "numpy",
+    "tensorflow",
+    "jax",
+    "pandas",
+    "fsspec",
+    "uvloop",
+    "prometheus_client",
+    "matplotlib",
+    "pydantic",
+    "click",
+    "rich",
+)
 
-MEASURE = """
-import json, sys, time
-started = time.perf_counter()
+LOADED = """
+import json, sys
 import fastio
-elapsed = time.perf_counter() - started
-print(json.dumps({"seconds": elapsed, "modules": sorted(sys.modules)}))
+print(json.dumps(sorted(sys.modules)))
 """
 
 
-def test_import_is_fast_and_light() -> None:
-    runs = []
-    for _ in range(5):  # the fastest of a few runs: CI machines are noisy
-        output = subprocess.run(
-            [sys.executable, "-c", MEASURE], capture_output=True, text=True, check=True
-        ).stdout
-        runs.append(json.loads(output))
-    fastest = min(run["seconds"] for run in runs)
-    assert fastest < 0.150, f"import fastio took {fastest * 1000:.0f} ms"
-    loaded = set(runs[0]["modules"])
+def test_import_is_light() -> None:
+    # What keeps `import fastio` fast is what it does not load; how long it
+    # takes is a measurement (benchmarks/bench_import.py), not a test.
+    output = subprocess.run(
+        [sys.executable, "-c", LOADED], capture_output=True, text=True, check=True
+    ).stdout
+    loaded = set(json.loads(output))
     assert not [name for name in HEAVY if name in loaded]
 
 

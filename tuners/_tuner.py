@@ -38,6 +38,7 @@ Phases (every window ends in a :class:`Decision` naming them):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import statistics
@@ -52,7 +53,7 @@ from ._window import MeasurementWindow, WindowMeter
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from optuna import Study, Trial
     from optuna.storages import BaseStorage
@@ -64,6 +65,7 @@ log = logging.getLogger("fastio.tuners")
 Phase = Literal["explore", "remeasure", "confirm", "settled"]
 Objective = Literal["bytes", "samples"]
 _CONFIRM_WINDOWS = 2
+_MIN_TRIALS = 8
 _ASK_ATTEMPTS = 4
 
 
@@ -91,6 +93,20 @@ class Decision:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """Optuna announces every new study at INFO on stderr through its own
+    handler; the tuner logs its rounds itself (the ``fastio.tuners`` logger),
+    so the announcement is held back. Warnings still show."""
+    optuna_log = logging.getLogger("optuna")
+    level = optuna_log.level
+    optuna_log.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        optuna_log.setLevel(level)
 
 
 @dataclass
@@ -128,7 +144,7 @@ class OnlineTuner:
         storage: str | os.PathLike[str] | BaseStorage | None = None,
         study_name: str = "fastio-tuner",
         max_trials: int = 30,
-        min_trials: int = 8,
+        min_trials: int | None = None,
         patience: int = 8,
         min_noise: float = 0.03,
         drift_threshold: float = 0.3,
@@ -136,6 +152,8 @@ class OnlineTuner:
     ) -> None:
         if objective not in ("bytes", "samples"):
             raise ValueError(f"objective must be 'bytes' or 'samples', not {objective!r}")
+        if min_trials is None:  # 8, or every trial allowed when fewer are
+            min_trials = min(_MIN_TRIALS, max_trials)
         if not 1 <= min_trials <= max_trials or patience < 1:
             raise ValueError("need 1 <= min_trials <= max_trials and patience >= 1")
         if not 0 <= min_noise < 1:
@@ -224,13 +242,14 @@ class OnlineTuner:
             multivariate=True,
             n_startup_trials=max(startup, 2),
         )
-        self.study: Study = optuna.create_study(
-            storage=self._storage,
-            study_name=name,
-            direction="maximize",
-            sampler=sampler,
-            load_if_exists=True,
-        )
+        with _quiet_optuna():
+            self.study: Study = optuna.create_study(
+                storage=self._storage,
+                study_name=name,
+                direction="maximize",
+                sampler=sampler,
+                load_if_exists=True,
+            )
         self.round = number
         self._trials_this_round = 0
         self._since_improvement = 0

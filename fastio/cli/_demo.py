@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -13,8 +11,8 @@ import click
 
 from fastio.cli._config_cmd import config_option, load
 from fastio.cli._measure import read_with_fastio, read_with_python
-from fastio.cli._options import SIZE
-from fastio.cli._report import byte_progress, print_table
+from fastio.cli._options import SIZE, output_options
+from fastio.cli._report import byte_progress, emit, print_table
 from fastio.spec._reader import ReaderSettings
 
 _WRITE_BLOCK = 1 << 20
@@ -50,16 +48,14 @@ def write_demo_dataset(folder: Path, shards: int, shard_size: int, seed: int = 0
     type=click.Path(file_okay=False, path_type=Path),
     help="Where to write the dataset (default: a temporary folder, removed after).",
 )
-@click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True,
-              help="Read with each method this many times; the median run is shown.")  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@output_options(repeat="Read with each method", repeat_default=3)
 @config_option(
     "Read with the reader settings of a config file (YAML, TOML, JSON); its urls "
     "are not read: the demo writes its own dataset."
 )
 def demo(
     shards: int, shard_size: int, folder: Path | None, repeat: int, as_json: bool,
-    config_file: Path | None,
+    out_path: str | None, config_file: Path | None,
 ) -> None:  # fmt: skip
     """Write a small synthetic sharded dataset, read it with fastio and with
     plain Python, and print both throughputs side by side.
@@ -88,24 +84,18 @@ def demo(
             shutil.rmtree(root, ignore_errors=True)
     if fast.bytes != python.bytes:
         raise click.ClickException(f"fastio read {fast.bytes} bytes, Python {python.bytes}")
-    if as_json:
-        result = {
-            "dataset": {"shards": shards, "shard_size": shard_size, "folder": str(root)},
-            "reader": settings.as_dict(),
-            "fastio": fast.as_dict(),
-            "python": python.as_dict(),
-            "speedup": fast.mb_per_s / python.mb_per_s,
-            "runs": repeat,
-            "fastio_mb_per_s_runs": [m.mb_per_s for m in fastio_runs],
-            "python_mb_per_s_runs": [m.mb_per_s for m in python_runs],
-        }
-        json.dump(result, sys.stdout)
-        sys.stdout.write("\n")
-        return
+    result = {
+        "dataset": {"shards": shards, "shard_size": shard_size, "folder": str(root)},
+        "reader": settings.as_dict(),
+        "fastio": fast.as_dict(),
+        "python": python.as_dict(),
+        "speedup": fast.mb_per_s / python.mb_per_s,
+        "runs": repeat,
+        "fastio_mb_per_s_runs": [m.mb_per_s for m in fastio_runs],
+        "python_mb_per_s_runs": [m.mb_per_s for m in python_runs],
+    }
     where = "a temporary folder" if temporary else os.fspath(root)
-    print_table(
+    emit(result, as_json, out_path, lambda: print_table(
         f"demo: {shards} shards x {shard_size / 2**20:g} MiB in {where} "
-        f"(warm page cache, median of {repeat})",
-        [python, fast],
-        baseline=python,
-    )
+        f"(warm page cache, median of {repeat})", [python, fast], baseline=python,
+    ))  # fmt: skip

@@ -6,17 +6,16 @@ worker's shards behind injected latency (a drill for the monitor)."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from fastio.cli._config_cmd import command_spec, config_option
-from fastio.cli._options import knob_option, reader_options
-from fastio.cli._report import console
-from fastio.spec import DatasetSpec, FairnessSettings, FormatSettings
+from fastio.cli._options import dataset_options, knob_option, output_options, reader_options
+from fastio.cli._report import console, emit, pyplot
+from fastio.spec import DatasetSpec, FairnessSettings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,22 +27,19 @@ if TYPE_CHECKING:
 @click.argument("paths", nargs=-1)
 @config_option("Read the dataset a config file describes (its fairness section included).")
 @reader_options
-@knob_option(DatasetSpec, "format", "--format", "format_name")
-@knob_option(FormatSettings, "record_size")
+@dataset_options
 @click.option("--workers", type=click.IntRange(0, 64), default=2, show_default=True,
               help="DataLoader worker processes (0: the main process reads).")  # fmt: skip
 @click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True)
 @click.option("--step-ms", type=float, default=5.0, show_default=True,
               help="Milliseconds the consumer spends per batch (a training step).")  # fmt: skip
 @click.option("--epochs", type=click.IntRange(1), default=1, show_default=True)
-@knob_option(FairnessSettings, "window_seconds", "--window")
+@knob_option(FairnessSettings, "window_seconds")
 @knob_option(FairnessSettings, "mitigate")
 @click.option("--slow", multiple=True, help="Inject latency on URLs containing this (repeatable).")
 @click.option("--slow-delay", type=float, default=0.04, show_default=True,
               help="Seconds added to each request of --slow URLs.")  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="Save a per-worker timeline plot here (needs the plot extra).")  # fmt: skip
+@output_options(plot="each worker's rate per window (starved windows marked) and Jain's index")
 @click.pass_context
 def fairness(
     ctx: click.Context,
@@ -57,6 +53,7 @@ def fairness(
     slow: tuple[str, ...],
     slow_delay: float,
     as_json: bool,
+    out_path: str | None,
     plot_path: str | None,
     **_knobs: Any,
 ) -> None:
@@ -74,11 +71,7 @@ def fairness(
               "settings": dataset.fairness.settings.as_dict(), "report": report}  # fmt: skip
     if plot_path is not None:
         plot_timeline(report, plot_path)
-    if as_json:
-        json.dump(result, sys.stdout)
-        sys.stdout.write("\n")
-        return
-    print_timeline(result)
+    emit(result, as_json, out_path, lambda: print_timeline(result), plot_path)
 
 
 def _make_dataset(spec: DatasetSpec, slow: tuple[str, ...], slow_delay: float) -> Dataset:
@@ -138,25 +131,24 @@ def print_timeline(result: dict[str, Any]) -> None:
             if entry["rate"] is None:
                 cells.append("idle")
                 continue
+            # A window can close with a rate but no readiness (no time asked yet): "-".
             flag = " [bold red]STARVED[/]" if entry["starved"] else ""
-            cells.append(f"{entry['rate']:,.0f}/s {entry['readiness']:.0%} "
+            cells.append(f"{_shown(entry['rate'], ',.0f')}/s {_shown(entry['readiness'], '.0%')} "
                          f"q={entry['outstanding_requests']}{flag}")  # fmt: skip
-        table.add_row(str(row["window"]), f"{row['jain_index']:.3f}", *cells)
+        table.add_row(str(row["window"]), _shown(row["jain_index"], ".3f"), *cells)
     console().print(table)
     seconds = ", ".join(f"{s:.2f}" for s in result["epoch_seconds"])
     console().print(f"epoch seconds: {seconds}  starved now: {report['starved_workers'] or 'none'}"
                     f"  mitigation: {'on' if report['mitigate'] else 'off'}")  # fmt: skip
 
 
+def _shown(value: float | None, spec: str) -> str:
+    return "-" if value is None or math.isnan(value) else format(value, spec)
+
+
 def plot_timeline(report: dict[str, Any], path: str) -> None:
     """Rates per worker over the windows, starved windows marked, Jain's index below."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise click.ClickException("--plot needs matplotlib: pip install 'fastio[plot]'") from None
+    plt = pyplot()
     rows = report["timeline"]
     figure, (rates, jain) = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
     for worker in [w["worker"] for w in report["workers"]]:

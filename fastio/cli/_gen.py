@@ -14,10 +14,8 @@ The samples are written by the formats' own writers (:mod:`fastio.formats`).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fastio.cli._config_cmd import config_option, gen_target
-from fastio.cli._options import SIZE
-from fastio.cli._report import byte_progress, console
+from fastio.cli._options import SIZE, output_options
+from fastio.cli._report import byte_progress, console, emit
 
 if TYPE_CHECKING:
     import numpy as np
@@ -329,9 +327,10 @@ def _write_jsonl(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: in
 
 def _write_table(file: Writable, format: str, blocks: Iterator[Block], compression: str) -> None:
     """One Parquet row group / Arrow record batch per block."""
-    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-
+    from fastio._errors import import_extra
     from fastio.formats import TableWriter
+
+    pa = import_extra("pyarrow", f"writing {format.capitalize()} files")
 
     schema = pa.schema([("key", pa.string()), ("label", pa.int64()), ("data", pa.binary())])
     codec = None if compression == "none" else compression
@@ -414,7 +413,7 @@ def _record_batch(block: Block, schema: Any) -> Any:
     show_default=True,
     help="Labels are drawn from [0, classes).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+@output_options()
 @config_option(
     "Take the format from a dataset config (unless --format is given) and, without "
     "OUT_DIR, the folder of its urls."
@@ -433,6 +432,7 @@ def gen(
     row_group_size: int | None,
     classes: int,
     as_json: bool,
+    out_path: str | None,
     config_file: Path | None,
 ) -> None:
     """Write a synthetic sharded dataset to OUT_DIR: SAMPLES samples of about
@@ -458,14 +458,14 @@ def gen(
         raise click.ClickException(str(error)) from None
     except OSError as error:
         raise click.ClickException(str(error)) from None
-    if as_json:
-        json.dump(result.as_dict(), sys.stdout)
-        sys.stdout.write("\n")
-        return
-    rate = result.payload_bytes / result.seconds / 1e6 if result.seconds else math.inf
-    console().print(
-        f"wrote {len(result.paths)} {result.format} shards: {result.samples:,} samples, "
-        f"{result.payload_bytes / 1e9:.3f} GB of payload, {result.bytes / 1e9:.3f} GB on disk, "
-        f"in {result.seconds:.2f} s ({rate:,.0f} MB/s)"
-    )
-    console().print(result.url, highlight=False, soft_wrap=True)
+
+    def show() -> None:
+        rate = result.payload_bytes / result.seconds / 1e6 if result.seconds else math.inf
+        console().print(
+            f"wrote {len(result.paths)} {result.format} shards: {result.samples:,} samples, "
+            f"{result.payload_bytes / 1e9:.3f} GB of payload, {result.bytes / 1e9:.3f} GB on "
+            f"disk, in {result.seconds:.2f} s ({rate:,.0f} MB/s)"
+        )
+        console().print(result.url, highlight=False, soft_wrap=True)
+
+    emit(result.as_dict(), as_json, out_path, show)

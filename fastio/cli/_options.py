@@ -1,9 +1,20 @@
-"""Command-line options made from the knobs of :mod:`fastio.spec`.
+"""Command-line options made from the knobs of :mod:`fastio.spec`, and the
+options every command shares.
 
 :func:`knob_option` gives an option its flag, type, bounds, default and help
 from one knob's metadata, so no subcommand restates them; the values of a
 command's knob options then make a :class:`~fastio.spec.DatasetSpec`
 (:func:`spec_from_options`) or override a config file (:func:`knob_overrides`).
+A knob's flag is its :class:`fastio.Dataset` keyword (a reader knob's name),
+else its config key path (``tuner.max_trials``: ``--tuner-max-trials``): one
+name for one knob in every command. ``grid=True`` makes the option take a
+comma-separated list of values to try (``sweep -q 1,4,16``), each checked as
+the knob is.
+
+The options of results (:func:`output_options`): ``--json`` prints one JSON
+object on stdout and nothing else, ``--out FILE`` writes it to a file,
+``--plot FILE`` draws a picture (checked for matplotlib before any work), and
+``--repeat N`` runs N times and reports the median.
 """
 
 from __future__ import annotations
@@ -14,7 +25,15 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from fastio.spec import DatasetSpec, ReaderSettings, check_value, knob_defaults, knobs
+from fastio._errors import MissingExtraError, import_extra
+from fastio.spec import (
+    DatasetSpec,
+    FormatSettings,
+    ReaderSettings,
+    check_value,
+    knob_defaults,
+    knobs,
+)
 from fastio.spec import parse_size as parse_bytes
 from fastio.spec._dataset import sections
 from fastio.spec._knobs import Knob, size_text
@@ -69,27 +88,60 @@ class NamesType(click.ParamType[tuple[str, ...]]):
 
 
 class KnobOption(click.Option):
-    """An option that sets the knob ``knob_name`` of the settings class ``settings``."""
+    """An option that sets the knob ``knob_name`` of the settings class
+    ``settings`` (with ``grid``: lists values of it to try)."""
 
-    def __init__(self, decls: Any, *, settings: type[Any], knob_name: str, **attrs: Any) -> None:
+    def __init__(self, decls: Any, *, settings: type[Any], knob_name: str, grid: bool = False,
+                 **attrs: Any) -> None:  # fmt: skip
         super().__init__(decls, **attrs)
-        self.settings, self.knob_name = settings, knob_name
+        self.settings, self.knob_name, self.grid = settings, knob_name, grid
+
+
+class GridType(click.ParamType[tuple[Any, ...]]):
+    """Comma-separated values of one knob, each read by ``item`` (the knob's type)."""
+
+    def __init__(self, item: click.ParamType[Any]) -> None:
+        self.item = item
+        self.name = f"{item.name},..."
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[Any, ...]:  # fmt: skip
+        if isinstance(value, tuple):
+            return value
+        items = [text.strip() for text in str(value).split(",") if text.strip()]
+        if not items:
+            self.fail("give at least one value", param, ctx)
+        return tuple(self.item.convert(text, param, ctx) for text in items)
+
+
+def option_name(settings: type[Any], name: str) -> str:
+    """The flag of a knob without dashes: its Dataset keyword (a reader knob's
+    name), else ``section_name`` (``tuner_max_trials``)."""
+    spec = knobs(settings)[name]
+    if spec.keyword:
+        return spec.keyword
+    section = {cls: key for key, cls in sections().items()}.get(settings)
+    return name if section in (None, "reader") else f"{section}_{name}"
 
 
 def knob_option(
-    settings: type[Any], name: str, *decls: str, context: str | None = None
-) -> Callable[[F], F]:
+    settings: type[Any], name: str, *decls: str, context: str | None = None,
+    grid: bool = False, shown: str | None = None,
+) -> Callable[[F], F]:  # fmt: skip
     """The option of the knob ``name`` of ``settings``: ``--outstanding-requests``
-    ``-q`` from its name (or keyword) and short flag unless ``decls`` are given,
-    ``--x/--no-x`` for a flag; a type with the knob's bounds or choices; the
-    spec's default, shown as the spec writes it (``1MiB``); help from the doc,
-    after ``context`` (``"Dataset mode"``). Raises TypeError for a knob that
-    has no command-line form (a mapping, a callback)."""
+    ``-q`` from :func:`option_name` and its short flag unless ``decls`` are
+    given, ``--x/--no-x`` for a flag; a type with the knob's bounds or choices;
+    the spec's default, shown as the spec writes it (``1MiB``); help from the
+    doc, after ``context`` (``"Dataset mode"``). With ``grid``, the option takes
+    comma-separated values to try (a flag's as true/false) and has no default
+    (``shown`` tells the help what stands in for it).
+    Raises TypeError for a knob that has no command-line form (a mapping, a
+    callback)."""
     spec = knobs(settings)[name]
-    default = knob_defaults(settings).get(name)
+    default = None if grid else knob_defaults(settings).get(name)
     if not decls:
-        flag = "--" + (spec.keyword or name).replace("_", "-")
-        decls = (f"{flag}/--no-{flag[2:]}" if spec.kind == "flag" else flag,
+        flag = "--" + option_name(settings, name).replace("_", "-")
+        decls = (f"{flag}/--no-{flag[2:]}" if spec.kind == "flag" and not grid else flag,
                  *([f"-{spec.short}"] if spec.short else []))  # fmt: skip
     if spec.kind == "size" and default is not None:
         default = size_text(default)  # shown as "1MiB"; the type reads it back
@@ -98,11 +150,17 @@ def knob_option(
         doc = f"{context}: {doc[0].lower() + doc[1:] if doc[1:2].islower() else doc}"
     attrs: dict[str, Any] = {"default": default, "show_default": default is not None,
                              "help": doc}  # fmt: skip
-    if spec.kind != "flag":
+    if grid:
+        item = click.BOOL if spec.kind == "flag" else _click_type(name, spec)
+        attrs["type"] = GridType(item)
+        attrs["help"] = f"Values to try, comma-separated: {doc[0].lower()}{doc[1:]}"
+        attrs["show_default"] = shown or False
+    elif spec.kind != "flag":
         attrs["type"] = _click_type(name, spec)
 
     def decorate(function: F) -> F:
-        option = click.option(*decls, cls=KnobOption, settings=settings, knob_name=name, **attrs)
+        option = click.option(*decls, cls=KnobOption, settings=settings, knob_name=name,
+                              grid=grid, **attrs)  # fmt: skip
         return option(function)
 
     return decorate
@@ -135,6 +193,13 @@ def reader_options(function: F) -> F:
     return function
 
 
+def dataset_options(function: F) -> F:
+    """``--format`` (the format knob) and the format options a command offers."""
+    function = knob_option(FormatSettings, "columns")(function)
+    function = knob_option(FormatSettings, "record_size")(function)
+    return knob_option(DatasetSpec, "format", "--format", "format_name")(function)
+
+
 def given(ctx: click.Context, name: str) -> bool:
     """Whether the option ``name`` was given (not left at its default)."""
     return ctx.get_parameter_source(name) in _EXPLICIT
@@ -149,7 +214,7 @@ def knob_values(
     section_of[DatasetSpec] = None
     values: dict[str | None, dict[str, Any]] = {}
     for param in ctx.command.params:
-        if not isinstance(param, KnobOption) or param.name is None:
+        if not isinstance(param, KnobOption) or param.name is None or param.grid:
             continue
         if not only_given or given(ctx, param.name):
             section = section_of[param.settings]
@@ -175,3 +240,45 @@ def spec_from_options(ctx: click.Context, urls: Any, **top: Any) -> DatasetSpec:
 def reader_settings(ctx: click.Context) -> ReaderSettings:
     """The reader's knobs from the command's options (spec defaults elsewhere)."""
     return ReaderSettings(**knob_values(ctx).get("reader", {}))
+
+
+# ---- the options of results --------------------------------------------------------------
+
+
+def _needs_matplotlib(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    # Checked while the command line is read: before a sweep or a tuning run, not after.
+    if value is not None:
+        try:
+            import_extra("matplotlib", "--plot")
+        except MissingExtraError as error:
+            raise click.UsageError(str(error), ctx) from None
+    return value
+
+
+def output_options(*, plot: str | None = None, repeat: str | None = None,
+                   repeat_default: int = 1) -> Callable[[F], F]:  # fmt: skip
+    """``--json`` (``as_json``), ``--out FILE`` (``out_path``) and, given their
+    help, ``--plot FILE`` (``plot_path``: what the picture shows) and
+    ``--repeat N`` (``repeat``: what is run N times)."""
+
+    def decorate(function: F) -> F:
+        if repeat is not None:
+            function = click.option(
+                "--repeat", type=click.IntRange(1, 100), default=repeat_default, show_default=True,
+                help=f"{repeat} this many times; the median run is reported.",
+            )(function)  # fmt: skip
+        if plot is not None:
+            function = click.option(
+                "--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+                expose_value=True, callback=_needs_matplotlib,
+                help=f"Draw {plot} as a PNG here (needs the plot extra).",
+            )(function)  # fmt: skip
+        function = click.option(
+            "--out", "out_path", type=click.Path(dir_okay=False), default=None,
+            help="Also write the result as JSON to this file.",
+        )(function)  # fmt: skip
+        return click.option("--json", "as_json", is_flag=True,
+                            help="Print the result as one JSON object on stdout (no table, "
+                            "no progress).")(function)  # fmt: skip
+
+    return decorate

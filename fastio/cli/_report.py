@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from rich.console import Console
 
@@ -37,7 +40,8 @@ def byte_progress(label: str, total: int, quiet: bool = False) -> Iterator[Progr
 
 
 @contextlib.contextmanager
-def _progress(label: str, total: int, quiet: bool, unit: str) -> Iterator[ProgressCallback | None]:
+def _progress(label: str, total: int | None, quiet: bool,
+              unit: str) -> Iterator[ProgressCallback | None]:  # fmt: skip
     """A transient rich progress bar on stderr counting ``unit`` ("bytes": with
     sizes and speed; anything else: done of total)."""
     if quiet or not error_console().is_terminal:
@@ -118,10 +122,20 @@ def _size(count: int) -> str:
 
 @contextlib.contextmanager
 def sample_progress(
+    label: str, total: int | None, quiet: bool = False
+) -> Iterator[ProgressCallback | None]:
+    """A progress bar over ``total`` samples on stderr (None when quiet or not a
+    terminal; a count without a bar where the total is not known yet)."""
+    with _progress(label, total, quiet, unit="samples") as advance:
+        yield advance
+
+
+@contextlib.contextmanager
+def shard_progress(
     label: str, total: int, quiet: bool = False
 ) -> Iterator[ProgressCallback | None]:
-    """A progress bar over ``total`` samples on stderr (None when quiet or not a terminal)."""
-    with _progress(label, total, quiet, unit="samples") as advance:
+    """A progress bar over ``total`` shards on stderr (None when quiet or not a terminal)."""
+    with _progress(label, total, quiet, unit="shards") as advance:
         yield advance
 
 
@@ -153,3 +167,83 @@ def print_dataset_table(result: dict[str, Any]) -> None:
     for name, value in rows:
         table.add_row(name, value)
     console().print(table)
+
+
+def emit(result: dict[str, Any], as_json: bool, out_path: str | None, show: Callable[[], None],
+         plot_path: str | None = None) -> None:  # fmt: skip
+    """A command's result: one JSON object on stdout with ``--json``, else the
+    table ``show`` prints; with ``--out`` the JSON also goes to that file. The
+    table then names the files written (``--out``, ``--plot``)."""
+    if out_path is not None:
+        with open(out_path, "w") as file:
+            json.dump(result, file, indent=1)
+            file.write("\n")
+    if as_json:
+        json.dump(result, sys.stdout)
+        sys.stdout.write("\n")
+        return
+    show()
+    for what, path in (("result", out_path), ("plot", plot_path)):
+        if path is not None:
+            console().print(f"{what}: {path}", highlight=False)
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing to files (``--plot`` checked it is installed)."""
+    from fastio._errors import import_extra
+
+    import_extra("matplotlib", "--plot").use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def timeline_recorder(advance: ProgressCallback | None) -> tuple[ProgressCallback, list[Any]]:
+    """A progress callback that also records (seconds, count so far) as it is
+    called, and the list it records into; ``advance`` still moves the bar."""
+    points: list[tuple[float, int]] = []
+    started = time.perf_counter()
+    total = 0
+
+    def record(count: int) -> None:
+        nonlocal total
+        total += count
+        points.append((time.perf_counter() - started, total))
+        if advance is not None:
+            advance(count)
+
+    return record, points
+
+
+def plot_timelines(timelines: Sequence[Sequence[tuple[float, int]]], unit: str, title: str,
+                   path: str) -> None:  # fmt: skip
+    """Throughput over time of each run (``unit`` per second), one line a run."""
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(9, 4))
+    for run, points in enumerate(timelines):
+        times, rates = _rates(points, 1e6 if unit == "MB" else 1.0)
+        axis.plot(times, rates, linewidth=0.9, label=f"run {run + 1}")
+    axis.set_xlabel("seconds")
+    axis.set_ylabel(f"{unit}/s")
+    axis.set_title(title)
+    if len(timelines) > 1:
+        axis.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _rates(points: Sequence[tuple[float, int]], scale: float) -> tuple[list[float], list[float]]:
+    """Rates over slices of about a fiftieth of the run (at least one point each)."""
+    if not points:
+        return [], []
+    step = max(points[-1][0] / 50, 1e-9)
+    times, rates = [], []
+    last_time, last_count = 0.0, 0
+    for moment, count in points:
+        if moment - last_time >= step or (moment, count) == points[-1]:
+            if moment > last_time:
+                times.append(moment)
+                rates.append((count - last_count) / (moment - last_time) / scale)
+            last_time, last_count = moment, count
+    return times, rates

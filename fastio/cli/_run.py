@@ -2,28 +2,38 @@
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from fastio.cli._config_cmd import command_spec, config_option
 from fastio.cli._measure import Measurement, files_to_read, read_with_fastio
-from fastio.cli._options import given, knob_option, reader_options, reader_settings
+from fastio.cli._options import (
+    given,
+    knob_option,
+    output_options,
+    reader_options,
+    reader_settings,
+)
 from fastio.cli._report import (
     byte_progress,
     console,
+    emit,
+    plot_timelines,
     print_dataset_table,
     print_table,
     sample_progress,
+    timeline_recorder,
 )
 from fastio.spec import DatasetSpec, FormatSettings, ShuffleSettings
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from fastio.dataset._dataset import Dataset
 
 
 # The format registry's names (fastio.formats, which loads numpy: not at startup).
@@ -37,14 +47,7 @@ _FORMATS = ["auto", "webdataset", "tfrecord", "parquet", "arrow", "npy", "fixed"
     "knobs; options given here override it, and PATHS its urls."
 )
 @reader_options
-@click.option(
-    "--repeat",
-    type=click.IntRange(1, 100),
-    default=1,
-    show_default=True,
-    help="Read everything this many times; the median run is reported.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@output_options(plot="throughput over time of each run", repeat="Read everything")
 @click.option(
     "--format",
     "format_name",
@@ -72,6 +75,8 @@ def run(
     paths: tuple[str, ...],
     repeat: int,
     as_json: bool,
+    out_path: str | None,
+    plot_path: str | None,
     config_file: Path | None,
     format_name: str | None,
     batch_size: int | None,
@@ -87,7 +92,7 @@ def run(
     if config_file is not None or (format_name is not None and paths):
         top = {"format": None if format_name == "auto" else format_name}
         spec = command_spec(ctx, config_file, paths, **(top if given(ctx, "format_name") else {}))
-        _run_dataset(spec, repeat, as_json, batch_size)
+        _run_dataset(spec, repeat, batch_size, Output(as_json, out_path, plot_path))
         return
     if not paths:
         raise click.UsageError("give PATHS to read, or --config FILE")
@@ -95,55 +100,86 @@ def run(
     files = files_to_read(paths)
     total = sum(os.path.getsize(path) for path in files)
     runs: list[Measurement] = []
+    timelines: list[list[tuple[float, int]]] = []
     try:
         for attempt in range(repeat):
             label = f"reading {len(files)} files" + (
                 f" (run {attempt + 1}/{repeat})" * (repeat > 1)
             )
             with byte_progress(label, total, quiet=as_json) as advance:
-                runs.append(read_with_fastio(files, settings, advance))
+                progress = advance
+                if plot_path is not None:
+                    progress, points = timeline_recorder(advance)
+                    timelines.append(points)
+                runs.append(read_with_fastio(files, settings, progress))
     except OSError as error:
         raise click.ClickException(str(error)) from None
     median = sorted(runs, key=lambda m: m.seconds)[len(runs) // 2]
-    if as_json:
-        result = median.as_dict() | {
-            "files": len(files),
-            "runs": len(runs),
-            "mb_per_s_runs": [m.mb_per_s for m in runs],
-        }
-        json.dump(result, sys.stdout)
-        sys.stdout.write("\n")
-        return
-    print_table("fastio-bench run", [median], extra={"files": len(files), "runs": len(runs)})
-    if repeat > 1:
-        spread = [m.mb_per_s for m in runs]
-        console().print(
-            f"MB/s over {repeat} runs: median {statistics.median(spread):.0f}, "
-            f"min {min(spread):.0f}, max {max(spread):.0f}"
-        )
+    result = median.as_dict() | {
+        "files": len(files),
+        "runs": len(runs),
+        "mb_per_s_runs": [m.mb_per_s for m in runs],
+    }
+
+    def show() -> None:
+        print_table("fastio-bench run", [median], extra={"files": len(files), "runs": len(runs)})
+        if repeat > 1:
+            spread = [m.mb_per_s for m in runs]
+            console().print(
+                f"MB/s over {repeat} runs: median {statistics.median(spread):.0f}, "
+                f"min {min(spread):.0f}, max {max(spread):.0f}"
+            )
+
+    if plot_path is not None:
+        plot_timelines(timelines, "MB", f"fastio-bench run: {len(files)} files", plot_path)
+    emit(result, as_json, out_path, show, plot_path)
 
 
-def _run_dataset(spec: DatasetSpec, repeat: int, as_json: bool, batch_size: int | None) -> None:
-    from fastio._errors import DecodeError
+def _count(dataset: Dataset) -> int | None:
+    """The samples of an epoch, or None before a never-seen dataset's first
+    epoch has indexed its shards."""
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a command's result goes: ``--json``, ``--out``, ``--plot``."""
+
+    as_json: bool
+    out_path: str | None
+    plot_path: str | None
+
+
+def _run_dataset(spec: DatasetSpec, repeat: int, batch_size: int | None, output: Output) -> None:
+    from fastio._errors import DecodeError, MissingExtraError
     from fastio.cli._dataset_run import DatasetRun, describe, read_epoch
     from fastio.dataset._dataset import Dataset
     from fastio.plan._windows import shuffle_quality
 
     try:
         dataset = Dataset.from_spec(spec)
-    except (OSError, DecodeError, ValueError, TypeError) as error:
+    except (OSError, DecodeError, ValueError, TypeError, MissingExtraError) as error:
         raise click.ClickException(str(error)) from None
     runs: list[DatasetRun] = []
+    timelines: list[list[tuple[float, int]]] = []
     try:
         with dataset:
             for attempt in range(repeat):
-                label = f"epoch of {len(dataset):,} samples" + (
-                    f" (run {attempt + 1}/{repeat})" * (repeat > 1)
-                )
-                with sample_progress(label, len(dataset), quiet=as_json) as advance:
-                    runs.append(read_epoch(dataset, batch_size, advance))
+                count = _count(dataset)
+                label = ("epoch of " + (f"{count:,} samples" if count is not None else
+                         "a dataset never seen (indexed on the way)") +
+                         f" (run {attempt + 1}/{repeat})" * (repeat > 1))  # fmt: skip
+                with sample_progress(label, count, quiet=output.as_json) as advance:
+                    progress = advance
+                    if output.plot_path is not None:
+                        progress, points = timeline_recorder(advance)
+                        timelines.append(points)
+                    runs.append(read_epoch(dataset, batch_size, progress))
             quality = shuffle_quality(dataset.order(), dataset.bases)
-    except (OSError, DecodeError) as error:
+    except (OSError, DecodeError, MissingExtraError) as error:
         raise click.ClickException(str(error)) from None
     median = sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]
     result = {
@@ -163,8 +199,8 @@ def _run_dataset(spec: DatasetSpec, repeat: int, as_json: bool, batch_size: int 
         "settings": dataset.reader.settings.as_dict() | {"engine_used": dataset.reader.engine_kind},
         "stats": median.stats,
     }
-    if as_json:
-        json.dump(result, sys.stdout)
-        sys.stdout.write("\n")
-        return
-    print_dataset_table(result)
+    if output.plot_path is not None:
+        plot_timelines(timelines, "samples", f"fastio-bench run: {dataset.format} dataset",
+                       output.plot_path)  # fmt: skip
+    emit(result, output.as_json, output.out_path, lambda: print_dataset_table(result),
+         output.plot_path)  # fmt: skip

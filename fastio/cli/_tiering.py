@@ -3,20 +3,21 @@ policies; ``fastio-bench tiering probe``: detect and measure the configured tier
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from fastio.cli._config_cmd import config_option, load
-from fastio.cli._report import console, error_console
-from fastio.spec import TierSettings
+from fastio.cli._options import knob_option, output_options
+from fastio.cli._report import console, emit, error_console, pyplot
+from fastio.spec import TieringSettings, TierSettings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
 
-    from fastio.tiering import Result, Tier
+    from fastio.tiering import Result, Tier, TraceFile
+    from fastio.tiering._policies import Policy
 
 
 @click.group(invoke_without_command=True)
@@ -24,37 +25,58 @@ if TYPE_CHECKING:
               help="Files per period of the synthetic trace.")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True, help="Trace seed.")
 @click.option("--hours", type=float, default=24.0, show_default=True, help="Hours per period.")
-@click.option("--budget", "budgets", type=click.FloatRange(0.001, 1.0), multiple=True,
+@click.option("--budget-fraction", "budgets", type=click.FloatRange(0.001, 1.0), multiple=True,
               help="SSD budget as a fraction of the peak live bytes (repeat; default "
                    "0.1, 0.2, 0.5).")  # fmt: skip
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the results as JSON here.")  # fmt: skip
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Save a plot here (needs the 'plot' extra).")  # fmt: skip
+@config_option("Replay with the learned policy's prior from this config's tiering section.")
+@knob_option(TieringSettings, "prior_strength")
+@output_options(plot="each policy's share of I/O served by SSD and bytes written to it")
 @click.pass_context
 def tiering(
-    ctx: click.Context, files: int, seed: int, hours: float, budgets: tuple[float, ...],
-    json_path: Path | None, plot_path: Path | None,
+    ctx: click.Context, /, files: int, seed: int, hours: float, budgets: tuple[float, ...],
+    config_file: Path | None, as_json: bool, out_path: str | None, plot_path: str | None,
+    **_knobs: Any,
 ) -> None:  # fmt: skip
     """Replay a trace of intermediate files (train on one period, score on the
     next) through each policy: the fraction of all I/O the SSD serves and the
     bytes written to it, at each SSD budget."""
     if ctx.invoked_subcommand is not None:
         return
-    from fastio.tiering import BUDGETS, compare, make_trace
+    from fastio.tiering import BUDGETS, DensityModel, DensityPolicy, compare, make_trace
+    from fastio.tiering._compare import default_policies
 
-    with error_console().status("making the trace"):
+    settings = _tiering_settings(ctx, config_file)
+
+    def policies(future: Sequence[TraceFile]) -> list[Policy]:
+        # The learned policy with the config's (or option's) prior; the rest as always.
+        return [DensityPolicy(DensityModel(settings.prior_strength))
+                if isinstance(p, DensityPolicy) and not p.oracle else p
+                for p in default_policies(future)]  # fmt: skip
+
+    with error_console().status("making the trace") as status:
+        if as_json:
+            status.stop()
         trace = make_trace(files, seed, hours)
-    status = error_console().status("replaying")
-    with status:
-        results = compare(trace, budgets or BUDGETS, progress=lambda text: status.update(text))
-    _print(results)
-    if json_path is not None:
-        data = {"files_per_period": files, "seed": seed, "hours": hours,
-                "results": [result.as_dict() for result in results]}  # fmt: skip
-        json_path.write_text(json.dumps(data, indent=1) + "\n")
+    with error_console().status("replaying") as status:
+        if as_json:
+            status.stop()
+        results = compare(trace, budgets or BUDGETS, policies,
+                          progress=lambda text: status.update(text))  # fmt: skip
+    data = {"files_per_period": files, "seed": seed, "hours": hours,
+            "prior_strength": settings.prior_strength,
+            "results": [result.as_dict() for result in results]}  # fmt: skip
     if plot_path is not None:
         plot(results, plot_path)
+    emit(data, as_json, out_path, lambda: _print(results), plot_path)
+
+
+def _tiering_settings(ctx: click.Context, config_file: Path | None) -> TieringSettings:
+    """The tiering section: the config's with the options given over it, else the options'."""
+    from fastio.cli._options import knob_overrides
+
+    if config_file is not None:
+        return load(config_file, knob_overrides(ctx)).to_spec().tiering
+    return TieringSettings(prior_strength=ctx.params["tiering_prior_strength"])
 
 
 def _print(results: Sequence[Result]) -> None:
@@ -75,17 +97,9 @@ def _print(results: Sequence[Result]) -> None:
     console().print(table)
 
 
-def plot(results: Sequence[Result], path: Path) -> None:
+def plot(results: Sequence[Result], path: str) -> None:
     """Bars of the SSD's share of I/O and its bytes written, per policy and budget."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise click.ClickException(
-            "plotting needs matplotlib: pip install 'fastio[plot]'"
-        ) from None
+    plt = pyplot()
     policies = list(dict.fromkeys(r.policy for r in results))
     budgets = sorted({r.budget_fraction for r in results})
     figure, (served, written) = plt.subplots(1, 2, figsize=(11, 4))
@@ -112,23 +126,26 @@ def plot(results: Sequence[Result], path: Path) -> None:
 @click.option("--tier", "tier_specs", multiple=True,
               help="NAME=PATH:CAPACITY[:MEDIA], e.g. fast=/nvme/tmp:50GiB (repeat).")  # fmt: skip
 @click.option("--refresh", is_flag=True, help="Measure again instead of using cached profiles.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@output_options()
 def probe(config_file: Path | None, tier_specs: tuple[str, ...], refresh: bool,
-          as_json: bool) -> None:  # fmt: skip
+          as_json: bool, out_path: str | None) -> None:  # fmt: skip
     """Show each tier's medium (detected or given), capacity and measured speed."""
     from fastio.tiering import probe as measure
 
     tiers = _tiers(config_file, tier_specs)
     rows: list[dict[str, Any]] = []
-    with error_console().status("probing tiers"):
+    with error_console().status("probing tiers") as status:
+        if as_json:
+            status.stop()
         for tier in tiers:
             profile = measure(tier, refresh=refresh)
             rows.append({"name": tier.name, "path": tier.path, "media": tier.media,
                          "detected": tier.detected, "capacity": tier.capacity,
                          **profile.as_dict()})  # fmt: skip
-    if as_json:
-        click.echo(json.dumps(rows, indent=1))
-        return
+    emit({"tiers": rows}, as_json, out_path, lambda: _print_tiers(rows))
+
+
+def _print_tiers(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     table = Table(title="Tiers")

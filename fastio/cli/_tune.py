@@ -5,28 +5,30 @@ PATHS are read over and over through one reader while the tuner (the same
 changes its outstanding requests and read size between windows. A live table
 shows the trials; at the end come a table of every configuration measured,
 a plot of throughput over time with the trial boundaries (``--plot``), JSON
-(``--json``), and the tuned configuration as a config file (``--out``) that
-``--config`` of the other subcommands, and ``fastio.load_config``, read back.
+(``--json``, ``--out``), and the tuned configuration as a config file
+(``--tuned-config``) that ``--config`` of the other subcommands, and
+``fastio.load_config``, read back.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import statistics
-import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from fastio.cli._config_cmd import command_spec, config_option
 from fastio.cli._measure import files_to_read
-from fastio.cli._options import knob_option, reader_options
-from fastio.cli._report import _size, console, error_console
+from fastio.cli._options import knob_option, output_options, reader_options
+from fastio.cli._report import _size, console, emit, error_console, pyplot
 from fastio.spec import TunerSettings
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from fastio.reader._tuning import ReaderTuning
@@ -34,6 +36,25 @@ if TYPE_CHECKING:
     from tuners import Decision  # fastio.tuners, as mypy reads the tuners/ folder
 
 _SHOWN = 14  # trials in the live table
+# The tuner's knobs a command offers (the rest: in a config file).
+_TUNER_OPTIONS = ("memory_budget", "window_seconds", "warmup_seconds", "max_trials", "storage",
+                  "seed")  # fmt: skip
+
+
+def tuner_options(function: F) -> F:
+    """The tuner's knobs a command offers, as options (``--tuner-max-trials``)."""
+    for name in reversed(_TUNER_OPTIONS):
+        function = knob_option(TunerSettings, name)(function)
+    return function
+
+
+def tuned_config_option(function: F) -> F:
+    """``--tuned-config FILE``: where the tuned configuration is written."""
+    return click.option(
+        "--tuned-config", type=click.Path(dir_okay=False), default="fastio-tuned.yaml",
+        show_default=True, help="Write the tuned configuration here, as a config file "
+        "(YAML, TOML or JSON by its extension) that --config reads back.",
+    )(function)  # fmt: skip
 
 
 def _human(size: int) -> str:
@@ -110,14 +131,9 @@ def summarize(decisions: list[Decision]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: -row["mb_per_s"])
 
 
-def plot_timeline(timeline: list[tuple[float, int]], decisions: list[Decision],
-                  changes: list[tuple[float, dict[str, Any]]], path: Path) -> None:  # fmt: skip
-    try:
-        import matplotlib
-    except ImportError:
-        raise click.ClickException("plots need matplotlib: pip install 'fastio[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot_timeline(timeline: list[tuple[float, int]], changes: list[tuple[float, dict[str, Any]]],
+                  path: str) -> None:  # fmt: skip
+    plt = pyplot()
 
     times = [t for t, _ in timeline[1:]]
     rates = [(b1 - b0) / (t1 - t0) / 1e6 if t1 > t0 else 0.0
@@ -158,22 +174,13 @@ def write_config(out: Path, spec: DatasetSpec, tuned: dict[str, Any]) -> dict[st
 @click.argument("paths", nargs=-1, type=click.Path())
 @config_option("Read the files the config's urls name, starting from its reader knobs.")
 @reader_options
-@knob_option(TunerSettings, "memory_budget", "--budget")
-@knob_option(TunerSettings, "window_seconds")
-@knob_option(TunerSettings, "warmup_seconds")
-@knob_option(TunerSettings, "max_trials")
+@tuner_options
 @click.option("--max-seconds", type=click.FloatRange(1), default=300.0, show_default=True,
               help="Stop after this long even if not settled.")  # fmt: skip
 @click.option("--settled-windows", type=click.IntRange(0), default=3, show_default=True,
               help="Windows measured at the best after settling.")  # fmt: skip
-@knob_option(TunerSettings, "storage")
-@knob_option(TunerSettings, "seed")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="fastio-tuned.yaml",
-              show_default=True, help="The tuned configuration, as a config file.")  # fmt: skip
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="Throughput over time with trial boundaries, as PNG (plot extra).")  # fmt: skip
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write trials and results as JSON here ('-': stdout).")  # fmt: skip
+@tuned_config_option
+@output_options(plot="throughput over time with the trial boundaries")
 @click.pass_context
 def tune(ctx: click.Context, /, paths: tuple[str, ...], config_file: Path | None,
          **options: Any) -> None:  # fmt: skip
@@ -194,20 +201,35 @@ def tune(ctx: click.Context, /, paths: tuple[str, ...], config_file: Path | None
     tuner = spec.tuner
     # Ticks finer than the windows, so that each window is measured on time.
     tuning_options = tuner.replace(enabled=True, tick_seconds=min(0.1, tuner.window_seconds / 4))
-    to_stdout = options["json_path"] == "-"
-    _tune_files(files, spec, tuning_options, options, to_stdout, storage_fingerprint(files))
+    result, changes = tune_files(files, spec, tuning_options, options["max_seconds"],
+                                 options["settled_windows"], show_live=not options["as_json"],
+                                 study_name=storage_fingerprint(files))  # fmt: skip
+    out = Path(options["tuned_config"])
+    result["config_file"] = str(out)
+    result["reader"] = write_config(out, spec, result["best_config"])
+    if options["plot_path"] is not None:
+        plot_timeline(result["timeline"], changes, options["plot_path"])
+    emit(result, options["as_json"], options["out_path"], lambda: _print_result(result),
+         options["plot_path"])  # fmt: skip
 
 
-def _tune_files(files: list[str], spec: DatasetSpec, tuning_options: TunerSettings,
-                options: dict[str, Any], to_stdout: bool, study_name: str) -> None:  # fmt: skip
+Changes = list[tuple[float, dict[str, Any]]]
+
+
+def tune_files(files: list[str], spec: DatasetSpec, tuning_options: TunerSettings,
+               max_seconds: float, settled_windows: int, show_live: bool,
+               study_name: str) -> tuple[dict[str, Any], Changes]:  # fmt: skip
+    """Tune a reader of ``spec``'s reader knobs on ``files``, read over and
+    over (a live table on a terminal with ``show_live``): the result, and when the
+    configuration changed. Ends the command on a read error."""
     from rich.live import Live
 
     from fastio.reader._reader import Reader
     from fastio.reader._tuning import ReaderTuning
 
-    changes: list[tuple[float, dict[str, Any]]] = []
+    changes: Changes = []
     clock = {"now": 0.0}
-    live_on = not to_stdout and error_console().is_terminal
+    live_on = show_live and error_console().is_terminal
     with Reader(spec.reader) as reader, Live(console=error_console(), transient=False,
                                          auto_refresh=False) as live:  # fmt: skip
         if not live_on:
@@ -231,8 +253,7 @@ def _tune_files(files: list[str], spec: DatasetSpec, tuning_options: TunerSettin
         tuning = ReaderTuning(reader, tuning_options, study_name, on_decision=decided)
         changes.append((0.0, dict(tuning.tuner.config)))
         try:
-            timeline, seconds = run_tuning(files, tuning, options["max_seconds"],
-                                           options["settled_windows"], ticked)  # fmt: skip
+            timeline, seconds = run_tuning(files, tuning, max_seconds, settled_windows, ticked)
         except OSError as error:
             raise click.ClickException(str(error)) from None
         finally:
@@ -252,26 +273,13 @@ def _tune_files(files: list[str], spec: DatasetSpec, tuning_options: TunerSettin
         "configurations": rows, "decisions": [d.as_dict() for d in tuner.decisions],
         "timeline": timeline,
     }  # fmt: skip
-    out = Path(options["out_path"])
-    result["config_file"] = str(out)
-    result["reader"] = write_config(out, spec, best)
-    if to_stdout:
-        json.dump(result, sys.stdout)
-        sys.stdout.write("\n")
-    else:
-        _print_result(result, rows, best)
-        if options["json_path"] is not None:
-            Path(options["json_path"]).write_text(json.dumps(result, indent=1))
-    if options["plot_path"] is not None:
-        plot_timeline(timeline, tuner.decisions, changes, Path(options["plot_path"]))
-        if not to_stdout:
-            console().print(f"plot: {options['plot_path']}")
+    return result, changes
 
 
-def _print_result(result: dict[str, Any], rows: list[dict[str, Any]],
-                  best: dict[str, Any]) -> None:  # fmt: skip
+def _print_result(result: dict[str, Any]) -> None:
     from rich.table import Table
 
+    rows, best = result["configurations"], result["best_config"]
     table = Table(title="fastio-bench tune: configurations measured")
     for column in ("outstanding requests", "read size", "windows", "MB/s"):
         table.add_column(column, justify="right")

@@ -37,12 +37,12 @@ def assemble(parts: list[tuple[int, Any]], count: int) -> tuple[Any, np.ndarray]
 
 
 def _concat(parts: list[Any]) -> Any:
-    import pyarrow as pa
-
     if not parts:
         return None
     if isinstance(parts[0], np.ndarray):
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
+
     tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts]
     if len(tables) == 1:
         return tables[0]
@@ -66,9 +66,11 @@ def _take(table: Any, rows: np.ndarray | range) -> Any:
 
 
 def _as_batch(table: Any) -> Any:
-    import pyarrow as pa
+    if isinstance(table, np.ndarray):
+        return table
+    import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
 
-    if isinstance(table, (np.ndarray, pa.RecordBatch)):
+    if isinstance(table, pa.RecordBatch):
         return table
     combined = table.combine_chunks()
     batches = combined.to_batches()

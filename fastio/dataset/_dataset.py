@@ -19,20 +19,24 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import secrets
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
-from fastio._errors import DecodeError
+from fastio._errors import import_extra
 from fastio.dataset._batching import rebatch
 from fastio.dataset._delivery import deliver
+from fastio.dataset._layouts import ShardLayouts
 from fastio.dataset._policy import ErrorPolicy
 from fastio.dataset._reads import Read, SampleReads
 from fastio.dataset._spill import make_spill
 from fastio.dataset._steal import StealingRun, check_steal_state
+from fastio.dataset._stream import StreamPass, check_stream_state
 from fastio.dataset._units import read_part
 from fastio.fairness._monitor import FairnessMonitor
+from fastio.formats._index import dataset_index_location
 from fastio.formats._layout import Layout
 from fastio.formats._shards import format_for_url, format_options, make_format
 from fastio.plan._assignment import part_bounds
@@ -48,6 +52,7 @@ from fastio.plan._resume import (
     plan_fingerprint,
     remaining_samples,
 )
+from fastio.plan._stream import stream_shards
 from fastio.plan._windows import Run
 from fastio.reader import _tuning
 from fastio.reader._reader import Reader
@@ -55,8 +60,7 @@ from fastio.sources._urls import expand_urls
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
 
 if TYPE_CHECKING:
-    import os
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from fastio.cache._cache import ShardCache
     from fastio.dataset._delivery import Observer
@@ -145,6 +149,7 @@ class Dataset(_Base):
         record_size: int | str | None = None,
         verify: bool = True,
         example: bool = True,
+        index: str | os.PathLike[str] | None = None,
         index_dir: str | os.PathLike[str] | None = None,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
@@ -170,7 +175,8 @@ class Dataset(_Base):
             urls, format=format, shuffle=shuffle, seed=seed, shuffle_buffer=shuffle_buffer,
             shuffle_shards=shuffle_shards, rank=rank, world_size=world_size, remainder=remainder,
             batch_size=batch_size, on_error=on_error, columns=columns, record_size=record_size,
-            verify=verify, example=example, index_dir=index_dir, storage_options=storage_options,
+            verify=verify, example=example, index=index, index_dir=index_dir,
+            storage_options=storage_options,
             cache_dir=cache_dir, cache_bytes=cache_bytes, cache_policy=cache_policy,
             cache_prefetch=cache_prefetch, reader=reader, fairness=fairness,
             shuffle_memory=shuffle_memory, tiering=settings, tune=tune, **reader_knobs,
@@ -217,15 +223,24 @@ class Dataset(_Base):
         self._remaining: np.ndarray | None = None  # what of that epoch is left to read
         self._pass_batch_size = spec.split.batch_size
         self.fairness = FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed)
-        self.layouts = self._load_layouts()
-        counts = [layout.count for layout in self.layouts]
-        self._bases = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._shards = ShardLayouts(
+            self.urls, self._format, lambda: self.reader, self._policy,
+            spec.format_options.index, self.storage_options, self.cache,
+        )  # fmt: skip
+        self.layouts = self._shards.layouts
+        # Not indexed yet: the first epoch streams whole shards, unless the split
+        # needs every rank's count from its start (equal counts across ranks).
+        self._first_streams = not self._shards.known
+        if self._first_streams and self.remainder != "exact" and self._rank()[1] > 1:
+            self._shards.complete()
+            self._first_streams = False
+        self._stream: StreamPass | None = None
         options = spec.format_options
-        self._plan = plan_fingerprint(counts, self.format, {
+        self._plan = plan_fingerprint(self._shards.sizes, self.format, {
             "columns": None if options.columns is None else list(options.columns),
             "record_size": options.record_size, "example": options.example,
             "verify": options.verify}, spec.shuffle, self.remainder)  # fmt: skip
-        self._reads = SampleReads(self.layouts, self._format, lambda: self.reader, self._policy)
+        self._reads = SampleReads(self._known, self._format, lambda: self.reader, self._policy)
 
     # ---- the spec's knobs ------------------------------------------------------------
 
@@ -263,25 +278,6 @@ class Dataset(_Base):
             self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)
         return self._reader
 
-    def _load_layouts(self) -> list[Layout]:
-        layouts = []
-        policy = self._policy
-        self.reader.prefetch_info(self.urls)  # remote objects: one round trip for all
-        if self.cache is not None:  # shards without an index are read in this order
-            self.cache.plan(self.urls)
-        for url in self.urls:
-            try:
-                layout, problems = self._format.layout(self.reader, url, policy.tolerates)
-            except (OSError, DecodeError) as error:
-                policy.shard_left_out(error, url)
-                layouts.append(_empty_layout(url))
-                continue
-            for problem in problems:
-                # The damaged record is lost; the index holds the samples around it.
-                policy.failure(problem, 1, f"shard {url} is indexed without the damaged record")
-            layouts.append(layout)
-        return layouts
-
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_reader"] = None  # each process makes its own
@@ -291,7 +287,8 @@ class Dataset(_Base):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._reads = SampleReads(self.layouts, self._format, lambda: self.reader, self._policy)
+        self._shards.reader = lambda: self.reader
+        self._reads = SampleReads(self._known, self._format, lambda: self.reader, self._policy)
 
     def close(self) -> None:
         """Release the reader (its descriptors, buffers and loop thread) and the
@@ -314,19 +311,57 @@ class Dataset(_Base):
     # ---- sizes and assignment ------------------------------------------------------
 
     @property
+    def _known(self) -> list[Layout]:
+        """The layouts, where every one is known (or will be, before they are
+        read: :meth:`index`); the one list, changed in place."""
+        return cast("list[Layout]", self.layouts)
+
+    @property
     def counts(self) -> list[int]:
-        """Samples per shard, in URL order."""
-        return [layout.count for layout in self.layouts]
+        """Samples per shard, in URL order. Raises TypeError while shards are not
+        indexed yet (see :meth:`index`)."""
+        return self._shards.counts()
 
     @property
     def bases(self) -> np.ndarray:
-        """Each shard's first global sample number (positions in URL order), then the total."""
-        return self._bases
+        """Each shard's first global sample number (positions in URL order), then
+        the total. Raises TypeError while shards are not indexed yet."""
+        return np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
 
     @property
     def total(self) -> int:
-        """Samples in the whole dataset (all ranks)."""
-        return int(self._bases[-1])
+        """Samples in the whole dataset (all ranks). Raises TypeError while
+        shards are not indexed yet."""
+        return sum(self.counts)
+
+    def index(self, progress: Callable[[int], None] | None = None) -> Dataset:
+        """Index every shard not indexed yet, scanning ``outstanding_requests``
+        of them at once (a never-seen dataset's first epoch does this on the
+        way instead), so that counts, ``len``, :meth:`order` and ``[i]`` are
+        known, and the first epoch reads windows of samples instead of
+        streaming whole shards: call it on every rank or none. ``progress(1)``
+        is called after each shard scanned. Returns the dataset."""
+        self._shards.complete(progress=progress)
+        self._first_streams = False
+        return self
+
+    def save_index(
+        self,
+        location: str | os.PathLike[str] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> str:
+        """Index every shard (:meth:`index`) and write the dataset index: one
+        file that every rank, worker and node then reads with one request
+        instead of finding any shard's index. ``location``: a path or URL;
+        default ``dataset.fastio-index.npz`` in the shards' folder (found
+        there without being named). Returns where it went. Raises ValueError
+        where a shard cannot be indexed (damaged, or a format without
+        indexes), OSError where the file cannot be written."""
+        self.index(progress)
+        where = (os.fspath(location) if location is not None
+                 else dataset_index_location(self.urls))  # fmt: skip
+        self._shards.dataset_index().save(where, self.storage_options)
+        return where
 
     @property
     def epoch(self) -> int:
@@ -344,7 +379,9 @@ class Dataset(_Base):
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its DataLoader workers
         together): what a DataLoader over it divides into batches. With
-        ``remainder="drop"`` or ``"pad"``, the same on every rank."""
+        ``remainder="drop"`` or ``"pad"``, the same on every rank. Raises
+        TypeError while shards are not indexed yet (a DataLoader, Lightning
+        and tf.data then go by the samples that come)."""
         rank, world_size = self._rank()
         total = self.total
         if self.remainder == "exact":
@@ -363,7 +400,7 @@ class Dataset(_Base):
         """``participant``'s part of ``epoch`` as the running pass reads it (its
         batch size; the rest of a resumed epoch), or, ``following``, of an
         epoch after it (every sample)."""
-        return make_part(self.layouts, self.spec.shuffle, self.remainder, epoch, participant,
+        return make_part(self._known, self.spec.shuffle, self.remainder, epoch, participant,
                          self._pass_batch_size,
                          None if following else self._remaining)  # fmt: skip
 
@@ -386,9 +423,10 @@ class Dataset(_Base):
             num_workers,
         )
         epoch = self.epoch if epoch is None else epoch
-        part = make_part(self.layouts, self.spec.shuffle, self.remainder, epoch, participant,
+        self.index()
+        part = make_part(self._known, self.spec.shuffle, self.remainder, epoch, participant,
                          self.spec.split.batch_size)  # fmt: skip
-        return part.sample_ids(self._bases)
+        return part.sample_ids(self.bases)
 
     # ---- state -----------------------------------------------------------------------
 
@@ -412,6 +450,8 @@ class Dataset(_Base):
                          batch_size=self._pass_batch_size, history=self._history)  # fmt: skip
             if self._stealing is not None:
                 state["steal"] = self._stealing.state()
+            if self._stream is not None:
+                state["stream"] = self._stream.state()
         return state
 
     def load_state_dict(self, state: Any) -> None:
@@ -451,6 +491,10 @@ class Dataset(_Base):
         if saved is None:
             return None, 0, None
         if "members" in saved:
+            if any("stream" in member for member in saved["members"]):
+                raise ValueError("states saved in a streamed first epoch resume with the same "
+                                 "world size and workers only (index the dataset to resume "
+                                 "with another layout)")  # fmt: skip
             return saved, 0, None
         same = (_participant_of(saved), saved.get("batch_size")) == (participant, batch_size)
         if same:
@@ -491,9 +535,13 @@ class Dataset(_Base):
         """An iterable of batches of ``batch_size`` samples, one Python object per
         batch: ``pyarrow.RecordBatch`` (webdataset, tfrecord, jsonl, lines,
         parquet, arrow) or ``numpy.ndarray`` (fixed, npy), in the same order as
-        iterating samples. Usable as a DataLoader dataset with ``batch_size=None``."""
+        iterating samples. Usable as a DataLoader dataset with ``batch_size=None``.
+        Raises :class:`~fastio.MissingExtraError` for Arrow batches without
+        pyarrow (the ``arrow`` extra)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, not {batch_size}")
+        if self._format.batch_kind == "arrow":
+            import_extra("pyarrow", f"batches of {self.format} shards (Arrow record batches)")
         return Batches(self, batch_size, drop_last)
 
     def _iterate(self, columnar: bool, batch_size: int, drop_last: bool) -> Iterator[Any]:
@@ -507,15 +555,24 @@ class Dataset(_Base):
         participant = self._participant()
         cursor = self._cursor
         epoch, resumes = self._ledger.begin(participant.worker, cursor.pending_resume())
+        saved = cursor.pending if resumes else None
+        if saved is not None and _at_a_start(saved):
+            saved = None  # saved before a pass began: that pass from its start
+        self._stealing = self._stream = None
+        if (saved is not None and "stream" in saved) or (
+            saved is None and self._first_streams and epoch == self._ledger.first_epoch()
+        ):
+            return self._begin_stream(participant, epoch, saved, columnar, batch_size, drop_last)
+        self._shards.complete()  # indexes the streamed first epoch left, or scans
         batch_size_of_part = batch_size if columnar else self.spec.split.batch_size
-        history, position, steal_state = self._resumed(
-            cursor.pending if resumes else None, participant, batch_size_of_part
-        )
+        history, position, steal_state = self._resumed(saved, participant, batch_size_of_part)
         cursor.begin(participant, Start(epoch, position))
         self._history, self._pass_batch_size = history, batch_size_of_part
-        self._remaining = remaining_samples(history, self.layouts, self.spec.shuffle,
+        self._remaining = remaining_samples(history, self._known, self.spec.shuffle,
                                             self.remainder)  # fmt: skip
         part = self._part(epoch, participant)
+        if epoch != self._ledger.first_epoch():  # the first pass reads what open just saw
+            self._check_unchanged(part.shards())
         steals = self.fairness.steals(participant)
         if steals and steal_state is None and position:
             raise ValueError("state was saved without balance='steal' (or with one DataLoader "
@@ -528,11 +585,57 @@ class Dataset(_Base):
         assigned = part.count - (0 if steals else position)
         observer = self.fairness.observe(participant, epoch, assigned, self.reader,
                                          lambda: cursor.delivered)  # fmt: skip
-        self._stealing = None
         if steals:
             return self._stolen(part, steal_state, columnar, batch_size, drop_last), observer
         units = self._read(part, position, columnar)
         return (rebatch(units, batch_size, drop_last, cursor) if columnar else units), observer
+
+    def _begin_stream(
+        self, participant: Participant, epoch: int, saved: dict[str, Any] | None,
+        columnar: bool, batch_size: int, drop_last: bool,
+    ) -> tuple[Iterator[Any], Observer | None]:  # fmt: skip
+        """A pass over whole shards not indexed yet (see :mod:`fastio.dataset._stream`)."""
+        records = self._shards.record_format
+        assert records is not None  # only record formats have shards without a layout
+        resume = None
+        position = 0
+        if saved is not None:
+            if _participant_of(saved) != participant:
+                raise ValueError(
+                    f"state was saved in a streamed first epoch by "
+                    f"{_participant_of(saved).describe()}: it resumes as the same participant "
+                    f"only, not as {participant.describe()} (index the dataset to resume with "
+                    "another layout)"
+                )
+            resume, position = check_stream_state(saved["stream"]), int(saved["position"])
+        cursor = self._cursor
+        cursor.begin(participant, Start(epoch, position))
+        self._history, self._remaining = None, None
+        shards = stream_shards(self._shards.sizes, self.spec.shuffle, epoch, participant)
+        if self.cache is not None:
+            self.cache.plan([self.urls[shard] for shard in shards])
+        stream = self._stream = StreamPass(
+            shards, self.urls, records, lambda: self.reader, self._policy, cursor,
+            self.spec.shuffle, epoch, participant, resume, self._shards.learned,
+            self.spec.tiering.shuffle_memory,
+        )  # fmt: skip
+        # Rates are per share of the work: here bytes, the same for every worker.
+        assigned = sum(self._shards.sizes[shard] for shard in shards)
+        observer = self.fairness.observe(participant, epoch, assigned, self.reader,
+                                         lambda: cursor.delivered)  # fmt: skip
+        items = stream.items(columnar)
+        return (rebatch(items, batch_size, drop_last, cursor) if columnar else items), observer
+
+    def _check_unchanged(self, shards: list[int]) -> None:
+        """Shards rewritten or replaced since their layouts were found raise
+        :class:`fastio.ShardChangedError`; under skip/warn their samples are
+        skipped instead (counted), every epoch, as the other participants'
+        plans still hold them."""
+        for shard in self._shards.changed(sorted(set(shards))):
+            error = self._shards.stale_error(shard)
+            if not self._policy.tolerates:
+                raise error
+            self._reads.failing[shard] = error
 
     def _read(self, part: Part, position: int, columnar: bool, stop: int | None = None
               ) -> Iterator[Any]:  # fmt: skip
@@ -571,7 +674,7 @@ class Dataset(_Base):
         rest = dataclasses.replace(part, windows=part.windows[first:stop])
         following = self._part(part.epoch + 1, part.participant, following=True)
         shards = rest.shards() + following.shards()
-        order = [self.layouts[s].url for i, s in enumerate(shards) if i == 0 or shards[i - 1] != s]
+        order = [self.urls[s] for i, s in enumerate(shards) if i == 0 or shards[i - 1] != s]
         self.cache.plan(order)
 
     # ---- random access ---------------------------------------------------------------
@@ -581,7 +684,9 @@ class Dataset(_Base):
         for ``i`` in ``range(len(dataset))`` are the samples ``len`` counts
         (with one rank, the whole dataset in URL order). For an index sampler
         that splits ranks itself (DistributedSampler, grain), use
-        :meth:`map_style`. Raises IndexError out of range."""
+        :meth:`map_style`. Indexes shards not indexed yet (:meth:`index`).
+        Raises IndexError out of range."""
+        self.index()
         length = len(self)
         if not -length <= index < length:
             raise IndexError(f"sample {index} out of range for this rank's {length} samples")
@@ -597,15 +702,18 @@ class Dataset(_Base):
 
     def _sample(self, number: int) -> Any:
         """Global sample ``number``, read on its own through the index."""
-        shard = int(np.searchsorted(self._bases, number, side="right")) - 1
-        sample = number - int(self._bases[shard])
+        self.index()
+        bases = self.bases
+        shard = int(np.searchsorted(bases, number, side="right")) - 1
+        sample = number - int(bases[shard])
         read = Read(0, Run(shard, sample, sample + 1, 0), sample, sample + 1)
         for _, decoded, _ in self._reads.execute([read], False, ErrorPolicy("raise")):
             return decoded[0]
         raise IndexError(number)  # unreachable: execute yields once or raises
 
     def __repr__(self) -> str:
-        return (f"<fastio.Dataset {self.format} shards={len(self.urls)} samples={self.total} "
+        samples = self.total if self._shards.known else "unknown (not indexed yet)"
+        return (f"<fastio.Dataset {self.format} shards={len(self.urls)} samples={samples} "
                 f"shuffle={self.shuffle} seed={self.seed}>")  # fmt: skip
 
 
@@ -654,6 +762,12 @@ class MapStyle(_MapBase):
 
 def _empty_layout(url: str) -> Layout:
     return Layout(url, 0, 0, np.zeros(1, np.int64), np.zeros(0, np.int64))
+
+
+def _at_a_start(state: dict[str, Any]) -> bool:
+    """Whether ``state`` was saved where nothing of its epoch was passed yet."""
+    return (not state.get("position") and "members" not in state
+            and not state.get("history") and not state.get("steal"))  # fmt: skip
 
 
 def _participant_of(state: dict[str, Any]) -> Participant:

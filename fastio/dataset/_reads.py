@@ -23,7 +23,20 @@ if TYPE_CHECKING:
     from fastio.plan._windows import Run, Window
     from fastio.reader._reader import Reader
 
-__all__ = ["Read", "SampleReads", "located"]
+__all__ = ["SKIPPED", "Read", "SampleReads", "located"]
+
+
+class _Skipped:
+    """The place of a damaged record that the format stepped over, in a
+    read's decoded samples (or parts: it counts as one row)."""
+
+    num_rows = 1
+
+    def __repr__(self) -> str:
+        return "SKIPPED"
+
+
+SKIPPED = _Skipped()
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +69,8 @@ class SampleReads:
         self.format = shard_format
         self.reader = reader
         self.policy = policy
+        self.failing: dict[int, Exception] = {}
+        """Shards whose reads fail at once with this error (changed since indexed)."""
 
     def plan(
         self,
@@ -100,7 +115,15 @@ class SampleReads:
         shards = [Shard(tuple(ranges)) for ranges, _ in planned]
         k = 0
         while k < len(reads):
-            guarded = Guarded(self.reader().stream(shards[k:]))
+            failing = self.failing.get(reads[k].run.shard)
+            if failing is not None:
+                policy.failure(failing, reads[k].stop - reads[k].start, "shard skipped")
+                yield reads[k], [], 0
+                k += 1
+                continue
+            stop = next((i for i in range(k, len(reads)) if reads[i].run.shard in self.failing),
+                        len(reads))  # fmt: skip
+            guarded = Guarded(self.reader().stream(shards[k:stop]))
             expected = k
             try:
                 for position, group in groupby(guarded, key=attrgetter("shard")):
@@ -108,8 +131,10 @@ class SampleReads:
                     while expected < index:  # reads that produced no bytes
                         yield reads[expected], [], 0
                         expected += 1
-                    decoded, count, error = self._decode(reads[index], group, columnar,
-                                                         planned[index][1])  # fmt: skip
+                    decoded, count, damaged, error = self._decode(
+                        reads[index], group, columnar, planned[index][1])  # fmt: skip
+                    for record in damaged:  # in their places among the samples: one each
+                        policy.failure(record, 1, "damaged record skipped")
                     if guarded.failed_at == position:  # the read itself failed midway
                         error = guarded.failure
                     if error is not None:
@@ -130,24 +155,32 @@ class SampleReads:
                     yield read, [], 0
                     expected = failed + 1
             else:
-                while expected < len(reads):
+                while expected < stop:
                     yield reads[expected], [], 0
                     expected += 1
             k = expected
 
     def _decode(
         self, read: Read, chunks: Iterable[Any], columnar: bool, first: int
-    ) -> tuple[Any, int, Exception | None]:
+    ) -> tuple[Any, int, list[Exception], Exception | None]:
         """Decoded samples (a list, or a list of columnar parts) of ``read``,
-        whose bytes decode from sample ``first`` on, how many, and the error
-        that cut it short."""
+        whose bytes decode from sample ``first`` on; how many places they
+        fill; the damaged records the format stepped over (a DecodeError it
+        gives in a record's place, :data:`SKIPPED` there in what is
+        returned); and the error that cut the read short."""
         layout = self.layouts[read.run.shard]
         skip, want = read.start - first, read.stop - read.start
+        damaged: list[Exception] = []
         error: Exception | None = None
         if not columnar:
             samples: list[Any] = []
             try:
-                samples.extend(islice(self.format.samples(chunks, layout), skip, skip + want))
+                decoded = _in_places(self.format.samples(chunks, layout), layout)
+                for sample in islice(decoded, skip, skip + want):
+                    if isinstance(sample, DecodeError):
+                        damaged.append(located(sample, layout))
+                        sample = SKIPPED
+                    samples.append(sample)
             except (DecodeError, OSError) as failure:
                 error = located(failure, layout)
             if error is None and len(samples) < want:
@@ -156,11 +189,15 @@ class SampleReads:
                     f"{skip + want} (the shard changed after it was indexed?)",
                     layout.url, -1, first + skip + len(samples),
                 )  # fmt: skip
-            return samples, len(samples), error
+            return samples, len(samples), damaged, error
         parts: list[Any] = []
         rows = 0
         try:
-            for part in self.format.batches(chunks, layout):
+            for part in _in_places(self.format.batches(chunks, layout), layout):
+                if isinstance(part, DecodeError):
+                    if skip <= rows < skip + want:
+                        damaged.append(located(part, layout))
+                    part = SKIPPED
                 n = rows_of(part)
                 lo, hi = max(skip - rows, 0), min(skip + want - rows, n)
                 if lo < hi:
@@ -176,7 +213,20 @@ class SampleReads:
                 f"holds {got} of the {want} samples its index places from sample {read.start}",
                 layout.url, -1, read.start + got,
             )  # fmt: skip
-        return parts, got, error
+        return parts, got, damaged, error
+
+
+def _in_places(decoded: Iterable[Any], layout: Layout) -> Iterator[Any]:
+    """What a format decoded, without the damaged records it stepped over
+    that the shard's index left out (counted lost when it was built): those
+    the index holds (found damaged only now) keep their places."""
+    starts = layout.starts
+    for item in decoded:
+        if isinstance(item, DecodeError) and starts is not None:
+            at = int(np.searchsorted(starts, item.offset))
+            if at == len(starts) or int(starts[at]) != item.offset:
+                continue
+        yield item
 
 
 def located(error: Exception, layout: Layout) -> Exception:

@@ -20,6 +20,8 @@ import pickle
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from fastio.dataset._reads import SKIPPED
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
@@ -73,6 +75,8 @@ class ShuffleSpill:
                                     producer="fastio.shuffle") as file:  # fmt: skip
             for at, samples in decoded:
                 for slot, sample in enumerate(samples, at):
+                    if sample is SKIPPED:  # a damaged record: its slot stays missing
+                        continue
                     blob = pickle.dumps(sample, protocol=5)
                     offsets[slot], lengths[slot] = file.tell(), len(blob)
                     file.write(blob)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio.dataset._batching import assemble, rows_of
+from fastio.dataset._reads import SKIPPED
 from fastio.dataset._spill import MISSING as SPILL_MISSING
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["read_part"]
 
-_MISSING = object()
+_MISSING = SKIPPED  # a window position no read filled, like a damaged record's
 
 
 def read_part(
@@ -65,6 +66,9 @@ def read_part(
             for read, decoded, count in its_reads:
                 cursor.pass_over(read.at - expected)  # samples a failure lost
                 for sample in decoded:
+                    if sample is SKIPPED:  # a damaged record
+                        cursor.pass_over(1)
+                        continue
                     cursor.deliver_one()
                     yield sample
                 expected = read.at + count
@@ -111,7 +115,8 @@ def _columnar_window(
     for read, decoded, _ in its_reads:
         at = read.at
         for part in decoded:
-            parts.append((at, part))
+            if part is not SKIPPED:  # a damaged record's row stays empty
+                parts.append((at, part))
             at += rows_of(part)
     table, rows_at = assemble(parts, count)
     if not stored and not isinstance(table, np.ndarray) and table is not None:

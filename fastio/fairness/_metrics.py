@@ -1,10 +1,14 @@
-"""The monitor's report in the Prometheus text exposition format (0.0.4)."""
+"""The monitor's report as Prometheus metrics (prometheus_client, the
+``metrics`` extra): metric families for a collector, or the text exposition."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-__all__ = ["prometheus_text"]
+from fastio._errors import import_extra
+
+__all__ = ["exposition", "fairness_families", "prometheus_text"]
 
 # name, type, help, report key (per worker, or per rank)
 _WORKER_METRICS = (
@@ -33,36 +37,63 @@ _RANK_METRICS = (
 )
 
 
-def _value(value: Any) -> str:
-    if value is None:
-        return "NaN"
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return repr(float(value)) if isinstance(value, float) else str(value)
+def fairness_families(report: dict[str, Any], prefix: str = "fastio_fairness") -> list[Any]:
+    """``report`` (``dataset.stats()["fairness"]``) as prometheus_client metric
+    families: per-worker series labelled ``rank`` and ``worker``, per-rank
+    series labelled ``rank``, and Jain's indexes (none when it is off). Raises
+    :class:`~fastio.MissingExtraError` without prometheus_client (``metrics``)."""
+    if not report.get("enabled"):
+        return []
+    core = import_extra("prometheus_client.core", "Prometheus metrics")
+    kinds = {"counter": core.CounterMetricFamily, "gauge": core.GaugeMetricFamily}
+    rank = str(report["rank"])
+    families = []
+    for name, kind, text, key in _WORKER_METRICS:
+        family = kinds[kind](f"{prefix}_worker_{name}", text, labels=["rank", "worker"])
+        for worker in report["workers"]:
+            family.add_metric([rank, str(worker["worker"])], _value(worker[key]))
+        families.append(family)
+    jain = core.GaugeMetricFamily(f"{prefix}_jain_index",
+                                  "Jain's index over the workers' rates, last window.",
+                                  labels=["rank"])  # fmt: skip
+    jain.add_metric([rank], _value(report["jain_index"]))
+    families.append(jain)
+    for name, kind, text, key in _RANK_METRICS if report.get("ranks") else ():
+        family = kinds[kind](f"{prefix}_rank_{name}", text, labels=["rank"])
+        for entry in report["ranks"]:
+            family.add_metric([str(entry["rank"])], _value(entry[key]))
+        families.append(family)
+    if report.get("ranks"):
+        rank_jain = _value(report["rank_jain_index"])
+        families.append(core.GaugeMetricFamily(f"{prefix}_rank_jain_index",
+                                               "Jain's index over the ranks' rates.",
+                                               value=rank_jain))  # fmt: skip
+    return families
 
 
 def prometheus_text(report: dict[str, Any], prefix: str = "fastio_fairness") -> str:
-    """``report`` (``dataset.stats()["fairness"]``) as Prometheus text: per-worker
-    series labelled ``rank`` and ``worker``, per-rank series labelled ``rank``,
-    and Jain's indexes."""
-    if not report.get("enabled"):
-        return ""
-    lines: list[str] = []
-    rank = report["rank"]
-    for name, kind, text, key in _WORKER_METRICS:
-        lines += [f"# HELP {prefix}_worker_{name} {text}", f"# TYPE {prefix}_worker_{name} {kind}"]
-        for worker in report["workers"]:
-            labels = f'rank="{rank}",worker="{worker["worker"]}"'
-            lines.append(f"{prefix}_worker_{name}{{{labels}}} {_value(worker[key])}")
-    lines += [f"# HELP {prefix}_jain_index Jain's index over the workers' rates, last window.",
-              f"# TYPE {prefix}_jain_index gauge",
-              f'{prefix}_jain_index{{rank="{rank}"}} {_value(report["jain_index"])}']  # fmt: skip
-    for name, kind, text, key in _RANK_METRICS if report.get("ranks") else ():
-        lines += [f"# HELP {prefix}_rank_{name} {text}", f"# TYPE {prefix}_rank_{name} {kind}"]
-        for entry in report["ranks"]:
-            lines.append(f'{prefix}_rank_{name}{{rank="{entry["rank"]}"}} {_value(entry[key])}')
-    if report.get("ranks"):
-        lines += [f"# HELP {prefix}_rank_jain_index Jain's index over the ranks' rates.",
-                  f"# TYPE {prefix}_rank_jain_index gauge",
-                  f"{prefix}_rank_jain_index {_value(report['rank_jain_index'])}"]  # fmt: skip
-    return "\n".join(lines) + "\n"
+    """``report`` (``dataset.stats()["fairness"]``) in the Prometheus text
+    exposition format, through prometheus_client (see :func:`fairness_families`);
+    empty when the monitor is off. For a scrape endpoint, register
+    :class:`fastio.metrics.DatasetCollector`, which includes these."""
+    families = fairness_families(report, prefix)
+    return exposition(families) if families else ""
+
+
+def exposition(families: list[Any]) -> str:
+    """Metric families in the Prometheus text format (0.0.4)."""
+    client = import_extra("prometheus_client", "Prometheus metrics")
+
+    class _Once:
+        def collect(self) -> list[Any]:
+            return families
+
+    registry = client.CollectorRegistry(auto_describe=False)
+    registry.register(_Once())
+    text: str = client.generate_latest(registry).decode()
+    return text
+
+
+def _value(value: Any) -> float:
+    # prometheus_client writes NaN for a value not known yet (before any window).
+    return math.nan if value is None else float(value)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from fastio._errors import DecodeError, TruncatedShardError
+from fastio.formats._compression import codec_for, decompress
 from fastio.formats._layout import Layout, ShardFormat
 from fastio.formats._reassemble import Framing, framed
 from fastio.formats._records import RecordWriter
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["FixedFormat", "FixedWriter", "NpyFormat", "NpyWriter", "decode_fixed", "decode_npy"]
 
 _NPY_MAGIC = b"\x93NUMPY"
+_MAX_NPY_HEADER = 1 << 20  # decompressed bytes kept to read an .npy header from
 
 
 def decode_fixed(chunks: Iterable[Chunk], url: str, record_size: int) -> Iterator[memoryview]:
@@ -141,9 +143,10 @@ def _fixed_layout(url: str, size: int, data_offset: int, row_size: int, tolerate
     problems: list[DecodeError] = []
     expected = meta.get("rows")
     if expected is not None and row_size and count != expected:
+        # The header says how many rows there are: those missing are lost.
         problem = TruncatedShardError(
             f".npy array says {expected} rows but the file holds {count}",
-            url, data_offset + min(count, expected) * row_size,
+            url, data_offset + min(count, expected) * row_size, lost=max(expected - count, 0),
         )  # fmt: skip
         if not tolerate:
             raise problem
@@ -164,24 +167,97 @@ def _fixed_layout(url: str, size: int, data_offset: int, row_size: int, tolerate
 
 
 def _array_batches(chunks: Iterable[Chunk], layout: Layout) -> Iterator[np.ndarray]:
-    chunks = list(chunks)
-    total = sum(c.data.nbytes for c in chunks)
+    """The rows of the chunks of ``layout.ranges(...)`` as one array: for a
+    compressed shard, its decompressed bytes from the start (header included)
+    and at most its ``count`` rows."""
     row_size = layout.meta["row_size"]
     dtype, shape = layout.meta["dtype"], layout.meta["shape"]
+    skip = 0
+    if layout.whole:
+        chunks = decompress(chunks, layout.url)
+        skip = layout.meta["data_offset"]  # an .npy header before the rows
+    pieces: list[memoryview] = []
+    stopped: DecodeError | None = None
+    try:
+        for chunk in chunks:
+            data = chunk.data
+            if skip:
+                cut = min(skip, len(data))
+                data, skip = data[cut:], skip - cut
+            pieces.append(data)
+    except DecodeError as error:  # a compressed stream's: the whole rows before it come first
+        stopped = error
+    total = sum(piece.nbytes for piece in pieces)
     rows = total // row_size if row_size else 0
+    if layout.whole:
+        rows = min(rows, layout.count)
     out = np.empty((rows, *shape), dtype)
     flat = out.reshape(-1).view(np.uint8)
     position = 0
-    for chunk in chunks:
-        flat[position : position + chunk.data.nbytes] = np.frombuffer(chunk.data, np.uint8)
-        position += chunk.data.nbytes
-    if position != rows * row_size:
+    for piece in pieces:
+        take = min(piece.nbytes, flat.size - position)
+        flat[position : position + take] = np.frombuffer(piece, np.uint8, take)
+        position += take
+    if stopped is not None:
+        if rows:
+            yield out
+        raise stopped
+    if not layout.whole and total != rows * row_size:
         raise TruncatedShardError("a run of records ends inside a record", layout.url, -1)
     yield out
 
 
+def _whole_rows(chunks: Iterable[Chunk], layout: Layout) -> Iterator[np.ndarray]:
+    """The rows of :func:`_array_batches`, one at a time."""
+    for batch in _array_batches(chunks, layout):
+        yield from batch
+
+
+def _compressed_layout(
+    reader: Reader, url: str, tolerate: bool, record_size: int | None, meta: dict[str, Any]
+) -> tuple[Layout, list[DecodeError]]:
+    """The layout of a compressed ``fixed`` (``record_size``) or ``.npy`` shard,
+    from one pass over its decompressed bytes: its rows are read by
+    decompressing from the start, so it is one unit."""
+    size, _ = reader.describe(url)
+    head = bytearray()
+    total = 0
+    stopped: DecodeError | None = None
+    try:
+        for chunk in decompress(reader.stream([ByteRange(url)]), url):
+            if len(head) < _MAX_NPY_HEADER:
+                head += chunk.data[: _MAX_NPY_HEADER - len(head)]
+            total += chunk.data.nbytes
+    except DecodeError as error:
+        if not tolerate:
+            raise
+        stopped = error
+    if record_size is None:
+        length = _npy_header_length(bytes(head[:12]), url)
+        if length is None or length > len(head):
+            raise TruncatedShardError(".npy header is incomplete", url, 0)
+        header = _npy_header(bytes(head), length, url)
+        meta = {**meta, "dtype": header.dtype, "shape": header.row_shape, "rows": header.rows}
+        data_offset, row_size = length, header.row_size
+    else:
+        data_offset, row_size = 0, record_size
+    layout, problems = _fixed_layout(url, total, data_offset, row_size, True, meta)
+    if stopped is not None:
+        # A row count in the header already counts what the cut lost; else it
+        # is the row cut off (unknowable, past it).
+        stopped.lost = 0 if "rows" in meta else max(stopped.lost, int(bool(problems)))
+        problems = [stopped] + (problems if "rows" in meta else [])
+    elif problems and not tolerate:
+        raise problems[0]
+    whole = np.array([size], np.int64)
+    bounds = np.array([0, layout.count], np.int64)
+    return Layout(url, layout.count, size, bounds, whole, layout.starts, layout.ends,
+                  layout.meta, whole=True), problems  # fmt: skip
+
+
 class FixedFormat(ShardFormat):
-    """Raw records of ``record_size`` bytes each."""
+    """Raw records of ``record_size`` bytes each (compressed as a whole too:
+    ``.bin.gz``, ``.bin.zst``)."""
 
     name = "fixed"
     batch_kind = "numpy"
@@ -195,11 +271,17 @@ class FixedFormat(ShardFormat):
         return {"record_size": self.record_size}
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
-        size, _ = reader.describe(url)
         meta = {"dtype": np.dtype(np.uint8), "shape": (self.record_size,)}
+        if codec_for(url) is not None:
+            return _compressed_layout(reader, url, tolerate, self.record_size, meta)
+        size, _ = reader.describe(url)
         return _fixed_layout(url, size, 0, self.record_size, tolerate, meta)
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        if layout.whole:  # compressed: at most the rows counted, what follows was a problem
+            for row in _whole_rows(chunks, layout):
+                yield row.tobytes()
+            return
         for record in decode_fixed(chunks, layout.url, self.record_size):
             yield bytes(record)
 
@@ -208,12 +290,15 @@ class FixedFormat(ShardFormat):
 
 
 class NpyFormat(ShardFormat):
-    """An ``.npy`` array per shard, its rows (first axis) the samples."""
+    """An ``.npy`` array per shard, its rows (first axis) the samples
+    (compressed as a whole too: ``.npy.gz``, ``.npy.zst``)."""
 
     name = "npy"
     batch_kind = "numpy"
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
+        if codec_for(url) is not None:
+            return _compressed_layout(reader, url, tolerate, None, {})
         size, _ = reader.describe(url)
         head = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, 0, min(size, 4096))]))
         length = _npy_header_length(head, url)
@@ -226,8 +311,7 @@ class NpyFormat(ShardFormat):
         return _fixed_layout(url, size, length, header.row_size, tolerate, meta)
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[np.ndarray]:
-        for batch in _array_batches(chunks, layout):
-            yield from batch
+        return _whole_rows(chunks, layout)
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         yield from _array_batches(chunks, layout)

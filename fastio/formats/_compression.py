@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _DEFAULT_PIECE = 1 << 20
+_GZIP_TRAILER = 8  # CRC-32 and size of a gzip member
+_ZSTD_CHECKSUM = 4  # a zstd frame's content checksum (when written)
+_ZSTD_MAX_HEADER = 18
 
 
 def codec_for(url: str) -> str | None:
@@ -54,9 +57,15 @@ def decompress(
 ) -> Iterator[Chunk]:
     """The decompressed bytes of one shard as chunks (``offset`` counts
     decompressed bytes). ``codec`` is ``"gzip"``, ``"zstd"``, or None to tell
-    from the URL's extension, else from the data's magic bytes. Damaged data
-    raises :class:`CorruptRecordError`, a stream cut short
-    :class:`TruncatedShardError`; both name the URL and the compressed offset."""
+    from the URL's extension, else from the data's magic bytes. Concatenated
+    streams (gzip members, zstd frames) are one stream. Damaged data raises
+    :class:`CorruptRecordError`, a stream cut short or an empty file
+    :class:`TruncatedShardError`; both name the URL and the compressed
+    offset. Everything a checksum covers is delivered before a mismatch is
+    raised. A mismatch, and a stream cut in its checksum or trailer, have
+    ``lost`` 0 (the decoder adds a record it was in the middle of); damage
+    inside the data, or a cut there, ``lost`` 1 (what the rest of the stream
+    held is unknowable)."""
     stream = iter(chunks)
     first = next(stream, None)
     if first is None:
@@ -71,12 +80,36 @@ def decompress(
         produced += len(piece)
 
 
+def _held_back(chunks: Iterable[Chunk], keep: int) -> Iterator[tuple[bytes | memoryview, int]]:
+    """The bytes of ``chunks`` in pieces, each with its offset in the stream,
+    the stream's last ``keep`` bytes (its checksum) held back to come last:
+    a decompressor that meets a bad checksum raises without the output of
+    the call, so that call should have none to give."""
+    held = b""
+    offset = 0  # of the first byte not yet given out
+    for chunk in chunks:
+        view = chunk.data
+        if len(view) >= keep:
+            pieces: tuple[bytes | memoryview, ...] = (held, view[: len(view) - keep])
+            held = bytes(view[len(view) - keep :])
+        else:
+            joined = held + bytes(view)
+            pieces = (joined[: max(len(joined) - keep, 0)],)
+            held = joined[len(pieces[0]) :]
+        for piece in pieces:
+            if len(piece):
+                yield piece, offset
+                offset += len(piece)
+    if held:
+        yield held, offset
+
+
 def _gunzip(chunks: Iterable[Chunk], url: str, piece_size: int) -> Iterator[memoryview]:
     decompressor = zlib.decompressobj(wbits=47)  # gzip or zlib header, detected
     inside_member = False  # input fed to the current member, and its end not seen
-    consumed = 0
-    for chunk in chunks:
-        data: bytes | memoryview = chunk.data
+    offset = end = -1
+    for data, offset in _held_back(chunks, _GZIP_TRAILER):
+        end = offset + len(data)
         try:
             while data:
                 inside_member = True
@@ -91,27 +124,70 @@ def _gunzip(chunks: Iterable[Chunk], url: str, piece_size: int) -> Iterator[memo
                 else:
                     data = decompressor.unconsumed_tail
         except zlib.error as error:
-            raise CorruptRecordError(f"gzip data is damaged: {error}", url, consumed) from None
-        consumed += chunk.data.nbytes
+            raise _damaged("gzip", error, url, offset) from None
+    if offset < 0:
+        raise TruncatedShardError("the file is empty (no gzip stream)", url, 0, lost=0)
     if inside_member:
-        raise TruncatedShardError("gzip stream ends early", url, consumed)
+        lost = 0 if _only_trailer_missing(decompressor) else 1
+        raise TruncatedShardError("gzip stream ends early", url, end, lost=lost)
+
+
+def _only_trailer_missing(decompressor: Any) -> bool:
+    """Whether a gzip member cut short has all its data: then a copy of it
+    takes any eight bytes as its trailer (and finds the checksum wrong),
+    where data cut short takes them as more data."""
+    probe = decompressor.copy()
+    try:
+        probe.decompress(bytes(_GZIP_TRAILER))
+    except zlib.error as error:
+        return "check" in str(error)  # "incorrect data check", "incorrect length check"
+    return bool(probe.eof)
 
 
 def _unzstd(chunks: Iterable[Chunk], url: str, piece_size: int) -> Iterator[memoryview]:
     zstandard = _zstandard("reading")
     decompressor = zstandard.ZstdDecompressor().decompressobj()
-
-    consumed = 0
-    for chunk in chunks:
+    head = b""  # the first bytes of the current frame, for its header
+    produced = 0  # bytes the current frame gave
+    offset = end = -1
+    for data, offset in _held_back(chunks, _ZSTD_CHECKSUM):
+        end = offset + len(data)
+        pending = bytes(data)
         try:
-            output = decompressor.decompress(bytes(chunk.data))
+            while pending:
+                if len(head) < _ZSTD_MAX_HEADER:
+                    head += pending[: _ZSTD_MAX_HEADER - len(head)]
+                output = decompressor.decompress(pending)
+                produced += len(output)
+                for start in range(0, len(output), piece_size):
+                    yield memoryview(output)[start : start + piece_size]
+                pending = b""
+                if decompressor.eof:  # concatenated frames form one stream
+                    pending = decompressor.unused_data
+                    decompressor = zstandard.ZstdDecompressor().decompressobj()
+                    head, produced = b"", 0
         except zstandard.ZstdError as error:
-            raise CorruptRecordError(f"zstd data is damaged: {error}", url, consumed) from None
-        for start in range(0, len(output), piece_size):
-            yield memoryview(output)[start : start + piece_size]
-        consumed += chunk.data.nbytes
-    if not decompressor.eof:
-        raise TruncatedShardError("zstd stream ends early", url, consumed)
+            raise _damaged("zstd", error, url, offset) from None
+    if offset < 0:
+        raise TruncatedShardError("the file is empty (no zstd stream)", url, 0, lost=0)
+    if head:
+        # All of it came out if the frame says how much there is and that
+        # much did (only the checksum was cut); else what followed is unknown.
+        try:
+            whole = zstandard.get_frame_parameters(head).content_size == produced
+        except zstandard.ZstdError:
+            whole = False
+        raise TruncatedShardError("zstd stream ends early", url, end, lost=0 if whole else 1)
+
+
+def _damaged(codec: str, error: Exception, url: str, offset: int) -> CorruptRecordError:
+    text = str(error)
+    # A checksum over the whole stream: everything it covers was delivered.
+    checksum = "incorrect data check" in text or "incorrect length check" in text or (
+        "checksum" in text)  # fmt: skip
+    what = "checksum does not match its data" if checksum else "data is damaged"
+    return CorruptRecordError(f"the {codec} stream's {what}: {text}", url, offset,
+                              lost=0 if checksum else 1)  # fmt: skip
 
 
 def _prepend(first: Chunk, rest: Iterator[Chunk]) -> Iterator[Chunk]:

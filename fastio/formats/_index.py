@@ -1,20 +1,36 @@
-"""Per-shard index: where every sample starts and ends, built by one scan.
+"""Shard indexes: where every sample of a shard starts and ends.
 
-With it, a dataset knows its sample counts without reading (for the epoch
-plan), reads any one sample by its byte range (random access), and resumes
-mid-shard. An index is kept beside its shard (``<shard>.fastio-index.npz``) or,
-where that is not possible (a remote shard, a folder not writable), in
-``index_dir``, else where a placement (:class:`fastio.tiering.Tiering`) puts
-it among its tiers, else in a cache folder; it is reused while the shard's
-size and modification time are those it was built from.
+With them a dataset knows its sample counts without reading (for the epoch
+plan), reads any one sample by its byte range, and resumes mid-shard. An
+index comes from one of three places, first found first:
+
+* a **dataset index**, one file (``dataset.fastio-index.npz``) holding every
+  shard's index, made once by ``fastio-bench index`` (or :func:`build_dataset_index`)
+  beside the data or at a URL the user names, and read by every process with
+  one request;
+* the **index folder**: an index per shard that a scan (or a first epoch that
+  streamed the shard) left in ``index_dir``, where a placement (tiering) puts
+  it, or ``$XDG_CACHE_HOME/fastio/index``; never beside the shard, so a
+  dataset's folder is never written to and its globs never change;
+* a **scan** of the shard, whose index then goes to the index folder.
+
+An index is tied to the content it describes: its shard's size and version
+(the modification time, or the ETag of a remote object), and for local files
+the inode change stamp (which ``cp -p`` and ``rsync -t`` cannot keep) or else,
+where that moved, a fingerprint of the shard's first and last bytes (so a
+dataset copied with its times kept keeps its index). One that no longer
+matches is not used.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import posixpath
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,57 +38,82 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fastio._errors import DecodeError
+from fastio._errors import DecodeError, IndexFileError
 from fastio.formats._compression import codec_for, decompress
 from fastio.reader._ranges import ByteRange, Chunk
 from fastio.sources._remote import is_remote, local_path
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from fastio.reader._reader import Reader
 
 __all__ = [
+    "DATASET_INDEX",
     "INDEX_SUFFIX",
+    "UNREADABLE",
+    "DatasetIndex",
+    "IndexStore",
     "Locator",
     "ShardIndex",
     "build_index",
-    "index_shard",
-    "load_or_scan",
+    "dataset_index_location",
+    "fingerprint",
     "scan_shard",
+    "stamped",
 ]
 
 INDEX_SUFFIX = ".fastio-index.npz"
+DATASET_INDEX = "dataset" + INDEX_SUFFIX
+"""The dataset index's name where no other is given: in the shards' folder."""
 INDEX_KIND = "index"
 """The ``kind`` a placement is asked about for an index."""
 PLACED_PREFIX = "index-"
-"""Placed indexes are ``index-<digest>.fastio-index.npz``: never a shard
+"""Indexes in a folder are ``index-<digest>.fastio-index.npz``: never a shard
 cache's file name (a shard cache may share the tiers' directories)."""
 _META_BYTES = 2048  # the npz container and its metadata (about 1,200 bytes and the URL)
-_VERSION = 1
+_FINGERPRINT_BYTES = 4096
+_VERSION = 2
+
+UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+"""What reading a damaged, truncated or foreign index file raises."""
 
 
 @dataclass(frozen=True)
 class ShardIndex:
-    """Sample ``i`` of shard ``url`` is bytes ``starts[i]`` to ``ends[i]``."""
+    """Sample ``i`` of shard ``url`` is bytes ``starts[i]`` to ``ends[i]``.
+
+    ``size`` and ``version`` are the shard's when it was indexed (the version
+    is the modification time in ns, or a number from a remote object's ETag);
+    ``change`` its inode change stamp (local files; 0 where unknown) and
+    ``fingerprint`` a digest of its first and last bytes (local files)."""
 
     url: str
     format: str
     size: int
-    mtime_ns: int
+    version: int
     starts: np.ndarray
     ends: np.ndarray
+    change: int = 0
+    fingerprint: str = ""
 
     def __len__(self) -> int:
         return len(self.starts)
 
+    def meta(self, url: str | None = None) -> dict[str, Any]:
+        return {"url": self.url if url is None else url, "format": self.format,
+                "size": self.size, "version": self.version, "change": self.change,
+                "fingerprint": self.fingerprint, "count": len(self)}  # fmt: skip
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically: a crash never leaves a torn index that is later read."""
         path = Path(path)
-        meta = {"version": _VERSION, "url": self.url, "format": self.format,
-                "size": self.size, "mtime_ns": self.mtime_ns}  # fmt: skip
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(handle, "wb") as out:
-                np.savez(out, starts=self.starts, ends=self.ends, meta=np.array(json.dumps(meta)))
+                meta = {"version": _VERSION, "shards": [self.meta()]}
+                np.savez(out, starts=self.starts, ends=self.ends,
+                         meta=np.array(json.dumps(meta)))  # fmt: skip
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)
@@ -80,18 +121,40 @@ class ShardIndex:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ShardIndex:
-        with np.load(path, allow_pickle=False) as stored:
-            meta = json.loads(str(stored["meta"]))
-            if meta.get("version") != _VERSION:
-                raise ValueError(f"{path}: index version {meta.get('version')}, not {_VERSION}")
-            return cls(meta["url"], meta["format"], meta["size"], meta["mtime_ns"],
-                       stored["starts"], stored["ends"])  # fmt: skip
+        """Raises OSError, ValueError, KeyError, EOFError or BadZipFile for a
+        file that is missing, damaged or not an index of this version."""
+        [index] = DatasetIndex.read(Path(path).read_bytes(), str(path)).shards
+        return index
+
+    def fresh(self, reader: Reader, url: str) -> bool:
+        """Whether ``url`` still holds what this index describes (see the module)."""
+        size, version = reader.describe(url)
+        if (size, version) != (self.size, self.version):
+            return False
+        if is_remote(url) or (self.change and reader.change_stamp(url) == self.change):
+            return True
+        # Rewritten in place with the times kept, or copied with them (cp -p,
+        # rsync -a): the content decides.
+        return bool(self.fingerprint) and fingerprint(reader, url, size) == self.fingerprint
+
+
+def fingerprint(reader: Reader, url: str, size: int) -> str:
+    """A digest of the size and the first and last 4 KiB of ``url``."""
+    ranges = [ByteRange(url, 0, min(size, _FINGERPRINT_BYTES))]
+    if size > _FINGERPRINT_BYTES:
+        tail = max(size - _FINGERPRINT_BYTES, _FINGERPRINT_BYTES)
+        ranges.append(ByteRange(url, tail, size - tail))
+    digest = hashlib.sha256(str(size).encode())
+    for chunk in reader.stream(ranges):
+        digest.update(chunk.data)
+    return digest.hexdigest()[:32]
 
 
 Locate = Callable[[Iterable[Chunk], str], Iterator[tuple[int, int, Any]]]
 """``locate(chunks, url)``: each sample of a shard's chunks as ``(start, end,
 sample)``, its byte range in the shard and the sample; raises the format's
-DecodeError at damage."""
+DecodeError at damage, or gives it in place of the sample where it can step
+over the damaged record."""
 
 Resync = Callable[["Reader", str, DecodeError], "int | None"]
 """``resync(reader, url, error)``: where a scan may go on after ``error``, or None."""
@@ -116,6 +179,17 @@ class Locator:
         return stored == self.name or stored in self.reuses
 
 
+def stamped(reader: Reader, url: str, name: str, starts: Sequence[int] | np.ndarray,
+            ends: Sequence[int] | np.ndarray) -> ShardIndex:  # fmt: skip
+    """The index of ``url`` with these sample ranges, stamped with what the
+    shard is now (size, version, change stamp, fingerprint)."""
+    size, version = reader.describe(url)
+    local = not is_remote(url)
+    return ShardIndex(url, name, size, version, np.asarray(starts, np.uint64),
+                      np.asarray(ends, np.uint64), reader.change_stamp(url) if local else 0,
+                      fingerprint(reader, url, size) if local else "")  # fmt: skip
+
+
 def build_index(reader: Reader, url: str, locator: Locator) -> ShardIndex:
     """Scan ``url`` once through ``reader`` and record every sample's byte range.
     Raises the format's DecodeError for a damaged shard (the index would lie)."""
@@ -132,7 +206,7 @@ def scan_shard(
     from the start). With ``tolerate``, a damaged shard is indexed up to the
     damage (and on from where the locator's ``resync`` says, in an
     uncompressed shard), and the errors are returned instead of raised."""
-    size, version = reader.describe(url)
+    size, _ = reader.describe(url)
     codec = codec_for(url)
     starts: list[int] = []
     ends: list[int] = []
@@ -143,7 +217,12 @@ def scan_shard(
         if codec is not None:
             chunks = decompress(chunks, url, codec)
         try:
-            for start, end, _ in locator.locate(chunks, url):
+            for start, end, sample in locator.locate(chunks, url):
+                if isinstance(sample, DecodeError):  # a damaged record the scan stepped over
+                    if not tolerate:
+                        raise sample
+                    problems.append(sample)
+                    continue
                 starts.append(start)
                 ends.append(end)
         except DecodeError as error:
@@ -156,49 +235,24 @@ def scan_shard(
                 begin = skip_to
                 continue
         break
-    index = ShardIndex(url, locator.name, size, version,
-                       np.array(starts, np.uint64), np.array(ends, np.uint64))  # fmt: skip
-    return index, problems
+    return stamped(reader, url, locator.name, starts, ends), problems
 
 
-def default_cache_dir() -> Path:
-    """Where indexes of remote shards go unless told: $XDG_CACHE_HOME/fastio/index."""
+def _problem(error: BaseException) -> str:
+    """What is wrong with an index file, in words."""
+    if isinstance(error, (EOFError, zipfile.BadZipFile)):
+        return f"truncated or not an index ({error or type(error).__name__})"
+    return str(error) or type(error).__name__
+
+
+def default_index_dir() -> Path:
+    """Where shard indexes go unless told: ``$XDG_CACHE_HOME/fastio/index``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "fastio" / "index"
 
 
-def _index_paths(
-    url: str, cache_dir: str | os.PathLike[str] | None, placed: bool
-) -> tuple[list[Path], str]:
-    """Where the index of ``url`` is written, in order of preference, and the
-    name it has in a cache folder (``placed``: a placement has the last word,
-    so no default cache folder)."""
-    if is_remote(url):  # nothing is written beside a remote object
-        paths = []
-        if cache_dir is None and not placed:
-            cache_dir = default_cache_dir()
-        key = url
-    else:
-        url = local_path(url)
-        paths = [Path(url + INDEX_SUFFIX)]
-        key = os.path.abspath(url)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-    if cache_dir is not None:
-        paths.append(Path(cache_dir) / f"{digest}{INDEX_SUFFIX}")
-    return paths, digest
-
-
-def index_shard(
-    reader: Reader, url: str, locator: Locator, cache_dir: str | os.PathLike[str] | None = None
-) -> ShardIndex:
-    """The index of ``url`` (see :func:`load_or_scan`); a damaged shard raises
-    the format's DecodeError."""
-    index, _ = load_or_scan(reader, url, locator, cache_dir, tolerate=False)
-    return index
-
-
 class IndexPlacement(Protocol):
-    """Where indexes go that cannot go beside their shard: a
+    """Where indexes go when no index folder is named: a
     :class:`fastio.tiering.Tiering`, asked as it is for shard cache files."""
 
     @property
@@ -207,47 +261,172 @@ class IndexPlacement(Protocol):
     def __call__(self, key: str, size: int, kind: str, reuse: float = 1.0) -> str: ...
 
 
-def load_or_scan(
-    reader: Reader,
-    url: str,
-    locator: Locator,
-    cache_dir: str | os.PathLike[str] | None = None,
-    *,
-    tolerate: bool = False,
-    placement: IndexPlacement | None = None,
-) -> tuple[ShardIndex, list[DecodeError]]:
-    """The index of ``url``: a stored one that still matches the shard, else a
-    new scan, stored beside the shard, or in ``cache_dir`` where that folder is
-    not writable, or where ``placement`` puts it (an index that cannot be
-    stored anywhere is still returned)."""
-    size, version = reader.describe(url)
-    writable, digest = _index_paths(url, cache_dir, placement is not None)
-    placed_name = f"{PLACED_PREFIX}{digest}"
-    candidates = list(writable)
-    if placement is not None:
-        candidates += [Path(d) / f"{placed_name}{INDEX_SUFFIX}" for d in placement.directories]
-    for path in candidates:
+class IndexStore:
+    """The index folder: ``index_dir``, else where ``placement`` puts indexes,
+    else :func:`default_index_dir`. An index is named after its shard's URL."""
+
+    def __init__(
+        self,
+        index_dir: str | os.PathLike[str] | None = None,
+        placement: IndexPlacement | None = None,
+    ) -> None:
+        self.index_dir = None if index_dir is None else Path(index_dir)
+        self.placement = None if index_dir is not None else placement
+
+    @staticmethod
+    def name(url: str) -> str:
+        key = url if is_remote(url) else os.path.abspath(local_path(url))
+        return f"{PLACED_PREFIX}{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+    def _folders(self) -> list[Path]:
+        if self.index_dir is not None:
+            return [self.index_dir]
+        if self.placement is not None:
+            return [Path(folder) for folder in self.placement.directories]
+        return [default_index_dir()]
+
+    def load(self, reader: Reader, url: str, locator: Locator) -> ShardIndex | None:
+        """The stored index of ``url`` if one is there and still matches it.
+        Raises :class:`fastio.IndexFileError` for a damaged one."""
+        name = self.name(url) + INDEX_SUFFIX
+        for folder in self._folders():
+            path = folder / name
+            try:
+                index = ShardIndex.load(path)
+            except FileNotFoundError:
+                continue
+            except UNREADABLE as error:
+                raise IndexFileError(str(path), url, _problem(error)) from None
+            if locator.reusable(index.format) and index.fresh(reader, url):
+                return index
+        return None
+
+    def save(self, index: ShardIndex) -> None:
+        """Keep ``index`` for later datasets; a folder that takes no file is
+        passed over (the index still serves this dataset)."""
+        name = self.name(index.url)
         try:
-            index = ShardIndex.load(path)
-        except (OSError, ValueError, KeyError):
-            continue
-        if (index.size, index.mtime_ns) == (size, version) and locator.reusable(index.format):
-            return index, []
-    index, problems = scan_shard(reader, url, locator, tolerate=tolerate)
-    if problems:  # an index of a damaged shard is not kept: a repaired shard gets a new scan
-        return index, problems
-    for path in writable:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            index.save(path)
-        except OSError:
-            continue
-        return index, []
-    if placement is not None:
-        try:  # TierFullError is an OSError too
-            nbytes = index.starts.nbytes + index.ends.nbytes + _META_BYTES + len(url)
-            folder = placement(placed_name, nbytes, INDEX_KIND, 1.0)
-            index.save(Path(folder) / f"{placed_name}{INDEX_SUFFIX}")
+            if self.placement is not None:  # TierFullError is an OSError too
+                nbytes = index.starts.nbytes + index.ends.nbytes + _META_BYTES + len(index.url)
+                folder = Path(self.placement(name, nbytes, INDEX_KIND, 1.0))
+            else:
+                [folder] = self._folders()
+                folder.mkdir(parents=True, exist_ok=True)
+            index.save(folder / f"{name}{INDEX_SUFFIX}")
         except OSError:
             pass
-    return index, []
+
+
+@dataclass(frozen=True)
+class DatasetIndex:
+    """Every shard's index in one file (see the module). ``shards`` hold their
+    URLs as given; :meth:`save` stores local ones relative to the file, so the
+    dataset may move with it."""
+
+    shards: list[ShardIndex]
+
+    def to_bytes(self, location: str) -> bytes:
+        names = [_relative(index.url, location) for index in self.shards]
+        meta = {"version": _VERSION,
+                "shards": [index.meta(name) for index, name in zip(self.shards, names,
+                                                                   strict=True)]}  # fmt: skip
+        starts = [index.starts for index in self.shards] or [np.zeros(0, np.uint64)]
+        ends = [index.ends for index in self.shards] or [np.zeros(0, np.uint64)]
+        buffer = io.BytesIO()
+        np.savez(buffer, starts=np.concatenate(starts), ends=np.concatenate(ends),
+                 meta=np.array(json.dumps(meta)))  # fmt: skip
+        return buffer.getvalue()
+
+    @classmethod
+    def read(cls, data: bytes, location: str) -> DatasetIndex:
+        """The index in ``data`` (the file at ``location``). Raises ValueError,
+        KeyError, EOFError or BadZipFile for one that is damaged or not an
+        index of this version."""
+        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
+            meta = json.loads(str(stored["meta"]))
+            if meta.get("version") != _VERSION:
+                raise ValueError(f"{location}: index version {meta.get('version')}, "
+                                 f"not {_VERSION}")  # fmt: skip
+            starts, ends = stored["starts"], stored["ends"]
+        shards, at = [], 0
+        for entry in meta["shards"]:
+            count = int(entry["count"])
+            shards.append(ShardIndex(
+                _resolved(entry["url"], location), entry["format"], int(entry["size"]),
+                int(entry["version"]), starts[at : at + count], ends[at : at + count],
+                int(entry.get("change", 0)), entry.get("fingerprint", ""),
+            ))  # fmt: skip
+            at += count
+        return cls(shards)
+
+    def lookup(self) -> dict[str, ShardIndex]:
+        """The shards' indexes by URL (local paths made absolute)."""
+        return {_key(index.url): index for index in self.shards}
+
+    def save(self, location: str, storage_options: dict[str, Any] | None = None) -> None:
+        """Write the index to ``location`` (a path or URL), atomically where local."""
+        data = self.to_bytes(location)
+        if is_remote(location):
+            import fsspec
+
+            with fsspec.open(location, "wb", **(storage_options or {})) as out:
+                out.write(data)
+            return
+        path = Path(local_path(location))
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+
+    @classmethod
+    def fetch(cls, location: str, storage_options: dict[str, Any] | None = None
+              ) -> DatasetIndex | None:  # fmt: skip
+        """The dataset index at ``location``, read with one request; None where
+        there is none. Raises :class:`fastio.IndexFileError` for a damaged one."""
+        try:
+            if is_remote(location):
+                import fsspec
+
+                filesystem, path = fsspec.core.url_to_fs(location, **(storage_options or {}))
+                data = filesystem.cat_file(path)
+            else:
+                data = Path(local_path(location)).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        try:
+            return cls.read(bytes(data), location)
+        except UNREADABLE as error:
+            raise IndexFileError(location, "the dataset", _problem(error)) from None
+
+
+def dataset_index_location(urls: Sequence[str]) -> str:
+    """Where a dataset's index is looked for unless named: ``dataset.fastio-index.npz``
+    in the folder that holds every shard."""
+    folders = [posixpath.dirname(_key(url)) for url in urls]
+    common = folders[0]
+    while not all(folder == common or folder.startswith(common.rstrip("/") + "/")
+                  for folder in folders):  # fmt: skip
+        common = posixpath.dirname(common)
+    return posixpath.join(common, DATASET_INDEX) if common else DATASET_INDEX
+
+
+def _key(url: str) -> str:
+    return url if is_remote(url) else os.path.abspath(local_path(url))
+
+
+def _relative(url: str, location: str) -> str:
+    if is_remote(url) != is_remote(location):
+        return url
+    base = posixpath.dirname(_key(location))
+    key = _key(url)
+    return key[len(base) + 1 :] if key.startswith(base + "/") else url
+
+
+def _resolved(name: str, location: str) -> str:
+    if "://" in name or name.startswith("/"):
+        return name
+    return posixpath.join(posixpath.dirname(_key(location)), name)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio._errors import DecodeError, import_extra
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
@@ -26,11 +27,10 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-    from fastio._errors import DecodeError
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
-__all__ = ["Layout", "ShardFormat", "ShardWriter", "gather"]
+__all__ = ["Layout", "ShardFormat", "ShardWriter", "batch_of", "gather"]
 
 
 @dataclass
@@ -129,18 +129,43 @@ class ShardFormat(abc.ABC):
 
     @abc.abstractmethod
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        """The samples of the chunks of ``layout.ranges(...)``, owned by the caller."""
+        """The samples of the chunks of ``layout.ranges(...)``, owned by the
+        caller. A damaged record the format can step over (the records after
+        it are sound) may come as its DecodeError in its place; damage it
+        cannot step over is raised."""
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        """Columnar batches of the same samples (any sizes), in order."""
-        import pyarrow as pa
-
-        rows = [_plain(sample) for sample in self.samples(chunks, layout)]
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows)
+        """Columnar batches of the same samples (any sizes), in order; a
+        DecodeError that :meth:`samples` gives in a record's place comes
+        between them in its place, and what came before an error first."""
+        samples: list[Any] = []
+        try:
+            for sample in self.samples(chunks, layout):
+                if isinstance(sample, DecodeError):
+                    if samples:
+                        yield batch_of(samples)
+                        samples = []
+                    yield sample
+                else:
+                    samples.append(sample)
+        except (DecodeError, OSError):
+            if samples:
+                yield batch_of(samples)
+            raise
+        if samples:
+            yield batch_of(samples)
 
     def options(self) -> dict[str, Any]:
         return {}
+
+
+def batch_of(samples: list[Any]) -> Any:
+    """Samples as one ``pyarrow.RecordBatch`` (a column per dict key, or
+    ``value``): the generic way, one Python object per sample. Raises
+    :class:`~fastio.MissingExtraError` without pyarrow."""
+    pa = import_extra("pyarrow", "Arrow record batches")
+
+    return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
 
 
 def _plain(sample: Any) -> dict[str, Any]:

@@ -51,7 +51,16 @@ def locate_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, 
     current_range = -1
     position: int | None = None  # shard offset of the first byte of the current chunk
     line_start = 0
-    for chunk in chunks:
+    stream = iter(chunks)
+    while True:
+        try:
+            chunk = next(stream)
+        except StopIteration:
+            break
+        except DecodeError as error:  # a compressed stream's: a line cut short is lost
+            if carry:
+                error.lost = max(error.lost, 1)
+            raise
         view = chunk.data
         if position is None or (chunk.range != current_range and not carry):
             # A stream may start mid-file, and skip bytes between ranges.
@@ -83,6 +92,15 @@ def locate_lines(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, 
 def decode_jsonl(chunks: Iterable[Chunk], url: str) -> Iterator[Any]:
     """The JSON values of one JSONL shard, one per non-blank line. A line that
     is not JSON raises :class:`DecodeError` naming its byte offset and index."""
+    for value in _json_values(chunks, url):
+        if isinstance(value, DecodeError):
+            raise value
+        yield value
+
+
+def _json_values(chunks: Iterable[Chunk], url: str) -> Iterator[Any]:
+    """The JSON values of one JSONL shard, a line that is not JSON as its
+    DecodeError in its place."""
     index = 0
     for offset, _, line in locate_lines(chunks, url):
         text = bytes(line)
@@ -90,7 +108,7 @@ def decode_jsonl(chunks: Iterable[Chunk], url: str) -> Iterator[Any]:
             try:
                 yield json.loads(text)
             except ValueError as error:
-                raise DecodeError(f"line is not JSON: {error}", url, offset, index) from None
+                yield DecodeError(f"line is not JSON: {error}", url, offset, index)
             index += 1
 
 
@@ -149,49 +167,167 @@ def columns_lines(
 
 
 class JsonLinesFormat(RecordFormat):
+    """JSON Lines. A line that is not JSON costs that sample alone: it comes
+    as its DecodeError in its place, as samples and among batches."""
+
     name = "jsonl"
 
     def locator(self) -> Locator:
         return Locator(self.name, locate_json_lines)
 
+    def own(self, record: Any, url: str, offset: int) -> Any:
+        try:
+            return json.loads(bytes(record))
+        except ValueError as error:
+            raise DecodeError(f"line is not JSON: {error}", url, offset) from None
+
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        return decode_jsonl(self._decompressed(chunks, layout), layout.url)
+        return _json_values(self._decompressed(chunks, layout), layout.url)
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        pyarrow = arrow()
-        import pyarrow.json as pa_json  # type: ignore[import-untyped,unused-ignore]
+        first, data, stopped = _joined(self._decompressed(chunks, layout))
+        if data.strip():
+            try:
+                yield from _json_batches(data, layout.url, first)
+            except DecodeError:  # lines that do not parse: read around them, one at a time
+                yield from _json_lines_around_damage(data, layout.url, first)
+        if stopped is not None:
+            raise stopped
 
-        data = b"".join(bytes(c.data) for c in self._decompressed(chunks, layout))
-        if not data.strip():
-            return
-        try:
-            table = pa_json.read_json(io.BytesIO(data))
-        except pyarrow.ArrowInvalid as error:
-            raise DecodeError(f"JSON lines do not parse: {error}", layout.url, -1) from None
-        yield from table.to_batches()
+
+def _joined(chunks: Iterable[Chunk]) -> tuple[int, bytes, DecodeError | None]:
+    """The offset and bytes of the complete lines of ``chunks``, and the error
+    that cut them short (a compressed stream's), if any."""
+    first: int | None = None
+    pieces: list[bytes] = []
+    stopped = None
+    try:
+        for chunk in chunks:
+            if first is None:
+                first = chunk.offset
+            pieces.append(bytes(chunk.data))
+    except DecodeError as error:
+        stopped = error
+    data = b"".join(pieces)
+    if stopped is not None:
+        cut = data.rfind(b"\n") + 1
+        if cut < len(data):
+            stopped.lost = max(stopped.lost, 1)
+        data = data[:cut]
+    return first or 0, data, stopped
+
+
+def _json_batches(data: bytes, url: str, offset: int) -> Iterator[Any]:
+    pyarrow = arrow()
+    import pyarrow.json as pa_json  # type: ignore[import-untyped,unused-ignore]
+
+    try:
+        table = pa_json.read_json(io.BytesIO(data))
+    except pyarrow.ArrowInvalid as error:
+        raise DecodeError(f"JSON lines do not parse: {error}", url, offset) from None
+    yield from table.to_batches()
+
+
+def _json_lines_around_damage(data: bytes, url: str, offset: int) -> Iterator[Any]:
+    """Batches of the lines that are JSON objects, and in their places the
+    DecodeErrors of those that are not. Raises DecodeError where the good
+    lines still do not make one table (a field of two types)."""
+    good = bytearray()
+    good_start = offset
+    index = 0
+    for line in data.split(b"\n"):
+        line += b"\n"  # (one too many after the last line, which counts for nothing)
+        if line.strip():
+            try:
+                value = json.loads(line)
+                problem = None if isinstance(value, dict) else "a JSON object"
+            except ValueError as error:
+                problem = f"JSON: {error}"
+            if problem is not None:
+                if good:
+                    yield from _json_batches(bytes(good), url, good_start)
+                    good.clear()
+                yield DecodeError(f"line is not {problem}", url, offset, index)
+            else:
+                if not good:
+                    good_start = offset
+                good += line
+            index += 1
+        offset += len(line)
+    if good:
+        yield from _json_batches(bytes(good), url, good_start)
 
 
 class LinesFormat(RecordFormat):
+    """Lines of text. A line that is not UTF-8 costs that sample alone: it
+    comes as its DecodeError in its place, as samples and among batches."""
+
     name = "lines"
 
     def locator(self) -> Locator:
         return Locator(self.name, locate_lines)
 
-    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[str]:
+    def own(self, record: Any, url: str, offset: int) -> str:
+        try:
+            return str(record, "utf-8")
+        except UnicodeDecodeError as error:
+            raise DecodeError(f"line is not UTF-8: {error}", url, offset) from None
+
+    def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         for offset, _, line in locate_lines(self._decompressed(chunks, layout), layout.url):
             try:
-                yield str(line, "utf-8")
-            except UnicodeDecodeError as error:
-                raise DecodeError(f"line is not UTF-8: {error}", layout.url, offset) from None
+                yield self.own(line, layout.url, offset)
+            except DecodeError as error:  # in the line's place: the lines after it are sound
+                yield error
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         pyarrow = arrow()
         text = pyarrow.schema([("line", pyarrow.string())])
-        for batch in columns_lines(self._decompressed(chunks, layout), layout.url):
+        offsets = _Offsets(self._decompressed(chunks, layout))
+        for batch in columns_lines(offsets, layout.url):
             try:  # text, as samples are (validated as UTF-8 by the cast)
                 yield batch.cast(text)
-            except pyarrow.ArrowInvalid as error:
-                raise DecodeError(f"a line is not UTF-8: {error}", layout.url, -1) from None
+            except pyarrow.ArrowInvalid:
+                yield from _text_rows(batch, text, layout.url, offsets.position)
+            offsets.passed(batch)
+
+
+class _Offsets:
+    """The chunks of a stream of lines, counting where the next batch's
+    first line starts (for the error of a line that is not UTF-8)."""
+
+    def __init__(self, chunks: Iterable[Chunk]) -> None:
+        self.chunks = chunks
+        self.position = 0
+
+    def __iter__(self) -> Iterator[Chunk]:
+        for index, chunk in enumerate(self.chunks):
+            if not index:
+                self.position = chunk.offset
+            yield chunk
+
+    def passed(self, batch: Any) -> None:
+        compute = arrow().compute
+        column = batch.column(0)
+        self.position += len(column) + (compute.sum(compute.binary_length(column)).as_py() or 0)
+
+
+def _text_rows(batch: Any, schema: Any, url: str, offset: int) -> Iterator[Any]:
+    """The lines of ``batch`` as text in batches, and in their places the
+    DecodeErrors of those that are not UTF-8."""
+    pyarrow = arrow()
+    good: list[str] = []
+    for line in batch.column(0).to_pylist():
+        try:
+            good.append(line.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            if good:
+                yield pyarrow.record_batch([pyarrow.array(good, pyarrow.string())], schema=schema)
+                good = []
+            yield DecodeError(f"line is not UTF-8: {error}", url, offset)
+        offset += len(line) + 1
+    if good:
+        yield pyarrow.record_batch([pyarrow.array(good, pyarrow.string())], schema=schema)
 
 
 # ---- writing ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from fastio._errors import DecodeError, TruncatedShardError
+from fastio._errors import DecodeError, TruncatedShardError, import_extra
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -45,7 +45,11 @@ class Framing(Generic[T]):
 
 
 def framed(
-    chunks: Iterable[Chunk], url: str, scan: Callable[[memoryview, int], Framing[T]]
+    chunks: Iterable[Chunk],
+    url: str,
+    scan: Callable[[memoryview, int], Framing[T]],
+    *,
+    require_end: bool = False,
 ) -> Iterator[T]:
     """Records of one shard's chunks, in order; ``scan(view, base)`` frames the
     records at the start of ``view``, which lies at byte ``base`` of the shard.
@@ -53,14 +57,28 @@ def framed(
     Records inside a chunk are views of it. A record cut by a chunk boundary is
     completed in a carry buffer, gathering the bytes the scan says it needs
     (that record alone is copied). Bytes left over at the end of the shard raise
-    :class:`TruncatedShardError`.
+    :class:`TruncatedShardError` (once ``scan`` has seen them all); with
+    ``require_end`` so does a shard that ends, however cleanly, before its
+    format's end marker (``lost`` 0: every record there was framed). An error
+    the chunks themselves raise (a compressed stream's) passes through, with
+    ``lost`` at least 1 where a record was cut off by it.
     """
     carry = bytearray()
     current_range = -1
     carry_base: int | None = None  # shard offset of carry[0] (the first chunk's offset at first)
     needed = 0  # bytes the record at the start of carry needs, as far as known
     done = False
-    for chunk in chunks:
+    stream = iter(chunks)
+    while True:
+        try:
+            chunk = next(stream)
+        except StopIteration:
+            break
+        except DecodeError as error:
+            if carry and not done:  # the record in progress is lost with the stream
+                scan(memoryview(bytes(carry)), carry_base or 0)  # (see below)
+                error.lost = max(error.lost, 1)
+            raise
         view = chunk.data
         if carry_base is None or (chunk.range != current_range and not carry):
             # A stream may start mid-file, and skip bytes between ranges (runs
@@ -95,10 +113,23 @@ def framed(
                     raise TruncatedShardError("record does not frame as its header says", url, base)
                 carry += whole[found.consumed :]
             carry_base = base + found.consumed
-    if carry and not done and carry_base is not None:
+    if done:
+        return
+    if carry and carry_base is not None:
+        # One more look at what arrived since the last scan, so that the scan
+        # has seen all there is of the record the shard ends in (it cannot
+        # complete: fewer bytes are there than it needs).
+        found = scan(memoryview(bytes(carry)), carry_base)
+        if found.error is not None:
+            raise found.error
         raise TruncatedShardError(
             f"shard ends inside a record ({len(carry)} bytes of it present)", url, carry_base
         )
+    if require_end:
+        raise TruncatedShardError(
+            "shard ends without its end marker (cut short between records?)",
+            url, carry_base or 0, lost=0,
+        )  # fmt: skip
 
 
 # scan(data, base, final) collects the complete records at the start of `data`
@@ -110,10 +141,9 @@ Take = Callable[[], Any]
 
 
 def arrow() -> Any:
-    """pyarrow, imported on first use so that importing the formats stays light."""
-    import pyarrow  # type: ignore[import-untyped,unused-ignore]
-
-    return pyarrow
+    """pyarrow, imported on first use so that importing the formats stays light.
+    Raises :class:`~fastio.MissingExtraError` without it (the ``arrow`` extra)."""
+    return import_extra("pyarrow", "columnar batches (Arrow record batches)")
 
 
 def too_large(url: str, base: int, max_bytes: int) -> DecodeError:
@@ -129,9 +159,11 @@ def _taken(take: Take) -> Iterator[pa.RecordBatch]:
 
 
 def batched(
-    chunks: Iterable[Chunk], url: str, scan: CollectScan, take: Take
+    chunks: Iterable[Chunk], url: str, scan: CollectScan, take: Take, *, require_end: bool = False
 ) -> Iterator[pa.RecordBatch]:
     """Batches of one shard's chunks, in order: one per chunk (more when full).
+    With ``require_end``, a shard that ends before its format's end marker
+    raises :class:`TruncatedShardError` after its last batch.
 
     As :func:`framed` does for single records, a record cut by a chunk boundary
     is completed in a carry buffer, gathering the bytes the scan says it needs.
@@ -146,7 +178,18 @@ def batched(
     offset: int | None = None  # stream offset of the current chunk's first byte
     needed = 0  # bytes the record at the start of carry needs, as far as known
     done = False
-    for chunk in chunks:
+    stream = iter(chunks)
+    while True:
+        try:
+            chunk = next(stream)
+        except StopIteration:
+            break
+        except DecodeError as failure:
+            if carry and not done:  # what is complete of the carry comes first
+                found, _ = scan(carry, carry_base, True)
+                failure.lost = max(failure.lost, int(found.consumed < len(carry)))
+            yield from _taken(take)
+            raise
         view = chunk.data
         if offset is None:  # a stream may start mid-file (a range of samples)
             offset = carry_base = chunk.offset
@@ -219,3 +262,8 @@ def batched(
             raise error
         carry = carry[found.consumed :]
         carry_base += found.consumed
+    if require_end and not done:
+        end = carry_base if offset is None else offset
+        raise TruncatedShardError(
+            "shard ends without its end marker (cut short between records?)", url, end, lost=0
+        )

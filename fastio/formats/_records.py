@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio._errors import DecodeError
 from fastio.formats._compression import codec_for, decompress
-from fastio.formats._index import ShardIndex, load_or_scan
+from fastio.formats._index import IndexStore, ShardIndex, scan_shard, stamped
 from fastio.formats._layout import Layout, ShardFormat, ShardWriter
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
     from typing_extensions import Buffer
 
-    from fastio._errors import DecodeError
     from fastio.formats._compression import Writable
     from fastio.formats._index import IndexPlacement, Locator
     from fastio.reader._ranges import Chunk
@@ -33,10 +33,11 @@ __all__ = ["RecordFormat", "RecordWriter"]
 
 class RecordFormat(ShardFormat):
     """A record format as the dataset drives it: every sample is its own unit
-    (a compressed shard is one unit: decompression starts at byte 0). The
-    index is kept beside the shard, else in ``index_dir``, else where
-    ``index_placement`` puts it. Subclasses set ``name`` and implement
-    :meth:`locator` and :meth:`samples` (of :meth:`_decompressed` chunks)."""
+    (a compressed shard is one unit: decompression starts at byte 0), laid
+    out from the shard's index (see :mod:`fastio.formats._index`), kept in
+    ``index_dir``, else where ``index_placement`` puts it, else the user's
+    cache folder. Subclasses set ``name`` and implement :meth:`locator`,
+    :meth:`own` and :meth:`samples` (of :meth:`_decompressed` chunks)."""
 
     def __init__(
         self,
@@ -45,25 +46,65 @@ class RecordFormat(ShardFormat):
     ) -> None:
         self.index_dir = index_dir
         self.index_placement = index_placement
+        self.store = IndexStore(index_dir, index_placement)
 
     @abc.abstractmethod
     def locator(self) -> Locator:
         """How the index finds this format's samples in a shard."""
 
+    @abc.abstractmethod
+    def own(self, record: Any, url: str, offset: int) -> Any:
+        """A record as :meth:`locator` finds it (views of the reader's buffers)
+        as the sample :meth:`samples` yields. Raises the format's DecodeError."""
+
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
-        index, problems = load_or_scan(
-            reader, url, self.locator(), self.index_dir,
-            tolerate=tolerate, placement=self.index_placement,
-        )  # fmt: skip
+        index = self.known_index(reader, url)
+        problems: list[DecodeError] = []
+        if index is None:
+            index, problems = self.scan(reader, url, tolerate)
+        return self.layout_of(index), problems
+
+    def known_index(self, reader: Reader, url: str) -> ShardIndex | None:
+        """A stored index that still matches the shard, else None. Raises
+        :class:`fastio.IndexFileError` for a damaged one."""
+        return self.store.load(reader, url, self.locator())
+
+    def scan(self, reader: Reader, url: str, tolerate: bool
+             ) -> tuple[ShardIndex, list[DecodeError]]:  # fmt: skip
+        """The shard's index from a scan (stored for later, unless the shard is
+        damaged: a repaired one gets a scan), and the problems it met."""
+        index, problems = scan_shard(reader, url, self.locator(), tolerate=tolerate)
+        if not problems:
+            self.store.save(index)
+        return index, problems
+
+    def layout_of(self, index: ShardIndex) -> Layout:
+        """The layout an index describes."""
+        url = index.url
         starts = index.starts.astype(np.int64)
         ends = index.ends.astype(np.int64)
         count, size = len(starts), index.size
         if codec_for(url) is not None:
             whole = np.array([size], np.int64)
             bounds = np.array([0, count], np.int64)
-            return Layout(url, count, size, bounds, whole, starts, ends, whole=True), problems
+            return Layout(url, count, size, bounds, whole, starts, ends, whole=True)
         bounds = np.arange(count + 1, dtype=np.int64)
-        return Layout(url, count, size, bounds, ends - starts, starts, ends), problems
+        return Layout(url, count, size, bounds, ends - starts, starts, ends)
+
+    def scanned(self, chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, Any]]:
+        """Every sample of a whole shard's chunks, owned, with its byte range as
+        the shard's index has it: what a scan and :meth:`samples` give, in
+        one pass (a first epoch streams a shard so). A damaged record the
+        format can step over comes as its DecodeError in the sample's place;
+        damage it cannot step over is raised."""
+        whole = decompress(chunks, url) if codec_for(url) is not None else chunks
+        for start, end, record in self.locator().locate(whole, url):
+            if not isinstance(record, DecodeError):
+                try:
+                    record = self.own(record, url, start)
+                except DecodeError as error:  # the record is framed: the next one is sound
+                    record = error
+            yield start, end, record
 
     def _decompressed(self, chunks: Iterable[Chunk], layout: Layout) -> Iterable[Chunk]:
         """The chunks of ``layout.ranges(...)`` as the format's bytes."""
@@ -102,12 +143,12 @@ class RecordWriter(ShardWriter):
         self._starts.append(start)
         self._ends.append(self.position)
 
-    def index(self, url: str, size: int, mtime_ns: int) -> ShardIndex:
-        """The index of the shard written, as a scan of it would build it;
-        ``size`` and ``mtime_ns`` are those of its file once written (an index
-        is reused while they stay so)."""
-        starts, ends = np.array(self._starts, np.uint64), np.array(self._ends, np.uint64)
-        return ShardIndex(url, self.format, size, mtime_ns, starts, ends)
+    def index(self, reader: Reader, url: str) -> ShardIndex:
+        """The index of the shard written (once its file is closed), as a scan
+        of it would build it, stamped with what ``url`` is now through
+        ``reader``: no scan."""
+        return stamped(reader, url, self.format, np.array(self._starts, np.uint64),
+                       np.array(self._ends, np.uint64))  # fmt: skip
 
 
 def owned(value: Any) -> Any:

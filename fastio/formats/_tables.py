@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._errors import DecodeError, TruncatedShardError
+from fastio._errors import DecodeError, TruncatedShardError, import_extra
 from fastio.formats._layout import Layout, ShardFormat, ShardWriter, gather
 from fastio.reader._ranges import ByteRange
 
@@ -120,6 +120,8 @@ class _ColumnFile(ShardFormat):
     """A file format of columns, with column selection."""
 
     def __init__(self, columns: Sequence[str] | None = None) -> None:
+        # pyarrow decodes these files: without it a dataset fails when made, not mid-epoch.
+        import_extra("pyarrow", f"{self.name.capitalize()} shards")
         self.columns = list(columns) if columns is not None else None
 
     def options(self) -> dict[str, Any]:
@@ -326,7 +328,7 @@ class TableWriter(ShardWriter):
     def __init__(
         self, file: Writable, format: str, schema: pa.Schema, compression: str | None = None
     ) -> None:
-        import pyarrow as pa
+        pa = import_extra("pyarrow", f"writing {format.capitalize()} files")
 
         if format == "parquet":
             import pyarrow.parquet as pq

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from fastio._native import parse_example as _parse_example
 from fastio.formats._index import Locator
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter
-from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
     import os
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     from fastio.formats._index import IndexPlacement
     from fastio.formats._layout import Layout
     from fastio.reader._ranges import Chunk
-    from fastio.reader._reader import Reader
 
 __all__ = [
     "TFRecordFormat",
@@ -57,21 +55,46 @@ def decode_tfrecord(chunks: Iterable[Chunk], url: str, verify: bool = True) -> I
     return (data for _, _, data in locate_tfrecords(chunks, url, verify))
 
 
-def locate_tfrecords(chunks: Iterable[Chunk], url: str, verify: bool = True) -> Iterator[Located]:
+@overload
+def locate_tfrecords(
+    chunks: Iterable[Chunk], url: str, verify: bool = True, *, step_over: Literal[False] = False
+) -> Iterator[Located]: ...
+
+
+@overload
+def locate_tfrecords(
+    chunks: Iterable[Chunk], url: str, verify: bool = True, *, step_over: bool
+) -> Iterator[tuple[int, int, memoryview | CorruptRecordError]]: ...
+
+
+def locate_tfrecords(
+    chunks: Iterable[Chunk], url: str, verify: bool = True, *, step_over: bool = False
+) -> Iterator[tuple[int, int, memoryview | CorruptRecordError]]:
     """Like :func:`decode_tfrecord`, with each record's byte range in the shard
-    (header to trailing checksum), for the index."""
+    (header to trailing checksum), for the index. With ``step_over`` a record
+    whose data checksum fails (its length is sound, so the next record is
+    known) comes as its :class:`CorruptRecordError` in place of its data, and
+    the records after it follow."""
     count = 0
 
-    def scan(view: memoryview, base: int) -> Framing[Located]:
+    def scan(view: memoryview, base: int) -> Framing[tuple[int, int, Any]]:
         nonlocal count
         found = scan_tfrecords(view, verify)
-        records = [
+        records: list[tuple[int, int, Any]] = [
             (base + o - _HEADER, base + o + n + 4, view[o : o + n])
             for o, n in zip(found.offsets, found.lengths, strict=True)
         ]
         count += len(records)
         problem = _checksum_problem(found.error, url, base, count)
-        return Framing(records, found.consumed, found.needed, False, problem)
+        error = found.error
+        if problem is None or error is None or not step_over or error.kind != "data_crc":
+            return Framing(records, found.consumed, found.needed, False, problem)
+        # The checksum was checked over the whole record: it is all in view.
+        length = int.from_bytes(view[error.offset : error.offset + 8], "little")
+        end = error.offset + _HEADER + length + 4
+        records.append((base + error.offset, base + end, problem))
+        count += 1
+        return Framing(records, end)
 
     return framed(chunks, url, scan)
 
@@ -85,17 +108,6 @@ def _checksum_problem(
         return None
     what = "length" if error.kind == "length_crc" else "data"
     return CorruptRecordError(f"{what} checksum mismatch", url, base + error.offset, count)
-
-
-def _resync(reader: Reader, url: str, error: DecodeError) -> int | None:
-    """Where a scan may go on after ``error``: past a record whose data (not
-    length) checksum is wrong, as its length is known; elsewhere nowhere."""
-    if not isinstance(error, CorruptRecordError) or not str(error).endswith(
-        "data checksum mismatch"
-    ):
-        return None
-    header = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, error.offset, 8)]))
-    return error.offset + _HEADER + int.from_bytes(header, "little") + 4
 
 
 def columns_tfrecord(
@@ -170,20 +182,30 @@ class TFRecordFormat(RecordFormat):
 
     def locator(self) -> Locator:
         if self.verify:
-            return Locator(self.name, locate_tfrecords, _resync)
+            return Locator(self.name, functools.partial(locate_tfrecords, step_over=True))
         # A scan that skipped checksums is kept under its own name: it serves
         # unverified reads, never a dataset that asked for verification.
         unverified = functools.partial(locate_tfrecords, verify=False)
-        return Locator(f"{self.name}/unverified", unverified, _resync, reuses=(self.name,))
+        return Locator(f"{self.name}/unverified", unverified, reuses=(self.name,))
+
+    def own(self, record: Any, url: str, offset: int) -> Any:
+        return _parsed(record, url, offset) if self.example else bytes(record)
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        records = locate_tfrecords(self._decompressed(chunks, layout), layout.url, self.verify)
-        if not self.example:
-            for _, _, record in records:
-                yield bytes(record)
-            return
+        """Records (or parsed examples); a record whose checksum fails, or that
+        is not an example, comes as its DecodeError in its place."""
+        records = locate_tfrecords(self._decompressed(chunks, layout), layout.url, self.verify,
+                                   step_over=True)  # fmt: skip
         for start, _, record in records:
-            yield _parsed(record, layout.url, start)
+            if isinstance(record, DecodeError):
+                yield record
+            elif not self.example:
+                yield bytes(record)
+            else:
+                try:
+                    yield _parsed(record, layout.url, start)
+                except DecodeError as error:
+                    yield error
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         if self.example:

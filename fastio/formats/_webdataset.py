@@ -7,6 +7,7 @@ spends ~40 us per member, a minute for a million samples).
 
 from __future__ import annotations
 
+import functools
 import re
 import tarfile
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from fastio._native import TarColumns, scan_tar
 from fastio.formats._index import Locator
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter, owned
+from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -26,13 +28,16 @@ if TYPE_CHECKING:
     from fastio._native import Collected, FrameError, TarMember
     from fastio.formats._layout import Layout
     from fastio.reader._ranges import Chunk
+    from fastio.reader._reader import Reader
 
 __all__ = [
     "WebDatasetFormat",
     "WebDatasetWriter",
     "columns_webdataset",
     "decode_webdataset",
+    "header_key",
     "locate_webdataset",
+    "resync_webdataset",
     "sample_key",
     "tar_header",
 ]
@@ -59,44 +64,86 @@ def _padded(size: int) -> int:
     return (size + _BLOCK - 1) // _BLOCK * _BLOCK
 
 
-def _members(chunks: Iterable[Chunk], url: str) -> Iterator[tuple[TarMember, int, memoryview]]:
-    """The tar members of one shard, each with the shard offset of the buffer
-    its offsets count from, and its data."""
-    index = 0
+class _TarScan:
+    """Frames a tar's members for :func:`framed`, and remembers the sample key
+    of the member where its last scan stopped (cut off, or with a damaged
+    header), where the header shows it: the sample a cut or damage costs."""
 
-    def scan(view: memoryview, base: int) -> Framing[tuple[TarMember, int, memoryview]]:
-        nonlocal index
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.members = 0  # members framed so far, for record indices
+        self.stopped_key: str | None = None
+
+    def __call__(self, view: memoryview, base: int) -> Framing[tuple[TarMember, int, memoryview]]:
         found = scan_tar(view)
         members = [(member, base, view[member.data_offset : member.data_offset + member.size])
                    for member in found.members]  # fmt: skip
-        index += len(members)
+        self.members += len(members)
         problem = None
+        stop = found.consumed
         if found.error is not None:
-            problem = CorruptRecordError(
-                f"damaged tar header ({found.error.kind})", url, base + found.error.offset, index
-            )
+            stop = found.error.offset
+            problem = CorruptRecordError(f"damaged tar header ({found.error.kind})", self.url,
+                                         base + stop, self.members)  # fmt: skip
+        self.stopped_key = None if found.at_end else header_key(view[stop:])
         return Framing(members, found.consumed, found.needed, found.at_end, problem)
 
-    return framed(chunks, url, scan)
+
+def header_key(block: memoryview | bytes) -> str | None:
+    """The sample key a regular member's header block names (the block may
+    be cut short, or fail its checksum), where its name and type are there
+    to read. Only the block itself is read, so that every decoder decides
+    alike wherever its buffers end: an extended header (pax, GNU long name)
+    names no key here."""
+    if len(block) < 157 or bytes(block[156:157]) not in (b"0", b"\0", b"7"):
+        return None
+    block = block[:_BLOCK]
+    name = bytes(block[:100]).split(b"\0", 1)[0]
+    if bytes(block[257:263]) == b"ustar\0":  # POSIX: a prefix of the path
+        prefix = bytes(block[345:500]).split(b"\0", 1)[0]
+        if prefix:
+            name = prefix + b"/" + name
+    parts = sample_key(name.decode("utf-8", "surrogateescape"))
+    return parts[0] if parts else None
 
 
-def decode_webdataset(chunks: Iterable[Chunk], url: str) -> Iterator[dict[str, Any]]:
+def decode_webdataset(
+    chunks: Iterable[Chunk], url: str, *, whole: bool = False
+) -> Iterator[dict[str, Any]]:
     """Samples of one WebDataset tar shard: ``{"__key__", "__url__", ext: view}``
     for consecutive members sharing a key. Directories and names without an
     extension are skipped, as webdataset does; a repeated extension within one
-    sample raises :class:`DecodeError`."""
-    return (sample for _, _, sample in locate_webdataset(chunks, url))
+    sample raises :class:`DecodeError`. With ``whole`` the chunks are a whole
+    archive, which ends in its end-of-archive marker: one cut short exactly
+    between members raises :class:`TruncatedShardError` (``lost`` 0) after
+    its last sample.
+
+    Before a damaged or cut header, the sample in progress is delivered
+    unless the header names that sample's key (the sample is then the one
+    lost); a header too damaged or too short to name one counts as the next
+    sample's."""
+    return (sample for _, _, sample in locate_webdataset(chunks, url, whole=whole))
 
 
 def locate_webdataset(
-    chunks: Iterable[Chunk], url: str
+    chunks: Iterable[Chunk], url: str, *, whole: bool = False
 ) -> Iterator[tuple[int, int, dict[str, Any]]]:
     """Like :func:`decode_webdataset`, with each sample's byte range in the shard
     (its first member's header to its last member's padded data), for the index.
     A sample's range read on its own decodes to the same sample."""
     sample: dict[str, Any] | None = None
     start = end = 0
-    for member, base, data in _members(chunks, url):
+    scan = _TarScan(url)
+    members = framed(chunks, url, scan, require_end=whole)
+    while True:
+        try:
+            member, base, data = next(members)
+        except StopIteration:
+            break
+        except DecodeError as error:
+            if sample is not None and not (error.lost and scan.stopped_key == sample["__key__"]):
+                yield start, end, sample
+            raise
         if member.typeflag not in _REGULAR:
             continue
         name = member.name
@@ -121,20 +168,91 @@ def locate_webdataset(
         yield start, end, sample
 
 
+def resync_webdataset(reader: Reader, url: str, error: DecodeError) -> int | None:
+    """Where a scan of an uncompressed tar goes on after ``error``: at the next
+    header block that checks out (after a damaged one: where its size says,
+    if it still reads, else the next block that passes the checksum), past
+    the members that share the lost sample's key. None after a cut, or where
+    no header follows.
+
+    A member's data that holds a tar header of its own (a tar inside the
+    sample) can pass for the next header there."""
+    size, _ = reader.describe(url)
+    if isinstance(error, TruncatedShardError) or not 0 <= error.offset <= size - _BLOCK:
+        return None
+    head = _read(reader, url, error.offset, _BLOCK)
+    lost_key = header_key(head)
+    at = error.offset
+    if scan_tar(memoryview(head)).error is not None:
+        following = _next_header(reader, url, error.offset, head, size)
+        if following is None:
+            return None
+        at = following
+        if lost_key is None and head[156:157] in (b"x", b"L", b"K"):
+            # A damaged extended header: the member it belongs to is the next.
+            lost_key = header_key(_read(reader, url, at, _BLOCK))
+    after = at
+    stream = reader.stream([ByteRange(url, at)])
+    try:
+        for member, base, _ in framed(stream, url, _TarScan(url)):
+            parts = sample_key(member.name)
+            if member.typeflag in _REGULAR and parts is not None and parts[0] != lost_key:
+                return base + member.header_offset
+            after = base + member.data_offset + _padded(member.size)
+    except DecodeError:
+        pass  # the scan that goes on from `after` meets it again
+    finally:
+        stream.close()  # type: ignore[attr-defined]
+    return after
+
+
+def _read(reader: Reader, url: str, offset: int, length: int) -> bytes:
+    return b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, offset, length)]))
+
+
+def _is_header(block: memoryview | bytes | bytearray) -> bool:
+    return len(block) == _BLOCK and any(block) and scan_tar(memoryview(block)).error is None
+
+
+def _next_header(reader: Reader, url: str, damaged: int, head: bytes, size: int) -> int | None:
+    """The offset of the first header block after the damaged one at
+    ``damaged`` that passes its checksum; None where none does."""
+    try:  # the damage may have spared the size field: the next header is then right there
+        candidate = damaged + _BLOCK + _padded(int(head[124:136].strip(b" \0"), 8))
+    except ValueError:
+        candidate = size
+    if candidate <= size - _BLOCK and _is_header(_read(reader, url, candidate, _BLOCK)):
+        return candidate
+    position = damaged + _BLOCK
+    pending = bytearray()
+    stream = reader.stream([ByteRange(url, position)])
+    try:
+        for chunk in stream:
+            pending += chunk.data
+            whole = len(pending) - len(pending) % _BLOCK
+            for block in range(0, whole, _BLOCK):
+                if _is_header(pending[block : block + _BLOCK]):
+                    return position + block
+            del pending[:whole]
+            position += whole
+    finally:
+        stream.close()  # type: ignore[attr-defined]
+    return None
+
+
 def columns_webdataset(
-    chunks: Iterable[Chunk], url: str, *, max_batch_bytes: int = MAX_BATCH_BYTES
-) -> Iterator[pa.RecordBatch]:
+    chunks: Iterable[Chunk], url: str, *, max_batch_bytes: int = MAX_BATCH_BYTES,
+    whole: bool = False,
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The samples :func:`decode_webdataset` yields, as record batches in order
     (of at most ``max_batch_bytes`` in any column).
 
     Columns: ``__key__`` (string), ``__url__`` (dictionary-encoded string) and
     one binary column per extension, sorted by name; a sample without an
-    extension that the shard had so far has a null there. Errors are those of
-    :func:`decode_webdataset`, with two differences: a sample is complete once
-    the next member's header shows another key, so a shard cut inside the
-    next sample's first member delivers that sample before
-    :class:`TruncatedShardError`; and keys and extensions must be UTF-8 (Arrow
-    strings cannot hold other bytes), else :class:`DecodeError`.
+    extension that the shard had so far has a null there. Errors, and the
+    samples delivered before them, are those of :func:`decode_webdataset`,
+    except that keys and extensions must be UTF-8 (Arrow strings cannot hold
+    other bytes), else :class:`DecodeError`. ``whole`` as there.
     """
     pyarrow = arrow()
     collector = TarColumns()
@@ -148,6 +266,10 @@ def columns_webdataset(
         problem: Exception | None = None
         if found.error is not None:
             problem = _tar_problem(found.error, data, url, base, members)
+            if found.error.kind not in ("repeated_extension", "bad_name"):
+                pending = memoryview(data)[found.consumed : found.error.offset]
+                if _before_damage(pending, memoryview(data)[found.error.offset :]):
+                    collector.scan(pending, True, max_batch_bytes)
         elif found.full and not collector.rows:
             problem = too_large(url, base, max_batch_bytes)
         members += found.records
@@ -157,7 +279,16 @@ def columns_webdataset(
         batch = collector.take(url)
         return None if batch is None else pyarrow.record_batch(batch)
 
-    return batched(chunks, url, scan, take)
+    return batched(chunks, url, scan, take, require_end=whole)
+
+
+def _before_damage(pending: memoryview, damaged: memoryview) -> bool:
+    """Whether the sample whose members are ``pending`` is complete, as
+    :func:`locate_webdataset` decides, before the member cut off or damaged
+    at ``damaged``: unless that member's header names its key."""
+    keys = (sample_key(m.name) for m in scan_tar(pending).members if m.typeflag in _REGULAR)
+    parts = next((parts for parts in keys if parts is not None), None)
+    return parts is not None and parts[0] != header_key(damaged)
 
 
 def _tar_problem(error: FrameError, data: Any, url: str, base: int, members: int) -> Exception:
@@ -181,14 +312,22 @@ class WebDatasetFormat(RecordFormat):
     name = "webdataset"
 
     def locator(self) -> Locator:
-        return Locator(self.name, locate_webdataset)
+        # The index scans whole archives, which end in their end marker.
+        return Locator(self.name, functools.partial(locate_webdataset, whole=True),
+                       resync_webdataset)  # fmt: skip
+
+    def own(self, record: Any, url: str, offset: int) -> dict[str, Any]:
+        return {key: owned(value) for key, value in record.items()}
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
-        for sample in decode_webdataset(self._decompressed(chunks, layout), layout.url):
+        decoded = decode_webdataset(self._decompressed(chunks, layout), layout.url,
+                                    whole=layout.whole)  # fmt: skip
+        for sample in decoded:
             yield {key: owned(value) for key, value in sample.items()}
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        return columns_webdataset(self._decompressed(chunks, layout), layout.url)
+        return columns_webdataset(self._decompressed(chunks, layout), layout.url,
+                                  whole=layout.whole)  # fmt: skip
 
 
 # ---- writing ------------------------------------------------------------------------

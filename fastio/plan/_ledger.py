@@ -37,9 +37,8 @@ KIND = "epochs"
 MAX_WORKERS = 1024
 # Fields: the next epoch, the running generation (key, epoch, whether it
 # resumes a state), the last resume announced and whether a generation took it.
-NEXT, GEN_SEED, GEN_ITERATION, GEN_EPOCH, GEN_RESUMED, RESUME_TOKEN, RESUME_TAKEN, STARTED = range(
-    8
-)
+(NEXT, GEN_SEED, GEN_ITERATION, GEN_EPOCH, GEN_RESUMED, RESUME_TOKEN, RESUME_TAKEN, STARTED,
+ FIRST) = range(9)  # fmt: skip
 PIDS = 16  # one pid per worker of the running generation from here
 LENGTH = PIDS + MAX_WORKERS
 
@@ -97,6 +96,12 @@ class EpochLedger:
     def next_epoch(self) -> int:
         return int(self._values().values[NEXT])
 
+    def first_epoch(self) -> int:
+        """The epoch of the first pass any process of the rank began (or will
+        begin, before any): where a never-indexed dataset streams."""
+        values = self._values().values
+        return int(values[FIRST]) if values[STARTED] else int(values[NEXT])
+
     def begin(self, worker: int, resume: tuple[int, int, bool] | None) -> tuple[int, bool]:
         """Begin a pass in this process as DataLoader worker ``worker`` (0 without
         workers): its epoch, and whether it resumes. ``resume`` is a pending
@@ -127,6 +132,7 @@ class EpochLedger:
             if not same:
                 pids[:] = 0
                 values[GEN_SEED], values[GEN_ITERATION] = key
+                first = not values[STARTED]
                 values[STARTED] = 1
                 if applies:
                     assert resume is not None
@@ -136,6 +142,8 @@ class EpochLedger:
                 else:
                     values[GEN_EPOCH], values[GEN_RESUMED] = values[NEXT], 0
                     values[NEXT] += 1
+                if first:
+                    values[FIRST] = values[GEN_EPOCH]
             elif applies and resume is not None and resume[1] != values[GEN_EPOCH]:
                 raise ValueError(
                     f"DataLoader workers of one pass resume different epochs: {resume[1]} and "

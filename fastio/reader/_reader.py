@@ -256,6 +256,26 @@ class Reader:
         status = os.stat(local_path(url))
         return status.st_size, status.st_mtime_ns
 
+    def change_stamp(self, url: str) -> int:
+        """A local file's inode change stamp: its inode and status-change time,
+        which every rewrite moves (``cp -p`` and ``rsync -t`` keep the
+        modification time, not this); 0 for a remote object."""
+        self._check_usable()
+        if is_remote(url):
+            return 0
+        status = os.stat(local_path(url))
+        return (status.st_ino * 1_000_003 + status.st_ctime_ns) & ((1 << 63) - 1)
+
+    def refresh(self, urls: Iterable[str]) -> None:
+        """Forget what is known of remote objects' sizes and versions and ask
+        again (many at once), so that :meth:`describe` sees an object replaced
+        since."""
+        self._check_usable()
+        for url in urls:
+            if is_remote(url):
+                self._remotes.forget(url)
+        self.prefetch_info(urls)
+
     @property
     def engine_kind(self) -> str:
         """``io_uring`` or ``threads``: the engine serving reads (started if needed)."""
@@ -349,7 +369,7 @@ class Reader:
     def _shutdown(self) -> None:
         self._closed = True
         error = ReaderClosedError("the reader was closed while this stream was running")
-        for handoff in self._handoffs:
+        for handoff in list(self._handoffs):  # a collected stream may discard its own meanwhile
             handoff.finish(error, discard=True)
         self._handoffs.clear()
         for stream in self._streams:
@@ -438,7 +458,8 @@ class Reader:
             if self._background is None:
                 self._background = LoopThread()
                 _with_background_loops.add(self)
-            loop = self._background.loop
+            background = self._background
+        loop = background.loop
         reserve = max(self._settings.read_size, self._settings.memory_budget // _HANDOFF_SHARE)
         handoff = Handoff(loop, reserve, on_wait=self._count_wait)
         self._handoffs.add(handoff)
@@ -456,8 +477,13 @@ class Reader:
                 loop.call_soon_threadsafe(future.cancel)
                 # Cancelled because the consumer stopped early, or failed because
                 # the reader was closed: either way the feeder has cleaned up.
-                with contextlib.suppress(BaseException):
-                    future.result()
+                # Never waited for from the loop's own thread (the garbage
+                # collector may close a forgotten stream there): the loop could
+                # not run the feeder's cleanup while this waits, so it runs it
+                # once this returns.
+                if not background.on_loop_thread():
+                    with contextlib.suppress(BaseException):
+                        future.result()
 
     def _count_wait(self, seconds: float) -> None:
         self._wait_seconds += seconds

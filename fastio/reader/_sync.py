@@ -49,10 +49,15 @@ class LoopThread:
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 
+    def on_loop_thread(self) -> bool:
+        """Whether the caller runs on the loop's thread (where waiting for the
+        loop would wait forever)."""
+        return threading.current_thread() is self.thread
+
     def call(self, function: Callable[[], T]) -> T:
         """Run ``function`` on the loop thread and return its result here
         (directly, if the loop is not running: nothing else can touch it then)."""
-        if threading.current_thread() is self.thread or not self.loop.is_running():
+        if self.on_loop_thread() or not self.loop.is_running():
             return function()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 

@@ -7,8 +7,8 @@ by default half the reader's ``memory_budget``, leaving the other half for
 data read ahead and handed over; large budgets, e.g. 64 x 4 MiB, were
 measured erratic on small VMs). ``engine`` and ``direct`` only take effect
 when a reader is made or a stream opens, so a live tuner, which must not
-interrupt the job's stream, leaves them alone: ``fastio-bench sweep --engines
-io_uring,threads --direct both`` measures them with a fresh reader per
+interrupt the job's stream, leaves them alone: ``fastio-bench sweep --engine
+io_uring,threads --direct false,true`` measures them with a fresh reader per
 setting, and the choice goes into the config (``reader: {engine, direct}``).
 
 With DataLoader workers, each worker's reader has its own tuner; given a
@@ -32,6 +32,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from fastio._errors import import_extra
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 from fastio.spec._tuner import MAX_TUNED_READ_SIZE, MIN_TUNED_READ_SIZE, TunerSettings
 
@@ -91,6 +92,7 @@ class ReaderTuning:
 
     :meth:`tick` takes one measurement (the CLI calls it itself);
     :meth:`start` runs ticks on a daemon thread until :meth:`close`.
+    Raises :class:`~fastio.MissingExtraError` without optuna (the ``tune`` extra).
     """
 
     def __init__(
@@ -100,6 +102,8 @@ class ReaderTuning:
         study_name: str,
         on_decision: Callable[[Decision], None] | None = None,
     ) -> None:
+        # The tuners import optuna when a study opens: say which extra it takes first.
+        import_extra("optuna", "tuning")
         self.reader = reader
         self.options = options
         self.budget = budget_for(reader.settings, options)

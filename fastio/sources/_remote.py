@@ -143,17 +143,16 @@ class Remotes:
 
     def stat(self, url: str) -> RemoteFile:
         """Size and version (ETag, else modification time) of ``url``, asked
-        once per reader; raises FileNotFoundError naming the URL."""
+        once per reader. Raises FileNotFoundError or PermissionError (an HTTP
+        401 or 403 too) naming the URL, else OSError."""
         cached = self._info.get(url)
         if cached is not None:
             return cached
         fs, path = self.filesystem(url)
         try:
             info = fs.info(path)
-        except FileNotFoundError:
-            raise FileNotFoundError(errno.ENOENT, "no such object", url) from None
         except OSError as error:
-            raise OSError(error.errno or errno.EIO, f"cannot stat: {error}", url) from None
+            raise _stat_error(error, url) from None
         size = info.get("size")
         if size is None:
             raise OSError(errno.EIO, "the server gives no size for the object", url)
@@ -343,11 +342,44 @@ def _checked(data: bytes, url: str, offset: int, length: int) -> bytes:
     return bytes(data)
 
 
+def _http_status(error: BaseException) -> int | None:
+    """The HTTP status of a failed request, in ``error`` or what caused it
+    (fsspec's HTTP ``info`` turns every failure into FileNotFoundError)."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        status = getattr(cause, "status", None)
+        if isinstance(status, int):
+            return status
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _denied(error: BaseException) -> bool:
+    return isinstance(error, PermissionError) or _http_status(error) in (401, 403)
+
+
+def _missing(error: BaseException) -> bool:
+    status = _http_status(error)
+    return status in (404, 410) or (isinstance(error, FileNotFoundError) and status is None)
+
+
+def _stat_error(error: OSError, url: str) -> OSError:
+    status = _http_status(error)
+    reason = str(error) if status is None else f"HTTP {status}"
+    if _denied(error):
+        return PermissionError(errno.EACCES, f"access denied ({reason})", url)
+    if _missing(error):
+        return FileNotFoundError(errno.ENOENT, "no such object", url)
+    return OSError(error.errno or errno.EIO, f"cannot stat: {reason}", url)
+
+
 def _final(error: BaseException, url: str, offset: int, length: int, attempts: int) -> OSError:
     where = f"reading {length} bytes at offset {offset}"
-    if isinstance(error, FileNotFoundError):
+    if _missing(error):
         return FileNotFoundError(errno.ENOENT, f"no such object ({where})", url)
-    if isinstance(error, PermissionError):
+    if _denied(error):
         return PermissionError(errno.EACCES, f"access denied ({where})", url)
     if isinstance(error, RangeIgnoredError):
         return error

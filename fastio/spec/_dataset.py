@@ -101,10 +101,16 @@ class FormatSettings:
                                    optional=True, keyword="record_size")  # fmt: skip
     columns: tuple[str, ...] | None = knob(None, "parquet, arrow: the columns to read.", "names",
                                            optional=True, keyword="columns")  # fmt: skip
+    index: str | None = knob(
+        None,
+        "A dataset index (fastio-bench index): one file with every shard's index, read with "
+        "one request; unset: dataset.fastio-index.npz in the shards' folder, if it is there.",
+        "path", optional=True, keyword="index",
+    )  # fmt: skip
     index_dir: str | None = knob(
         None,
-        "Where shard indexes go that cannot go beside their shard (remote shards, read-only "
-        "folders).",
+        "Where the index of each shard is kept once found (never beside the shard); unset: "
+        "where tiering puts it, else $XDG_CACHE_HOME/fastio/index.",
         "path", optional=True, keyword="index_dir",
     )  # fmt: skip
 

@@ -200,7 +200,7 @@ def test_options_given_win_over_the_config_in_fairness(tmp_path) -> None:
     config.write_text(f"urls: {written.pattern}\nreader: {{outstanding_requests: 3}}\n"
                       "fairness: {window_seconds: 0.5, mitigate: false}\n")  # fmt: skip
     report = json.loads(bench("fairness", "--config", str(config), "--workers", "0",
-                              "--step-ms", "0", "-q", "7", "--window", "0.05",
+                              "--step-ms", "0", "-q", "7", "--fairness-window-seconds", "0.05",
                               "--json").stdout)  # fmt: skip
     assert report["settings"]["window_seconds"] == 0.05  # given: wins
     assert report["settings"]["mitigate"] is False  # left at its default: the file's
@@ -211,3 +211,28 @@ def test_tiering_probe_checks_a_tier_as_the_spec_does(tmp_path) -> None:
     result = bench("tiering", "probe", "--tier", f"fast={tmp_path}:lots", check=False)
     assert result.returncode == 2
     assert "capacity must be a size (65536, 64KiB, 4m or 1GiB), not 'lots'" in result.stderr
+
+
+def test_run_reads_a_dataset_never_seen_before(tmp_path) -> None:
+    # Freshly written shards have no index: the first epoch indexes them on the way.
+    written = json.loads(bench("gen", str(tmp_path), "--samples", "90", "--sample-size", "1KiB",
+                               "--shards", "3", "--json").stdout)  # fmt: skip
+    report = json.loads(bench("run", "--format", "webdataset", written["url"], "--repeat", "2",
+                              "--json").stdout)  # fmt: skip
+    assert report["samples"] == report["expected_samples"] == 90
+    assert report["runs"] == 2
+
+
+def test_fairness_table_shows_a_window_without_readiness(capsys) -> None:
+    # A window can close with a worker's rate but no readiness yet (no time asked):
+    # the table shows "-" there instead of failing on None.
+    from fastio.cli._fairness import print_timeline
+
+    worker = {"worker": 0, "rate": 120.0, "readiness": None, "starved": False,
+              "outstanding_requests": 8}  # fmt: skip
+    window = {"window": 0, "jain_index": float("nan"), "workers": [worker]}
+    report = {"workers": [{"worker": 0}], "starved_workers": [], "mitigate": True,
+              "timeline": [window]}  # fmt: skip
+    print_timeline({"report": report, "epoch_seconds": [0.5]})
+    shown = capsys.readouterr().out
+    assert "120/s - q=8" in shown

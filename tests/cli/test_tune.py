@@ -37,9 +37,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_sweep_writes_table_json_and_heatmap(folder: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the heatmap needs the plot extra")
     out, image = tmp_path / "sweep.json", tmp_path / "sweep.png"
-    result = bench("sweep", str(folder), "--requests", "1,8", "--sizes", "64KiB,1MiB",
-                   "--engines", "io_uring,threads", "--budget", "4MiB", "--json", str(out),
-                   "--plot", str(image))  # fmt: skip
+    result = bench("sweep", str(folder), "-q", "1,8", "--read-size", "64KiB,1MiB",
+                   "--engine", "io_uring,threads", "--tuner-memory-budget", "4MiB", "--out",
+                   str(out), "--plot", str(image))  # fmt: skip
     assert "io_uring, buffered: MB/s" in result.stdout
     assert "threads, buffered: MB/s" in result.stdout
     assert "best:" in result.stdout
@@ -59,8 +59,8 @@ def test_sweep_json_on_stdout_and_with_a_config(folder: Path, tmp_path: Path) ->
     config = tmp_path / "data.yaml"
     config.write_text(f"urls: {sorted(str(p) for p in folder.iterdir())!r}\n"
                       "reader: {engine: threads, direct: true}\n")  # fmt: skip
-    result = bench("sweep", "--config", str(config), "--requests", "4", "--sizes", "256KiB",
-                   "--direct", "both", "--json", "-")  # fmt: skip
+    result = bench("sweep", "--config", str(config), "--outstanding-requests", "4", "-b",
+                   "256KiB", "--direct", "false,true", "--json")  # fmt: skip
     data = json.loads(result.stdout)
     assert [(p["engine_used"], p["direct"]) for p in data["points"]] == [
         ("threads", False), ("threads", True),
@@ -71,10 +71,11 @@ def test_sweep_json_on_stdout_and_with_a_config(folder: Path, tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--requests", "0,4"], "outstanding requests must be in 1..256"),
-        (["--sizes", "1KiB"], "read_size must be in"),
-        (["--engines", "spdk"], "--engines must be among"),
-        (["--sizes", "lots"], "not a size"),
+        (["-q", "0,4"], "0 is not in the range 1<=x<=256"),
+        (["--read-size", "1KiB"], "read_size must be in"),
+        (["--engine", "spdk"], "'spdk' is not one of 'auto', 'io_uring', 'threads'"),
+        (["-b", "lots"], "not a size"),
+        (["--direct", "both"], "'both' is not a valid boolean"),
     ],
 )
 def test_sweep_refuses_bad_options(folder: Path, args: list[str], message: str) -> None:
@@ -97,10 +98,12 @@ def test_tune_settles_and_writes_a_config_that_loads_back(folder: Path, tmp_path
     pytest.importorskip("matplotlib", reason="the plot needs the plot extra")
     out, image = tmp_path / "tuned.toml", tmp_path / "tune.png"
     storage = tmp_path / "trials.log"
-    result = bench("tune", str(folder), "--window-seconds", "0.05", "--warmup-seconds", "0.01",
-                   "--budget", "8MiB", "--max-trials", "12", "--max-seconds", "60",
-                   "--storage", str(storage), "--out", str(out), "--plot", str(image),
-                   "--json", "-")  # fmt: skip
+    result = bench("tune", str(folder), "--tuner-window-seconds", "0.05",
+                   "--tuner-warmup-seconds", "0.01", "--tuner-memory-budget", "8MiB",
+                   "--tuner-max-trials", "12", "--max-seconds", "60", "--tuner-storage",
+                   str(storage), "--tuned-config", str(out), "--plot", str(image),
+                   "--json")  # fmt: skip
+    assert "A new study created" not in result.stderr  # Optuna's INFO line is held back
     data = json.loads(result.stdout)
     assert data["converged"] is True
     assert data["trials"] <= 12
@@ -121,19 +124,20 @@ def test_tune_settles_and_writes_a_config_that_loads_back(folder: Path, tmp_path
     assert data["reader"]["read_size"] == best["read_size"]
     # A second run on the same files and storage starts at the stored best and
     # settles within a few windows.
-    again = json.loads(bench("tune", "--config", str(out), "--window-seconds", "0.05",
-                             "--warmup-seconds", "0.01", "--budget", "8MiB",
-                             "--storage", str(storage), "--out", str(tmp_path / "again.yaml"),
-                             "--json", "-").stdout)  # fmt: skip
+    again = json.loads(bench("tune", "--config", str(out), "--tuner-window-seconds", "0.05",
+                             "--tuner-warmup-seconds", "0.01", "--tuner-memory-budget", "8MiB",
+                             "--tuner-storage", str(storage), "--tuned-config",
+                             str(tmp_path / "again.yaml"), "--json").stdout)  # fmt: skip
     assert again["start_config"] == best
     assert again["decisions"][0]["phase"] == "confirm"
     assert again["settled_after_windows"] <= 5
 
 
 def test_tune_table_on_the_terminal_output(folder: Path, tmp_path: Path) -> None:
-    result = bench("tune", str(folder), "--window-seconds", "0.05", "--warmup-seconds", "0.01",
-                   "--max-trials", "8", "--out", str(tmp_path / "t.yaml"), "--json",
-                   str(tmp_path / "t.json"), cwd=tmp_path)  # fmt: skip
+    result = bench("tune", str(folder), "--tuner-window-seconds", "0.05",
+                   "--tuner-warmup-seconds", "0.01", "--tuner-max-trials", "8", "--tuned-config",
+                   str(tmp_path / "t.yaml"), "--out", str(tmp_path / "t.json"),
+                   cwd=tmp_path)  # fmt: skip
     assert "configurations measured" in result.stdout
     assert "config: " in result.stdout
     data = json.loads((tmp_path / "t.json").read_text())
@@ -141,3 +145,56 @@ def test_tune_table_on_the_terminal_output(folder: Path, tmp_path: Path) -> None
     assert (
         fastio.load_config(tmp_path / "t.yaml").reader.read_size == data["best_config"]["read_size"]
     )
+
+
+def test_folders_and_globs_never_pick_up_fastios_files(tmp_path: Path) -> None:
+    from tests.shards import write
+
+    written = write("webdataset", tmp_path / "data", shards=4, per_shard=20)  # and its index
+    folder = tmp_path / "data"
+    assert (folder / "dataset.fastio-index.npz").exists()
+    shards = sorted(str(Path(url)) for url in written.urls)
+    for _ in range(2):  # the second run sees what the first left, if anything
+        dataset_run = json.loads(bench("run", "--format", "webdataset", f"{folder}/*",
+                                       "--json").stdout)  # fmt: skip
+        assert dataset_run["samples"] == len(written.samples)
+        files_run = json.loads(bench("run", str(folder), "--json").stdout)
+        assert files_run["bytes"] == sum(Path(url).stat().st_size for url in shards)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [*(Path(url).name for url in shards), "dataset.fastio-index.npz"]
+    )
+    out = tmp_path / "tuned.yaml"
+    bench("tune", str(folder), "--tuner-window-seconds", "0.05", "--tuner-warmup-seconds",
+          "0.01", "--tuner-max-trials", "8", "--tuned-config", str(out), "--json")  # fmt: skip
+    config = fastio.load_config(out)
+    assert sorted(fastio.expand_urls(config.urls)) == shards
+    with config.to_dataset() as dataset:
+        assert sum(1 for _ in dataset) == len(written.samples)
+
+
+@pytest.mark.parametrize("trials", [1, 3, 7])
+def test_tune_with_fewer_trials_than_the_design_settles(folder: Path, tmp_path: Path,
+                                                        trials: int) -> None:  # fmt: skip
+    # --help allows 1..10000; fewer than the first design's 8 trials used to crash.
+    out = tmp_path / "few.yaml"
+    data = json.loads(bench("tune", str(folder), "--tuner-window-seconds", "0.05",
+                            "--tuner-warmup-seconds", "0.01", "--tuner-max-trials", str(trials),
+                            "--max-seconds", "60", "--tuned-config", str(out),
+                            "--json").stdout)  # fmt: skip
+    assert data["converged"] is True
+    assert 1 <= data["trials"] <= trials
+    assert fastio.load_config(out).reader.read_size == data["best_config"]["read_size"]
+
+
+def test_few_trials_through_a_dataset_and_a_checked_config(folder: Path, tmp_path: Path) -> None:
+    config = tmp_path / "few.yaml"
+    config.write_text(f"urls: {sorted(str(p) for p in folder.iterdir())!r}\nformat: fixed\n"
+                      "format_options: {record_size: 4096}\n"
+                      "tuner: {enabled: true, max_trials: 2, window_seconds: 0.05}\n")  # fmt: skip
+    bench("config", "check", str(config))  # passes the check ...
+    with fastio.load_config(config).to_dataset() as from_config:  # ... and reads
+        assert sum(1 for _ in from_config) == 4 * 2 * MiB // 4096
+    urls = sorted(str(p) for p in folder.iterdir())
+    with fastio.Dataset(urls, format="fixed", record_size=4096, tune={"max_trials": 3}) as dataset:
+        assert sum(len(batch) for batch in dataset.batches(64)) == len(dataset)
+        assert dataset.stats()["tuner"]["phase"] in ("explore", "remeasure", "settled")

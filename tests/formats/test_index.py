@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import os
 import random
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from fastio.formats import (
     decode_webdataset,
     example_parts,
 )
-from fastio.formats._index import INDEX_SUFFIX, Locator, ShardIndex, build_index, index_shard
+from fastio.formats._index import INDEX_SUFFIX, Locator, ShardIndex, build_index
 from fastio.formats._records import RecordFormat, RecordWriter
 from fastio.formats._shards import FORMATS, make_format
 from tests.formats.test_tfrecord import write_examples
@@ -63,12 +61,20 @@ def comparable(sample):
     return bytes(sample) if isinstance(sample, memoryview) else sample
 
 
+def index_of(reader, url: str, format_name: str, folder) -> ShardIndex:
+    """The index a dataset would use: the stored one, else a scan, kept in ``folder``."""
+    records = make_format(format_name, index_dir=folder)
+    assert isinstance(records, RecordFormat)
+    stored = records.known_index(reader, url)
+    return stored if stored is not None else records.scan(reader, url, False)[0]
+
+
 @pytest.mark.parametrize("format_name", list(DECODERS))
 def test_each_sample_reads_alone_from_its_range(tmp_path, format_name: str) -> None:
     url = make_shard(tmp_path, format_name)
     decode = DECODERS[format_name]
     with fastio.Reader(read_size=8192) as reader:
-        index = index_shard(reader, url, locator(format_name))
+        index = index_of(reader, url, format_name, tmp_path / "index")
         everything = [comparable(s) for s in decode(reader.stream([url]), url)]
         assert len(index) == len(everything)
         assert index.ends[-1] <= os.path.getsize(url)
@@ -81,56 +87,88 @@ def test_each_sample_reads_alone_from_its_range(tmp_path, format_name: str) -> N
                 assert alone == [everything[i]]
 
 
-def test_index_is_stored_beside_the_shard_and_reused(tmp_path) -> None:
-    url = make_shard(tmp_path, "tfrecord")
+def test_index_is_kept_in_the_index_folder_never_beside_the_shard(tmp_path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    url = make_shard(data, "tfrecord")
+    folder = tmp_path / "index"
     with fastio.Reader() as reader:
-        first = index_shard(reader, url, locator("tfrecord"))
-        assert os.path.exists(url + INDEX_SUFFIX)
+        first = index_of(reader, url, "tfrecord", folder)
         requests = reader.stats().requests
-        again = index_shard(reader, url, locator("tfrecord"))
-        assert reader.stats().requests == requests  # loaded, not rescanned
+        again = index_of(reader, url, "tfrecord", folder)
+        assert reader.stats().requests - requests <= 2  # the fingerprint's reads, no scan
     assert (again.starts == first.starts).all()
-    assert ShardIndex.load(url + INDEX_SUFFIX).format == "tfrecord"
+    assert os.listdir(data) == ["s.tfrecord"]  # the dataset's folder is never written to
+    [stored] = list(folder.glob(f"*{INDEX_SUFFIX}"))
+    assert ShardIndex.load(stored).format == "tfrecord"
 
 
 def test_a_changed_shard_is_indexed_again(tmp_path) -> None:
     url = make_shard(tmp_path, "jsonl")
     with fastio.Reader() as reader:
-        assert len(index_shard(reader, url, locator("jsonl"))) == 40
+        assert len(index_of(reader, url, "jsonl", tmp_path / "index")) == 40
         with open(url, "a") as handle:
             handle.write('{"late": true}\n')
-        assert len(index_shard(reader, url, locator("jsonl"))) == 41
+        assert len(index_of(reader, url, "jsonl", tmp_path / "index")) == 41
 
 
-@contextlib.contextmanager
-def read_only_folder(folder):
-    """A folder nobody can add files to: chmod for ordinary users; root ignores
-    modes, so as root the folder is made immutable (ext4's chattr +i)."""
-    if os.geteuid() == 0:
-        subprocess.run(["chattr", "+i", str(folder)], check=True)
-        try:
-            yield
-        finally:
-            subprocess.run(["chattr", "-i", str(folder)], check=True)
-    else:
-        os.chmod(folder, 0o555)
-        try:
-            yield
-        finally:
-            os.chmod(folder, 0o755)
+def test_a_rewrite_that_keeps_size_and_mtime_is_told_apart(tmp_path) -> None:
+    # cp -p and rsync -t keep the modification time; a shard rewritten with
+    # other samples of the same total size must not be read with the old index.
+    url = tmp_path / "s.jsonl"
+    url.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(30)))  # 30 short lines
+    times = os.stat(url)
+    with fastio.Reader() as reader:
+        assert len(index_of(reader, str(url), "jsonl", tmp_path / "index")) == 30
+        size = os.path.getsize(url)
+        rewritten = json.dumps({"i": "x" * (size - 13)}) + "\n" + "{}\n"  # two lines
+        assert len(rewritten) == size
+        url.write_text(rewritten)
+        os.utime(url, ns=(times.st_atime_ns, times.st_mtime_ns))
+        assert (os.path.getsize(url), os.stat(url).st_mtime_ns) == (size, times.st_mtime_ns)
+        assert len(index_of(reader, str(url), "jsonl", tmp_path / "index")) == 2
 
 
-def test_index_goes_to_the_cache_folder_when_the_shard_folder_is_read_only(tmp_path) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    url = make_shard(data, "tfrecord")
-    cache = tmp_path / "cache"
-    with fastio.Reader() as reader, read_only_folder(data):
-        index = index_shard(reader, url, locator("tfrecord"), cache_dir=cache)
-        again = index_shard(reader, url, locator("tfrecord"), cache_dir=cache)  # found in the cache
-    assert not os.path.exists(url + INDEX_SUFFIX)
-    [stored] = list(cache.glob(f"*{INDEX_SUFFIX}"))
-    assert len(ShardIndex.load(stored)) == len(index) == len(again) == 30
+def test_a_copied_dataset_keeps_its_index_by_content(tmp_path) -> None:
+    """A copy with its times kept (cp -p) has a new change time: the
+    fingerprint of its first and last bytes says it holds what the index
+    describes."""
+    (tmp_path / "a").mkdir()
+    url = make_shard(tmp_path / "a", "tfrecord")
+    copy = tmp_path / "b"
+    copy.mkdir()
+    with fastio.Reader() as reader:
+        index = index_of(reader, url, "tfrecord", tmp_path / "index")
+        (copy / "s.tfrecord").write_bytes(Path(url).read_bytes())
+        times = os.stat(url)
+        os.utime(copy / "s.tfrecord", ns=(times.st_atime_ns, times.st_mtime_ns))  # cp -p
+        assert index.fresh(reader, url)
+        moved = ShardIndex(str(copy / "s.tfrecord"), index.format, index.size,
+                           index.version, index.starts, index.ends, index.change,
+                           index.fingerprint)  # fmt: skip
+        assert moved.fresh(reader, str(copy / "s.tfrecord"))
+        with open(copy / "s.tfrecord", "r+b") as handle:
+            handle.write(b"\0")  # its first byte: another shard
+        assert not moved.fresh(reader, str(copy / "s.tfrecord"))
+
+
+def test_a_damaged_index_file_is_named_or_rebuilt(tmp_path) -> None:
+    url = make_shard(tmp_path, "tfrecord")
+    folder = tmp_path / "index"
+    with fastio.Reader() as reader:
+        index_of(reader, url, "tfrecord", folder)
+    [stored] = list(folder.glob(f"*{INDEX_SUFFIX}"))
+    stored.write_bytes(stored.read_bytes()[:100])  # truncated
+    with pytest.raises(fastio.IndexFileError) as caught:
+        fastio.Dataset(url, index_dir=folder)
+    assert (caught.value.path, caught.value.url) == (str(stored), url)
+    assert "truncated" in str(caught.value)
+    with pytest.warns(fastio.SkippedSamplesWarning, match="indexed anew"):
+        dataset = fastio.Dataset(url, index_dir=folder, on_error="warn", shuffle=False)
+    assert len(list(dataset)) == 30
+    stored.write_bytes(b"")  # empty
+    with pytest.raises(fastio.IndexFileError):
+        fastio.Dataset(url, index_dir=folder)
 
 
 def test_damaged_shard_is_not_indexed(tmp_path) -> None:
@@ -141,8 +179,8 @@ def test_damaged_shard_is_not_indexed(tmp_path) -> None:
     with open(url, "wb") as handle:
         handle.write(data)
     with fastio.Reader() as reader, pytest.raises(fastio.CorruptRecordError):
-        index_shard(reader, url, locator("tfrecord"))
-    assert not os.path.exists(url + INDEX_SUFFIX)
+        index_of(reader, url, "tfrecord", tmp_path / "index")
+    assert not (tmp_path / "index").exists()
 
 
 def test_only_record_formats_are_indexed() -> None:
@@ -201,8 +239,9 @@ def test_writers_note_the_index_a_scan_builds(tmp_path, format_name: str, codec)
     with fastio.Reader() as reader:
         size, version = reader.describe(url)
         scanned = build_index(reader, url, locator(format_name))
-    noted = writer.index(url, size, version)
+        noted = writer.index(reader, url)
     assert len(noted) == len(writer) == len(scanned) == 60
-    assert (noted.format, noted.size, noted.mtime_ns) == (scanned.format, size, version)
+    assert (noted.format, noted.size, noted.version) == (scanned.format, size, version)
+    assert (noted.change, noted.fingerprint) == (scanned.change, scanned.fingerprint)
     np.testing.assert_array_equal(noted.starts, scanned.starts)
     np.testing.assert_array_equal(noted.ends, scanned.ends)

@@ -214,7 +214,7 @@ class ReaderContract:
             held = asyncio.run(slow_consumer(r))
             stats = r.stats()
         assert max(held) <= budget
-        assert stats.backpressure_seconds > 0.01
+        assert stats.backpressure_seconds > 0  # the full budget held reads back (how long: timing)
         assert stats.bytes_delivered == 32 << 20
 
     def test_stats_describe_the_work(self, make_file) -> None:

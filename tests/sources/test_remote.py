@@ -73,7 +73,7 @@ def test_reader_reads_ranges_as_stored(http, s3, folder) -> None:
 
 @pytest.mark.parametrize("format_name", FORMATS)
 def test_same_samples_from_local_http_and_s3(http, s3, folder, tmp_path, format_name) -> None:
-    written = write(format_name, folder / format_name, shards=3, per_shard=15)
+    written = write(format_name, folder / format_name, shards=3, per_shard=15, index=False)
     for url in written.urls:
         s3.upload(url, f"{format_name}/{os.path.basename(url)}")
     options = {**written.options, "seed": 5, "shuffle_buffer": 30_000, "index_dir": tmp_path}
@@ -104,7 +104,7 @@ def test_same_samples_from_local_http_and_s3(http, s3, folder, tmp_path, format_
 
 @pytest.fixture(scope="module")
 def tars(folder):
-    return write("webdataset", folder / "faulty", shards=4, per_shard=20)
+    return write("webdataset", folder / "faulty", shards=4, per_shard=20, index=False)
 
 
 def http_dataset(http, tars, tmp_path, **options):
@@ -149,8 +149,9 @@ def test_a_server_ignoring_range_is_an_error(http, tars, tmp_path) -> None:
 
 
 def test_a_shard_deleted_mid_epoch(http, tars, tmp_path) -> None:
-    dataset = http_dataset(http, tars, tmp_path)
-    skipping = http_dataset(http, tars, tmp_path, on_error="skip")
+    # Indexed first (a streamed epoch cannot count what a missing shard held).
+    dataset = http_dataset(http, tars, tmp_path).index()
+    skipping = http_dataset(http, tars, tmp_path, on_error="skip").index()
     gone = dataset.urls[2]
     http.faults.missing.add(gone.rsplit("/", 2)[1] + "/" + gone.rsplit("/", 1)[1])
     with pytest.raises(FileNotFoundError) as caught:
@@ -159,6 +160,26 @@ def test_a_shard_deleted_mid_epoch(http, tars, tmp_path) -> None:
     got = list(skipping)
     assert skipping.stats()["skipped"] == skipping.counts[2]
     assert len(got) == len(tars.samples) - skipping.counts[2]
+
+
+def test_a_forbidden_object_is_a_permission_error(http, tars, tmp_path) -> None:
+    denied = http_dataset(http, tars, tmp_path).urls[1]
+    name = denied.rsplit("/", 2)[1] + "/" + denied.rsplit("/", 1)[1]
+    http.faults.forbidden.add(name)
+    # Indexing asks for its size: the answer is a 403, not "no such object".
+    with pytest.raises(PermissionError, match="HTTP 403") as caught:
+        http_dataset(http, tars, tmp_path / "fresh")
+    assert caught.value.filename == denied
+    skipping = http_dataset(http, tars, tmp_path / "fresh", on_error="skip")
+    assert skipping.stats()["shards_skipped"] == 1
+    # Reading it after it was indexed: a 403 to a range request.
+    http.faults.forbidden.clear()
+    dataset = http_dataset(http, tars, tmp_path)
+    http.faults.forbidden.add(name)
+    with pytest.raises(PermissionError, match="access denied") as caught:
+        list(dataset)
+    assert caught.value.filename == denied
+    assert "at offset 0" in str(caught.value)
 
 
 def test_dataloader_workers_read_remote_shards(http, tars, tmp_path) -> None:
@@ -196,7 +217,7 @@ def test_remote_shards_are_served_from_the_shard_cache(http, tars, tmp_path) -> 
     assert http.faults.requests - before < 3 * len(tars.urls) * 4
     same = fastio.Dataset(remote_pattern(tars, http.url("faulty/")), **{**options, "seed": 2})
     assert [key_of("webdataset", s) for s in same] == [
-        key_of("webdataset", s) for s in fastio.Dataset(tars.pattern, seed=2)
+        key_of("webdataset", s) for s in fastio.Dataset(tars.pattern, seed=2).index()
     ]
 
 

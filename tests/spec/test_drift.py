@@ -14,7 +14,7 @@ import pytest
 
 import fastio
 from fastio.cli import main
-from fastio.cli._options import KnobOption, NamesType, SizeType
+from fastio.cli._options import GridType, KnobOption, NamesType, SizeType, option_name
 from fastio.config._model import DatasetConfig, Section, sections
 from fastio.spec import DatasetSpec, ReaderSettings, knob_defaults, knobs
 from fastio.spec._dataset import keyword_defaults
@@ -111,9 +111,18 @@ def test_knob_option_has_the_knobs_default_bounds_and_choices(where: str, option
     spec = knobs(option.settings)[option.knob_name]
     default = knob_defaults(option.settings).get(option.knob_name)
     kind, option_type = spec.kind, option.type
-    shown = option.default if default is None else option_type.convert(option.default, None, None)
-    assert shown == default
     assert option.help.endswith(spec.doc[1:])  # after a context, its first letter may be lower
+    if option.grid:  # values to try: each read as the knob's own option reads one
+        assert isinstance(option_type, GridType)
+        assert option.default is None
+        option_type = option_type.item
+        if kind == "flag":
+            assert option_type is click.BOOL
+            return
+    else:
+        shown = option.default if default is None else option_type.convert(option.default, None,
+                                                                          None)  # fmt: skip
+        assert shown == default
     if kind == "flag":
         assert option.is_flag
     elif kind == "count":
@@ -136,8 +145,18 @@ def test_knob_option_has_the_knobs_default_bounds_and_choices(where: str, option
         assert kind in ("text", "path"), where
 
 
+def test_one_knob_has_one_flag_in_every_command() -> None:
+    flags: dict[tuple[type, str], set[str]] = {}
+    for _, option in KNOB_OPTIONS:
+        flags.setdefault((option.settings, option.knob_name), set()).add(option.opts[0])
+    for (settings, name), seen in flags.items():
+        # Its Dataset keyword, or its config key path: --tuner-max-trials.
+        wanted = "--" + option_name(settings, name).replace("_", "-")
+        assert seen == {wanted}, (settings.__name__, name, seen)
+
+
 def test_every_command_that_reads_offers_the_reader_knobs() -> None:
-    for name in ("run", "tune", "fairness"):
+    for name in ("run", "tune", "fairness", "compare"):
         command = dict(COMMANDS)[name]
         offered = {o.knob_name for o in command.params
                    if isinstance(o, KnobOption) and o.settings is ReaderSettings}  # fmt: skip
@@ -149,7 +168,8 @@ NOT_KNOBS = {
     ("run", "--format"): "also 'auto', and without it files are read whole",
     ("run", "--batch-size"): "reads dataset.batches(n), which splits workers in whole batches too",
     ("fairness", "--batch-size"): "the DataLoader's; the dataset's split is set to follow it",
-    ("sweep", "--direct"): "the O_DIRECT modes of the grid: buffered, direct or both",
+    ("compare", "--batch-size"): "rows per batch of each loader compared, fastio's batches(n) too",
+    ("index", "--format"): "only the formats that have shard indexes",
     ("demo", "--shards"): "how many files the demo writes",
     ("tiering", "--seed"): "the seed of the synthetic trace",
 }

@@ -217,6 +217,7 @@ FLAT: dict[str, tuple[Any, str | None, str, Any]] = {
     "example": (False, "format_options", "example", False),
     "record_size": ("1KiB", "format_options", "record_size", 1024),
     "columns": (["a"], "format_options", "columns", ("a",)),
+    "index": ("s3://b/d.fastio-index.npz", "format_options", "index", "s3://b/d.fastio-index.npz"),
     "index_dir": (Path("/i"), "format_options", "index_dir", "/i"),
     "shuffle": (False, "shuffle", "enabled", False),
     "seed": (5, "shuffle", "seed", 5),

@@ -170,8 +170,9 @@ def test_shuffle_spill_keeps_the_order_and_lands_on_the_fast_tier(tmp_path: Path
         path.write_text("".join(f'{{"shard": {number}, "row": {row}}}\n' for row in range(200)))
         shards.append(str(path))
     tiering = two_tiers(tmp_path / "tiers", 1 << 20, 8 << 20)
-    options = {"shuffle_buffer": 4000, "shuffle_shards": 3, "seed": 3}
-    with fastio.Dataset(shards, **options) as plain:
+    options = {"shuffle_buffer": 4000, "shuffle_shards": 3, "seed": 3,
+               "index_dir": tmp_path / "index"}  # fmt: skip
+    with fastio.Dataset(shards, **options).index() as plain:  # windows from the first epoch
         expected = list(plain)
     with fastio.Dataset(shards, shuffle_memory=1000, tiering=tiering, **options) as spilled:
         iterator = iter(spilled)

@@ -119,8 +119,8 @@ def test_cli_replays_and_writes_json(tmp_path: object) -> None:
     from pathlib import Path
 
     out = Path(str(tmp_path)) / "tiering.json"
-    result = CliRunner().invoke(main, ["tiering", "--files", "200", "--budget", "0.2",
-                                       "--json", str(out)])  # fmt: skip
+    result = CliRunner().invoke(main, ["tiering", "--files", "200", "--budget-fraction", "0.2",
+                                       "--out", str(out)])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "learned" in result.output
     assert "oracle" in result.output
@@ -133,7 +133,7 @@ def test_cli_probe_shows_tiers(tmp_path: object) -> None:
                                        f"slow={tmp_path}:1GiB:hdd", "--tier",
                                        "fast=/dev/shm/fastio-test-tier:64MiB"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)
+    rows = json.loads(result.output)["tiers"]
     assert [(r["name"], r["media"]) for r in rows] == [("slow", "hdd"), ("fast", "ram")]
     assert all(r["random_read_iops"] > 0 and r["sequential_mb_s"] > 0 for r in rows)
     bad = CliRunner().invoke(main, ["tiering", "probe", "--tier", "nonsense"])

@@ -1,0 +1,265 @@
+"""Where a dataset's samples are: each shard's layout, known or still to be found.
+
+At open, a shard's layout comes from the dataset index (one file, one
+request), else the index folder, else the format's own metadata where it is
+cheap (Parquet and Arrow footers, ``.npy`` headers, fixed records). The
+layouts of record shards found in none of these are unknown: the first epoch
+streams those shards and learns them on the way (:mod:`fastio.dataset._stream`),
+or :meth:`ShardLayouts.complete` scans them, many at once. What each shard
+was when its layout was found (size, version, change stamp) is kept, so a
+shard rewritten or replaced later is told apart before it is read.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastio._errors import DecodeError, IndexFileError, ShardChangedError
+from fastio.formats._index import DatasetIndex, dataset_index_location, stamped
+from fastio.formats._layout import Layout
+from fastio.formats._records import RecordFormat
+from fastio.sources._remote import is_remote, local_path
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from fastio.cache._cache import ShardCache
+    from fastio.dataset._policy import ErrorPolicy
+    from fastio.formats._index import ShardIndex
+    from fastio.formats._layout import ShardFormat
+    from fastio.reader._reader import Reader
+
+__all__ = ["ShardLayouts"]
+
+
+class ShardLayouts:
+    """The layouts of ``urls`` in ``shard_format`` (see the module); ``layouts``
+    is one list, changed in place as layouts are learned, None where unknown."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        shard_format: ShardFormat,
+        reader: Callable[[], Reader],
+        policy: ErrorPolicy,
+        index: str | None,
+        storage_options: dict[str, Any],
+        cache: ShardCache | None,
+    ) -> None:
+        self.urls = list(urls)
+        self.format = shard_format
+        self.reader = reader
+        self.policy = policy
+        self.layouts: list[Layout | None] = []
+        self.indexes: list[ShardIndex | None] = []
+        """Record shards' indexes, where known (what a dataset index is made of)."""
+        self.sizes: list[int] = []
+        self.stamps: list[tuple[int, int, int]] = []  # size, version, change stamp
+        reader().prefetch_info(self.urls)  # remote objects: one round trip for all
+        if cache is not None:  # shards without an index are read in this order
+            cache.plan(self.urls)
+        known = self._dataset_index(index, storage_options)
+        for url in self.urls:
+            self.indexes.append(None)
+            self.layouts.append(self._open(url, known))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["reader"]  # the new process's own: the dataset gives it back
+        return state
+
+    @property
+    def record_format(self) -> RecordFormat | None:
+        return self.format if isinstance(self.format, RecordFormat) else None
+
+    def _dataset_index(self, index: str | None, storage_options: dict[str, Any]
+                       ) -> dict[str, ShardIndex]:  # fmt: skip
+        if self.record_format is None:
+            return {}
+        location = index if index is not None else dataset_index_location(self.urls)
+        try:
+            found = DatasetIndex.fetch(location, storage_options)
+        except IndexFileError as error:
+            if index is not None or not self.policy.tolerates:
+                raise
+            self.policy.failure(error, None, "the shards are indexed anew")
+            return {}
+        if found is None and index is not None:
+            raise FileNotFoundError(2, "no dataset index there", index)
+        return {} if found is None else found.lookup()
+
+    def _open(self, url: str, known: dict[str, ShardIndex]) -> Layout | None:
+        """The layout of ``url`` at open, None where only a read can find it."""
+        reader = self.reader()
+        try:
+            size, version = reader.describe(url)
+            stamp = (size, version, reader.change_stamp(url))
+        except OSError as error:
+            stamp = (0, 0, 0)
+            self.sizes.append(0)
+            self.stamps.append(stamp)
+            self.policy.shard_left_out(error, url)
+            return _empty_layout(url)
+        self.sizes.append(size)
+        self.stamps.append(stamp)
+        try:
+            return self._layout_at_open(reader, url, known)
+        except (OSError, DecodeError) as error:
+            self.policy.shard_left_out(error, url)
+            return _empty_layout(url)
+
+    def _layout_at_open(self, reader: Reader, url: str, known: dict[str, ShardIndex]
+                        ) -> Layout | None:  # fmt: skip
+        records = self.record_format
+        if records is None:
+            layout, problems = self.format.layout(reader, url, self.policy.tolerates)
+            for problem in problems:
+                # What the damage cost is lost; the layout holds the samples around it.
+                self.policy.failure(problem, problem.lost, f"shard {url} is laid out without it")
+            return layout
+        entry = known.get(url if is_remote(url) else _absolute(url))
+        if entry is None or not (records.locator().reusable(entry.format)
+                                 and entry.fresh(reader, url)):  # fmt: skip
+            entry = self._stored(records, reader, url)
+        if entry is None:
+            return None
+        self.indexes[-1] = entry
+        return records.layout_of(entry)
+
+    def _stored(self, records: RecordFormat, reader: Reader, url: str) -> ShardIndex | None:
+        try:
+            return records.known_index(reader, url)
+        except IndexFileError as error:
+            if not self.policy.tolerates:
+                raise
+            self.policy.failure(error, None, "the shard is indexed anew")
+            return None
+
+    # ---- what is known -----------------------------------------------------------------
+
+    @property
+    def known(self) -> bool:
+        """Whether every shard's layout is known."""
+        return all(layout is not None for layout in self.layouts)
+
+    def counts(self) -> list[int]:
+        """Samples per shard. Raises TypeError while some are unknown."""
+        missing = sum(layout is None for layout in self.layouts)
+        if missing:
+            raise TypeError(
+                f"{missing} of the {len(self.layouts)} shards are not indexed yet, so their "
+                "samples are not counted: iterate an epoch (it indexes them on the way), "
+                "call dataset.index(), or run fastio-bench index"
+            )
+        return [layout.count for layout in self.layouts if layout is not None]
+
+    def learned(self, shard: int, ranges: tuple[np.ndarray, np.ndarray], damaged: bool) -> None:
+        """A streamed read found shard ``shard``'s samples at ``ranges``: keep its
+        index (for later datasets, unless the shard is damaged) and its layout
+        (for later epochs: the samples around the damage)."""
+        records = self.record_format
+        if records is None or self.layouts[shard] is not None:
+            return
+        url = self.urls[shard]
+        index = stamped(self.reader(), url, records.locator().name, *ranges)
+        if damaged:
+            self.layouts[shard] = records.layout_of(index)
+            return
+        records.store.save(index)
+        self._found(shard, records, index)
+
+    def _found(self, shard: int, records: RecordFormat, index: ShardIndex) -> None:
+        self.indexes[shard] = index
+        self.layouts[shard] = records.layout_of(index)
+
+    def complete(self, scan: bool = True, progress: Callable[[int], None] | None = None) -> None:
+        """Find the unknown layouts: in the index folder (where other processes
+        that streamed them left them), then, with ``scan``, by scanning the
+        shards, ``outstanding_requests`` at a time (``progress(1)`` after each)."""
+        records = self.record_format
+        missing = [i for i, layout in enumerate(self.layouts) if layout is None]
+        if records is None or not missing:
+            return
+        reader = self.reader()
+        for shard in missing:
+            stored = self._stored(records, reader, self.urls[shard])
+            if stored is not None:
+                self._found(shard, records, stored)
+        missing = [i for i in missing if self.layouts[i] is None]
+        if not scan or not missing:
+            return
+        tolerate = self.policy.tolerates
+
+        def scan_one(shard: int) -> Any:
+            try:
+                return records.scan(reader, self.urls[shard], tolerate)
+            except (OSError, DecodeError) as error:
+                return error
+            finally:
+                if progress is not None:
+                    progress(1)
+
+        workers = max(1, min(len(missing), reader.settings.outstanding_requests))
+        with ThreadPoolExecutor(workers, thread_name_prefix="fastio-index") as pool:
+            found = list(pool.map(scan_one, missing))
+        for shard, result in zip(missing, found, strict=True):
+            url = self.urls[shard]
+            if isinstance(result, Exception):
+                self.policy.shard_left_out(result, url)
+                self.layouts[shard] = _empty_layout(url)
+                continue
+            index, problems = result
+            for problem in problems:
+                self.policy.failure(problem, problem.lost, f"shard {url} is indexed without it")
+            if problems:  # a damaged shard's index is this dataset's alone
+                self.layouts[shard] = records.layout_of(index)
+            else:
+                self._found(shard, records, index)
+
+    def dataset_index(self) -> DatasetIndex:
+        """Every shard's index in one (see :meth:`complete` first). Raises
+        ValueError where a shard has none: it is not of a record format, or
+        damaged (a dataset index holds intact shards only)."""
+        missing = [url for url, index in zip(self.urls, self.indexes, strict=True)
+                   if index is None]  # fmt: skip
+        if missing:
+            raise ValueError(f"{len(missing)} shards have no index to share, e.g. {missing[0]} "
+                             "(damaged, or of a format laid out without one)")  # fmt: skip
+        return DatasetIndex([index for index in self.indexes if index is not None])
+
+    def changed(self, shards: Sequence[int]) -> list[int]:
+        """Of ``shards``, those that are no longer what their layouts were made
+        from (asked anew: a remote object's ETag, a local file's times)."""
+        reader = self.reader()
+        urls = [self.urls[shard] for shard in shards]
+        reader.refresh(url for url in urls if is_remote(url))
+        changed = []
+        for shard, url in zip(shards, urls, strict=True):
+            size, version, change = self.stamps[shard]
+            try:
+                now = reader.describe(url)
+                stamp = reader.change_stamp(url)
+            except OSError:
+                changed.append(shard)
+                continue
+            if (now[0], now[1], stamp) != (size, version, change):
+                changed.append(shard)
+        return changed
+
+    def stale_error(self, shard: int) -> ShardChangedError:
+        url = self.urls[shard]
+        return ShardChangedError(url, f"{url} changed since it was indexed (its size, version or "
+                                      "change time differ): its samples are not where the "
+                                      "index says")  # fmt: skip
+
+
+def _empty_layout(url: str) -> Layout:
+    return Layout(url, 0, 0, np.zeros(1, np.int64), np.zeros(0, np.int64))
+
+
+def _absolute(url: str) -> str:
+    return os.path.abspath(local_path(url))

@@ -1,0 +1,63 @@
+"""The first epoch of a dataset not yet indexed: whole shards, streamed.
+
+Without its shards' sample counts a dataset cannot split samples, so the
+epoch's shards (in the epoch's shard order) are split instead: each
+participant (rank x DataLoader worker) takes a contiguous run of them
+balanced by bytes, and reads each whole, from its first byte, once, building
+its index on the way. Every sample is still delivered exactly once across
+ranks and workers; how many each participant delivers depends on its shards.
+
+Shuffling uses windows over the stream: consecutive samples, about
+``budget(k)`` bytes for the ``k``-th window, delivered in a permutation of
+``(seed, epoch, rank, worker, k)``. The first window is the first sample
+alone (it leaves as soon as its bytes arrive); then the budgets start at 64
+KiB and double up to the shuffle buffer, which bounds what is held. Window
+boundaries depend only on the samples' sizes, so the order is reproducible
+and a position in it resumable (see :mod:`fastio.dataset._stream`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fastio.plan._assignment import shard_order
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from fastio.plan._participant import Participant
+    from fastio.spec._dataset import ShuffleSettings
+
+__all__ = ["FIRST_WINDOW", "stream_shards", "window_budget"]
+
+FIRST_WINDOW = 64 << 10
+
+
+def stream_shards(
+    sizes: Sequence[int], shuffle: ShuffleSettings, epoch: int, participant: Participant
+) -> list[int]:
+    """The shards ``participant`` streams in ``epoch``, in order: of the epoch's
+    shard order, those whose middle byte falls in the participant's equal
+    share of all the bytes (participants numbered rank by rank, then worker)."""
+    who = participant
+    order = shard_order(len(sizes), shuffle.seed, epoch, shuffle.enabled)
+    shares = who.world_size * max(who.num_workers, 1)
+    me = who.rank * max(who.num_workers, 1) + who.worker
+    ordered = np.asarray([sizes[shard] for shard in order], np.float64)
+    total = float(ordered.sum())
+    if total == 0:  # empty shards: by position instead
+        owners = np.arange(len(order)) * shares // max(len(order), 1)
+    else:
+        middles = np.cumsum(ordered) - ordered / 2
+        owners = np.minimum((middles * shares / total).astype(np.int64), shares - 1)
+    return [shard for shard, owner in zip(order, owners, strict=True) if owner == me]
+
+
+def window_budget(index: int, buffer: int) -> int:
+    """Bytes of samples in stream window ``index`` (it closes at the first
+    sample that reaches them): the first window is the first sample alone."""
+    if index == 0:
+        return 1
+    return min(buffer, FIRST_WINDOW << min(index - 1, 40))

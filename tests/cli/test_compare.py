@@ -1,0 +1,82 @@
+"""``fastio-bench compare`` as users run it, on small datasets of each kind of
+peer: the ceiling, every installed loader that reads the format, the tuned
+config file, which must load and read the dataset."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+import fastio
+from tests.cli.test_cli import bench
+from tests.shards import write
+
+PNG = b"\x89PNG\r\n\x1a\n"
+TORCH = importlib.util.find_spec("torch") is not None
+
+# format -> the peers that read it (when installed)
+PEERS = {
+    "webdataset": ["webdataset", "tarfile"] + ["webdataset DataLoader"] * TORCH,
+    "tfrecord": ["tfrecord"],
+    "parquet": ["pyarrow"],
+}
+
+
+@pytest.mark.parametrize("format_name", list(PEERS))
+def test_compare_measures_ceiling_loaders_and_writes_a_tuned_config(
+    tmp_path: Path, format_name: str
+) -> None:
+    written = write(format_name, tmp_path / "data", shards=3, per_shard=40)
+    tuned, image = tmp_path / "tuned.yaml", tmp_path / "compare.png"
+    report = json.loads(bench("compare", written.pattern, "--tune-seconds", "3",
+                              "--tuner-window-seconds", "0.1", "--tuner-warmup-seconds", "0.01",
+                              "--repeat", "2", "--workers", "1", "--batch-size", "16",
+                              "--tuned-config", str(tuned), "--plot", str(image),
+                              "--json").stdout)  # fmt: skip
+    total = len(written.samples)
+    assert report["dataset"]["samples"] == total
+    assert report["dataset"]["format"] == format_name
+    assert report["ceiling"]["mb_per_s"] > 0
+    assert len(report["ceiling"]["points"]) == 9
+    rows = {row["loader"]: row for row in report["loaders"]}
+    expected = ["fastio", "fastio batches", "fastio tuned config",
+                *(["fastio DataLoader"] if TORCH else []), *PEERS[format_name]]  # fmt: skip
+    # A peer not installed here is named in left_out.
+    installed = [name for name in expected if name not in report["left_out"]]
+    for name in installed:
+        row = rows[name]
+        assert row["failed"] is None, (name, row["failed"])
+        assert len(row["seconds_runs"]) == 2
+        assert row["samples_per_s"] > 0
+        assert row["mb_per_s"] > 0
+    assert {"fastio", "fastio tuned config"} <= set(installed)
+    assert set(report["left_out"]).isdisjoint(rows)
+    assert image.read_bytes().startswith(PNG)
+    # The tuned config loads back with the tuned knobs and reads the whole dataset.
+    best = report["tuning"]["best_config"]
+    config = fastio.load_config(tuned)
+    assert (config.reader.outstanding_requests, config.reader.read_size) == (
+        best["outstanding_requests"], best["read_size"],
+    )  # fmt: skip
+    with config.to_dataset() as dataset:
+        assert sum(1 for _ in dataset) == total
+
+
+def test_compare_table_and_unknown_loaders(tmp_path: Path) -> None:
+    written = write("webdataset", tmp_path / "data", shards=2, per_shard=20)
+    result = bench("compare", written.pattern, "--tune-seconds", "2", "--tuner-window-seconds",
+                   "0.1", "--repeat", "1", "--loaders", "fastio,tarfile", "--tuned-config",
+                   str(tmp_path / "tuned.toml"), "--out",
+                   str(tmp_path / "compare.json"))  # fmt: skip
+    assert "storage ceiling" in result.stdout
+    assert "tarfile" in result.stdout
+    assert "config: " in result.stdout
+    data = json.loads((tmp_path / "compare.json").read_text())
+    assert [row["loader"] for row in data["loaders"]] == ["fastio", "tarfile",
+                                                          "fastio tuned config"]  # fmt: skip
+    wrong = bench("compare", written.pattern, "--loaders", "nope", check=False)
+    assert wrong.returncode == 2
+    assert "unknown loaders ['nope']" in wrong.stderr

@@ -1,0 +1,214 @@
+"""A never-seen dataset (no index anywhere): its first epoch streams whole
+shards, every sample once across ranks and workers, reproducibly, resumably,
+and leaves the indexes the next epochs plan by."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+import fastio
+from tests.shards import batch_keys, key_of, write
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+OPTIONS: dict[str, Any] = {"seed": 4, "shuffle_buffer": 60_000}
+
+
+@pytest.fixture
+def never_seen(tmp_path):
+    return write("webdataset", tmp_path / "data", shards=6, per_shard=25, index=False)
+
+
+def fresh(written, tmp_path, name: str = "index", **options) -> fastio.Dataset:
+    """A dataset whose index folder is its own (so nothing else indexed it)."""
+    return fastio.Dataset(written.pattern, index_dir=tmp_path / name, **{**OPTIONS, **options})
+
+
+def keys(items) -> list[int]:
+    return [key_of("webdataset", sample) for sample in items]
+
+
+def everything(written) -> Counter[int]:
+    return Counter(row["key"] for row in written.samples)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_the_first_epoch_streams_then_the_next_read_windows(never_seen, tmp_path, shuffle):
+    dataset = fresh(never_seen, tmp_path, shuffle=shuffle)
+    with pytest.raises(TypeError, match="not indexed yet"):
+        len(dataset)
+    first = keys(dataset)
+    assert Counter(first) == everything(never_seen)
+    assert len(dataset) == dataset.total == len(first)  # indexed on the way
+    stored = list((tmp_path / "index").glob("*.fastio-index.npz"))
+    assert len(stored) == len(never_seen.urls)
+    assert sorted(os.listdir(tmp_path / "data")) == sorted(
+        os.path.basename(url) for url in never_seen.urls
+    )
+    second = keys(dataset)
+    assert Counter(second) == everything(never_seen)
+    if shuffle:
+        assert second != first
+    else:  # stored order is stored order, streamed or not
+        assert first == second == sorted(first)
+    # The next epoch is what a dataset indexed from the start reads then.
+    indexed = fastio.Dataset(never_seen.pattern, index_dir=tmp_path / "index",
+                             shuffle=shuffle, **OPTIONS)  # fmt: skip
+    indexed.set_epoch(1)
+    assert keys(indexed) == second
+
+
+def test_streamed_epochs_are_reproducible_and_in_a_new_order_each(never_seen, tmp_path):
+    one = keys(fresh(never_seen, tmp_path, "a"))
+    two = keys(fresh(never_seen, tmp_path, "b"))
+    assert one == two  # the same seed, the same order
+    other = keys(fresh(never_seen, tmp_path, "c", seed=5))
+    assert other != one
+    assert Counter(other) == Counter(one)
+    later = fresh(never_seen, tmp_path, "d")
+    later.set_epoch(3)
+    assert keys(later) != one  # another epoch streamed: another order
+
+
+@pytest.mark.parametrize("mode", ["samples", "batches"])
+def test_workers_and_ranks_split_whole_shards_exactly_once(never_seen, tmp_path, mode):
+    got: Counter[int] = Counter()
+    for rank in range(2):
+        dataset = fresh(never_seen, tmp_path, f"rank{rank}", rank=rank, world_size=2)
+        if mode == "batches":
+            loader = DataLoader(dataset.batches(7), batch_size=None, num_workers=2)
+            got.update(k for batch in loader for k in batch_keys("webdataset", batch))
+        else:
+            loader = DataLoader(dataset, batch_size=7, num_workers=2, collate_fn=keys)
+            got.update(k for batch in loader for k in batch)
+    assert got == everything(never_seen)
+
+
+def test_persistent_workers_stream_once_then_read_windows(never_seen, tmp_path):
+    dataset = fresh(never_seen, tmp_path)
+    loader = DataLoader(dataset, batch_size=7, num_workers=2, persistent_workers=True,
+                        collate_fn=keys)  # fmt: skip
+    epochs = [[k for batch in loader for k in batch] for _ in range(3)]
+    for epoch in epochs:
+        assert Counter(epoch) == everything(never_seen)
+    assert len({tuple(epoch) for epoch in epochs}) == 3
+
+
+def test_equal_counts_across_ranks_index_first(never_seen, tmp_path):
+    # drop and pad need every rank's count before the first sample: the
+    # dataset indexes at open (and says so in its length).
+    for remainder in ("drop", "pad"):
+        counts = []
+        got: Counter[int] = Counter()
+        for rank in range(2):
+            dataset = fresh(never_seen, tmp_path, f"{remainder}{rank}", rank=rank, world_size=2,
+                            remainder=remainder)  # fmt: skip
+            delivered = keys(dataset)
+            counts.append(len(delivered))
+            assert len(delivered) == len(dataset)
+            got.update(delivered)
+        assert counts[0] == counts[1]
+        total = len(never_seen.samples)
+        if remainder == "drop":
+            assert sum(counts) == total // 2 * 2
+            assert max(got.values()) == 1
+        else:
+            assert set(got) == set(everything(never_seen))
+            assert sum(counts) == -(-total // 2) * 2
+
+
+def test_resume_mid_stream_exactly(never_seen, tmp_path):
+    full = keys(fresh(never_seen, tmp_path, "full"))
+    rng = random.Random(1)
+    for stop in [0, 1, 37, len(full) - 1, *rng.sample(range(len(full)), 4)]:
+        first = fresh(never_seen, tmp_path, f"first{stop}")
+        iterator = iter(first)
+        head = [key_of("webdataset", next(iterator)) for _ in range(stop)]
+        state = json.loads(json.dumps(first.state_dict()))
+        assert ("stream" in state) == (stop > 0)  # before the first sample, not begun
+        resumed = fresh(never_seen, tmp_path, f"resumed{stop}")
+        resumed.load_state_dict(state)
+        assert head + keys(resumed) == full, stop
+
+
+RESUME = """
+import json, sys
+import fastio
+from tests.shards import key_of
+pattern, index_dir, state = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+dataset = fastio.Dataset(pattern, index_dir=index_dir, seed=4, shuffle_buffer=60_000)
+dataset.load_state_dict(state)
+print(json.dumps([key_of("webdataset", s) for s in dataset]))
+"""
+
+
+def test_resume_mid_stream_with_workers_in_a_new_process(never_seen, tmp_path):
+    def loader(dataset):
+        return StatefulDataLoader(dataset, batch_size=5, num_workers=2, collate_fn=keys)
+
+    full = [k for batch in loader(fresh(never_seen, tmp_path, "full")) for k in batch]
+    first = loader(fresh(never_seen, tmp_path, "first"))
+    batches = iter(first)
+    head = [k for _ in range(9) for k in next(batches)]
+    state = first.state_dict()
+    del batches
+    second = loader(fresh(never_seen, tmp_path, "second"))
+    second.load_state_dict(state)
+    rest = [k for batch in second for k in batch]
+    assert Counter(head + rest) == everything(never_seen)
+    assert head + rest == full
+    # Without workers, in a new process: the state is plain data.
+    alone = fresh(never_seen, tmp_path, "alone")
+    iterator = iter(alone)
+    head = keys(next(iterator) for _ in range(50))
+    result = subprocess.run(
+        [sys.executable, "-c", RESUME, never_seen.pattern, str(tmp_path / "new"),
+         json.dumps(alone.state_dict())],
+        capture_output=True, text=True, check=True, cwd=REPOSITORY,
+    )  # fmt: skip
+    assert Counter(head + json.loads(result.stdout)) == everything(never_seen)
+
+
+def test_a_streamed_state_resumes_at_its_layout_only(never_seen, tmp_path):
+    dataset = fresh(never_seen, tmp_path, "a", rank=0, world_size=2)
+    next(iter(dataset))
+    other = fresh(never_seen, tmp_path, "b")
+    other.load_state_dict(dataset.state_dict())
+    with pytest.raises(ValueError, match="streamed first epoch"):
+        next(iter(other))
+
+
+def test_damage_in_a_streamed_shard(never_seen, tmp_path):
+    url = never_seen.urls[2]
+    with open(url, "r+b") as handle:
+        handle.truncate(os.path.getsize(url) // 2)
+    with pytest.raises(fastio.TruncatedShardError) as caught:
+        keys(fresh(never_seen, tmp_path, "raise"))
+    assert caught.value.url == url
+    skipping = fresh(never_seen, tmp_path, "skip", on_error="skip")
+    got = keys(skipping)
+    assert len(got) == len(set(got))
+    assert skipping.stats()["skipped"] == 1  # the sample the cut is in
+    assert skipping.layouts[2] is not None  # the samples around the damage, for this dataset
+    assert not any(p.name.startswith("index-") and never_seen.urls[2] in p.name
+                   for p in (tmp_path / "skip").iterdir())  # fmt: skip
+    assert len(list((tmp_path / "skip").iterdir())) == len(never_seen.urls) - 1  # not kept
+
+
+def test_an_index_saved_once_serves_later_datasets(never_seen, tmp_path):
+    location = fresh(never_seen, tmp_path).save_index()
+    assert location == os.path.join(tmp_path, "data", "dataset.fastio-index.npz")
+    later = fastio.Dataset(never_seen.pattern, index_dir=tmp_path / "unused", **OPTIONS)
+    assert len(later) == len(never_seen.samples)  # no stream, no scan: the dataset index
+    assert later.reader.stats().bytes_read == 0
+    assert not (tmp_path / "unused").exists()

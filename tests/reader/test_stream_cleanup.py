@@ -1,0 +1,90 @@
+"""A stream's cleanup never waits for its own loop.
+
+A ``Reader.stream`` generator left suspended in a reference cycle (a caught
+error's traceback holds its frame) is closed by whichever thread the cyclic
+garbage collector happens to run on, the reader's loop thread included. There
+its cleanup must not wait for the loop to cancel the feeder: the loop cannot
+run while it waits, and the epoch would never end.
+
+Each case runs in a subprocess with a time limit, so that a regression fails
+the test instead of hanging the suite (a hung loop thread would also hang the
+interpreter's exit, which closes readers).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PRELUDE = """
+import gc, os, sys, threading
+import fastio
+
+path = sys.argv[1]
+data = os.urandom(8 << 20)
+with open(path, "wb") as out:
+    out.write(data)
+reader = fastio.Reader(read_size=64 << 10, memory_budget=1 << 20)
+
+
+def on_loop_thread(function):
+    done = threading.Event()
+
+    def run():
+        function()
+        done.set()
+
+    reader._background.loop.call_soon_threadsafe(run)
+    if not done.wait(60):
+        print("HANG: the stream's cleanup waited for its own loop", flush=True)
+        os._exit(3)
+
+
+def suspended_stream():
+    stream = reader.stream([path])
+    assert len(next(stream).data) > 0  # its feeder runs, batches wait in the hand-off
+    return stream
+"""
+
+CHECK_AFTER = """
+# The feeder was cancelled and cleaned up: every buffer is back, and the reader
+# reads on (a whole file, byte for byte).
+assert b"".join(bytes(c.data) for c in reader.stream([path])) == data
+for _ in range(1000):
+    if reader.stats().buffered_bytes == 0:
+        break
+    threading.Event().wait(0.01)
+assert reader.stats().buffered_bytes == 0, reader.stats().buffered_bytes
+reader.close()
+print("OK", flush=True)
+"""
+
+CASES = {
+    # What the garbage collector does: the generator, held only by a cycle,
+    # is finalized on the thread that runs the collection.
+    "collected": """
+gc.disable()  # so that no automatic collection on this thread gets there first
+cycle = [suspended_stream()]
+cycle.append(cycle)
+del cycle
+on_loop_thread(gc.collect)
+gc.enable()
+""",
+    # The same cleanup, called directly.
+    "closed": """
+stream = suspended_stream()
+on_loop_thread(stream.close)
+""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_stream_cleanup_on_the_loop_thread_does_not_wait_for_the_loop(tmp_path, case) -> None:
+    script = textwrap.dedent(PRELUDE) + CASES[case] + CHECK_AFTER
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data.bin")],
+                            capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "OK"

@@ -1,0 +1,148 @@
+"""A never-seen remote dataset behind an HTTP Range server that counts what
+it serves: the first sample after the first bytes, every byte once in the
+first epoch, a dataset index read with one request, exact resume and equal
+counts in the first epoch, and an object replaced between epochs caught."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import fastio
+from tests.servers import RangeServer
+from tests.shards import key_of, write
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+READ_SIZE = 64 << 10
+
+
+@pytest.fixture
+def served(tmp_path):
+    written = write("webdataset", tmp_path / "data", shards=16, per_shard=12, index=False)
+    server = RangeServer(tmp_path / "data").start()
+    yield written, server
+    server.stop()
+
+
+def remote(written, server) -> str:
+    first, last = (os.path.basename(url) for url in (written.urls[0], written.urls[-1]))
+    stem = first.rsplit("-", 1)[0]
+    return server.url(f"{stem}-{{{first.split('-')[1].split('.')[0]}.."
+                      f"{last.split('-')[1].split('.')[0]}}}.tar")  # fmt: skip
+
+
+def dataset(written, server, tmp_path, name="index", **options) -> fastio.Dataset:
+    return fastio.Dataset(remote(written, server), index_dir=tmp_path / name,
+                          read_size=READ_SIZE, seed=2, **options)  # fmt: skip
+
+
+def everything(written) -> Counter[int]:
+    return Counter(row["key"] for row in written.samples)
+
+
+def test_the_first_sample_comes_after_the_first_bytes(served, tmp_path) -> None:
+    written, server = served
+    ds = dataset(written, server, tmp_path)
+    server.faults.hold_after = 1  # only the first data request is answered until released
+    first: list[int] = []
+    taker = threading.Thread(target=lambda: first.append(key_of("webdataset", next(iter(ds)))))
+    taker.start()
+    taker.join(60)
+    try:
+        assert first, "no sample arrived on the first answer alone"
+        assert server.faults.bytes_served < 2 * READ_SIZE
+        assert sum(os.path.getsize(url) for url in written.urls) > 10 * READ_SIZE
+    finally:
+        server.faults.hold_after = None
+    ds.close()
+
+
+def test_the_first_epoch_reads_every_byte_once(served, tmp_path) -> None:
+    written, server = served
+    ds = dataset(written, server, tmp_path)
+    assert Counter(key_of("webdataset", s) for s in ds) == everything(written)
+    sizes = {os.path.basename(url): os.path.getsize(url) for url in written.urls}
+    assert dict(server.faults.served) == sizes  # indexing included: nothing twice
+    # The next epoch plans by samples from the indexes the first one left.
+    assert len(ds) == len(written.samples)
+    assert Counter(key_of("webdataset", s) for s in ds) == everything(written)
+
+
+CONSTRUCT = """
+import json, sys
+import fastio
+ds = fastio.Dataset(sys.argv[1], index_dir=sys.argv[2])
+print(json.dumps({"samples": len(ds), "read": ds.reader.stats().bytes_read}))
+"""
+
+
+def test_a_dataset_index_is_read_with_one_request_by_each_process(served, tmp_path) -> None:
+    written, server = served
+    out = tmp_path / "data" / "dataset.fastio-index.npz"  # served beside the shards
+    made = subprocess.run(
+        [str(Path(sys.executable).parent / "fastio-bench"), "index", remote(written, server),
+         "--out", str(out), "--json"],
+        capture_output=True, text=True, check=True, cwd=REPOSITORY,
+    )  # fmt: skip
+    assert json.loads(made.stdout)["samples"] == len(written.samples)
+    sizes = {os.path.basename(url): os.path.getsize(url) for url in written.urls}
+    assert dict(server.faults.served) == sizes  # indexing read every shard once
+    server.faults.gets.clear()
+    server.faults.served.clear()
+    for process in range(3):
+        result = subprocess.run(
+            [sys.executable, "-c", CONSTRUCT, remote(written, server),
+             str(tmp_path / str(process))],
+            capture_output=True, text=True, check=True, cwd=REPOSITORY,
+        )  # fmt: skip
+        assert json.loads(result.stdout) == {"samples": len(written.samples), "read": 0}
+    assert dict(server.faults.gets) == {"dataset.fastio-index.npz": 3}  # no shard read
+
+
+def test_exact_resume_in_the_first_epoch(served, tmp_path) -> None:
+    written, server = served
+    full = [key_of("webdataset", s) for s in dataset(written, server, tmp_path, "full")]
+    first = dataset(written, server, tmp_path, "first")
+    iterator = iter(first)
+    head = [key_of("webdataset", next(iterator)) for _ in range(70)]
+    resumed = dataset(written, server, tmp_path, "resumed")
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert head + [key_of("webdataset", s) for s in resumed] == full
+
+
+@pytest.mark.parametrize("remainder", ["drop", "pad"])
+def test_equal_counts_across_two_ranks_in_the_first_epoch(served, tmp_path, remainder) -> None:
+    written, server = served
+    counts, got = [], Counter()
+    for rank in range(2):
+        ds = dataset(written, server, tmp_path, f"r{rank}", rank=rank, world_size=2,
+                     remainder=remainder)  # fmt: skip
+        keys = [key_of("webdataset", s) for s in ds]
+        counts.append(len(keys))
+        got.update(keys)
+    assert counts[0] == counts[1]
+    assert set(got) <= set(everything(written))
+
+
+def test_an_object_replaced_between_epochs_is_caught(served, tmp_path) -> None:
+    written, server = served
+    ds = dataset(written, server, tmp_path, shuffle=False)
+    skipping = dataset(written, server, tmp_path, "skip", shuffle=False, on_error="skip")
+    assert len(list(ds)) == len(list(skipping)) == len(written.samples)  # indexed, then
+    replaced = written.urls[5]
+    data = bytearray(Path(replaced).read_bytes())
+    data[600] ^= 1  # another object (another ETag), the same size
+    Path(replaced).write_bytes(data)
+    with pytest.raises(fastio.ShardChangedError) as caught:
+        list(ds)
+    assert caught.value.filename.endswith(os.path.basename(replaced))
+    got = list(skipping)
+    assert len(got) + skipping.stats()["skipped"] == len(written.samples)
+    assert len(got) == len(written.samples) - skipping.counts[5]
