@@ -6,6 +6,15 @@ the chunks it will deliver. Neighbouring small ranges of a file share a piece
 larger than ``read_size`` is split over several pieces. For O_DIRECT files a piece
 starts and ends on 4 KiB boundaries and delivers only the bytes asked for.
 
+Remote objects are read in larger pieces: every piece is an HTTP request, and
+over a wide-area link each one costs a round trip before its first byte and
+restarts TCP's climb, so ``read_size`` pieces of 1 MiB leave a 20 ms link idle
+much of the time (and short flows lose their tails to a rate limiter's drops,
+recovered only by a retransmission timeout). A long range of a remote object
+starts with a ``read_size`` piece, so that its first bytes come as soon as with
+any other source, and each further piece doubles up to ``REMOTE_REQUEST_BYTES``;
+neighbouring ranges coalesce up to that size too.
+
 Problems found while planning (missing file, range past the end of a file)
 become failed pieces at their place in the order, so the consumer receives
 every chunk before the failure and then the error.
@@ -25,7 +34,13 @@ if TYPE_CHECKING:
 
     from fastio.reader._files import FileTable, OpenFile
 
-__all__ = ["Delivery", "Request", "plan_requests"]
+__all__ = ["REMOTE_REQUEST_BYTES", "Delivery", "Request", "plan_requests"]
+
+# The size remote pieces grow to (unless read_size is larger): measured over a
+# 20 ms link (benchmarks/bench_remote_link.py), 4 MiB requests with the
+# default 8 or more in flight reach the link's rate where 1 MiB ones reach
+# half of it; larger ones gained nothing and hold more memory per request.
+REMOTE_REQUEST_BYTES = 4 << 20
 
 # (shard, range, path, file offset, start in the piece's buffer, length,
 #  end of range, end of shard)
@@ -38,6 +53,20 @@ def align_down(value: int) -> int:
 
 def align_up(value: int) -> int:
     return (value + DIRECT_ALIGNMENT - 1) & ~(DIRECT_ALIGNMENT - 1)
+
+
+def is_remote_file(file: OpenFile) -> bool:
+    # Remote objects have no descriptor; shard cache copies are local files.
+    return file.fd < 0
+
+
+def piece_limit(file: OpenFile, read_size: int, alone: bool = False) -> int:
+    """The largest piece of ``file``: ``read_size`` (4 KiB aligned for O_DIRECT);
+    for a remote object at least REMOTE_REQUEST_BYTES where several ranges
+    share it, ``read_size`` for the first piece of one range (``alone``)."""
+    if is_remote_file(file) and not alone:
+        return max(read_size, REMOTE_REQUEST_BYTES)
+    return align_up(read_size) if file.direct else read_size
 
 
 class Request:
@@ -196,7 +225,7 @@ def plan_requests(
                         yield pending
                     yield Request(stream, None, path, offset, 0, [delivery], 0)
                     continue
-                limit = align_up(read_size()) if file.direct else read_size()
+                limit = piece_limit(file, read_size())
                 if group is not None:
                     if group.accepts(file, offset, length, coalesce_gap, limit):
                         group.add(offset, delivery)
@@ -205,7 +234,9 @@ def plan_requests(
                     pending, group = group.piece(stream), None
                     yield pending
                 candidate = _Group(file, offset, delivery)
-                if candidate.span(offset + length) <= limit:
+                # One range longer than a read is split (remote pieces grow from
+                # read_size); several short ones may share a piece up to the limit.
+                if candidate.span(offset + length) <= piece_limit(file, read_size(), alone=True):
                     group = candidate
                     continue
                 yield from _split(stream, file, delivery, read_size)
@@ -221,15 +252,21 @@ def _split(
     stream: Any, file: OpenFile, delivery: Delivery, read_size: Callable[[], int]
 ) -> Iterator[Request]:
     """Pieces of one range larger than a read. Consumes the caller's file
-    reference for the first piece and takes one more for each further piece."""
+    reference for the first piece and takes one more for each further piece.
+    A remote range's pieces grow from ``read_size`` (see the module)."""
     shard_index, range_index, path, offset, _, length, _, end_of_shard = delivery
     end = offset + length
     direct = file.direct
+    remote = is_remote_file(file)
     position = align_down(offset) if direct else offset
     request_end_limit = align_up(end) if direct else end
     first = True
+    grown = 0
     while position < end:
         size = align_up(read_size()) if direct else read_size()
+        if remote:
+            grown = size if first else min(max(grown * 2, size), piece_limit(file, size))
+            size = grown
         request_end = min(position + size, request_end_limit)
         data_start, data_end = max(position, offset), min(request_end, end)
         if not first:
