@@ -1,0 +1,80 @@
+"""How remote ranges become HTTP requests, counted by a Range server: a long
+range starts with one ``read_size`` request and grows to REMOTE_REQUEST_BYTES,
+short neighbouring ranges share requests up to that size, every byte is asked
+for once, and local files keep ``read_size`` reads."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import fastio
+from fastio.reader._requests import REMOTE_REQUEST_BYTES
+from tests.servers import RangeServer
+
+READ_SIZE = 64 << 10
+
+
+@pytest.fixture
+def blob(tmp_path):
+    data = random.Random(3).randbytes(3 * REMOTE_REQUEST_BYTES + 12345)
+    (tmp_path / "blob.bin").write_bytes(data)
+    server = RangeServer(tmp_path).start()
+    yield server, data, tmp_path / "blob.bin"
+    server.stop()
+
+
+def read(url: str, ranges: list[tuple[int, int | None]]) -> tuple[bytes, int]:
+    with fastio.Reader(read_size=READ_SIZE, outstanding_requests=4) as reader:
+        got = b"".join(bytes(c.data) for c in reader.stream(
+            [fastio.ByteRange(url, offset, length) for offset, length in ranges]))  # fmt: skip
+        return got, reader.stats().requests
+
+
+def growing(size: int) -> list[int]:
+    """The request sizes of a remote range of ``size`` bytes."""
+    sizes, step = [], READ_SIZE
+    while sum(sizes) < size:
+        sizes.append(min(step, size - sum(sizes)))
+        step = min(step * 2, REMOTE_REQUEST_BYTES)
+    return sizes
+
+
+def test_a_long_range_grows_from_read_size_and_is_asked_for_once(blob) -> None:
+    server, data, _ = blob
+    got, requests = read(server.url("blob.bin"), [(0, None)])
+    assert got == data
+    assert server.faults.served["blob.bin"] == len(data)  # nothing twice
+    assert requests == server.faults.gets["blob.bin"] == len(growing(len(data)))
+    assert len(growing(len(data))) < len(data) // READ_SIZE // 10
+
+
+def test_the_first_request_of_a_range_is_read_size(blob) -> None:
+    server, data, _ = blob
+    server.faults.hold_after = 1  # only the first request is answered until released
+    with fastio.Reader(read_size=READ_SIZE, outstanding_requests=4) as reader:
+        stream = iter(reader.stream([fastio.ByteRange(server.url("blob.bin"), 100)]))
+        first = next(stream)
+        assert bytes(first.data) == data[100 : 100 + len(first.data)]
+        assert server.faults.bytes_served == READ_SIZE
+        server.faults.hold_after = None
+        rest = b"".join(bytes(c.data) for c in stream)
+    assert bytes(first.data) + rest == data[100:]
+
+
+def test_short_neighbouring_ranges_share_requests_up_to_the_remote_size(blob) -> None:
+    server, data, _ = blob
+    sample = 50_000
+    ranges = [(offset, sample) for offset in range(0, len(data) - sample, sample)]
+    got, requests = read(server.url("blob.bin"), ranges)
+    assert got == data[: len(ranges) * sample]
+    per_request = REMOTE_REQUEST_BYTES // sample
+    assert requests == server.faults.gets["blob.bin"] == -(-len(ranges) // per_request)
+
+
+def test_local_files_keep_read_size_reads(blob) -> None:
+    _, data, path = blob
+    got, requests = read(str(path), [(0, None)])
+    assert got == data
+    assert requests == -(-len(data) // READ_SIZE)
