@@ -176,8 +176,8 @@ class StreamPass:
                             if isinstance(sample, DecodeError):  # stepped over, in its place
                                 if not skip_samples:  # (else counted before the resume)
                                     shard.damaged = True
-                                    self.policy.failure(sample, sample.lost,
-                                                        f"shard {shard_url} is damaged")  # fmt: skip
+                                    what = f"shard {shard_url} is damaged"
+                                    self.policy.failure(sample, sample.lost, what)
                                 continue
                             if skip_samples:
                                 skip_samples -= 1
