@@ -185,9 +185,21 @@ def fastio_run(spec: dict[str, Any], options: dict[str, Any], clock: dict[str, f
             samples += 1
             payload += len(sample["bin"])
             progress(samples)
-        reader = dataset.stats()["reader"]
+        stats = dataset.stats()
+    reader = stats["reader"]
     kept = ("requests", "wait_seconds", "latency_p50_seconds", "latency_p90_seconds")
-    return samples, payload, {k: reader[k] for k in kept if k in reader}
+    details = {k: reader[k] for k in kept if k in reader}
+    tuner = stats.get("tuner")
+    if tuner is not None:  # when (and whether) the tuner settled within the epoch
+        settled = tuner["settled_after"]
+        details["tuner"] = {
+            "windows": tuner["windows"],
+            "trials": tuner["trials"],
+            "config": tuner["config"],
+            "settled_seconds": settled["seconds"] if settled else None,
+            "settled_share": settled["bytes_delivered"] / spec["bytes"] if settled else None,
+        }
+    return samples, payload, details
 
 
 def fsspec_run(spec: dict[str, Any], options: dict[str, Any], clock: dict[str, float]) -> Any:
@@ -540,7 +552,7 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
         )
         print(
             f"{'method':22} {'first sample s':>14} {'MB/s':>7} {'x curl':>7} "
-            f"{'requests':>8} {'CPU s':>6} {'load':>5} {'runs':>4}"
+            f"{'requests':>8} {'CPU s':>6} {'load':>5} {'runs':>4}  tuner settled"
         )
         for cell in rows:
             mb = cell.mb_per_s()
@@ -553,13 +565,26 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
                 f"{cell.method:22} {first:14.2f} {mb:7.1f} {share} "
                 f"{statistics.median(cell.requests):8.0f} "
                 f"{statistics.median(cell.cpu_seconds):6.1f} "
-                f"{statistics.median(cell.load):5.1f} {len(cell.seconds):4}"
+                f"{statistics.median(cell.load):5.1f} {len(cell.seconds):4}  {settling(cell)}"
             )
         if limit_first is not None:
             print("curl's first sample is its first byte; x curl: MB/s over parallel curl's")
+        if any(settling(c) for c in rows):
+            print("tuner settled: runs whose tuner settled within the epoch, and the median "
+                  "share of the epoch's bytes delivered by then")
         failed = sum(len(c.failures) for c in rows)
         if failed:
             print(f"{failed} failed runs (see the JSON)")
+
+
+def settling(cell: Cell) -> str:
+    """For tuned runs: how many settled within the epoch, and how far into it."""
+    tuned = [d["tuner"] for d in cell.details if "tuner" in d]
+    if not tuned:
+        return ""
+    shares = [t["settled_share"] for t in tuned if t["settled_share"] is not None]
+    where = f" at {statistics.median(shares):.0%} of the bytes" if shares else ""
+    return f"{len(shares)}/{len(tuned)}{where}"
 
 
 def plot(cells: list[Cell], path: Path) -> None:
