@@ -11,9 +11,10 @@ over a wide-area link each one costs a round trip before its first byte and
 restarts TCP's climb, so ``read_size`` pieces of 1 MiB leave a 20 ms link idle
 much of the time (and short flows lose their tails to a rate limiter's drops,
 recovered only by a retransmission timeout). A long range of a remote object
-starts with a ``read_size`` piece, so that its first bytes come as soon as with
-any other source, and each further piece doubles up to ``REMOTE_REQUEST_BYTES``;
-neighbouring ranges coalesce up to that size too.
+starts with a small piece (``read_size``, at most ``REMOTE_FIRST_BYTES``), so
+that its first sample does not wait for TCP to climb to a full piece, and each
+further piece doubles up to ``REMOTE_REQUEST_BYTES``; neighbouring ranges
+coalesce up to that size too.
 
 Problems found while planning (missing file, range past the end of a file)
 become failed pieces at their place in the order, so the consumer receives
@@ -34,13 +35,17 @@ if TYPE_CHECKING:
 
     from fastio.reader._files import FileTable, OpenFile
 
-__all__ = ["REMOTE_REQUEST_BYTES", "Delivery", "Request", "plan_requests"]
+__all__ = ["REMOTE_FIRST_BYTES", "REMOTE_REQUEST_BYTES", "Delivery", "Request", "plan_requests"]
 
 # The size remote pieces grow to (unless read_size is larger): measured over a
 # 20 ms link (benchmarks/bench_remote_link.py), 4 MiB requests with the
 # default 8 or more in flight reach the link's rate where 1 MiB ones reach
 # half of it; larger ones gained nothing and hold more memory per request.
 REMOTE_REQUEST_BYTES = 4 << 20
+# The first piece of a long remote range: on a fresh or idle connection TCP
+# starts at 10 packets and doubles per round trip, so 1 MiB takes about 7
+# round trips and 256 KiB (a typical first sample and then some) about 5.
+REMOTE_FIRST_BYTES = 256 << 10
 
 # (shard, range, path, file offset, start in the piece's buffer, length,
 #  end of range, end of shard)
@@ -265,7 +270,10 @@ def _split(
     while position < end:
         size = align_up(read_size()) if direct else read_size()
         if remote:
-            grown = size if first else min(max(grown * 2, size), piece_limit(file, size))
+            if first:
+                grown = min(size, REMOTE_FIRST_BYTES)
+            else:
+                grown = min(max(grown * 2, size), piece_limit(file, size))
             size = grown
         request_end = min(position + size, request_end_limit)
         data_start, data_end = max(position, offset), min(request_end, end)

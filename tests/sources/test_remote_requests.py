@@ -1,5 +1,5 @@
 """How remote ranges become HTTP requests, counted by a Range server: a long
-range starts with one ``read_size`` request and grows to REMOTE_REQUEST_BYTES,
+range starts with one small request and grows to REMOTE_REQUEST_BYTES,
 short neighbouring ranges share requests up to that size, every byte is asked
 for once, and local files keep ``read_size`` reads."""
 
@@ -10,7 +10,7 @@ import random
 import pytest
 
 import fastio
-from fastio.reader._requests import REMOTE_REQUEST_BYTES
+from fastio.reader._requests import REMOTE_FIRST_BYTES, REMOTE_REQUEST_BYTES
 from tests.servers import RangeServer
 
 READ_SIZE = 64 << 10
@@ -50,14 +50,15 @@ def test_a_long_range_grows_from_read_size_and_is_asked_for_once(blob) -> None:
     assert len(growing(len(data))) < len(data) // READ_SIZE // 10
 
 
-def test_the_first_request_of_a_range_is_read_size(blob) -> None:
+@pytest.mark.parametrize("read_size", [READ_SIZE, 4 * REMOTE_FIRST_BYTES])
+def test_the_first_request_of_a_range_is_small(blob, read_size) -> None:
     server, data, _ = blob
     server.faults.hold_after = 1  # only the first request is answered until released
-    with fastio.Reader(read_size=READ_SIZE, outstanding_requests=4) as reader:
+    with fastio.Reader(read_size=read_size, outstanding_requests=4) as reader:
         stream = iter(reader.stream([fastio.ByteRange(server.url("blob.bin"), 100)]))
         first = next(stream)
         assert bytes(first.data) == data[100 : 100 + len(first.data)]
-        assert server.faults.bytes_served == READ_SIZE
+        assert server.faults.bytes_served == min(read_size, REMOTE_FIRST_BYTES)
         server.faults.hold_after = None
         rest = b"".join(bytes(c.data) for c in stream)
     assert bytes(first.data) + rest == data[100:]
