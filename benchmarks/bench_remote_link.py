@@ -33,7 +33,9 @@ touching every sample (a wrong sample count or payload total fails the run):
 Each run is timed inside its process from the first call (constructing the
 dataset, or the first open) to the first sample and to the last; imports are
 not timed. Methods run in a seeded shuffled order in each of ``--repeats``
-rounds; tables give medians and ratios to parallel curl. MB/s counts the tar
+rounds; tables give medians and ratios to parallel curl, and for tune=True
+how many runs' tuners settled within the epoch and how far into it (the share
+of the epoch's bytes delivered by then). MB/s counts the tar
 files' bytes. The machine's load average is recorded beside every run. Results
 go to benchmarks/results/ as JSON (and a plot with ``--plot``). Needs root (ip
 netns, tc, TUN), nginx (apt-get install nginx-light), curl, ping (iputils-ping), cc.

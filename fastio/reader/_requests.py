@@ -10,11 +10,11 @@ Remote objects are read in larger pieces: every piece is an HTTP request, and
 over a wide-area link each one costs a round trip before its first byte and
 restarts TCP's climb, so ``read_size`` pieces of 1 MiB leave a 20 ms link idle
 much of the time (and short flows lose their tails to a rate limiter's drops,
-recovered only by a retransmission timeout). A long range of a remote object
-starts with a small piece (``read_size``, at most ``REMOTE_FIRST_BYTES``), so
-that its first sample does not wait for TCP to climb to a full piece, and each
-further piece doubles up to ``REMOTE_REQUEST_BYTES``; neighbouring ranges
-coalesce up to that size too.
+recovered only by a retransmission timeout). A stream's first remote piece is
+small (``read_size``, at most ``REMOTE_FIRST_BYTES``), so that the first sample
+does not wait for TCP to climb to a full piece; each further one may be twice
+the last (at least ``read_size``) up to ``REMOTE_REQUEST_BYTES``, whether it is
+part of a long range or neighbouring short ranges coalesced.
 
 Problems found while planning (missing file, range past the end of a file)
 become failed pieces at their place in the order, so the consumer receives
@@ -65,13 +65,30 @@ def is_remote_file(file: OpenFile) -> bool:
     return file.fd < 0
 
 
-def piece_limit(file: OpenFile, read_size: int, alone: bool = False) -> int:
-    """The largest piece of ``file``: ``read_size`` (4 KiB aligned for O_DIRECT);
-    for a remote object at least REMOTE_REQUEST_BYTES where several ranges
-    share it, ``read_size`` for the first piece of one range (``alone``)."""
-    if is_remote_file(file) and not alone:
-        return max(read_size, REMOTE_REQUEST_BYTES)
+def read_limit(file: OpenFile, read_size: int) -> int:
     return align_up(read_size) if file.direct else read_size
+
+
+class _Ramp:
+    """The growing size of one stream's remote pieces (see the module)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def limit(self, file: OpenFile, read_size: int) -> int:
+        """The largest next piece of ``file``."""
+        if not is_remote_file(file):
+            return read_limit(file, read_size)
+        if not self.last:
+            return min(read_size, REMOTE_FIRST_BYTES)
+        return min(max(self.last * 2, read_size), max(read_size, REMOTE_REQUEST_BYTES))
+
+    def took(self, piece: Request) -> Request:
+        if piece.file is not None and is_remote_file(piece.file):
+            self.last = max(self.last, piece.length)  # connections stay warm
+        return piece
 
 
 class Request:
@@ -186,6 +203,7 @@ def plan_requests(
     reference to it; ``read_size()`` is asked per piece, so a change made while
     the stream runs applies to the next piece."""
     group: _Group | None = None
+    ramp = _Ramp()
     numbered = enumerate(shards)
     try:
         while True:
@@ -196,7 +214,7 @@ def plan_requests(
                 break
             except Exception as error:  # bad input: after everything before it, then stop
                 if group is not None:
-                    pending, group = group.piece(stream), None
+                    pending, group = ramp.took(group.piece(stream)), None
                     yield pending
                 yield Request.failed(stream, "<shards>", error)
                 return
@@ -209,7 +227,7 @@ def plan_requests(
                     file = files.acquire(path, direct)
                 except OSError as error:
                     if group is not None:
-                        pending, group = group.piece(stream), None
+                        pending, group = ramp.took(group.piece(stream)), None
                         yield pending
                     yield Request.failed(stream, path, error)
                     continue
@@ -217,7 +235,7 @@ def plan_requests(
                 if length < 0 or offset + length > file.size:
                     files.release(file)
                     if group is not None:
-                        pending, group = group.piece(stream), None
+                        pending, group = ramp.took(group.piece(stream)), None
                         yield pending
                     short = TruncatedFileError(path, file.size, offset + max(length, 0))
                     yield Request.failed(stream, path, short)
@@ -226,27 +244,27 @@ def plan_requests(
                 if length == 0:
                     files.release(file)
                     if group is not None:
-                        pending, group = group.piece(stream), None
+                        pending, group = ramp.took(group.piece(stream)), None
                         yield pending
                     yield Request(stream, None, path, offset, 0, [delivery], 0)
                     continue
-                limit = piece_limit(file, read_size())
+                limit = ramp.limit(file, read_size())
                 if group is not None:
                     if group.accepts(file, offset, length, coalesce_gap, limit):
                         group.add(offset, delivery)
                         files.release(file)  # the group holds one reference already
                         continue
-                    pending, group = group.piece(stream), None
+                    pending, group = ramp.took(group.piece(stream)), None
                     yield pending
                 candidate = _Group(file, offset, delivery)
-                # One range longer than a read is split (remote pieces grow from
-                # read_size); several short ones may share a piece up to the limit.
-                if candidate.span(offset + length) <= piece_limit(file, read_size(), alone=True):
+                # A range longer than a read is split, however large remote
+                # pieces may grow; short ones may share a piece up to the limit.
+                if candidate.span(offset + length) <= min(limit, read_limit(file, read_size())):
                     group = candidate
                     continue
-                yield from _split(stream, file, delivery, read_size)
+                yield from _split(stream, file, delivery, read_size, ramp)
         if group is not None:
-            pending, group = group.piece(stream), None
+            pending, group = ramp.took(group.piece(stream)), None
             yield pending
     finally:
         if group is not None:
@@ -254,27 +272,19 @@ def plan_requests(
 
 
 def _split(
-    stream: Any, file: OpenFile, delivery: Delivery, read_size: Callable[[], int]
+    stream: Any, file: OpenFile, delivery: Delivery, read_size: Callable[[], int], ramp: _Ramp
 ) -> Iterator[Request]:
     """Pieces of one range larger than a read. Consumes the caller's file
     reference for the first piece and takes one more for each further piece.
-    A remote range's pieces grow from ``read_size`` (see the module)."""
+    Remote pieces grow along the ``ramp`` (see the module)."""
     shard_index, range_index, path, offset, _, length, _, end_of_shard = delivery
     end = offset + length
     direct = file.direct
-    remote = is_remote_file(file)
     position = align_down(offset) if direct else offset
     request_end_limit = align_up(end) if direct else end
     first = True
-    grown = 0
     while position < end:
-        size = align_up(read_size()) if direct else read_size()
-        if remote:
-            if first:
-                grown = min(size, REMOTE_FIRST_BYTES)
-            else:
-                grown = min(max(grown * 2, size), piece_limit(file, size))
-            size = grown
+        size = ramp.limit(file, read_size())
         request_end = min(position + size, request_end_limit)
         data_start, data_end = max(position, offset), min(request_end, end)
         if not first:
@@ -285,7 +295,7 @@ def _split(
             shard_index, range_index, path, data_start, data_start - position,
             data_end - data_start, last, last and end_of_shard,
         )  # fmt: skip
-        yield Request(
+        yield ramp.took(Request(
             stream, file, path, position, request_end - position, [part], data_end - position
-        )
+        ))  # fmt: skip
         position = request_end
