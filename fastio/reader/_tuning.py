@@ -161,12 +161,10 @@ class ReaderTuning:
             if decision is not None:
                 assert self._first is not None
                 since = now.since(self._first)
-                record = decision.as_dict() | {"seconds": since.elapsed_seconds,
-                                               "bytes_delivered": since.bytes_delivered}  # fmt: skip
-                self.decisions.append(record)
+                when = {"seconds": since.elapsed_seconds, "bytes_delivered": since.bytes_delivered}
+                self.decisions.append(decision.as_dict() | when)
                 if decision.next_phase == "settled" and self.settled_after is None:
-                    self.settled_after = {"seconds": since.elapsed_seconds,
-                                          "bytes_delivered": since.bytes_delivered}  # fmt: skip
+                    self.settled_after = when
                 if self._on_decision is not None:
                     self._on_decision(decision)
             return decision
