@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastio.spec._fairness import FairnessSettings
-from fastio.spec._knobs import REQUIRED, check, check_value, knob, knobs
+from fastio.spec._knobs import REQUIRED, check, check_value, knob, knobs, unexpected_keyword
 from fastio.spec._reader import ReaderSettings
 from fastio.spec._tuner import TunerSettings
 
@@ -263,7 +263,8 @@ class DatasetSpec:
             elif keyword in knobs(ReaderSettings):
                 changes["reader"][keyword] = value
             else:
-                raise TypeError(f"Dataset() got an unexpected keyword argument {keyword!r}")
+                raise unexpected_keyword("Dataset()", keyword,
+                                         [*flat, *_WHOLE, *knobs(ReaderSettings)])  # fmt: skip
         for name, settings_class in _SECTIONS.items():
             value = given.get(name)
             base: Any
