@@ -219,7 +219,7 @@ class StreamPass:
         locator = self.format.locator()
         if locator.resync is not None and codec_for(url) is None:
             skip_to = locator.resync(self.reader(), url, error)
-            if skip_to is not None:
+            if skip_to is not None and skip_to > error.offset:  # only forward: no loop
                 return ordinal, skip_to, count + 1
         return None
 

@@ -464,6 +464,7 @@ class Reader:
         handoff = Handoff(loop, reserve, on_wait=self._count_wait)
         self._handoffs.add(handoff)
         future = asyncio.run_coroutine_threadsafe(self._feed(shards, handoff, reserve), loop)
+        handoff.watch(future)
         try:
             while (batch := handoff.get()) is not None:
                 for chunk in batch:

@@ -33,7 +33,7 @@ from fastio.reader._ranges import ShardLike, as_shard
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
-    from fastio.reader._files import FileTable, OpenFile
+    from fastio.reader._files import Direct, FileTable, OpenFile
 
 __all__ = ["REMOTE_FIRST_BYTES", "REMOTE_REQUEST_BYTES", "Delivery", "Request", "plan_requests"]
 
@@ -195,7 +195,7 @@ def plan_requests(
     stream: Any,
     shards: Iterable[ShardLike],
     files: FileTable,
-    default_direct: bool,
+    default_direct: Direct,
     read_size: Callable[[], int],
     coalesce_gap: int,
 ) -> Iterator[Request]:

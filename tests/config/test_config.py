@@ -270,7 +270,7 @@ BAD_CONFIGS = [
      "{file}: unknown config file type '.ini'; use .yaml, .yml, .toml or .json"),
     ("several.yaml", "urls: a.tar\nreader: {engine: uring, direct: maybe}\n",
      "{file}: reader.engine: must be 'auto', 'io_uring' or 'threads', not 'uring'\n"
-     "{file}: reader.direct: must be true or false, not 'maybe'"),
+     "{file}: reader.direct: must be true, false or 'auto', not 'maybe'"),
 ]  # fmt: skip
 
 

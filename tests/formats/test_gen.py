@@ -304,6 +304,31 @@ def test_fixed_records_are_the_rows(tmp_path: Path) -> None:
     assert [Path(p).stat().st_size for p in result.paths] == [15 * SIZE, 16 * SIZE, 16 * SIZE]
 
 
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+@pytest.mark.parametrize("format", FIXED_ROWS)
+def test_compressed_fixed_rows_read_back_exactly(tmp_path: Path, format: str, codec: str) -> None:
+    import fastio
+
+    code, output = run_cli(
+        str(tmp_path), "--format", format, "--samples", str(SAMPLES), "--sample-size", str(SIZE),
+        "--shards", str(SHARDS), "--seed", str(SEED), "--classes", str(CLASSES),
+        "--compression", codec, "--json",
+    )  # fmt: skip
+    assert code == 0, output
+    url = json.loads(output)["url"]
+    suffix = {"npy": ".npy", "fixed": ".bin"}[format] + {"gzip": ".gz", "zstd": ".zst"}[codec]
+    assert url.endswith(suffix)
+    expected = [payload for _, payload in planned().values()]
+    options = {"record_size": SIZE} if format == "fixed" else {}
+    with fastio.Dataset(url, format, shuffle=False, fairness=False, **options) as dataset:
+        assert [bytes(row) for row in dataset] == expected
+        assert [row.tobytes() for batch in dataset.batches(10) for row in batch] == expected
+        assert dataset.counts == [15, 16, 16]
+        assert bytes(dataset[20]) == expected[20]
+    with fastio.Dataset(url, format, seed=4, fairness=False, **options) as dataset:
+        assert sorted(bytes(row) for row in dataset) == sorted(expected)
+
+
 def test_jsonl_as_json_reads_it(tmp_path: Path, reference: Samples) -> None:
     result = generate(tmp_path, "jsonl")
     samples = {}
