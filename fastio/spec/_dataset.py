@@ -74,6 +74,12 @@ class SplitSettings:
         "one), so that len(loader) is the number of batches it yields.",
         "count", low=1, optional=True, keyword="batch_size",
     )  # fmt: skip
+    handoff_memory: int = knob(
+        32 * MiB,
+        "Shared memory through which each DataLoader worker hands samples' bytes and Arrow "
+        "batches to the main process, instead of pickling them through its queue (0: pickle).",
+        "size", low=0, keyword="handoff_memory",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         check(self)
