@@ -107,11 +107,21 @@ def test_demo_compares_loaders_cold_and_warm_with_earned_ratios() -> None:
     assert "fastio_ratio" not in loaders["fastio"]["warm"]
 
 
-def test_demo_table_keeps_a_given_folder(tmp_path) -> None:
-    result = bench(*TINY_DEMO, "--repeat", "1", "--workers", "0", "--folder", str(tmp_path))
+def test_demo_table_with_a_config_files_reader_settings_keeps_a_given_folder(tmp_path) -> None:
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        "urls: unused-{0..1}.tar\nreader: {outstanding_requests: 3, read_size: 256KiB}\n"
+    )
+    data = tmp_path / "data"
+    options = ("--repeat", "1", "--workers", "0", "--folder", str(data), "--config", str(config))
+    result = bench(*TINY_DEMO, *options, "--out", str(tmp_path / "demo.json"))
     assert "fastio is" in result.stdout
     assert "fastio DataLoader: not run (--workers 0)" in " ".join(result.stdout.split())
-    assert len(list(tmp_path.glob("webdataset-*.tar"))) == 2  # a given folder is kept
+    assert len(list(data.glob("webdataset-*.tar"))) == 2  # a given folder is kept
+    report = json.loads((tmp_path / "demo.json").read_text())
+    assert report["reader"]["outstanding_requests"] == 3
+    assert report["reader"]["read_size"] == 256 << 10
+    assert report["loaders"]["fastio"]["warm"]["samples"] == [24]
 
 
 @pytest.mark.parametrize(
@@ -181,18 +191,6 @@ def test_run_dataset_errors_are_reported(tmp_path) -> None:
     assert result.returncode == 1
     assert "No such file" in result.stderr
     assert "none-0.tfrecord" in result.stderr
-
-
-def test_demo_reads_with_a_config_files_reader_settings(tmp_path) -> None:
-    config = tmp_path / "job.yaml"
-    config.write_text(
-        "urls: unused-{0..1}.tar\nreader: {outstanding_requests: 3, read_size: 256KiB}\n"
-    )
-    options = ("--repeat", "1", "--workers", "0", "--json", "--config", str(config))
-    report = json.loads(bench(*TINY_DEMO, *options).stdout)
-    assert report["reader"]["outstanding_requests"] == 3
-    assert report["reader"]["read_size"] == 256 << 10
-    assert report["loaders"]["fastio"]["warm"]["samples"] == [24]
 
 
 def test_help_shows_the_specs_defaults_as_the_spec_writes_them() -> None:
