@@ -140,7 +140,7 @@ class Dataset(_Base):
         *,
         shuffle: bool = True,
         seed: int = 0,
-        shuffle_buffer: int | str = 64 << 20,
+        shuffle_buffer: int | str = 32 << 20,
         shuffle_shards: int = 8,
         rank: int | None = None,
         world_size: int | None = None,

@@ -45,7 +45,7 @@ class ShuffleSettings:
 
     enabled: bool = knob(True, "Shuffle (else stored order).", "flag", keyword="shuffle")
     seed: int = knob(0, "Seed of every order drawn.", "count", low=0, keyword="seed")
-    buffer: int = knob(64 * MiB, "Bytes of encoded samples mixed at once (the shuffle buffer).",
+    buffer: int = knob(32 * MiB, "Bytes of encoded samples mixed at once (the shuffle buffer).",
                        "size", low=1, keyword="shuffle_buffer")  # fmt: skip
     shards: int = knob(8, "Shards mixed at once.", "count", low=1, keyword="shuffle_shards")
 
