@@ -10,21 +10,27 @@ Two datasets, written once with ``fastio-bench gen`` (reused from ``--data-dir``
   Streaming's ``MDSWriter``) and Parquet. fastio's per-shard index is built then
   too (like MDS's index, it is part of preparing a dataset).
 
-Methods: fastio.Dataset per sample, ``.batches(1024)`` and in a torch
-DataLoader (2 workers); webdataset.WebDataset, alone and in a DataLoader;
-streaming.StreamingDataset, alone and in a DataLoader; tf.data.TFRecordDataset
-(per record and ``.batch(1024)``); pyarrow ``ParquetFile.iter_batches(1024)``;
-and the hardware: fio reading the tar files sequentially (io_uring, 16 x 1 MiB;
-cold: O_DIRECT, also from hugetlbfs buffers; warm: also psync) and a plain
-Python read loop. Every sample is touched (counted, payload length summed); a
-method that delivers a wrong count or payload total is reported as failed.
+Methods: fastio.Dataset per sample (default settings: ``direct="auto"``; cold
+also forced ``direct=True`` and ``False``), ``.batches(1024)`` and
+``.batches(256)``, and in a torch DataLoader (2 workers, samples and batches);
+webdataset.WebDataset, alone and in a DataLoader; streaming.StreamingDataset,
+alone and in a DataLoader; fastio over the TFRecord copy (samples, batches)
+beside the tfrecord package's reader and tf.data.TFRecordDataset (per record
+and ``.batch(1024)``); fastio over the Parquet copy (``.batches(256)``,
+samples) beside pyarrow ``ParquetFile.iter_batches(256)``; and the hardware:
+fio reading the tar files sequentially (io_uring, 16 x 1 MiB; cold: O_DIRECT,
+also from hugetlbfs buffers; warm: also psync) and a plain Python read loop.
+Every sample is touched (counted, payload length summed); a method that
+delivers a wrong count or payload total is reported as failed.
 
 Every run is a fresh process (so libraries do not share threads, forks or
 memory), timed inside from constructing the dataset to the last sample. Cold
 runs drop the page cache first (root); warm runs read the files once, untimed,
 first. Methods run in a shuffled order in each of ``--repeats`` rounds; the
-tables show medians. MB/s is the bytes of the files each method reads (its own
-copy) per second. Results go to benchmarks/results/ as JSON.
+tables show medians, with the seconds from constructing the dataset to its
+first sample (or batch), and the issue's targets as ratios. MB/s is the bytes
+of the files each method reads (its own copy) per second. Results go to
+benchmarks/results/ as JSON.
 """
 
 from __future__ import annotations
@@ -106,9 +112,11 @@ def prepare(case: Case, data_dir: Path, seed: int) -> dict[str, Any]:
     copies["mds"] = write_mds(folder / "mds", case, seed)
     import fastio
 
-    with fastio.Dataset(copies["webdataset"]["url"], format="webdataset", shuffle=False) as ds:
-        if len(ds) != case.samples:  # building the index found the wrong count
-            raise RuntimeError(f"fastio indexed {len(ds)} samples, not {case.samples}")
+    for format in ("webdataset", "tfrecord"):
+        with fastio.Dataset(copies[format]["url"], format=format, shuffle=False) as ds:
+            ds.index()
+            if len(ds) != case.samples:  # building the index found the wrong count
+                raise RuntimeError(f"fastio indexed {len(ds)} {format} samples, not {case.samples}")
     manifest = {"case": wanted, "payload_bytes": payload, "copies": copies}
     manifest_path.write_text(json.dumps(manifest, indent=1))
     return manifest
@@ -162,30 +170,62 @@ def write_mds(folder: Path, case: Case, seed: int) -> dict[str, Any]:
 
 # ---- methods (each runs in a child process; returns samples and payload bytes) ----
 
+FIRST_SAMPLE: list[float] = []  # the clock when a method saw its first sample
 
-def fastio_dataset(copies: dict[str, Any], **knobs: Any) -> Any:
+
+def first_sample() -> None:
+    """Called by each method at every sample or batch; notes the first."""
+    if not FIRST_SAMPLE:
+        FIRST_SAMPLE.append(time.perf_counter())
+
+
+# The payload's name in each copy, and how fastio gives it: a sample's value
+# (tf.train.Example features come as lists of values) and a batch's column.
+PAYLOAD = {"webdataset": "bin", "tfrecord": "data", "parquet": "data"}
+
+
+def fastio_dataset(copies: dict[str, Any], copy: str = "webdataset", **knobs: Any) -> Any:
     import fastio
 
-    return fastio.Dataset(copies["webdataset"]["url"], format="webdataset", shuffle=False, **knobs)
+    return fastio.Dataset(copies[copy]["url"], format=copy, shuffle=False, **knobs)
 
 
-def fastio_samples(copies: dict[str, Any], **knobs: Any) -> tuple[int, int | None]:
+def _payload_length(value: Any) -> int:
+    return len(value[0]) if isinstance(value, list) else len(value)
+
+
+def fastio_samples(
+    copies: dict[str, Any], copy: str = "webdataset", **knobs: Any
+) -> tuple[int, int | None]:
     samples = payload = 0
-    with fastio_dataset(copies, **knobs) as ds:
+    name = PAYLOAD[copy]
+    with fastio_dataset(copies, copy, **knobs) as ds:
         for sample in ds:
+            first_sample()
             samples += 1
-            payload += len(sample["bin"])
+            payload += _payload_length(sample[name])
     return samples, payload
 
 
-def fastio_batches(copies: dict[str, Any], **knobs: Any) -> tuple[int, int | None]:
+def _column_bytes(batch: Any, name: str) -> int:
     import pyarrow.compute as pc
 
+    column = batch.column(name)
+    if hasattr(column, "flatten") and str(column.type).startswith("list"):
+        column = column.flatten()  # a tf.train.Example feature: a list per record
+    return int(pc.sum(pc.binary_length(column)).as_py() or 0)
+
+
+def fastio_batches(
+    copies: dict[str, Any], copy: str = "webdataset", batch: int = BATCH, **knobs: Any
+) -> tuple[int, int | None]:
     samples = payload = 0
-    with fastio_dataset(copies, **knobs) as ds:
-        for batch in ds.batches(BATCH):
-            samples += batch.num_rows
-            payload += pc.sum(pc.binary_length(batch.column("bin"))).as_py()
+    name = PAYLOAD[copy]
+    with fastio_dataset(copies, copy, **knobs) as ds:
+        for columns in ds.batches(batch):
+            first_sample()
+            samples += columns.num_rows
+            payload += _column_bytes(columns, name)
     return samples, payload
 
 
@@ -195,6 +235,7 @@ def fastio_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
     samples = payload = 0
     ds = fastio_dataset(copies)
     for batch in DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS):
+        first_sample()
         samples += len(batch["bin"])
         payload += sum(len(b) for b in batch["bin"])
     return samples, payload
@@ -224,6 +265,7 @@ def fastio_batches_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
     samples = payload = 0
     ds = fastio_dataset(copies)
     for batch in DataLoader(ds.batches(BATCH), batch_size=None, num_workers=WORKERS):
+        first_sample()
         samples += batch.num_rows
         payload += pc.sum(pc.binary_length(batch.column("bin"))).as_py()
     return samples, payload
@@ -234,6 +276,7 @@ def webdataset_samples(copies: dict[str, Any]) -> tuple[int, int | None]:
 
     samples = payload = 0
     for sample in webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False):
+        first_sample()
         samples += 1
         payload += len(sample["bin"])
     return samples, payload
@@ -246,6 +289,7 @@ def webdataset_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
     samples = payload = 0
     ds = webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False)
     for batch in DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS):
+        first_sample()
         samples += len(batch["bin"])
         payload += sum(len(b) for b in batch["bin"])
     return samples, payload
@@ -264,6 +308,7 @@ def streaming_dataset(copies: dict[str, Any]) -> Any:
 def streaming_samples(copies: dict[str, Any]) -> tuple[int, int | None]:
     samples = payload = 0
     for sample in streaming_dataset(copies):
+        first_sample()
         samples += 1
         payload += len(sample["data"])
     return samples, payload
@@ -275,6 +320,7 @@ def streaming_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
     samples = payload = 0
     ds = streaming_dataset(copies)
     for batch in DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS):
+        first_sample()
         samples += len(batch["data"])
         payload += sum(len(b) for b in batch["data"])
     return samples, payload
@@ -294,13 +340,27 @@ def tfdata(copies: dict[str, Any], batch: int | None) -> tuple[int, int | None]:
     return samples, None
 
 
-def pyarrow_batches(copies: dict[str, Any]) -> tuple[int, int | None]:
+def tfrecord_package(copies: dict[str, Any]) -> tuple[int, int | None]:
+    """The tfrecord package's reader (parses tf.train.Example, as fastio does)."""
+    from tfrecord.reader import tfrecord_loader
+
+    samples = payload = 0
+    for path in copies["tfrecord"]["paths"]:
+        for record in tfrecord_loader(path, None):
+            first_sample()
+            samples += 1
+            payload += len(record["data"])
+    return samples, payload
+
+
+def pyarrow_batches(copies: dict[str, Any], batch_size: int = BATCH) -> tuple[int, int | None]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     samples = payload = 0
     for path in copies["parquet"]["paths"]:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
+            first_sample()
             samples += batch.num_rows
             payload += pc.sum(pc.binary_length(batch.column("data"))).as_py()
     return samples, payload
@@ -313,6 +373,7 @@ class Method:
     # None: in the parent. A third value returned is the seconds it timed itself.
     run: Callable[[dict[str, Any]], tuple[Any, ...]] | None
     modes: tuple[str, ...] = ("cold", "warm")
+    imports: str | None = None  # the IMPORTS entry (default: the copy's)
 
 
 # Imported before the clock starts: a once-per-process cost (tensorflow's is seconds).
@@ -330,14 +391,17 @@ IMPORTS = {
         "webdataset",
     ),
     "mds": ("torch", "torch.utils.data"),
-    "tfrecord": ("tensorflow",),
+    "tensorflow": ("tensorflow",),
+    "tfrecord": ("numpy", "tfrecord.reader"),
     "parquet": ("pyarrow", "pyarrow.compute", "pyarrow.parquet"),
 }
 
 
 METHODS = [
     Method("fastio", "webdataset", fastio_samples),
+    # The defaults choose O_DIRECT for cold files (direct="auto"); forced either way:
     Method("fastio direct", "webdataset", lambda c: fastio_samples(c, direct=True), ("cold",)),
+    Method("fastio buffered", "webdataset", lambda c: fastio_samples(c, direct=False), ("cold",)),
     # The same with 4 MiB reads: fewer requests for the reader's loop thread to
     # issue while the consumer thread holds the GIL decoding (see README).
     Method(
@@ -347,6 +411,7 @@ METHODS = [
         ("cold",),
     ),
     Method("fastio batches", "webdataset", fastio_batches),
+    Method("fastio batches 256", "webdataset", lambda c: fastio_batches(c, batch=LOADER_BATCH)),
     Method("fastio batches epoch 2", "webdataset", fastio_batches_second_epoch, ("warm",)),
     Method(
         "fastio batches 8MiB",
@@ -359,9 +424,32 @@ METHODS = [
     Method("webdataset loader", "webdataset", webdataset_loader),
     Method("streaming", "mds", streaming_samples),
     Method("streaming loader", "mds", streaming_loader),
-    Method("tf.data", "tfrecord", lambda c: tfdata(c, None)),
-    Method("tf.data batch", "tfrecord", lambda c: tfdata(c, BATCH)),
-    Method("pyarrow", "parquet", pyarrow_batches),
+    Method(
+        "fastio tfrecord", "tfrecord", lambda c: fastio_samples(c, "tfrecord"), imports="webdataset"
+    ),
+    Method(
+        "fastio tfrecord batches",
+        "tfrecord",
+        lambda c: fastio_batches(c, "tfrecord", LOADER_BATCH),
+        imports="webdataset",
+    ),
+    Method("tfrecord", "tfrecord", tfrecord_package),
+    Method("tf.data", "tfrecord", lambda c: tfdata(c, None), imports="tensorflow"),
+    Method("tf.data batch", "tfrecord", lambda c: tfdata(c, BATCH), imports="tensorflow"),
+    # Parquet at the issue's batch size, fastio and pyarrow alike.
+    Method(
+        "fastio parquet",
+        "parquet",
+        lambda c: fastio_batches(c, "parquet", LOADER_BATCH),
+        imports="webdataset",
+    ),
+    Method(
+        "fastio parquet samples",
+        "parquet",
+        lambda c: fastio_samples(c, "parquet"),
+        imports="webdataset",
+    ),
+    Method("pyarrow", "parquet", lambda c: pyarrow_batches(c, LOADER_BATCH)),
     Method("fio", "webdataset", None),
     # fio's default (malloc) buffers read the page cache at ~2.6 GB/s here, its
     # hugetlbfs ones at ~14 GB/s: the best of its variants is the reference.
@@ -378,7 +466,7 @@ def child(method_name: str, manifest_path: str) -> None:
     method = BY_NAME[method_name]
     assert method.run is not None
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    for module in IMPORTS[method.copy]:
+    for module in IMPORTS[method.imports or method.copy]:
         importlib.import_module(module)
     if method.copy == "mds":
         import_streaming()
@@ -386,9 +474,11 @@ def child(method_name: str, manifest_path: str) -> None:
     result = method.run(manifest["copies"])
     seconds = time.perf_counter() - started
     samples, payload = result[0], result[1]
+    first = FIRST_SAMPLE[0] - started if FIRST_SAMPLE else None
     if len(result) == 3:  # the method timed itself (a steady-state epoch)
-        seconds = result[2]
-    print(json.dumps({"samples": samples, "payload": payload, "seconds": seconds}))
+        seconds, first = result[2], None
+    print(json.dumps({"samples": samples, "payload": payload, "seconds": seconds,
+                      "first": first}))  # fmt: skip
 
 
 # ---- measuring -----------------------------------------------------------------------
@@ -403,6 +493,11 @@ class Cell:
     samples: int | None = None  # per run; None for the raw readers
     seconds: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    firsts: list[float] = field(default_factory=list)  # seconds to the first sample
+
+    @property
+    def first(self) -> float | None:
+        return statistics.median(self.firsts) if self.firsts else None
 
     @property
     def median(self) -> float | None:
@@ -453,32 +548,36 @@ def warm_up(paths: list[str]) -> None:
 
 def measure_once(
     method: Method, manifest: dict[str, Any], manifest_path: Path, mode: str, huge_mount: str | None
-) -> tuple[float | None, str | None]:
-    """(seconds, failure) of one run."""
+) -> tuple[float | None, float | None, str | None]:
+    """(seconds, seconds to the first sample, failure) of one run."""
     copy = manifest["copies"][method.copy]
     if method.run is None:
         paths = copy["paths"]
         cold = mode == "cold"
         if method.name == "python read":
-            return copy["bytes"] / (run_python(paths, FIO_BLOCK, cold) * 1e6), None
+            return copy["bytes"] / (run_python(paths, FIO_BLOCK, cold) * 1e6), None, None
         engine = "psync" if method.name == "fio psync" else "io_uring"
         huge = huge_mount if method.name == "fio hugetlb" else None
         try:
             mb_per_s = run_fio(paths, engine, cold, huge)
         except (RuntimeError, subprocess.CalledProcessError) as error:
-            return None, str(error)
-        return copy["bytes"] / (mb_per_s * 1e6), None
+            return None, None, str(error)
+        return copy["bytes"] / (mb_per_s * 1e6), None, None
     command = [sys.executable, __file__, "--child", method.name, str(manifest_path)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        return None, f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
+        return None, None, f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
     report = json.loads(done.stdout.strip().splitlines()[-1])
     expected = manifest["case"]["samples"]
     if report["samples"] != expected:
-        return None, f"delivered {report['samples']} samples, not {expected}"
+        return None, None, f"delivered {report['samples']} samples, not {expected}"
     if report["payload"] is not None and report["payload"] != manifest["payload_bytes"]:
-        return None, f"delivered {report['payload']} payload bytes, not {manifest['payload_bytes']}"
-    return report["seconds"], None
+        return (
+            None,
+            None,
+            f"delivered {report['payload']} payload bytes, not {manifest['payload_bytes']}",
+        )
+    return report["seconds"], report.get("first"), None
 
 
 def measure(
@@ -511,9 +610,13 @@ def measure(
                     drop_caches()
                 else:
                     warm_up(copy["paths"])
-                seconds, failure = measure_once(method, manifest, manifest_path, mode, huge_mount)
+                seconds, first, failure = measure_once(
+                    method, manifest, manifest_path, mode, huge_mount
+                )
                 if failure is None and seconds is not None:
                     cell.seconds.append(seconds)
+                    if first is not None:
+                        cell.firsts.append(first)
                     line = f"{cell.bytes / seconds / 1e6:9,.0f} MB/s"
                     if cell.samples is not None:
                         line += f" {cell.samples / seconds:12,.0f} samples/s"
@@ -542,19 +645,23 @@ def print_tables(cells: list[Cell]) -> None:
         wds = reference(cells, case, mode, ("webdataset",))
         fio = reference(cells, case, mode, ("fio", "fio hugetlb", "fio psync"))
         print(f"\n{case}, {mode} (median of runs; MB/s of the files each method reads)")
-        print("| method | samples/s | MB/s | vs webdataset (samples/s) | vs fio (MB/s) | runs |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        print(
+            "| method | samples/s | MB/s | vs webdataset (samples/s) | vs fio (MB/s) "
+            "| first sample (s) | runs |"
+        )
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for cell in sorted(rows, key=lambda c: -(c.mb_per_s() or 0.0)):
             if cell.median is None:
-                print(f"| {cell.method} | failed: {cell.failures[0]} | | | | 0 |")
+                print(f"| {cell.method} | failed: {cell.failures[0]} | | | | | 0 |")
                 continue
             rate = cell.samples_per_s()
             vs_wds = f"{rate / wds.samples_per_s():.2f}x" if rate and wds else ""
             vs_fio = f"{cell.mb_per_s() / fio.mb_per_s():.2f}" if fio else ""
             samples = f"{rate:,.0f}" if rate else ""
+            first = "" if cell.first is None else f"{cell.first:.3f}"
             print(
                 f"| {cell.method} | {samples} | {cell.mb_per_s():,.0f} | {vs_wds} | {vs_fio} "
-                f"| {len(cell.seconds)} |"
+                f"| {first} | {len(cell.seconds)} |"
             )
 
 
@@ -577,9 +684,58 @@ def targets(cells: list[Cell]) -> list[dict[str, Any]]:
         found = [rate(case, mode, m, "mb") for m in methods]
         return max((v for v in found if v is not None), default=None)
 
+    def first(case: str, mode: str, method: str) -> float | None:
+        cell = reference(cells, case, mode, (method,))
+        return None if cell is None else cell.first
+
+    def quicker(case: str, mode: str) -> float | None:
+        # A rate of first samples: the ratio is webdataset's wait over fastio's.
+        ours = first(case, mode, "fastio")
+        return None if not ours else 1.0 / ours
+
     large_wds = rate("large", "warm", "webdataset", "samples")
     small_wds = rate("small", "warm", "webdataset", "samples")
+    wds_first = first("large", "warm", "webdataset")
     checks = [
+        (
+            "large, cold: fastio (default settings) MB/s >= 0.85x fio",
+            0.85,
+            rate("large", "cold", "fastio", "mb"),
+            fio("large", "cold"),
+        ),
+        *(
+            (
+                f"{case}, warm: fastio Parquet .batches(256) >= pyarrow iter_batches(256)",
+                1.0,
+                rate(case, "warm", "fastio parquet", "samples"),
+                rate(case, "warm", "pyarrow", "samples"),
+            )
+            for case in ("large", "small")
+        ),
+        *(
+            (
+                f"{case}, warm: fastio TFRecord samples/s >= 1.5x the tfrecord package",
+                1.5,
+                rate(case, "warm", "fastio tfrecord", "samples"),
+                rate(case, "warm", "tfrecord", "samples"),
+            )
+            for case in ("large", "small")
+        ),
+        *(
+            (
+                f"{case}, warm: fastio .batches(256) samples/s >= per-sample iteration",
+                1.0,
+                rate(case, "warm", "fastio batches 256", "samples"),
+                rate(case, "warm", "fastio", "samples"),
+            )
+            for case in ("large", "small")
+        ),
+        (
+            "large, warm: fastio's time to first sample <= webdataset's",
+            1.0,
+            quicker("large", "warm"),
+            None if not wds_first else 1.0 / wds_first,
+        ),
         (
             "large, warm: fastio samples/s >= 2x webdataset",
             2.0,
@@ -593,8 +749,8 @@ def targets(cells: list[Cell]) -> list[dict[str, Any]]:
             fio("large", "cold"),
         ),
         (
-            "small, warm: fastio samples/s >= 10x webdataset",
-            10.0,
+            "small, warm: fastio samples/s >= 15x webdataset",
+            15.0,
             rate("small", "warm", "fastio", "samples"),
             small_wds,
         ),

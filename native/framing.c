@@ -53,6 +53,39 @@ static uint32_t crc_software(uint32_t state, const uint8_t *p, size_t len)
 }
 
 #if defined(__x86_64__)
+/* Joining CRC states (as zlib's crc32_combine does): a raw state of bytes A
+ * followed by B is state(A) times x^(8 |B|) modulo the polynomial, xor the
+ * state of B from zero. Polynomials are reflected, as the CRC is. */
+#define CRC_POLY 0x82f63b78u
+#define CRC_BLOCK ((size_t)4096)
+
+static pthread_once_t crc_shift_once = PTHREAD_ONCE_INIT;
+static uint32_t crc_block_shift; /* x^(8 CRC_BLOCK) mod the polynomial */
+
+static uint32_t crc_multiply(uint32_t a, uint32_t b)
+{
+    uint32_t product = 0;
+    for (uint32_t bit = (uint32_t)1 << 31; bit; bit >>= 1) {
+        if (a & bit)
+            product ^= b;
+        b = b & 1 ? (b >> 1) ^ CRC_POLY : b >> 1;
+    }
+    return product;
+}
+
+static void crc_shift_init(void)
+{
+    uint32_t power = (uint32_t)1 << 30; /* x^1 */
+    uint32_t result = (uint32_t)1 << 31; /* x^0 */
+    /* x^(8 CRC_BLOCK) by squaring: bit k of the exponent stands for x^(2^k). */
+    for (size_t exponent = 8 * CRC_BLOCK; exponent; exponent >>= 1) {
+        if (exponent & 1)
+            result = crc_multiply(power, result);
+        power = crc_multiply(power, power);
+    }
+    crc_block_shift = result;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t state, const uint8_t *p,
                                                             size_t len)
 {
@@ -60,6 +93,29 @@ __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t state, cons
     while (len && ((uintptr_t)p & 7)) {
         wide = __builtin_ia32_crc32qi((uint32_t)wide, *p++);
         len--;
+    }
+    /* The crc32 instruction takes 3 cycles and can start every cycle: three
+     * independent streams over neighbouring blocks keep it busy (about 3x one
+     * dependent chain), and their states are joined by shifting the earlier
+     * ones over the bytes that follow them (crc_shift). */
+    if (len >= 3 * CRC_BLOCK) {
+        pthread_once(&crc_shift_once, crc_shift_init);
+        while (len >= 3 * CRC_BLOCK) {
+            uint64_t second = 0, third = 0;
+            for (size_t at = 0; at < CRC_BLOCK; at += 8) {
+                uint64_t a, b, c;
+                memcpy(&a, p + at, 8);
+                memcpy(&b, p + CRC_BLOCK + at, 8);
+                memcpy(&c, p + 2 * CRC_BLOCK + at, 8);
+                wide = __builtin_ia32_crc32di(wide, a);
+                second = __builtin_ia32_crc32di(second, b);
+                third = __builtin_ia32_crc32di(third, c);
+            }
+            wide = crc_multiply(crc_block_shift, (uint32_t)wide) ^ (uint32_t)second;
+            wide = crc_multiply(crc_block_shift, (uint32_t)wide) ^ (uint32_t)third;
+            p += 3 * CRC_BLOCK;
+            len -= 3 * CRC_BLOCK;
+        }
     }
     while (len >= 8) {
         uint64_t word;

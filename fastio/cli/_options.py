@@ -150,6 +150,10 @@ def knob_option(
         doc = f"{context}: {doc[0].lower() + doc[1:] if doc[1:2].islower() else doc}"
     attrs: dict[str, Any] = {"default": default, "show_default": default is not None,
                              "help": doc}  # fmt: skip
+    if spec.kind == "flag" and not grid and not isinstance(default, bool | None):
+        # A flag whose default is neither (direct's "auto"): left out unless
+        # given, so the spec's default applies.
+        attrs.update(default=None, show_default=str(default))
     if grid:
         item = click.BOOL if spec.kind == "flag" else _click_type(name, spec)
         attrs["type"] = GridType(item)
@@ -216,6 +220,8 @@ def knob_values(
     for param in ctx.command.params:
         if not isinstance(param, KnobOption) or param.name is None or param.grid:
             continue
+        if ctx.params[param.name] is None and not given(ctx, param.name):
+            continue  # the spec's default applies (see knob_option)
         if not only_given or given(ctx, param.name):
             section = section_of[param.settings]
             values.setdefault(section, {})[param.knob_name] = ctx.params[param.name]

@@ -9,7 +9,7 @@ never go there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -34,7 +34,7 @@ def sweep_points(
     requests: list[int],
     sizes: list[int],
     engines: list[str],
-    directs: list[bool],
+    directs: list[bool | Literal["auto"]],
     budget: int,
     repeat: int,
     quiet: bool,
@@ -80,7 +80,7 @@ def print_grid(points: list[dict[str, Any]], requests: list[int], sizes: list[in
     groups = dict.fromkeys((p["engine"], p["direct"]) for p in points)
     best = max(points, key=lambda p: p["mb_per_s"])
     for engine, direct in groups:
-        mode = "O_DIRECT" if direct else "buffered"
+        mode = _mode_label(direct)
         table = Table(title=f"{engine}, {mode}: MB/s")
         table.add_column("requests \\ read size", justify="right")
         for size in sizes:
@@ -101,7 +101,7 @@ def print_grid(points: list[dict[str, Any]], requests: list[int], sizes: list[in
         console().print(table)
     console().print(
         f"best: {best['outstanding_requests']} x {_size_label(best['read_size'])} "
-        f"({best['engine_used']}, {'O_DIRECT' if best['direct'] else 'buffered'}) "
+        f"({best['engine_used']}, {_mode_label(best['direct'])}) "
         f"{best['mb_per_s']:,.0f} MB/s; * over the tuner's budget of bytes in flight"
     )
 
@@ -188,3 +188,9 @@ def _dataset_files(spec: DatasetSpec) -> list[str]:
     from fastio.sources._urls import expand_urls
 
     return expand_urls(spec.urls)
+
+
+def _mode_label(direct: bool | str) -> str:
+    if isinstance(direct, str):
+        return f"direct={direct}"  # "auto": chosen per file
+    return "O_DIRECT" if direct else "buffered"

@@ -6,7 +6,7 @@ by pyarrow, a row group or record batch at a time.
 
 from __future__ import annotations
 
-import io
+import bisect
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -28,30 +28,37 @@ if TYPE_CHECKING:
 __all__ = ["ArrowFormat", "ParquetFormat", "TableWriter"]
 
 
-class _RangeFile(io.RawIOBase):
+class _RangeFile:
     """A read-only file of ``size`` bytes of which only some ranges are known:
     what pyarrow reads of a Parquet or Arrow file is fetched by fastio's reader
-    first and served from here. A read outside the known ranges is a bug in
-    the range planning, reported as such rather than silently re-read."""
+    first and served from here, as views of the fetched bytes (the reader's
+    buffers were copied once, into them; pyarrow wraps a view without another
+    copy). pyarrow reads a column chunk or a record batch message in one read,
+    the very range fetched for it; a read across neighbouring ranges is joined
+    for that read alone. A read outside the known ranges is a bug in the range
+    planning, reported as such rather than silently re-read."""
+
+    mode = "rb"
 
     def __init__(self, url: str, size: int, pieces: dict[int, bytes]) -> None:
-        super().__init__()
         self.url = url
         self.size = size
-        merged: list[tuple[int, bytes]] = []
-        for start, data in sorted(pieces.items()):  # neighbours become one (pyarrow reads across)
-            if merged and merged[-1][0] + len(merged[-1][1]) == start:
-                merged[-1] = (merged[-1][0], merged[-1][1] + data)
-            else:
-                merged.append((start, data))
-        self.pieces = merged
+        self.starts = sorted(pieces)
+        self.pieces = [memoryview(pieces[start]) for start in self.starts]
         self.position = 0
+        self.closed = False
 
     def readable(self) -> bool:
         return True
 
     def seekable(self) -> bool:
         return True
+
+    def writable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
 
     def tell(self) -> int:
         return self.position
@@ -61,18 +68,60 @@ class _RangeFile(io.RawIOBase):
         self.position = base + offset
         return self.position
 
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        want = min(len(view), self.size - self.position)
-        if want <= 0:
-            return 0
-        for start, data in self.pieces:
-            if start <= self.position and self.position + want <= start + len(data):
-                begin = self.position - start
-                view[:want] = data[begin : begin + want]
-                self.position += want
-                return want
-        raise OSError(f"{self.url}: bytes {self.position}..{self.position + want} were not fetched")
+    def read(self, size: int | None = -1) -> bytes | memoryview:
+        end = self.size if size is None or size < 0 else min(self.size, self.position + size)
+        position = self.position
+        parts = []
+        while position < end:
+            index = bisect.bisect_right(self.starts, position) - 1
+            begin = position - self.starts[index] if index >= 0 else -1
+            if index < 0 or begin >= len(self.pieces[index]):
+                raise OSError(f"{self.url}: bytes {position}..{end} were not fetched")
+            take = min(end - position, len(self.pieces[index]) - begin)
+            parts.append(self.pieces[index][begin : begin + take])
+            position += take
+        self.position = max(end, self.position)
+        if len(parts) == 1:
+            return parts[0]
+        return b"".join(parts)
+
+
+def _fetched(chunks: Iterable[Chunk], lengths: dict[int, int]) -> dict[int, Any]:
+    """The bytes of each range of a piece, keyed by file offset, each in one
+    buffer of pyarrow's memory pool that chunks are copied into as they come
+    (``lengths``: the ranges the layout planned, by offset). The pool reuses
+    what earlier row groups freed: fresh memory for every row group would cost
+    a page fault and a zeroing per 4 KiB, as much as the copy itself. A range
+    of unknown length is joined at its end."""
+    import pyarrow as pa
+
+    fetched: dict[int, Any] = {}
+    unplanned: dict[int, list[bytes]] = {}
+    target: memoryview | None = None
+    start = 0
+    current = -1
+    for chunk in chunks:
+        if chunk.range != current:
+            current, start = chunk.range, chunk.offset
+            length = lengths.get(start)
+            if length is None:
+                target = None
+                unplanned[start] = []
+            else:
+                buffer = pa.allocate_buffer(length)
+                fetched[start], target = buffer, memoryview(buffer).cast("B")
+        if target is None:
+            unplanned[start].append(bytes(chunk.data))
+        else:
+            at = chunk.offset - start
+            target[at : at + len(chunk.data)] = chunk.data
+    for offset, parts in unplanned.items():
+        fetched[offset] = b"".join(parts)
+    return fetched
+
+
+def _planned_lengths(spans: Sequence[Sequence[ByteRange]]) -> dict[int, int]:
+    return {r.offset: r.length for ranges in spans for r in ranges if r.length is not None}
 
 
 def _tail(reader: Reader, url: str, size: int, at_least: int) -> tuple[int, bytes]:
@@ -165,14 +214,15 @@ class ParquetFormat(_ColumnFile):
             spans.append(sorted(ranges, key=lambda r: r.offset))
         bounds = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         unit_bytes = np.array([sum(r.length or 0 for r in s) for s in spans], np.int64)
-        meta = {"unit_ranges": spans.__getitem__, "metadata": metadata, "tail": (start, tail)}
+        meta = {"unit_ranges": spans.__getitem__, "metadata": metadata, "tail": (start, tail),
+                "lengths": _planned_lengths(spans)}  # fmt: skip
         return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
 
     def _tables(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.Table]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pieces = gather(chunks)
+        pieces = _fetched(chunks, layout.meta["lengths"])
         start, tail = layout.meta["tail"]
         pieces.setdefault(start, tail)
         handle = pq.ParquetFile(pa.PythonFile(_RangeFile(layout.url, layout.size, pieces)),
@@ -273,7 +323,8 @@ class ArrowFormat(_ColumnFile):
         bounds = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)]).astype(np.int64)
         unit_bytes = np.array([m + b for _, m, b in batches], np.int64)
         meta = {"unit_ranges": spans.__getitem__, "tail": (start, tail),
-                "batch_offsets": [o for o, _, _ in batches]}  # fmt: skip
+                "batch_offsets": [o for o, _, _ in batches],
+                "lengths": _planned_lengths(spans)}  # fmt: skip
         # The schema message at the start of the file (served to pyarrow from here).
         head = min(size, 64 << 10)
         schema_head = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, 0, head)]))
@@ -295,18 +346,21 @@ class ArrowFormat(_ColumnFile):
     def _batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        pieces = gather(chunks)
+        pieces = _fetched(chunks, layout.meta["lengths"])
         wanted = [i for i, o in enumerate(layout.meta["batch_offsets"]) if o in pieces]
         start, tail = layout.meta["tail"]
         pieces.setdefault(start, tail)
         pieces.setdefault(0, layout.meta["head"])
+        at, record = start, None  # the footer is read first, then each batch
         try:
             handle = pa.ipc.open_file(pa.PythonFile(_RangeFile(layout.url, layout.size, pieces)))
             for i in wanted:
+                at, record = layout.meta["batch_offsets"][i], i
                 batch = handle.get_batch(i)
                 yield batch.select(self.columns) if self.columns is not None else batch
         except (pa.ArrowException, OSError) as error:
-            raise DecodeError(f"Arrow data does not decode: {error}", layout.url, -1) from None
+            what = "footer" if record is None else f"record batch {record}"
+            raise DecodeError(f"Arrow {what} does not decode: {error}", layout.url, at) from None
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
         for batch in self._batches(chunks, layout):

@@ -4,31 +4,49 @@ A descriptor stays open while any read uses it (closing it earlier would let the
 number be reused for another file under a running read) and is then kept, up to
 a limit, for the next range of the same file. A kept descriptor is checked
 against the path before reuse, so a file replaced on disk is reopened.
+
+With ``direct="auto"`` the page cache decides, per file as it is opened: a
+file it mostly holds is read through it (memory speed, no device I/O); any
+other with O_DIRECT, which reads a cold file at the device's speed without
+spending the CPU a page-cache copy costs (on a small machine that CPU is the
+decoder's), and leaves the cache to what is warm. A file reopened later (the
+next epoch, once idle descriptors are closed) is judged again.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
+import logging
 import os
 import stat
 import warnings
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from fastio._errors import DirectIOFallbackWarning
+from fastio._native import resident_fraction
 from fastio.sources._remote import RemoteFile, is_remote, local_path
 
 if TYPE_CHECKING:
     from fastio.sources._remote import Remotes
 
-__all__ = ["FileTable", "OpenFile"]
+__all__ = ["RESIDENT_ENOUGH", "FileTable", "OpenFile"]
+
+RESIDENT_ENOUGH = 0.5
+"""With ``direct="auto"``: the share of a file's sampled pages the page cache
+must hold for the file to be read through it."""
+
+Direct = bool | Literal["auto"]
+
+log = logging.getLogger("fastio")
 
 
 class OpenFile:
     __slots__ = ("direct", "fd", "identity", "key", "path", "pinned_url", "refs", "size")
 
     def __init__(
-        self, key: tuple[str, bool], path: str, fd: int, direct: bool, st: os.stat_result
+        self, key: tuple[str, Direct], path: str, fd: int, direct: bool, st: os.stat_result
     ) -> None:
         self.key = key
         self.path = path
@@ -48,16 +66,46 @@ def _device_size(fd: int) -> int:
     return os.lseek(fd, 0, os.SEEK_END)
 
 
+def _cold(fd: int) -> bool:
+    """Whether the page cache holds too little of the regular file ``fd`` to
+    read it through the cache (an empty file, or one that cannot be mapped,
+    is read through it)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return False
+    try:
+        # 32 windows of 64 KiB: a fraction of a millisecond, where whole
+        # megabytes cost about one per file opened.
+        return resident_fraction(fd, 0, st.st_size, 32, 64 << 10) < RESIDENT_ENOUGH
+    except OSError:
+        return False
+
+
+def _set_direct(fd: int) -> bool:
+    """Switch ``fd`` to O_DIRECT; False where its filesystem refuses (tmpfs on
+    older kernels, some FUSE and network filesystems): the reads then go
+    through the page cache, silently, as ``"auto"`` promises nothing more."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)
+    except OSError as error:
+        if error.errno != errno.EINVAL:
+            raise
+        return False
+    return True
+
+
 class FileTable:
     def __init__(self, max_idle: int, remotes: Remotes | None = None) -> None:
         self._max_idle = max_idle
         self._remotes = remotes
-        self._files: dict[tuple[str, bool], OpenFile] = {}
-        self._idle: OrderedDict[tuple[str, bool], OpenFile] = OrderedDict()
+        self._files: dict[tuple[str, Direct], OpenFile] = {}
+        self._idle: OrderedDict[tuple[str, Direct], OpenFile] = OrderedDict()
         self._direct_refused: set[int] = set()  # st_dev of filesystems that refused O_DIRECT
 
-    def acquire(self, path: str, direct: bool) -> OpenFile:
-        """An open file for ``path`` with one more reference. Raises the OSError
+    def acquire(self, path: str, direct: Direct) -> OpenFile:
+        """An open file for ``path`` with one more reference (read with O_DIRECT
+        as ``direct`` says; ``"auto"``: as the page cache holds it, see the
+        module's doc). Raises the OSError
         subclass of the failure (FileNotFoundError, PermissionError,
         IsADirectoryError, ...) with ``filename`` set."""
         if self._remotes is not None and is_remote(path):
@@ -77,7 +125,7 @@ class FileTable:
             return file
         return self._open(key, path, direct)
 
-    def _acquire_cached(self, url: str, direct: bool) -> OpenFile:
+    def _acquire_cached(self, url: str, direct: Direct) -> OpenFile:
         """The shard cache's local copy of a remote object, read by the native
         engine. The copy stays pinned (never evicted) while referenced."""
         assert self._remotes is not None
@@ -86,16 +134,34 @@ class FileTable:
 
         try:
             local = self._remotes.local_copy(url)  # pins once
-        except (CacheFullError, CacheTimeoutError):
-            # No room now (shards in use hold it) or another process is
-            # downloading it: read this one remotely rather than wait.
+        except (CacheFullError, CacheTimeoutError) as error:
+            # No room now (shards in use hold it, or the cache's filesystem is
+            # full) or another process is downloading it: read this one
+            # remotely rather than wait.
+            log.debug("fastio: %s; reading it remotely", error)
             return self._remotes.stat(url)  # type: ignore[return-value]
-        file = self.acquire(local, direct)
+        try:
+            file = self.acquire(local, direct)
+        except BaseException:
+            self._unpin(url)
+            raise
         if file.pinned_url is None:
             file.pinned_url = url  # this pin is held until the last reference goes
         else:
-            self._remotes.cache.release(url)  # already pinned for an earlier reference
+            self._unpin(url)  # already pinned for an earlier reference
         return file
+
+    def _unpin(self, url: str) -> None:
+        """Let the cache's copy of ``url`` go. A cache that cannot record it
+        (a full disk) keeps the pin until it is closed: the read goes on."""
+        assert self._remotes is not None
+        assert self._remotes.cache is not None
+        from fastio._errors import CacheError
+
+        try:
+            self._remotes.cache.release(url)
+        except CacheError as error:
+            log.warning("fastio: %s", error)
 
     def release(self, file: OpenFile | RemoteFile) -> None:
         if isinstance(file, RemoteFile):
@@ -105,7 +171,7 @@ class FileTable:
         if not file.refs and url is not None:
             file.pinned_url = None
             if self._remotes is not None and self._remotes.cache is not None:
-                self._remotes.cache.release(url)
+                self._unpin(url)
         if file.refs or file.fd < 0:
             return
         self._idle[file.key] = file
@@ -131,9 +197,17 @@ class FileTable:
         except OSError:
             return True  # reopening raises the real error with the path
 
-    def _open(self, key: tuple[str, bool], path: str, direct: bool) -> OpenFile:
+    def _open(self, key: tuple[str, Direct], path: str, direct: Direct) -> OpenFile:
         flags = os.O_RDONLY | os.O_CLOEXEC
-        if direct:
+        if direct == "auto":
+            fd = os.open(path, flags)
+            direct = False
+            try:
+                direct = _cold(fd) and _set_direct(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+        elif direct:
             try:
                 fd = os.open(path, flags | os.O_DIRECT)
             except OSError as error:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 __all__ = ["ByteRange", "Chunk", "Shard", "ShardLike", "as_shard"]
 
@@ -30,12 +30,13 @@ class ByteRange:
 class Shard:
     """An ordered list of byte ranges whose bytes are delivered in order.
 
-    ``direct`` overrides the reader's O_DIRECT setting for this shard's files.
+    ``direct`` overrides the reader's O_DIRECT setting for this shard's files
+    (True, False or ``"auto"``: see :class:`fastio.ReaderSettings`).
     """
 
     ranges: tuple[ByteRange, ...]
     name: str | None = None
-    direct: bool | None = None
+    direct: bool | Literal["auto"] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", tuple(self.ranges))  # accept any sequence
@@ -43,7 +44,9 @@ class Shard:
             raise ValueError(f"shard {self.name or ''} has no byte ranges".replace("  ", " "))
 
     @classmethod
-    def file(cls, path: str | os.PathLike[str], *, direct: bool | None = None) -> Shard:
+    def file(
+        cls, path: str | os.PathLike[str], *, direct: bool | Literal["auto"] | None = None
+    ) -> Shard:
         """The whole of one file as a shard."""
         path = os.fspath(path)
         return cls((ByteRange(path),), name=path, direct=direct)

@@ -50,9 +50,10 @@ class ReaderSettings:
         "auto", "io_uring, threads (a pread pool), or auto: io_uring, else threads.", "choice",
         choices=ENGINE_KINDS,
     )  # fmt: skip
-    direct: bool = knob(
-        False, "Open files with O_DIRECT, bypassing the page cache (per shard overridable).",
-        "flag",
+    direct: bool | Literal["auto"] = knob(
+        "auto", "O_DIRECT, bypassing the page cache: true, false, or auto: per file, O_DIRECT "
+        "when the page cache holds less than half of it (per shard overridable).", "flag",
+        choices=("auto",),
     )  # fmt: skip
     memory_budget: int = knob(
         32 * MiB, "Bytes that reads in flight plus data read ahead but not yet consumed may hold.",

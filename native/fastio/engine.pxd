@@ -32,6 +32,11 @@ cdef extern from "engine.h" nogil:
     void fio_engine_destroy(fio_engine *engine)
 
 
+cdef extern from "residency.h" nogil:
+    int fio_resident_pages(int fd, uint64_t offset, uint64_t length, unsigned probes,
+                           uint64_t window, uint64_t *resident, uint64_t *probed)
+
+
 cdef class Engine:
     cdef fio_engine *_engine
     cdef Py_buffer *_views

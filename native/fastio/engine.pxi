@@ -184,3 +184,18 @@ cdef class Engine:
     def __repr__(self):
         state = "closed" if self._closed else f"inflight={self.inflight}"
         return f"<Engine {self.kind} capacity={self.capacity} {state}>"
+
+
+def resident_fraction(int fd, uint64_t offset, uint64_t length, unsigned probes=16,
+                      uint64_t window=1 << 20):
+    """The share (0.0..1.0) of the sampled pages of bytes ``offset`` to
+    ``offset + length`` of ``fd`` that the page cache holds: ``probes`` windows
+    of ``window`` bytes spread over the span (all of it when smaller). Raises
+    OSError where the file cannot be mapped (a pipe, some special files)."""
+    cdef uint64_t resident = 0, probed = 0
+    cdef int rc
+    with nogil:
+        rc = fio_resident_pages(fd, offset, length, probes, window, &resident, &probed)
+    if rc < 0:
+        _raise_errno(rc, "cannot tell what the page cache holds")
+    return resident / probed if probed else 1.0

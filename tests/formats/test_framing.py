@@ -4,6 +4,7 @@ and the native collectors' batches."""
 from __future__ import annotations
 
 import io
+import random
 import subprocess
 import tarfile
 
@@ -41,6 +42,16 @@ def test_crc32c_matches_google_crc32c(data: bytes, cut: int, offset: int) -> Non
     assert crc32c(view, portable=True) == expected
     cut = min(cut, len(data))
     assert crc32c(data[cut:], crc32c(data[:cut])) == expected
+
+
+@pytest.mark.parametrize("size", [12_287, 12_288, 12_289, 24_583, 110_000, (1 << 20) + 5])
+def test_crc32c_of_long_buffers_matches_google_crc32c(size: int) -> None:
+    # Past three 4 KiB blocks the hardware path runs three streams and joins them.
+    data = random.Random(size).randbytes(size)
+    for offset in (0, 3):
+        view = memoryview(data)[offset:]
+        assert crc32c(view) == google_crc32c.value(bytes(view))
+        assert crc32c(view[5000:], crc32c(view[:5000])) == google_crc32c.value(bytes(view))
 
 
 def write_tfrecords(path, payloads: list[bytes]) -> bytes:

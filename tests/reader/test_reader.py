@@ -8,6 +8,7 @@ import os
 import pickle
 import random
 import subprocess
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -17,7 +18,27 @@ from hypothesis import strategies as st
 
 import fastio
 from fastio import ByteRange, Chunk, Reader, Shard
+from fastio._native import resident_fraction
 from tests.conftest import ResourceSnapshot
+
+
+def evict(path: str) -> None:
+    """Drop ``path``'s pages from the page cache (written back first)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    assert resident(path) == 0.0
+
+
+def resident(path: str) -> float:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return resident_fraction(fd, 0, os.fstat(fd).st_size, 1 << 20)
+    finally:
+        os.close(fd)
 
 
 def expected_bytes(corpus: dict[str, bytes], shards: Sequence[Shard]) -> list[bytes]:
@@ -63,7 +84,7 @@ KNOBS = st.fixed_dictionaries(
     {
         "outstanding_requests": st.integers(1, 64),
         "read_size": st.sampled_from([4096, 16_384, 65_536, 1 << 20]),
-        "direct": st.booleans(),
+        "direct": st.sampled_from([False, True, "auto"]),
         "coalesce_gap": st.sampled_from([0, 4096, 65_536]),
     }
 )
@@ -127,6 +148,31 @@ class ReaderContract:
         # O_DIRECT reads whole sectors: storage delivered at least what we asked for.
         stats = reader.stats()
         assert stats.bytes_read >= stats.bytes_delivered == sum(len(corpus[p]) for p in paths)
+
+    def test_auto_direct_reads_cold_files_with_o_direct_and_warm_ones_cached(
+        self, make_file
+    ) -> None:
+        files = [make_file(size) for size in (1, 4097, 65_537, 1_048_576 + 4095, 3_000_001)]
+        paths, contents = [path for path, _ in files], [data for _, data in files]
+        for path in paths:
+            evict(path)
+        # Cold: O_DIRECT, which leaves the page cache as it was; a buffered read
+        # fills it; then "auto" reads them through the page cache.
+        for direct, cached_after in (("auto", 0.0), (False, 1.0), ("auto", 1.0)):
+            with self.reader(direct=direct, read_size=65_536, outstanding_requests=8) as reader:
+                chunks = list(reader.stream(paths))
+            assert join_by_shard(chunks, len(paths)) == contents
+            assert [resident(path) for path in paths] == [cached_after] * len(paths)
+
+    def test_auto_direct_decides_per_file(self, make_file) -> None:
+        (cold_path, cold_data), (warm_path, warm_data) = make_file(100_001), make_file(100_001)
+        evict(cold_path)
+        Path(warm_path).read_bytes()
+        with self.reader() as reader:
+            assert reader.settings.direct == "auto"
+            chunks = list(reader.stream([cold_path, warm_path]))
+        assert join_by_shard(chunks, 2) == [cold_data, warm_data]
+        assert (resident(cold_path), resident(warm_path)) == (0.0, 1.0)
 
     def test_zero_byte_files_yield_one_empty_chunk(self, make_file) -> None:
         empty_a, _ = make_file(0)
@@ -216,6 +262,23 @@ class ReaderContract:
         assert max(held) <= budget
         assert stats.backpressure_seconds > 0  # the full budget held reads back (how long: timing)
         assert stats.bytes_delivered == 32 << 20
+
+    def test_a_stream_progresses_while_another_holds_the_budget(self, make_file) -> None:
+        # A dataset indexing a shard it streams reads the shard's ends through
+        # a second stream while the first one's chunks are still held.
+        path, data = make_file(8 << 20)
+        other, other_data = make_file(64 << 10)
+        with self.reader(read_size=1 << 20, outstanding_requests=4, memory_budget=2 << 20) as r:
+            first = iter(r.stream([path]))
+            held = [next(first)]
+            nested: list[bytes] = []
+            worker = threading.Thread(target=lambda: nested.append(
+                b"".join(bytes(c.data) for c in r.stream([other]))))  # fmt: skip
+            worker.start()
+            worker.join(60)
+            assert nested == [other_data], "the second stream waited for the first's budget"
+            rest = b"".join(bytes(c.data) for c in first)
+        assert bytes(held[0].data) + rest == data
 
     def test_stats_describe_the_work(self, make_file) -> None:
         path, data = make_file(5 << 20)
@@ -431,6 +494,14 @@ def ramfs(tmp_path: Path) -> Path:
     subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mount_point)], check=True)
     yield mount_point
     subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_auto_direct_on_a_filesystem_that_refuses_o_direct_reads_quietly(ramfs: Path) -> None:
+    path = ramfs / "data.bin"
+    path.write_bytes(b"y" * 10_001)
+    with Reader(direct="auto") as reader:  # warnings are errors in this suite
+        chunks = list(reader.stream([str(path)]))
+    assert b"".join(bytes(c.data) for c in chunks) == b"y" * 10_001
 
 
 def test_direct_io_falls_back_on_filesystems_that_refuse_it(ramfs: Path) -> None:
