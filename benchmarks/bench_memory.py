@@ -24,6 +24,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from fastio.cli._gen import write_dataset
 from fastio.spec import DatasetSpec
 
 SAMPLE_SIZE = 110_000
+DATA_DIR = Path(tempfile.gettempdir()) / "fastio-bench-workers"  # outside the repository
 MiB = 1 << 20
 
 _RUN = """
@@ -121,7 +123,9 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--workers", type=int, nargs="*", default=[0, 2, 8])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--data-dir", type=Path, default=Path("benchmarks/data/workers"))
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "fastio-bench-workers"
+    )
     args = parser.parse_args()
     folder = args.data_dir.resolve() / f"{args.samples}x{SAMPLE_SIZE}x{args.shards}"
     if not folder.exists():

@@ -30,6 +30,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ import fastio
 from fastio.cli._gen import write_dataset
 
 SAMPLE_SIZE = 110_000
+DATA_DIR = Path(tempfile.gettempdir()) / "fastio-bench-workers"  # outside the repository
 
 # Each method is a snippet run in a fresh interpreter: `urls` (the shard paths),
 # `batch_size` are given; it sets `samples` and `payload` (bytes of payloads seen).
@@ -138,7 +140,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", nargs="*", default=list(METHODS))
-    parser.add_argument("--data-dir", type=Path, default=Path("benchmarks/data/workers"))
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "fastio-bench-workers"
+    )
     args = parser.parse_args()
     folder = args.data_dir.resolve() / f"{args.samples}x{SAMPLE_SIZE}x{args.shards}"
     written = write_dataset(folder, "webdataset", args.samples, SAMPLE_SIZE, args.shards) \

@@ -186,7 +186,8 @@ def demo(
                     started = time.perf_counter()
                     count = loader.read(urls, index_dir, reader, workers, batch_size)
                     runs.setdefault((loader.name, mode), []).append(
-                        (time.perf_counter() - started, count))
+                        (time.perf_counter() - started, count)
+                    )
     finally:
         if temporary:
             shutil.rmtree(root, ignore_errors=True)

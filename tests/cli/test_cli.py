@@ -103,7 +103,8 @@ def test_demo_compares_loaders_cold_and_warm_with_earned_ratios() -> None:
                          ("webdataset DataLoader", "fastio DataLoader")]:  # fmt: skip
         for mode in ("cold", "warm"):
             assert loaders[peer][mode]["fastio_ratio"] == pytest.approx(
-                loaders[fastio][mode]["samples_per_s"] / loaders[peer][mode]["samples_per_s"])
+                loaders[fastio][mode]["samples_per_s"] / loaders[peer][mode]["samples_per_s"]
+            )
     assert "fastio_ratio" not in loaders["fastio"]["warm"]
 
 
