@@ -9,7 +9,7 @@ prints them all with their defaults)::
     format_options: {verify: true, example: true, record_size: null, columns: null}
     storage_options: {anon: true}             # handed to fsspec untouched
     reader: {outstanding_requests: 32, read_size: 4MiB}
-    shuffle: {enabled: true, seed: 0, buffer: 64MiB, shards: 8}
+    shuffle: {enabled: true, seed: 0, buffer: 32MiB, shards: 8}
     split: {rank: null, world_size: null, remainder: exact}
     on_error: raise
     cache: {dir: /scratch/fastio, max_bytes: 200GiB, policy: plan, prefetch: 2}

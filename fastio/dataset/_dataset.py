@@ -38,6 +38,7 @@ from fastio.dataset._units import read_part
 from fastio.fairness._monitor import FairnessMonitor
 from fastio.formats._index import dataset_index_location
 from fastio.formats._layout import Layout
+from fastio.formats._records import own_bytes_as
 from fastio.formats._shards import format_for_url, format_options, make_format
 from fastio.plan._assignment import part_bounds
 from fastio.plan._cursor import EpochCursor, Start
@@ -56,6 +57,7 @@ from fastio.plan._stream import stream_shards
 from fastio.plan._windows import Run
 from fastio.reader import _tuning
 from fastio.reader._reader import Reader
+from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.sources._urls import expand_urls
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
 
@@ -138,12 +140,13 @@ class Dataset(_Base):
         *,
         shuffle: bool = True,
         seed: int = 0,
-        shuffle_buffer: int | str = 64 << 20,
+        shuffle_buffer: int | str = 32 << 20,
         shuffle_shards: int = 8,
         rank: int | None = None,
         world_size: int | None = None,
         remainder: Remainder = "exact",
         batch_size: int | None = None,
+        handoff_memory: int | str = 32 << 20,
         on_error: OnError = "raise",
         columns: Sequence[str] | None = None,
         record_size: int | str | None = None,
@@ -174,7 +177,8 @@ class Dataset(_Base):
         spec = DatasetSpec.from_keywords(
             urls, format=format, shuffle=shuffle, seed=seed, shuffle_buffer=shuffle_buffer,
             shuffle_shards=shuffle_shards, rank=rank, world_size=world_size, remainder=remainder,
-            batch_size=batch_size, on_error=on_error, columns=columns, record_size=record_size,
+            batch_size=batch_size, handoff_memory=handoff_memory, on_error=on_error,
+            columns=columns, record_size=record_size,
             verify=verify, example=example, index=index, index_dir=index_dir,
             storage_options=storage_options,
             cache_dir=cache_dir, cache_bytes=cache_bytes, cache_policy=cache_policy,
@@ -580,6 +584,10 @@ class Dataset(_Base):
         self, columnar: bool, batch_size: int, drop_last: bool
     ) -> tuple[Iterator[Any], Observer | None]:
         """At the first item: the iteration's items, and what observes them."""
+        if in_dataloader_worker():
+            capacity = self.spec.split.handoff_memory
+            hand_off(capacity, arrow=columnar and self._format.batch_kind == "arrow")
+            own_bytes_as(HandedBytes if capacity else bytes)
         participant = self._participant()
         cursor = self._cursor
         epoch, resumes = self._ledger.begin(participant.worker, cursor.pending_resume())

@@ -111,7 +111,7 @@ class ShardIndex:
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(handle, "wb") as out:
-                meta = {"version": _VERSION, "shards": [self.meta()]}
+                meta = {"version": _VERSION, "shards": [self.meta(_relative(self.url, str(path)))]}
                 np.savez(out, starts=self.starts, ends=self.ends,
                          meta=np.array(json.dumps(meta)))  # fmt: skip
             os.replace(temporary, path)
@@ -419,11 +419,15 @@ def _key(url: str) -> str:
 
 
 def _relative(url: str, location: str) -> str:
-    if is_remote(url) != is_remote(location):
-        return url
-    base = posixpath.dirname(_key(location))
+    """``url`` as an index file at ``location`` names it: relative to the file's
+    folder where it is below it, else whole (a local path made absolute, so
+    that a shard given relative to the working folder is not read back
+    relative to the index folder)."""
     key = _key(url)
-    return key[len(base) + 1 :] if key.startswith(base + "/") else url
+    if is_remote(url) != is_remote(location):
+        return key
+    base = posixpath.dirname(_key(location))
+    return key[len(base) + 1 :] if key.startswith(base + "/") else key
 
 
 def _resolved(name: str, location: str) -> str:

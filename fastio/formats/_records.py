@@ -201,6 +201,16 @@ class DatasetIndexWriter:
         return where
 
 
+_owned_bytes: type[bytes] = bytes
+
+
 def owned(value: Any) -> Any:
     """A sample's value owned by the caller: views of the reader's buffers copied."""
-    return bytes(value) if isinstance(value, memoryview) else value
+    return _owned_bytes(value) if isinstance(value, memoryview) else value
+
+
+def own_bytes_as(kind: type[bytes]) -> None:
+    """Make :func:`owned` copy views into ``kind``, a ``bytes`` subclass (in a
+    DataLoader worker, one its queue hands to the main process unpickled)."""
+    global _owned_bytes
+    _owned_bytes = kind

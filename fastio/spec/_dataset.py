@@ -45,7 +45,7 @@ class ShuffleSettings:
 
     enabled: bool = knob(True, "Shuffle (else stored order).", "flag", keyword="shuffle")
     seed: int = knob(0, "Seed of every order drawn.", "count", low=0, keyword="seed")
-    buffer: int = knob(64 * MiB, "Bytes of encoded samples mixed at once (the shuffle buffer).",
+    buffer: int = knob(32 * MiB, "Bytes of encoded samples mixed at once (the shuffle buffer).",
                        "size", low=1, keyword="shuffle_buffer")  # fmt: skip
     shards: int = knob(8, "Shards mixed at once.", "count", low=1, keyword="shuffle_shards")
 
@@ -73,6 +73,12 @@ class SplitSettings:
         "The DataLoader's batch size: each worker's part is whole batches (but the rank's last "
         "one), so that len(loader) is the number of batches it yields.",
         "count", low=1, optional=True, keyword="batch_size",
+    )  # fmt: skip
+    handoff_memory: int = knob(
+        32 * MiB,
+        "Shared memory through which each DataLoader worker hands samples' bytes and Arrow "
+        "batches to the main process, instead of pickling them through its queue (0: pickle).",
+        "size", low=0, keyword="handoff_memory",
     )  # fmt: skip
 
     def __post_init__(self) -> None:

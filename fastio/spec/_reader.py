@@ -56,7 +56,7 @@ class ReaderSettings:
         choices=("auto",),
     )  # fmt: skip
     memory_budget: int = knob(
-        64 * MiB, "Bytes that reads in flight plus data read ahead but not yet consumed may hold.",
+        32 * MiB, "Bytes that reads in flight plus data read ahead but not yet consumed may hold.",
         "size", low=MIN_READ_SIZE, high=1 << 50,
     )  # fmt: skip
     coalesce_gap: int = knob(

@@ -53,7 +53,7 @@ def test_run_prints_one_json_object(tmp_path, make_file) -> None:
     assert settings["outstanding_requests"] == 8
     assert settings["read_size"] == 65_536
     assert settings["engine"] == "threads"
-    assert settings["direct"] is False
+    assert settings["direct"] == "auto"  # the default: O_DIRECT where the page cache holds little
     assert report["stats"]["bytes_delivered"] == sum(sizes)
 
 
@@ -80,25 +80,49 @@ def test_run_rejects_bad_knobs(make_file) -> None:
     assert result.returncode == 2
 
 
-def test_demo_compares_with_plain_python() -> None:
-    result = bench("demo", "--shards", "4", "--shard-size", "2MiB", "--json")
-    report = json.loads(result.stdout)
-    assert report["fastio"]["bytes"] == report["python"]["bytes"] == 8 << 20
-    assert report["fastio"]["mb_per_s"] > 0
-    assert report["python"]["mb_per_s"] > 0
-    assert report["speedup"] == pytest.approx(
-        report["fastio"]["mb_per_s"] / report["python"]["mb_per_s"]
+TINY_DEMO = ("demo", "--samples", "24", "--sample-size", "20KB", "--shards", "2", "--repeat", "2",
+             "--batch-size", "5")  # fmt: skip
+
+
+def test_demo_compares_loaders_cold_and_warm_with_earned_ratios() -> None:
+    report = json.loads(bench(*TINY_DEMO, "--json").stdout)
+    loaders = report["loaders"]
+    assert set(loaders) == {"fastio", "webdataset", "tarfile loop", "fastio DataLoader",
+                            "webdataset DataLoader"}  # fmt: skip
+    for name, modes in loaders.items():
+        assert set(modes) == {"cold", "warm"}
+        for row in modes.values():
+            assert row["samples"] == [24], name
+            assert not row["wrong"]
+            assert len(row["seconds_runs"]) == 2
+            assert row["seconds"] == pytest.approx(sum(row["seconds_runs"]) / 2)  # the median
+            assert row["samples_per_s"] == pytest.approx(24 / row["seconds"])
+    # Each peer's ratio is fastio read the same way (in process, or in a
+    # DataLoader) over the peer, from the medians shown.
+    for peer, fastio in [("webdataset", "fastio"), ("tarfile loop", "fastio"),
+                         ("webdataset DataLoader", "fastio DataLoader")]:  # fmt: skip
+        for mode in ("cold", "warm"):
+            assert loaders[peer][mode]["fastio_ratio"] == pytest.approx(
+                loaders[fastio][mode]["samples_per_s"] / loaders[peer][mode]["samples_per_s"]
+            )
+    assert "fastio_ratio" not in loaders["fastio"]["warm"]
+
+
+def test_demo_table_with_a_config_files_reader_settings_keeps_a_given_folder(tmp_path) -> None:
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        "urls: unused-{0..1}.tar\nreader: {outstanding_requests: 3, read_size: 256KiB}\n"
     )
-    assert report["runs"] == 3
-    runs = sorted(report["fastio_mb_per_s_runs"])
-    assert len(runs) == 3
-    assert report["fastio"]["mb_per_s"] == pytest.approx(runs[1])  # the median run
-
-
-def test_demo_table(tmp_path) -> None:
-    result = bench("demo", "--shards", "2", "--shard-size", "1MiB", "--folder", str(tmp_path))
-    assert "vs python" in result.stdout
-    assert len(list(tmp_path.glob("train-*.bin"))) == 2  # a given folder is kept
+    data = tmp_path / "data"
+    options = ("--repeat", "1", "--workers", "0", "--folder", str(data), "--config", str(config))
+    result = bench(*TINY_DEMO, *options, "--out", str(tmp_path / "demo.json"))
+    assert "fastio is" in result.stdout
+    assert "fastio DataLoader: not run (--workers 0)" in " ".join(result.stdout.split())
+    assert len(list(data.glob("webdataset-*.tar"))) == 2  # a given folder is kept
+    report = json.loads((tmp_path / "demo.json").read_text())
+    assert report["reader"]["outstanding_requests"] == 3
+    assert report["reader"]["read_size"] == 256 << 10
+    assert report["loaders"]["fastio"]["warm"]["samples"] == [24]
 
 
 @pytest.mark.parametrize(
@@ -170,25 +194,10 @@ def test_run_dataset_errors_are_reported(tmp_path) -> None:
     assert "none-0.tfrecord" in result.stderr
 
 
-def test_demo_reads_with_a_config_files_reader_settings(tmp_path) -> None:
-    config = tmp_path / "job.yaml"
-    config.write_text(
-        "urls: unused-{0..1}.bin\nreader: {outstanding_requests: 3, read_size: 256KiB}\n"
-    )
-    report = json.loads(
-        bench(
-            "demo", "--shards", "2", "--shard-size", "1MiB", "--json", "--config", str(config)
-        ).stdout
-    )
-    assert report["reader"]["outstanding_requests"] == 3
-    assert report["reader"]["read_size"] == 256 << 10
-    assert report["fastio"]["bytes"] == 2 << 20
-
-
 def test_help_shows_the_specs_defaults_as_the_spec_writes_them() -> None:
     shown = " ".join(bench("run", "--help").stdout.split())
     assert "[default: 1MiB]" in shown  # --read-size
-    assert "[default: 64MiB]" in shown  # --memory-budget and --shuffle-buffer
+    assert "[default: 32MiB]" in shown  # --memory-budget and --shuffle-buffer
     assert "[default: 16; 1<=x<=256]" in shown  # --outstanding-requests
 
 

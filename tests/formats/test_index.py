@@ -245,3 +245,20 @@ def test_writers_note_the_index_a_scan_builds(tmp_path, format_name: str, codec)
     assert (noted.change, noted.fingerprint) == (scanned.change, scanned.fingerprint)
     np.testing.assert_array_equal(noted.starts, scanned.starts)
     np.testing.assert_array_equal(noted.ends, scanned.ends)
+
+
+def test_shards_named_relative_to_the_working_folder_find_their_kept_indexes(
+    tmp_path, monkeypatch
+) -> None:
+    from tests.shards import write
+
+    written = write("jsonl", tmp_path / "work" / "data", shards=3, per_shard=10, index=False)
+    monkeypatch.chdir(tmp_path / "work")
+    relative = [os.path.relpath(url, tmp_path / "work") for url in written.urls]
+    index_dir = tmp_path / "elsewhere"
+    first = fastio.Dataset(relative, index_dir=index_dir, shuffle=False)
+    assert [sample["key"] for sample in first] == [row["key"] for row in written.samples]
+    assert len(list(index_dir.glob("*.fastio-index.npz"))) == 3  # kept, away from the shards
+    again = fastio.Dataset(relative, index_dir=index_dir, shuffle=False)
+    assert len(again) == len(written.samples)  # the kept indexes, found and valid
+    assert [sample["key"] for sample in again] == [row["key"] for row in written.samples]

@@ -174,6 +174,7 @@ NOT_KNOBS = {
     ("compare", "--batch-size"): "rows per batch of each loader compared, fastio's batches(n) too",
     ("index", "--format"): "only the formats that have shard indexes",
     ("demo", "--shards"): "how many files the demo writes",
+    ("demo", "--batch-size"): "the DataLoader rows' batch size, the same for every loader",
     ("tiering", "--seed"): "the seed of the synthetic trace",
 }
 

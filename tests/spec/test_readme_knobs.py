@@ -82,7 +82,7 @@ def test_the_readme_knob_table_is_the_specs() -> None:
     )
     assert not missing, hint + "; missing:\n" + "\n".join(missing)
     assert not stale, hint + "; stale:\n" + "\n".join(stale)
-    assert re.search(r"\| `shuffle_buffer` \| `shuffle.buffer` \| `64MiB` \|", "\n".join(found))
+    assert re.search(r"\| `shuffle_buffer` \| `shuffle.buffer` \| `32MiB` \|", "\n".join(found))
 
 
 if __name__ == "__main__":

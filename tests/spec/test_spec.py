@@ -227,6 +227,7 @@ FLAT: dict[str, tuple[Any, str | None, str, Any]] = {
     "world_size": (2, "split", "world_size", 2),
     "remainder": ("pad", "split", "remainder", "pad"),
     "batch_size": (32, "split", "batch_size", 32),
+    "handoff_memory": ("16MiB", "split", "handoff_memory", 16 << 20),
     "cache_dir": ("/c", "cache", "dir", "/c"),
     "cache_bytes": ("2GiB", "cache", "max_bytes", 2 << 30),
     "cache_policy": ("lru", "cache", "policy", "lru"),

@@ -1,0 +1,267 @@
+"""Payloads handed from DataLoader workers to the main process through shared memory.
+
+A DataLoader worker's batches reach the main process pickled onto one pipe:
+every payload byte is copied into the pickle, pushed through the pipe 64 KiB
+at a time, read back and copied out of the pickle again, and the main process
+(one core, which also trains) does half of that work. torch tensors skip it
+(their storage moves to shared memory), samples of bytes and Arrow batches do
+not. So each worker owns a *ring*: a file in /dev/shm it maps whole. When the
+worker's queue pickles a payload of at least :data:`MIN_HANDED` bytes (in
+multiprocessing's ``ForkingPickler`` only: ``pickle.dumps`` is unchanged),
+the payload is copied into the ring and only ``(file, position, length)``
+travels; the main process reads it back with one ``pread`` into the object the
+in-process path gives (``bytes``, a ``pyarrow.RecordBatch``) and advances the
+ring's read mark, which frees the space. The main process reads a worker's
+payloads in the order the worker pickled them (one queue, in order), so the
+ring needs no more bookkeeping than that mark. A payload that does not fit
+(the main process is behind by a whole ring) is pickled as before: nothing
+ever waits.
+
+Release, on every path: the main process unlinks the file when it first reads
+from it (both keep it open; the memory goes when both have closed it), a worker
+empties its ring as it exits, the main process closes rings whose worker is gone
+when it meets a new one, and files of workers killed before the main process
+read from them are swept by the next process that names a ring
+(:func:`fastio.shared.shared_path`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import sys
+from multiprocessing import util
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import numpy as np
+
+from fastio.shared._mapped import owner_of, remove_owned, shared_path
+
+__all__ = ["MIN_HANDED", "HandedBytes", "hand_off", "in_dataloader_worker"]
+
+MIN_HANDED = 16 << 10  # smaller payloads pickle faster than a ring write and a pread
+_HEADER = 4096  # the read mark (int64) in the first page; payloads after it
+_ALIGN = 64  # payload starts, so Arrow buffers read back are aligned
+KIND = "handoff"
+
+
+class HandedBytes(bytes):
+    """``bytes`` that a DataLoader worker's queue hands to the main process
+    through the worker's ring (which gets plain ``bytes``). Everything else
+    sees plain bytes: it adds no behaviour but its pickling there."""
+
+    __slots__ = ()
+
+
+def in_dataloader_worker() -> bool:
+    """Whether this process is a torch DataLoader worker (looks only if torch
+    is imported: fastio never imports it for this)."""
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and data.get_worker_info() is not None
+
+
+class _Ring:
+    """A worker's ring: ``capacity`` bytes after a header page, written at
+    ``head`` (a position that only grows; the file offset is it modulo the
+    capacity), read by the main process up to the mark in the header."""
+
+    def __init__(self, capacity: int) -> None:
+        self.owner = os.getpid()
+        self.path = shared_path(KIND)
+        self.capacity = capacity
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, _HEADER + capacity)
+            self.map = mmap.mmap(fd, _HEADER + capacity)
+        except BaseException:
+            os.close(fd)
+            remove_owned(self.path, self.owner)
+            raise
+        self.fd = fd
+        self.read_mark = np.frombuffer(self.map, np.int64, 1)
+        self.head = 0
+        util.Finalize(self, self.close, exitpriority=10)
+
+    def reserve(self, length: int) -> int | None:
+        """The position of ``length`` free bytes (taken), or None if the main
+        process has not read enough yet."""
+        start = -(-self.head // _ALIGN) * _ALIGN
+        offset = start % self.capacity
+        if offset + length > self.capacity:  # no room before the end: wrap around
+            start += self.capacity - offset
+        if start + length - int(self.read_mark[0]) > self.capacity:
+            return None
+        self.head = start + length
+        return start
+
+    def view(self, start: int, length: int) -> memoryview:
+        offset = _HEADER + start % self.capacity
+        return memoryview(self.map)[offset : offset + length]
+
+    def close(self) -> None:
+        """Free the pages (the main process may still hold the file open), and
+        remove the file if the main process never read from it."""
+        if self.fd < 0:
+            return
+        self.read_mark = np.zeros(1, np.int64)
+        with contextlib.suppress(BufferError):  # a view still held keeps the map
+            self.map.close()
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, 0)
+        os.close(self.fd)
+        self.fd = -1
+        remove_owned(self.path, self.owner)
+
+
+class _Handoff:
+    """This worker process's ring, made at its first payload."""
+
+    capacity = 0
+    ring: _Ring | None = None
+
+    def reserve(self, length: int) -> tuple[_Ring, int] | None:
+        if length < MIN_HANDED or length > self.capacity:
+            return None
+        ring = self.ring
+        if ring is None or ring.owner != os.getpid() or ring.capacity != self.capacity:
+            ring = self.ring = _Ring(self.capacity)  # the first, or after a fork
+        start = ring.reserve(length)
+        return None if start is None else (ring, start)
+
+
+_handoff = _Handoff()
+
+
+def hand_off(capacity: int, arrow: bool = False) -> None:
+    """In a DataLoader worker: hand payloads (:class:`HandedBytes`; with
+    ``arrow``, Arrow record batches too) to the main process through a ring of
+    ``capacity`` bytes (0: pickle them as torch does)."""
+    _handoff.capacity = capacity
+    ForkingPickler.register(HandedBytes, _reduce_bytes)
+    if arrow:
+        import pyarrow as pa
+
+        ForkingPickler.register(pa.RecordBatch, _reduce_record_batch)
+
+
+def _reduce_bytes(payload: HandedBytes) -> tuple[Any, ...]:
+    taken = _handoff.reserve(len(payload))
+    if taken is None:
+        return bytes, (bytes(payload),)
+    ring, start = taken
+    ring.view(start, len(payload))[:] = payload
+    return _bytes_from_ring, (ring.path, start, len(payload))
+
+
+def _reduce_record_batch(batch: Any) -> tuple[Any, ...]:
+    import pyarrow as pa
+
+    measure = pa.MockOutputStream()
+    _write_stream(measure, batch)
+    length = measure.size()
+    taken = _handoff.reserve(length)
+    if taken is None:
+        return batch.__reduce__()  # type: ignore[no-any-return]
+    ring, start = taken
+    _write_stream(pa.FixedSizeBufferWriter(pa.py_buffer(ring.view(start, length))), batch)
+    return _record_batch_from_ring, (ring.path, start, length)
+
+
+def _write_stream(sink: Any, batch: Any) -> None:
+    import pyarrow as pa
+
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+
+
+# ---- the main process ----------------------------------------------------------------
+
+
+class _Attached:
+    """A worker's ring as the main process reads it: the descriptor, and the
+    header page mapped for the read mark."""
+
+    def __init__(self, path: str) -> None:
+        self.owner = owner_of(path)
+        self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self.header = mmap.mmap(self.fd, _HEADER)
+        self.read_mark = np.frombuffer(self.header, np.int64, 1)
+        self.capacity = os.fstat(self.fd).st_size - _HEADER
+        # From now on the open descriptors keep it: no path left to leak.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def close(self) -> None:
+        self.read_mark = np.zeros(1, np.int64)
+        with contextlib.suppress(BufferError):
+            self.header.close()
+        os.close(self.fd)
+
+    def read(self, start: int, length: int) -> bytes:
+        """The payload at ``start`` (one copy, into the bytes), marked read."""
+        offset = _HEADER + start % self.capacity
+        payload = os.pread(self.fd, length, offset)
+        self._check(len(payload), length, offset)
+        self.read_mark[0] = start + length
+        return payload
+
+    def read_into(self, target: Any, start: int, length: int) -> None:
+        """Copy the payload at ``start`` into ``target``, marked read."""
+        offset = _HEADER + start % self.capacity
+        self._check(os.preadv(self.fd, [target], offset), length, offset)
+        self.read_mark[0] = start + length
+
+    def _check(self, got: int, length: int, offset: int) -> None:
+        if got != length:  # its worker emptied it: it was killed or told to exit
+            raise BrokenPipeError(
+                f"a DataLoader worker's hand-off ring ended early: {got} of {length} bytes "
+                f"at offset {offset} (its worker, pid {self.owner}, exited)"
+            )
+
+
+_attached: dict[str, _Attached] = {}
+
+
+def _ring(path: str) -> _Attached:
+    ring = _attached.get(path)
+    if ring is None:
+        _close_gone()
+        ring = _attached[path] = _Attached(path)
+    return ring
+
+
+def _close_gone() -> None:
+    """Close the rings of workers that have exited (a new one is starting)."""
+    for path, ring in list(_attached.items()):
+        try:
+            if ring.owner is not None:
+                os.kill(ring.owner, 0)
+        except ProcessLookupError:
+            del _attached[path]
+            ring.close()
+        except PermissionError:
+            continue
+
+
+def _forget_in_child() -> None:
+    """A forked child reads no rings: it must not keep its parent's open."""
+    for ring in _attached.values():
+        ring.close()
+    _attached.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _bytes_from_ring(path: str, start: int, length: int) -> bytes:
+    return _ring(path).read(start, length)
+
+
+def _record_batch_from_ring(path: str, start: int, length: int) -> Any:
+    import pyarrow as pa
+
+    buffer = pa.allocate_buffer(length)
+    _ring(path).read_into(buffer, start, length)
+    return pa.ipc.open_stream(buffer).read_next_batch()

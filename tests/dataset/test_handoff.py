@@ -1,0 +1,144 @@
+"""Samples and batches cross from real DataLoader worker processes to the main
+process through shared memory: the same bytes as in this process, with the
+default collate, with pin_memory, with a ring too small for them, and nothing
+left in /dev/shm when a worker is killed or the loader is dropped mid-epoch."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import time
+
+import pyarrow as pa
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import fastio
+from fastio.shared import _handoff
+from fastio.shared._mapped import owner_of, shared_folder
+from tests.shards import write
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    # Payloads of 10 B, 3 KB and 20 KB: the small ones pickle, the large ones
+    # go through the ring, mixed in one batch.
+    return write("webdataset", tmp_path_factory.mktemp("handoff"), shards=4, per_shard=30)
+
+
+def in_process(written) -> dict[str, bytes]:
+    with fastio.Dataset(written.pattern, shuffle=False) as dataset:
+        return {s["__key__"]: s["bin"] for s in dataset}
+
+
+def rings_of(pids: set[int]) -> list[str]:
+    """The hand-off files in /dev/shm of the processes ``pids``."""
+    prefix = f"fastio-{_handoff.KIND}-"
+    return [n for n in os.listdir(shared_folder())
+            if n.startswith(prefix) and owner_of(n) in pids]  # fmt: skip
+
+
+def attached_owners() -> set[int | None]:
+    return {ring.owner for ring in _handoff._attached.values()}
+
+
+def gone(pids: set[int]) -> None:
+    """Wait until the processes ``pids`` have exited (the loader joins them)."""
+    for _ in range(200):
+        alive = set()
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive.add(pid)
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"workers {alive} still running")
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_samples_with_the_default_collate_are_the_same_bytes(written, context) -> None:
+    expected = in_process(written)
+    before = attached_owners()
+    dataset = fastio.Dataset(written.pattern, seed=3)
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, multiprocessing_context=context)
+    got = {}
+    for batch in loader:  # the default collate: a dict of lists
+        for key, payload in zip(batch["__key__"], batch["bin"], strict=True):
+            assert type(payload) is bytes  # not the worker's subclass
+            got[key] = payload
+    assert got == expected
+    assert attached_owners() - before, "no payload came through a ring"
+
+
+def test_batches_are_the_same_arrow_batches(written) -> None:
+    with fastio.Dataset(written.pattern, shuffle=False) as dataset:
+        expected = rows_of(list(dataset.batches(16)))
+    before = attached_owners()
+    dataset = fastio.Dataset(written.pattern, seed=3)
+    loader = DataLoader(dataset.batches(16), batch_size=None, num_workers=2)
+    batches = list(loader)
+    assert all(type(batch) is pa.RecordBatch for batch in batches)
+    assert rows_of(batches) == expected
+    assert attached_owners() - before, "no batch came through a ring"
+
+
+def rows_of(batches: list[pa.RecordBatch]) -> list[dict]:
+    # Each batch has its own dictionary of URLs: compare values, not encodings.
+    return sorted((row for b in batches for row in b.to_pylist()), key=lambda r: r["__key__"])
+
+
+@pytest.mark.parametrize("handoff_memory", [0, 64 << 10, 1 << 20])
+def test_a_ring_too_small_or_none_pickles_what_does_not_fit(written, handoff_memory) -> None:
+    # 64 KiB holds about three large payloads of a batch of 8: the rest pickle.
+    dataset = fastio.Dataset(written.pattern, seed=3, handoff_memory=handoff_memory)
+    loader = DataLoader(dataset, batch_size=8, num_workers=2)
+    got = {k: v for batch in loader for k, v in zip(batch["__key__"], batch["bin"], strict=True)}
+    assert got == in_process(written)
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true but no accelerator")
+def test_pin_memory(written) -> None:
+    # CPU-only torch has nothing to pin into: the DataLoader warns and skips
+    # pinning, so this shows the hand-off is unaffected, not that pinning ran.
+    dataset = fastio.Dataset(written.pattern, seed=3)
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, pin_memory=True)
+    got = {k: v for batch in loader for k, v in zip(batch["__key__"], batch["bin"], strict=True)}
+    assert got == in_process(written)
+    if not torch.accelerator.is_available():
+        pytest.skip("pin_memory needs an accelerator (CUDA, XPU, MPS): CPU-only torch skips it")
+
+
+def test_a_killed_worker_leaves_nothing_in_dev_shm(written) -> None:
+    dataset = fastio.Dataset(written.pattern, seed=3)
+    loader = DataLoader(dataset, batch_size=4, num_workers=2)
+    batches = iter(loader)
+    for _ in range(4):  # two from each worker: both rings are in use
+        next(batches)
+    pids = {worker.pid for worker in batches._workers}  # type: ignore[attr-defined]
+    os.kill(min(pids), signal.SIGKILL)
+    with pytest.raises(RuntimeError, match="DataLoader worker"):
+        for _ in batches:
+            pass
+    del batches
+    gc.collect()
+    gone(pids)
+    assert rings_of(pids) == []
+    # The next loader's first payload closes the rings of workers gone.
+    next(iter(DataLoader(dataset, batch_size=4, num_workers=2)))
+    assert not attached_owners() & pids
+
+
+def test_a_loader_dropped_mid_epoch_leaves_nothing_in_dev_shm(written) -> None:
+    dataset = fastio.Dataset(written.pattern, seed=3)
+    batches = iter(DataLoader(dataset.batches(4), batch_size=None, num_workers=2))
+    next(batches)
+    pids = {worker.pid for worker in batches._workers}  # type: ignore[attr-defined]
+    del batches
+    gc.collect()
+    gone(pids)
+    assert rings_of(pids) == []
