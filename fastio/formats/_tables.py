@@ -74,6 +74,10 @@ class _RangeFile:
         parts = []
         while position < end:
             index = bisect.bisect_right(self.starts, position) - 1
+            # Pieces overlap (a small file's head and tail hold its batches too):
+            # the nearest start before the position may end before it.
+            while index >= 0 and position - self.starts[index] >= len(self.pieces[index]):
+                index -= 1
             begin = position - self.starts[index] if index >= 0 else -1
             if index < 0 or begin >= len(self.pieces[index]):
                 raise OSError(f"{self.url}: bytes {position}..{end} were not fetched")

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
-from fastio._errors import CorruptRecordError, DecodeError
+from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
 from fastio._native import RecordColumns, crc32c, scan_tfrecords
 from fastio._native import parse_example as _parse_example
 from fastio.formats._index import Locator
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter
+from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
     import os
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from fastio.formats._index import IndexPlacement
     from fastio.formats._layout import Layout
     from fastio.reader._ranges import Chunk
+    from fastio.reader._reader import Reader
 
 __all__ = [
     "TFRecordFormat",
@@ -40,6 +42,7 @@ __all__ = [
     "example_parts",
     "locate_tfrecords",
     "parse_example",
+    "resync_tfrecord",
 ]
 
 _HEADER = 12  # uint64 length + uint32 masked CRC of the length
@@ -97,6 +100,48 @@ def locate_tfrecords(
         return Framing(records, end)
 
     return framed(chunks, url, scan)
+
+
+def resync_tfrecord(reader: Reader, url: str, error: DecodeError) -> int | None:
+    """Where a scan goes on after a record whose length checksum fails: the
+    first offset after it where a whole record's length and data checksums
+    both hold. The damaged length cannot say where its record ends, so the
+    search goes byte by byte (a place is ruled out by its length checksum,
+    or a length past the shard's end). None after a cut, after a data
+    checksum (the scan steps over that record itself), or where no record
+    follows.
+
+    A record whose data holds a TFRecord of its own can pass for the next
+    record there."""
+    if isinstance(error, TruncatedShardError) or "length checksum" not in str(error):
+        return None
+    size, _ = reader.describe(url)
+    position = error.offset + 1  # the shard offset of pending[0]
+    pending = bytearray()
+    stream = reader.stream([ByteRange(url, position)])
+    try:
+        for chunk in stream:
+            pending += chunk.data
+            candidate = 0
+            with memoryview(pending) as view:  # released before pending grows
+                while candidate + _HEADER <= len(view):
+                    header = scan_tfrecords(view[candidate : candidate + _HEADER])
+                    length = int.from_bytes(view[candidate : candidate + 8], "little")
+                    end = candidate + _HEADER + length + 4
+                    if header.error is not None or position + end > size:
+                        candidate += 1
+                        continue
+                    if end > len(view):
+                        break  # a header that holds: its record's data decides
+                    whole = scan_tfrecords(view[candidate:end])
+                    if whole.error is None and len(whole.offsets) == 1:
+                        return position + candidate
+                    candidate += 1
+            del pending[:candidate]
+            position += candidate
+    finally:
+        stream.close()  # type: ignore[attr-defined]
+    return None
 
 
 def _checksum_problem(
@@ -182,7 +227,9 @@ class TFRecordFormat(RecordFormat):
 
     def locator(self) -> Locator:
         if self.verify:
-            return Locator(self.name, functools.partial(locate_tfrecords, step_over=True))
+            return Locator(
+                self.name, functools.partial(locate_tfrecords, step_over=True), resync_tfrecord
+            )
         # A scan that skipped checksums is kept under its own name: it serves
         # unverified reads, never a dataset that asked for verification.
         unverified = functools.partial(locate_tfrecords, verify=False)
