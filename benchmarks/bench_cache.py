@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fastio.cache._cache import ShardCache
+from fastio.cache._cache import INDEX_ROOM, ShardCache
 from fastio.cli._options import parse_size
 from fastio.plan._assignment import shard_order
 
@@ -69,7 +69,8 @@ def run(
     max_bytes = int(len(orders[0]) * shard_size * fraction)
     hits = []
     started = time.perf_counter()
-    with ShardCache(folder, max_bytes, policy) as cache:  # type: ignore[arg-type]
+    # The fraction is of room for copies; the limit also holds the cache's index.
+    with ShardCache(folder, INDEX_ROOM + max_bytes, policy) as cache:  # type: ignore[arg-type]
         if ahead == 0:
             cache.plan(url for order in orders for url in order)
         for epoch, order in enumerate(orders):

@@ -17,6 +17,7 @@ every answer, HEAD or GET, held back ``--latency`` seconds. Network conditions:
   it. The kernel has no netem (and no fq), so the latency is the server's time
   to first byte per request, not a round-trip time of every packet: TCP's window
   grows as fast as on a LAN, which flatters single-stream readers.
+  bench_remote_link.py measures over a link that delays every packet instead.
 
 Methods, all reading the same shards in order and touching every sample
 (counted, ``.bin`` payload lengths summed; a wrong count or total fails the run):

@@ -230,6 +230,7 @@ EXTRAS = {
     "prometheus_client": "metrics",
     "zstandard": "zstd",
     "torch": "torch",
+    "ray": "ray",
 }
 
 

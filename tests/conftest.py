@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -102,3 +104,29 @@ def make_file(tmp_path: Path) -> Callable[[int], tuple[str, bytes]]:
         return str(path), write_random_file(path, size, seed=1000 + index)
 
     return make
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of 1 MiB: a real filesystem that fills up long before any
+    byte limit the tests give."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; CI runs as root")
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], check=True)
+    yield mount_point
+    subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
+
+
+def fill(folder: Path) -> None:
+    """Takes every byte left on ``folder``'s filesystem."""
+    descriptor = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(descriptor, bytes(4096))
+        with pytest.raises(OSError, match="No space left on device"):
+            os.write(descriptor, b"x")
+    finally:
+        os.close(descriptor)

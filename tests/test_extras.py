@@ -18,9 +18,10 @@ import pytest
 
 import fastio
 from fastio._errors import EXTRAS
+from tests.cli.test_commands import PLOTTING, RUNS
 from tests.shards import write
 
-BLOCKED = ("pyarrow", "optuna", "uvloop", "prometheus_client", "matplotlib")
+BLOCKED = ("pyarrow", "optuna", "uvloop", "prometheus_client", "matplotlib", "ray")
 
 PRELUDE = f"""
 import json, sys
@@ -69,8 +70,9 @@ def test_raw_reads_and_record_formats_need_no_extra(tmp_path: Path) -> None:
         ("fastio.Dataset(TAR, tune=True)", "tuning needs optuna: pip install 'fastio[tune]'"),
         ("import fastio.metrics; fastio.metrics.prometheus_text(fastio.Dataset(TAR))",
          "Prometheus metrics needs prometheus_client: pip install 'fastio[metrics]'"),
+        ("import fastio.ray", "Ray datasets needs ray: pip install 'fastio[ray]'"),
     ],
-    ids=["parquet", "arrow-batches", "tune", "metrics"],
+    ids=["parquet", "arrow-batches", "tune", "metrics", "ray"],
 )  # fmt: skip
 def test_a_feature_that_needs_an_extra_names_it(tmp_path: Path, code: str, message: str) -> None:
     tar = write("webdataset", tmp_path / "tar", shards=1, per_shard=4)
@@ -87,17 +89,25 @@ def test_a_feature_that_needs_an_extra_names_it(tmp_path: Path, code: str, messa
     assert result == {"message": message, "import_error": True}
 
 
-def test_the_cli_names_the_plot_extra_before_any_work(tmp_path: Path) -> None:
-    data = tmp_path / "data.bin"
-    data.write_bytes(b"\0" * 4096)
+@pytest.mark.parametrize("command", PLOTTING, ids=" ".join)
+def test_every_plot_names_the_extra_before_any_work(tmp_path: Path, command: tuple[str, ...]
+                                                    ) -> None:  # fmt: skip
+    written = write("webdataset", tmp_path / "data", shards=1, per_shard=4)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(f"urls: {written.pattern}\n")
+    tiny = {"pattern": written.pattern, "data": str(tmp_path / "data"), "config": str(config),
+            "folder": str(tmp_path)}  # fmt: skip
+    template, _ = RUNS[command]
+    before = sorted(tmp_path.rglob("*"))
     done = subprocess.run(
-        [sys.executable, "-c", PRELUDE + "from fastio.cli import main; main()", "run", str(data),
-         "--plot", str(tmp_path / "run.png")],
+        [sys.executable, "-c", PRELUDE + "from fastio.cli import main; main()", *command,
+         *(arg.format(**tiny) for arg in template), "--plot", str(tmp_path / "plot.png"),
+         "--out", str(tmp_path / "result.json")],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    assert done.returncode == 2
+    assert done.returncode == 2, done.stderr
     assert "--plot needs matplotlib: pip install 'fastio[plot]'" in done.stderr
-    assert not (tmp_path / "run.png").exists()
+    assert sorted(tmp_path.rglob("*")) == before  # no result, plot, tuned config or index
 
 
 def test_the_error_pickles_and_every_extra_is_declared() -> None:

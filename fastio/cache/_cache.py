@@ -34,6 +34,8 @@ nothing. ``policy="lru"`` evicts the shard used longest ago.
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import threading
 import time
@@ -45,7 +47,7 @@ from fastio._errors import (
     CacheFullError,
     CacheTimeoutError,
 )
-from fastio.cache._database import FETCHING, READY, CacheIndex, Entry, EvictionPolicy
+from fastio.cache._database import FETCHING, READY, WAL_PEAK, CacheIndex, Entry, EvictionPolicy
 from fastio.cache._files import (
     META_FOLDER,
     Download,
@@ -60,7 +62,7 @@ from fastio.cache._files import (
     shard_key,
     temp_name,
 )
-from fastio.cache._recovery import bury, reap, remove_strays, trim
+from fastio.cache._recovery import bury, discard, reap, remove_strays, trim
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -72,13 +74,23 @@ if TYPE_CHECKING:
     goes; ``reuse`` is how many reads of it the plans hold (at least 1)."""
 
 __all__ = [
+    "INDEX_ROOM",
     "Download",
     "ShardCache",
     "etag_checksum",
 ]
 
+log = logging.getLogger("fastio.cache")
+
+INDEX_ROOM = 512 << 10
+"""Bytes of ``max_bytes`` kept for the cache's own files (about 200 KiB for
+a few shards), so that the room left for copies is the same from one step to
+the next; more where they take more (plans of many thousand shards)."""
 SHARD = "shard"
 """The ``kind`` the placement hook is asked about for shard copies."""
+_INDEX_NAME = "index.sqlite"
+# errnos of a write that found no room: a full filesystem, a quota reached
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 _BUSY_TIMEOUT = 60.0  # seconds one transaction may wait for another (they take microseconds)
 _REAP_INTERVAL = 1.0  # seconds between looks for dead processes while waiting for room
 # Index connections inherited across fork: SQLite forbids using them in the child, closing
@@ -93,6 +105,7 @@ class _Process:
     pid: int
     index: CacheIndex
     lock: OwnerLock
+    downloading: set[str] = field(default_factory=set)  # keys this process is downloading
     counters: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(
             ("hits", "misses", "waits", "bytes_downloaded", "evictions", "prefetched"), 0
@@ -118,6 +131,11 @@ class ShardCache:
     The first directory also holds the shared index (``.fastio-cache/``); every
     process sharing the cache must name the same first directory and the same
     ``max_bytes`` (a different limit while others are open raises ValueError).
+    ``max_bytes`` bounds the folders as a whole: the copies, downloads in
+    progress and the index's own files (:data:`INDEX_ROOM` of it, more for
+    plans of many thousand shards). A filesystem that fills before the limit
+    makes downloads fail with :class:`CacheFullError` naming the shard (a
+    dataset's reader then reads that shard remotely).
     A cache object survives pickling and ``fork`` (each process registers on
     its own); ``close`` it, or use it as a context manager. A reader using the
     cache keeps ``prefetch`` downloads of the plan's next shards running ahead
@@ -198,7 +216,7 @@ class ShardCache:
         """Unpins the copy of ``url`` that :meth:`get` returned (once per get).
         Raises ValueError if this cache object holds no pin on it."""
         state = self._state()
-        with state.index.transaction():
+        with state.index.transaction(url):
             released = state.index.unpin(state.lock.owner, shard_key(url))
         if not released:
             raise ValueError(f"{url} is not pinned by this cache (release without get)")
@@ -220,17 +238,27 @@ class ShardCache:
     def plan(self, urls: Iterable[str]) -> None:
         """The URLs this cache object will :meth:`get`, in order, from now on: the
         epoch plan, as many epochs ahead as known (a URL once per use). Each get
-        moves past the URL's next planned use. Replaces the previous plan."""
-        state = self._state()
-        with state.index.transaction():
-            state.index.set_plan(state.lock.owner, ((shard_key(url), url) for url in urls))
+        moves past the URL's next planned use. Replaces the previous plan.
+        A plan the index cannot record (a full disk) is logged and dropped:
+        eviction then knows less, and reads go on."""
+        try:
+            state = self._state()
+            with state.index.transaction():
+                state.index.set_plan(state.lock.owner, ((shard_key(url), url) for url in urls))
+        except CacheError as error:
+            log.warning("fastio: the shard cache could not record the plan: %s", error)
 
     def prefetch(self, count: int) -> list[str]:
         """The next ``count`` URLs of the plan that are neither cached nor being
-        downloaded: what to :meth:`fetch_ahead` now."""
-        state = self._state()
-        with state.index.transaction():
-            return state.index.upcoming(state.lock.owner, count)
+        downloaded: what to :meth:`fetch_ahead` now (none while the index
+        cannot be written: a full disk)."""
+        try:
+            state = self._state()
+            with state.index.transaction():
+                return state.index.upcoming(state.lock.owner, count)
+        except CacheError as error:
+            log.info("fastio: no prefetch: %s", error)
+            return []
 
     def fetch_ahead(
         self, url: str, size: int, fetch: Fetch, etag: str | None = None, *,
@@ -269,8 +297,11 @@ class ShardCache:
             process.lock.abandon()
             _INHERITED.append(process.index)
             return
-        with process.index.transaction():
-            process.index.unregister(process.lock.owner)
+        try:
+            with process.index.transaction():
+                process.index.unregister(process.lock.owner)
+        except CacheError as error:  # a full disk: the owner's lock going lets others clean up
+            log.warning("fastio: closing the shard cache: %s", error)
         process.index.close()
         process.lock.close()
 
@@ -306,7 +337,7 @@ class ShardCache:
 
     def _open(self) -> _Process:
         index = CacheIndex(
-            os.path.join(self.directories[0], META_FOLDER, "index.sqlite"), _BUSY_TIMEOUT
+            os.path.join(self.directories[0], META_FOLDER, _INDEX_NAME), _BUSY_TIMEOUT
         )
         lock = OwnerLock(self._owners)
         try:
@@ -320,7 +351,8 @@ class ShardCache:
                     )
                 index.register(lock.owner, os.getpid(), self.max_bytes)
                 remove_strays(index, self.directories, self._owners, lock.owner)
-                trim(index, self.max_bytes, self.policy)  # the limit may be lower than last run's
+                # The limit may be lower than last run's.
+                trim(index, self.max_bytes - self._own_bytes(), self.policy)
         except BaseException:
             index.close()
             lock.close()
@@ -337,9 +369,11 @@ class ShardCache:
             raise ValueError(f"size must be a byte count, not {size!r}")
         if checksum is not None:
             parse_checksum(checksum)
-        if size > self.max_bytes:
+        room = self.max_bytes - self._own_bytes()
+        if size > room:
             raise CacheFullError(url, f"the shard's {size} bytes are more than the cache's "
-                                      f"max_bytes ({self.max_bytes})")  # fmt: skip
+                                      f"max_bytes ({self.max_bytes}) leaves for shards "
+                                      f"besides its index ({room})")  # fmt: skip
         state, key = self._state(), shard_key(url)
         owner = state.lock.owner
         started = time.monotonic()
@@ -348,16 +382,28 @@ class ShardCache:
             # The pin comes first: while this waits for a download (a prefetch's,
             # another process's), the plan has moved past the shard, and only
             # the pin keeps a prefetch from evicting it as if it were used.
-            with state.index.transaction():
+            with state.index.transaction(url):
+                self._drop_ended(state)  # their room first, should this not commit
                 state.index.advance(owner, key)
                 state.index.pin(owner, key)
         try:
             while True:
-                with state.index.transaction():  # which also guards the counters
-                    step = self._step(state, key, url, size, etag, demand)
-                    if step.outcome == "hit" and demand:
-                        state.counters["hits"] += 1
-                        state.counters["waits"] += waited
+                step = None
+                try:
+                    with state.index.transaction(url):  # which also guards the counters
+                        step = self._step(state, key, url, size, etag, demand)
+                        if step.outcome == "hit" and demand:
+                            state.counters["hits"] += 1
+                            state.counters["waits"] += waited
+                        if step.outcome == "fetch":
+                            # Marked before the commit: this process's other
+                            # threads must not take the reservation for one
+                            # whose download ended (see _step).
+                            state.downloading.add(key)
+                except BaseException:
+                    if step is not None and step.outcome == "fetch":
+                        state.downloading.discard(key)
+                    raise
                 if step.outcome == "hit":
                     assert step.entry is not None
                     return step.entry.path
@@ -371,7 +417,7 @@ class ShardCache:
                         or (wait == "download" and step.outcome == "full")):  # fmt: skip
                     raise self._timeout(state, url, size, step, elapsed)
                 if step.outcome == "full" and time.monotonic() - reaped > _REAP_INTERVAL:
-                    with state.index.transaction():  # dead processes' pins may hold the room
+                    with state.index.transaction(url):  # dead processes' pins may hold the room
                         reap(state.index, self._owners, owner)
                     reaped = time.monotonic()
                 waited = True
@@ -379,14 +425,24 @@ class ShardCache:
                 delay = min(delay * 2, 0.05)
         except BaseException:
             if demand:
-                with state.index.transaction():
+                with contextlib.suppress(CacheError), state.index.transaction(url):
                     state.index.unpin(owner, key)
             raise
+
+    @staticmethod
+    def _drop_ended(state: _Process) -> None:
+        """Removes this process's downloads that ended while the index could
+        not record it (a full disk): their files first, which frees the room
+        even should the transaction fail again."""
+        for stale in state.index.downloads(state.lock.owner):
+            if stale.key not in state.downloading:
+                discard(state.index, stale)
 
     def _step(
         self, state: _Process, key: str, url: str, size: int, etag: str | None, demand: bool
     ) -> _Step:
         index, owner = state.index, state.lock.owner
+        self._drop_ended(state)
         entry = index.entry(key)
         if entry is not None and entry.state == READY:
             current = entry.size == size and (etag is None or entry.etag in (None, etag))
@@ -412,7 +468,8 @@ class ShardCache:
             if sooner_than is None:
                 return _Step("skip")
         totals = index.totals()
-        excess = totals["bytes_used"] + totals["bytes_reserved"] + size - self.max_bytes
+        excess = totals["bytes_used"] + totals["bytes_reserved"] + size + self._own_bytes() - (
+            self.max_bytes)  # fmt: skip
         victims = index.victims(excess, self.policy, sooner_than) if excess > 0 else []
         if victims is None:
             return _Step("full" if demand else "skip")
@@ -433,20 +490,50 @@ class ShardCache:
     ) -> str:
         index, owner = state.index, state.lock.owner
         temp = os.path.join(os.path.dirname(entry.path), temp_name(owner, entry.key))
-        try:
-            publish_download(temp, entry.path, entry.url, entry.size, fetch, checksum)
-        except BaseException:
-            remove_quietly(temp)
-            with index.transaction():
-                index.remove(entry.key)
-            raise
-        with index.transaction():
-            if not index.publish(entry.key, owner):
-                raise CacheError(entry.url, "the cache index lost this download's reservation "
-                                            "(was the cache folder removed?)")  # fmt: skip
-            state.counters["misses" if demand else "prefetched"] += 1
-            state.counters["bytes_downloaded"] += entry.size
+        try:  # the mark stays until the index says how the download ended
+            try:
+                publish_download(temp, entry.path, entry.url, entry.size, fetch, checksum)
+            except BaseException as error:
+                remove_quietly(temp)
+                # Should the index refuse (a full disk), the reservation is ours
+                # and not running: the next look at the shard removes it.
+                with contextlib.suppress(CacheError), index.transaction(entry.url):
+                    index.remove(entry.key)
+                if isinstance(error, OSError) and error.errno in _NO_ROOM:
+                    message = (f"the cache's filesystem has no room for its {entry.size} "
+                               f"bytes ({error})")  # fmt: skip
+                    raise CacheFullError(entry.url, message) from error
+                raise
+            with index.transaction(entry.url):
+                if not index.publish(entry.key, owner):
+                    message = ("the cache index lost this download's reservation "
+                               "(was the cache folder removed?)")  # fmt: skip
+                    raise CacheError(entry.url, message)
+                state.counters["misses" if demand else "prefetched"] += 1
+                state.counters["bytes_downloaded"] += entry.size
+        finally:
+            state.downloading.discard(entry.key)
         return entry.path
+
+    def _own_bytes(self) -> int:
+        """Bytes of ``max_bytes`` the cache's own files (its index, owner
+        locks) take: :data:`INDEX_ROOM`, or what they take if more, with room
+        for the index's write-ahead log to grow as far as it does before a
+        checkpoint cuts it back."""
+        total = 0
+        meta = os.path.join(self.directories[0], META_FOLDER)
+        for folder in (meta, self._owners):
+            with contextlib.suppress(FileNotFoundError), os.scandir(folder) as listing:
+                for item in listing:
+                    if item.is_file(follow_symlinks=False):
+                        with contextlib.suppress(FileNotFoundError):
+                            total += item.stat(follow_symlinks=False).st_size
+        wal = os.path.join(meta, _INDEX_NAME + "-wal")
+        try:
+            grown = os.path.getsize(wal)
+        except FileNotFoundError:
+            grown = 0
+        return max(INDEX_ROOM, total + max(WAL_PEAK - grown, 0))
 
     def _place(self, key: str, size: int, uses: int) -> str:
         if self.placement is None:

@@ -16,16 +16,19 @@ used longest ago goes first. Pinned shards are never candidates.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from fastio._errors import CacheError, CacheFullError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-__all__ = ["FETCHING", "READY", "CacheIndex", "Entry", "EvictionPolicy"]
+__all__ = ["FETCHING", "READY", "WAL_PEAK", "CacheIndex", "Entry", "EvictionPolicy"]
 
 EvictionPolicy = Literal["plan", "lru"]
 READY, FETCHING = "ready", "fetching"
@@ -48,6 +51,30 @@ CREATE TABLE IF NOT EXISTS cursors (owner TEXT PRIMARY KEY, position INTEGER NOT
 CREATE TABLE IF NOT EXISTS clock (id INTEGER PRIMARY KEY CHECK (id = 0), tick INTEGER NOT NULL);
 INSERT OR IGNORE INTO clock VALUES (0, 0);
 """
+
+WAL_BYTES = 64 << 10
+"""Past this size the write-ahead log is checkpointed and truncated."""
+WAL_PEAK = 2 * WAL_BYTES
+"""What the write-ahead log reaches before a checkpoint cuts it back: the
+threshold and a transaction's pages (one of a shard's steps; a plan of many
+thousand shards writes more)."""
+
+
+_SQLITE_FULL = 13  # sqlite3.SQLITE_FULL from Python 3.11 on
+
+
+def _full(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code == _SQLITE_FULL or "disk is full" in str(error)
+
+
+def _cache_error(error: sqlite3.Error, subject: str, path: str) -> CacheError:
+    """``error`` of the index at ``path`` as the cache's own, naming ``subject``."""
+    if _full(error):
+        return CacheFullError(subject, f"the cache's filesystem is full: its index ({path}) "
+                                       f"cannot be written ({error})")  # fmt: skip
+    return CacheError(subject, f"the cache's index ({path}) failed: {error}")
+
 
 # The distance from each plan's cursor to the shard's next use there; the nearest counts.
 _NEXT_USE = """(SELECT MIN(p.position - c.position) FROM plans AS p
@@ -87,25 +114,42 @@ class CacheIndex:
     """
 
     def __init__(self, path: str, busy_timeout: float) -> None:
+        self.path = path
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(
-            path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-        )
+        try:
+            self._db = sqlite3.connect(
+                path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as error:
+            raise _cache_error(error, path, path) from error
+        try:
+            self._setup(busy_timeout)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _setup(self, busy_timeout: float) -> None:
         deadline = time.monotonic() + busy_timeout
         while True:  # a database being created elsewhere can refuse the switch to WAL
             try:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 break
-            except sqlite3.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
+            except sqlite3.OperationalError as error:
+                if time.monotonic() > deadline or _full(error):
+                    raise _cache_error(error, self.path, self.path) from error
                 time.sleep(0.01)
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        # The write-ahead log is checkpointed by _cut_log, not by SQLite on
+        # each commit: a checkpoint meeting another's gives up at once, and
+        # with every process checkpointing the log grew past any bound (it
+        # counts against the cache's limit).
+        for pragma in ("synchronous=NORMAL", "wal_autocheckpoint=0",
+                       f"journal_size_limit={WAL_BYTES}"):  # fmt: skip
+            self._db.execute(f"PRAGMA {pragma}")
         with self.transaction():
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, _VERSION):
-                raise ValueError(f"{path}: a cache index of version {version}, not {_VERSION}; "
-                                 "remove the cache folder or use another")  # fmt: skip
+                raise ValueError(f"{self.path}: a cache index of version {version}, not "
+                                 f"{_VERSION}; remove the cache folder or use another")  # fmt: skip
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version={_VERSION}")
@@ -115,15 +159,40 @@ class CacheIndex:
             self._db.close()
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, subject: str | None = None) -> Iterator[None]:
+        """One ``BEGIN IMMEDIATE`` transaction. An SQLite failure (a full disk
+        above all) is rolled back and raised as :class:`CacheFullError` or
+        :class:`CacheError` naming ``subject`` (a shard's URL; by default the
+        index); the connection stays usable."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as error:
+                raise _cache_error(error, subject or self.path, self.path) from error
             try:
                 yield
-            except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.execute("COMMIT")
+                self._cut_log()
+            except BaseException as failure:
+                # SQLite may have rolled back by itself (a full disk does): then
+                # ROLLBACK fails, harmlessly.
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                if isinstance(failure, sqlite3.Error):
+                    raise _cache_error(failure, subject or self.path, self.path) from failure
                 raise
-            self._db.execute("COMMIT")
+
+    def _cut_log(self) -> None:
+        """Checkpoints the write-ahead log and truncates it once it is past
+        :data:`WAL_BYTES`, waiting for other connections' reads (they take
+        microseconds). One that finds another checkpoint running leaves the
+        log to it."""
+        try:
+            grown = os.path.getsize(self.path + "-wal")
+        except FileNotFoundError:
+            return
+        if grown > WAL_BYTES:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     # ---- entries ---------------------------------------------------------------------------
 

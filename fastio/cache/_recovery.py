@@ -18,9 +18,9 @@ from fastio.cache._files import data_key, owner_alive, remove_quietly, temp_name
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from fastio.cache._database import CacheIndex, EvictionPolicy
+    from fastio.cache._database import CacheIndex, Entry, EvictionPolicy
 
-__all__ = ["bury", "reap", "remove_strays", "trim"]
+__all__ = ["bury", "discard", "reap", "remove_strays", "trim"]
 
 
 def reap(index: CacheIndex, owners: str, me: str) -> None:
@@ -35,11 +35,16 @@ def reap(index: CacheIndex, owners: str, me: str) -> None:
 def bury(index: CacheIndex, owners: str, owner: str) -> None:
     """Removes the dead ``owner``'s downloads and forgets it."""
     for entry in index.downloads(owner):
-        remove_quietly(os.path.join(os.path.dirname(entry.path), temp_name(owner, entry.key)))
-        remove_quietly(entry.path)  # published on disk, not yet in the index
-        index.remove(entry.key)
+        discard(index, entry)
     index.unregister(owner)
     remove_quietly(os.path.join(owners, f"{owner}.lock"))
+
+
+def discard(index: CacheIndex, entry: Entry) -> None:
+    """Removes a download that is no longer running: its files and its reservation."""
+    remove_quietly(os.path.join(os.path.dirname(entry.path), temp_name(entry.owner, entry.key)))
+    remove_quietly(entry.path)  # published on disk, not yet in the index
+    index.remove(entry.key)
 
 
 def remove_strays(index: CacheIndex, directories: Sequence[str], owners: str, me: str) -> None:

@@ -84,8 +84,9 @@ def _print(data: Mapping[str, Any], as_json: bool, comment: str = "") -> None:
 def config() -> None:
     """Check dataset config files (YAML, TOML, JSON) and show the defaults.
 
-    Precedence: options given on the command line > the config file >
-    FASTIO_* environment variables (FASTIO_READER__READ_SIZE=4MiB) > defaults.
+    Precedence, as in fsspec: options given on the command line > FASTIO_*
+    environment variables (FASTIO_READER__READ_SIZE=4MiB) > the config file >
+    defaults.
     """
 
 

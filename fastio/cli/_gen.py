@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from fastio.cli._measure import ProgressCallback
     from fastio.formats._compression import Writable
+    from fastio.formats._records import RecordWriter
 
 # format -> file extension
 FORMATS: dict[str, str] = {
@@ -151,6 +152,7 @@ class GenResult:
     payload_bytes: int
     bytes: int  # on disk
     seconds: float
+    index: str | None = None  # the dataset index written beside the shards
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -162,6 +164,7 @@ class GenResult:
             "bytes": self.bytes,
             "seconds": self.seconds,
             "url": self.url,
+            "index": self.index,
         }
 
 
@@ -191,6 +194,7 @@ def write_dataset(
     row_group_size: int | None = None,
     classes: int = 1000,
     progress: ProgressCallback | None = None,
+    index: bool = False,
 ) -> GenResult:
     """Write ``samples`` samples of about ``sample_size`` bytes as ``shards`` files
     ``<out_dir>/<format>-NNNNN.<ext>[.gz|.zst]``, replacing files of those names.
@@ -200,6 +204,8 @@ def write_dataset(
     ``row_group_size`` is in rows (Parquet row groups, Arrow record batches;
     default about 32 MiB each). ``npy`` and ``fixed`` hold equal-sized rows, so
     they take no ``size_jitter``. ``progress`` is called with payload bytes.
+    With ``index``, the formats that index their shards (webdataset, tfrecord,
+    jsonl) also get a dataset index beside them, from what the writers noted.
     Raises ValueError for an unknown format or compression or a bad size.
     """
     if format not in FORMATS:
@@ -213,7 +219,7 @@ def write_dataset(
     if row_group_size is not None and row_group_size < 1:
         raise ValueError(f"row_group_size must be positive, not {row_group_size}")
     # The formats load numpy, which the CLI does not at startup.
-    from fastio.formats import compressing
+    from fastio.formats import DatasetIndexWriter, compressing
 
     plan = DatasetPlan(samples, sample_size, shards, seed, size_jitter, classes)
     if format in _SELF_COMPRESSED:
@@ -226,6 +232,7 @@ def write_dataset(
     paths, url = shard_names(folder, format, shards, compression)
     payload = 0
     started = time.perf_counter()
+    indexes = DatasetIndexWriter() if index and format in _INDEXED else None
     for shard, path in enumerate(paths):
         blocks = _Counted(plan.blocks(shard, block_samples), progress)
         with _replacing(path) as partial, open(partial, "wb", buffering=1 << 20) as file:
@@ -233,11 +240,15 @@ def write_dataset(
                 _write_table(file, format, blocks, compression)
             else:
                 with compressing(file, None if compression == "none" else compression) as handle:
-                    _STREAM_WRITERS[format](handle, blocks, plan, shard)
+                    writer = _STREAM_WRITERS[format](handle, blocks, plan, shard)
+        if indexes is not None:
+            indexes.add(writer, path)  # in place now, as the index records it
         payload += blocks.payload_bytes
+    written_index = indexes.save() if indexes is not None else None
     seconds = time.perf_counter() - started
     on_disk = sum(os.path.getsize(path) for path in paths)
-    return GenResult(format, compression, tuple(paths), url, samples, payload, on_disk, seconds)
+    return GenResult(format, compression, tuple(paths), url, samples, payload, on_disk, seconds,
+                     written_index)  # fmt: skip
 
 
 class _Counted(Iterator[Block]):
@@ -273,25 +284,33 @@ def _replacing(path: str) -> Iterator[str]:
 # Each takes a shard's synthetic samples to its format's writer.
 
 
-def _write_webdataset(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+def _write_webdataset(
+    file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int
+) -> RecordWriter:
     from fastio.formats import WebDatasetWriter
 
     with WebDatasetWriter(file) as writer:
         for block in blocks:
             for key, label, payload in block.samples():
                 writer.write(key, {"bin": payload, "cls": str(label).encode()})
+    return writer
 
 
-def _write_tfrecord(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+def _write_tfrecord(
+    file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int
+) -> RecordWriter:
     from fastio.formats import TFRecordWriter, example_parts
 
     with TFRecordWriter(file) as writer:
         for block in blocks:
             for key, label, payload in block.samples():
                 writer.write(*example_parts({"key": key.encode(), "label": label, "data": payload}))
+    return writer
 
 
-def _write_npy(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, shard: int) -> None:
+def _write_npy(
+    file: Writable, blocks: Iterator[Block], plan: DatasetPlan, shard: int
+) -> RecordWriter:
     import numpy as np
 
     from fastio.formats import NpyWriter
@@ -301,18 +320,22 @@ def _write_npy(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, shard
         for block in blocks:
             for payload in block.payloads:
                 writer.write(payload)
+    return writer
 
 
-def _write_fixed(file: Writable, blocks: Iterator[Block], plan: DatasetPlan, _: int) -> None:
+def _write_fixed(
+    file: Writable, blocks: Iterator[Block], plan: DatasetPlan, _: int
+) -> RecordWriter:
     from fastio.formats import FixedWriter
 
     with FixedWriter(file, plan.sample_size) as writer:
         for block in blocks:
             for payload in block.payloads:
                 writer.write(payload)
+    return writer
 
 
-def _write_jsonl(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> None:
+def _write_jsonl(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: int) -> RecordWriter:
     import numpy as np
 
     from fastio.formats import JsonLinesWriter
@@ -323,6 +346,7 @@ def _write_jsonl(file: Writable, blocks: Iterator[Block], _: DatasetPlan, __: in
             for key, label, payload in block.samples():
                 text = alphabet[np.frombuffer(payload, dtype=np.uint8) & 31].tobytes().decode()
                 writer.write({"key": key, "label": label, "text": text})
+    return writer
 
 
 def _write_table(file: Writable, format: str, blocks: Iterator[Block], compression: str) -> None:
@@ -339,7 +363,12 @@ def _write_table(file: Writable, format: str, blocks: Iterator[Block], compressi
             writer.write(_record_batch(block, schema))
 
 
-_STREAM_WRITERS: dict[str, Callable[[Writable, Iterator[Block], DatasetPlan, int], None]] = {
+_INDEXED = ("webdataset", "tfrecord", "jsonl")
+"""Formats whose shards a dataset indexes by a scan, unless given the index."""
+
+_STREAM_WRITERS: dict[
+    str, Callable[[Writable, Iterator[Block], DatasetPlan, int], RecordWriter]
+] = {
     "webdataset": _write_webdataset,
     "tfrecord": _write_tfrecord,
     "npy": _write_npy,
@@ -413,6 +442,14 @@ def _record_batch(block: Block, schema: Any) -> Any:
     show_default=True,
     help="Labels are drawn from [0, classes).",
 )
+@click.option(
+    "--index/--no-index",
+    "with_index",
+    default=True,
+    show_default=True,
+    help="webdataset, tfrecord, jsonl: write the dataset index beside the shards (from what "
+    "the writers noted, no scan); --no-index leaves a dataset fastio has never seen.",
+)
 @output_options()
 @config_option(
     "Take the format from a dataset config (unless --format is given) and, without "
@@ -431,6 +468,7 @@ def gen(
     size_jitter: float,
     row_group_size: int | None,
     classes: int,
+    with_index: bool,
     as_json: bool,
     out_path: str | None,
     config_file: Path | None,
@@ -450,7 +488,7 @@ def gen(
         with byte_progress(f"writing {dataset_format}", total, quiet=as_json) as advance:
             result = write_dataset(
                 out_dir, dataset_format, samples, sample_size, shards, seed, compression,
-                size_jitter, row_group_size, classes, advance,
+                size_jitter, row_group_size, classes, advance, with_index,
             )  # fmt: skip
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
@@ -467,5 +505,7 @@ def gen(
             f"disk, in {result.seconds:.2f} s ({rate:,.0f} MB/s)"
         )
         console().print(result.url, highlight=False, soft_wrap=True)
+        if result.index is not None:
+            console().print(f"dataset index: {result.index}", highlight=False, soft_wrap=True)
 
     emit(result.as_dict(), as_json, out_path, show)

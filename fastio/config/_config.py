@@ -20,16 +20,18 @@ take ``65536``, ``64KiB``, ``1MB`` or ``4m`` (bare k/m/g/t are binary, as in fio
 Values are checked as :class:`fastio.Dataset` checks its keywords, with the
 same messages.
 
-Precedence, highest first:
+Precedence, highest first (as in fsspec, whose ``FSSPEC_*`` variables win
+over its config files):
 
 1. explicit arguments: ``load_config(path, reader={"read_size": "4MiB"})`` or
    ``load_config(path, reader__read_size="4MiB")``; ``fastio-bench`` options given
    on the command line;
-2. the config file;
-3. ``FASTIO_*`` environment variables, ``__`` between section and key:
+2. ``FASTIO_*`` environment variables, ``__`` between section and key:
    ``FASTIO_READER__OUTSTANDING_REQUESTS=32``, ``FASTIO_SHUFFLE__SEED=3``,
    ``FASTIO_URLS=...``; lists and mappings as JSON
-   (``FASTIO_STORAGE_OPTIONS='{"anon": true}'``);
+   (``FASTIO_STORAGE_OPTIONS='{"anon": true}'``): a job changes a checked-in
+   file's value without editing it;
+3. the config file;
 4. the defaults: those of :mod:`fastio.spec`.
 
 Every problem found raises one :class:`fastio.ConfigError`, a line per problem
@@ -63,8 +65,8 @@ def load_config(path: str | os.PathLike[str], **overrides: Any) -> DatasetConfig
     ``overrides`` win over the file: whole sections (``reader={"read_size":
     "4MiB"}``, or a section or settings object such as
     :class:`fastio.ReaderSettings`) or single keys with ``__``
-    (``shuffle__seed=3``). The file wins over ``FASTIO_*`` environment
-    variables, which win over the defaults. Raises :class:`fastio.ConfigError`
+    (``shuffle__seed=3``). ``FASTIO_*`` environment variables win over the
+    file, which wins over the defaults. Raises :class:`fastio.ConfigError`
     (a ValueError) for a file that does not parse or does not describe a
     valid config, OSError where the file cannot be read.
     """
@@ -77,7 +79,7 @@ def _build(data: dict[str, Any], overrides: dict[str, Any], label: str) -> Datas
     if variables.problems:
         raise ConfigError(*variables.problems, file=label)
     origins = Origins(label, data, overrides, variables.variables)
-    merged_data = merged(merged(variables.data, data), overrides)
+    merged_data = merged(merged(data, variables.data), overrides)
     try:
         return DatasetConfig.model_validate(merged_data)
     except ValidationError as error:
@@ -90,8 +92,8 @@ def save_config(
     """Write ``config`` to ``path`` as YAML, TOML or JSON (by the extension), so
     that :func:`load_config` gives it back equal.
 
-    Every key is written (a full snapshot: it loads back the same whatever
-    ``FASTIO_*`` variables are set then), except unset ones (null); with
+    Every key is written (a full snapshot: it loads back the same where no
+    ``FASTIO_*`` variable is set then), except unset ones (null); with
     ``only_changed``, only what differs from the defaults. Raises
     :class:`fastio.ConfigError` for an unknown extension, OSError where the
     file cannot be written.

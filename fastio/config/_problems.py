@@ -36,12 +36,11 @@ class Origins:
             return self.label
         if holds(self.overrides, loc):
             return "arguments"
-        if not holds(self.file, loc):
-            keys = tuple(str(part) for part in loc)
-            for depth in range(len(keys), 0, -1):
-                variable = self.variables.get(keys[:depth])
-                if variable is not None:
-                    return f"environment variable {variable}"
+        keys = tuple(str(part) for part in loc)
+        for depth in range(len(keys), 0, -1):
+            variable = self.variables.get(keys[:depth])
+            if variable is not None:
+                return f"environment variable {variable}"
         return self.label
 
 

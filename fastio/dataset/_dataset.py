@@ -290,6 +290,34 @@ class Dataset(_Base):
         self._shards.reader = lambda: self.reader
         self._reads = SampleReads(self._known, self._format, lambda: self.reader, self._policy)
 
+    def as_rank(self, rank: int, world_size: int) -> Dataset:
+        """A dataset that reads ``rank``'s part of ``world_size`` (with
+        ``remainder``), for frameworks that run each part as a task of their
+        own (Ray's read tasks): it shares this dataset's layouts (nothing is
+        indexed again) but has its own epochs, position, error counts and
+        reader, so that parts read in one process or many never take each
+        other's epoch. Index first (:meth:`index`) when the parts must be
+        known before they are read. Raises ValueError for a rank outside
+        ``0..world_size - 1``."""
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in 0..{world_size - 1}, not {rank}")
+        spec = dataclasses.replace(self.spec, split=dataclasses.replace(
+            self.spec.split, rank=rank, world_size=world_size))  # fmt: skip
+        part = type(self).__new__(type(self))
+        state = self.__getstate__()
+        policy = ErrorPolicy(spec.on_error)
+        shards = copy.copy(self._shards)  # the same layouts; its reader and policy the part's
+        shards.policy = policy
+        state.update(
+            spec=spec, _explicit_rank=(rank, world_size), _cursor=EpochCursor(),
+            _ledger=EpochLedger(), _policy=policy, _shards=shards, _stealing=None,
+            _history=None, _remaining=None, _stream=None,
+            _pass_batch_size=spec.split.batch_size,
+            fairness=FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed),
+        )  # fmt: skip
+        part.__setstate__(state)
+        return part
+
     def close(self) -> None:
         """Release the reader (its descriptors, buffers and loop thread) and the
         shard cache's connection; using the dataset again makes them anew."""

@@ -176,8 +176,8 @@ class StreamPass:
                             if isinstance(sample, DecodeError):  # stepped over, in its place
                                 if not skip_samples:  # (else counted before the resume)
                                     shard.damaged = True
-                                    self.policy.failure(sample, sample.lost,
-                                                        f"shard {shard_url} is damaged")  # fmt: skip
+                                    what = f"shard {shard_url} is damaged"
+                                    self.policy.failure(sample, sample.lost, what)
                                 continue
                             if skip_samples:
                                 skip_samples -= 1
@@ -219,7 +219,7 @@ class StreamPass:
         locator = self.format.locator()
         if locator.resync is not None and codec_for(url) is None:
             skip_to = locator.resync(self.reader(), url, error)
-            if skip_to is not None:
+            if skip_to is not None and skip_to > error.offset:  # only forward: no loop
                 return ordinal, skip_to, count + 1
         return None
 

@@ -16,7 +16,8 @@ buffers; only a record that straddles two chunks is copied, once. The
 gathered in native code, one Python object per batch rather than per sample.
 Each writer writes one shard's samples to a binary file (or a compressor in
 front of one, see :func:`compressing`); the record formats' writers also give
-the shard's index without a scan.
+the shard's index without a scan, and :class:`DatasetIndexWriter` gathers them
+into a dataset index.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fastio.formats._lines import (
     decode_jsonl,
     decode_lines,
 )
+from fastio.formats._records import DatasetIndexWriter
 from fastio.formats._tables import TableWriter
 from fastio.formats._tfrecord import (
     TFRecordWriter,
@@ -46,6 +48,7 @@ from fastio.formats._webdataset import (
 )
 
 __all__ = [
+    "DatasetIndexWriter",
     "FixedWriter",
     "JsonLinesWriter",
     "LinesWriter",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+from tokenize import TokenError
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -73,6 +74,13 @@ def _npy_header_length(prefix: bytes, url: str) -> int | None:
     return 12 + int.from_bytes(prefix[8:12], "little")
 
 
+# What numpy's header reader raises for damaged bytes: it tokenizes and
+# evaluates the header's dict literal (SyntaxError, tokenize's TokenError),
+# then checks its keys and values.
+_NPY_HEADER_ERRORS = (ValueError, SyntaxError, TokenError, TypeError, KeyError, OverflowError,
+                      RecursionError)  # fmt: skip
+
+
 def _npy_header(head: bytes, length: int, url: str) -> _NpyHeader:
     """The header at the start of ``head`` (``length`` bytes of it). Raises
     :class:`DecodeError` for an array whose rows are not contiguous
@@ -84,7 +92,7 @@ def _npy_header(head: bytes, length: int, url: str) -> _NpyHeader:
         read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                 else np.lib.format.read_array_header_2_0)  # fmt: skip
         shape, fortran_order, dtype = read(stream)
-    except ValueError as error:
+    except _NPY_HEADER_ERRORS as error:
         raise DecodeError(f"bad .npy header: {error}", url, 0) from None
     if dtype.hasobject:
         raise DecodeError("object arrays hold pickles, not fixed-size rows", url, 0)

@@ -248,7 +248,7 @@ def scan_shard(
             problems.append(error)
             resync = locator.resync if codec is None else None
             skip_to = None if resync is None else resync(reader, url, error)
-            if skip_to is not None and skip_to < size:
+            if skip_to is not None and error.offset < skip_to < size:  # only forward: no loop
                 begin = skip_to
                 continue
         break

@@ -14,7 +14,14 @@ import numpy as np
 
 from fastio._errors import DecodeError
 from fastio.formats._compression import codec_for, decompress
-from fastio.formats._index import IndexStore, ShardIndex, scan_shard, stamped
+from fastio.formats._index import (
+    DatasetIndex,
+    IndexStore,
+    ShardIndex,
+    dataset_index_location,
+    scan_shard,
+    stamped,
+)
 from fastio.formats._layout import Layout, ShardFormat, ShardWriter
 
 if TYPE_CHECKING:
@@ -149,6 +156,49 @@ class RecordWriter(ShardWriter):
         ``reader``: no scan."""
         return stamped(reader, url, self.format, np.array(self._starts, np.uint64),
                        np.array(self._ends, np.uint64))  # fmt: skip
+
+
+class DatasetIndexWriter:
+    """The dataset index of shards written by the record formats' writers,
+    made from what the writers noted (no shard is scanned)::
+
+        index = DatasetIndexWriter()
+        for number, shard in enumerate(shards):
+            path = f"data/train-{number:04d}.tar"
+            with open(path, "wb") as file, WebDatasetWriter(file) as writer:
+                for key, sample in shard:
+                    writer.write(key, sample)
+            index.add(writer, path)
+        index.save()  # data/dataset.fastio-index.npz, found there by every Dataset
+
+    Add a shard once its file is complete and in place (the index records the
+    file's size and times as they are then)."""
+
+    def __init__(self) -> None:
+        self._written: list[tuple[RecordWriter, str]] = []
+
+    def add(self, writer: RecordWriter, url: str | os.PathLike[str]) -> None:
+        """``writer`` wrote the shard ``url``, which is now complete."""
+        if not isinstance(writer, RecordWriter):
+            raise TypeError(f"{type(writer).__name__} writes no index (Parquet and Arrow "
+                            "shards need none: their footers say where everything is)")  # fmt: skip
+        self._written.append((writer, str(url)))
+
+    def save(self, location: str | os.PathLike[str] | None = None,
+             storage_options: dict[str, Any] | None = None) -> str:  # fmt: skip
+        """Write the dataset index to ``location`` (a path or URL; default
+        ``dataset.fastio-index.npz`` in the shards' folder) and return it.
+        Raises ValueError when no shard was added."""
+        if not self._written:
+            raise ValueError("no shard was added to the dataset index")
+        from fastio.reader._reader import Reader  # a reader stamps what each shard is now
+
+        urls = [url for _, url in self._written]
+        where = str(location) if location is not None else dataset_index_location(urls)
+        with Reader() as reader:
+            shards = [writer.index(reader, url) for writer, url in self._written]
+        DatasetIndex(shards).save(where, storage_options)
+        return where
 
 
 def owned(value: Any) -> Any:

@@ -351,13 +351,16 @@ class ArrowFormat(_ColumnFile):
         start, tail = layout.meta["tail"]
         pieces.setdefault(start, tail)
         pieces.setdefault(0, layout.meta["head"])
+        at, record = start, None  # the footer is read first, then each batch
         try:
             handle = pa.ipc.open_file(pa.PythonFile(_RangeFile(layout.url, layout.size, pieces)))
             for i in wanted:
+                at, record = layout.meta["batch_offsets"][i], i
                 batch = handle.get_batch(i)
                 yield batch.select(self.columns) if self.columns is not None else batch
         except (pa.ArrowException, OSError) as error:
-            raise DecodeError(f"Arrow data does not decode: {error}", layout.url, -1) from None
+            what = "footer" if record is None else f"record batch {record}"
+            raise DecodeError(f"Arrow {what} does not decode: {error}", layout.url, at) from None
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
         for batch in self._batches(chunks, layout):

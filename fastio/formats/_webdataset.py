@@ -197,12 +197,18 @@ def resync_webdataset(reader: Reader, url: str, error: DecodeError) -> int | Non
         for member, base, _ in framed(stream, url, _TarScan(url)):
             parts = sample_key(member.name)
             if member.typeflag in _REGULAR and parts is not None and parts[0] != lost_key:
-                return base + member.header_offset
+                after = base + member.header_offset
+                break
             after = base + member.data_offset + _padded(member.size)
     except DecodeError:
         pass  # the scan that goes on from `after` meets it again
     finally:
         stream.close()  # type: ignore[attr-defined]
+    if after <= error.offset:
+        # The header block checks out, yet what it starts does not decode (an
+        # extended header's damaged records): going on there would meet the
+        # same error again, forever. The next header after the block instead.
+        return _next_header(reader, url, error.offset, head, size)
     return after
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import stat
 import warnings
@@ -37,6 +38,8 @@ RESIDENT_ENOUGH = 0.5
 must hold for the file to be read through it."""
 
 Direct = bool | Literal["auto"]
+
+log = logging.getLogger("fastio")
 
 
 class OpenFile:
@@ -131,16 +134,34 @@ class FileTable:
 
         try:
             local = self._remotes.local_copy(url)  # pins once
-        except (CacheFullError, CacheTimeoutError):
-            # No room now (shards in use hold it) or another process is
-            # downloading it: read this one remotely rather than wait.
+        except (CacheFullError, CacheTimeoutError) as error:
+            # No room now (shards in use hold it, or the cache's filesystem is
+            # full) or another process is downloading it: read this one
+            # remotely rather than wait.
+            log.debug("fastio: %s; reading it remotely", error)
             return self._remotes.stat(url)  # type: ignore[return-value]
-        file = self.acquire(local, direct)
+        try:
+            file = self.acquire(local, direct)
+        except BaseException:
+            self._unpin(url)
+            raise
         if file.pinned_url is None:
             file.pinned_url = url  # this pin is held until the last reference goes
         else:
-            self._remotes.cache.release(url)  # already pinned for an earlier reference
+            self._unpin(url)  # already pinned for an earlier reference
         return file
+
+    def _unpin(self, url: str) -> None:
+        """Let the cache's copy of ``url`` go. A cache that cannot record it
+        (a full disk) keeps the pin until it is closed: the read goes on."""
+        assert self._remotes is not None
+        assert self._remotes.cache is not None
+        from fastio._errors import CacheError
+
+        try:
+            self._remotes.cache.release(url)
+        except CacheError as error:
+            log.warning("fastio: %s", error)
 
     def release(self, file: OpenFile | RemoteFile) -> None:
         if isinstance(file, RemoteFile):
@@ -150,7 +171,7 @@ class FileTable:
         if not file.refs and url is not None:
             file.pinned_url = None
             if self._remotes is not None and self._remotes.cache is not None:
-                self._remotes.cache.release(url)
+                self._unpin(url)
         if file.refs or file.fd < 0:
             return
         self._idle[file.key] = file

@@ -464,6 +464,7 @@ class Reader:
         handoff = Handoff(loop, reserve, on_wait=self._count_wait)
         self._handoffs.add(handoff)
         future = asyncio.run_coroutine_threadsafe(self._feed(shards, handoff, reserve), loop)
+        handoff.watch(future)
         try:
             while (batch := handoff.get()) is not None:
                 for chunk in batch:
@@ -686,7 +687,10 @@ class Reader:
                     queue.append(piece)
                     continue
                 size = bucket_size(piece.length)
-                if self._held and self._held + size > budget:
+                # A stream with nothing queued takes one piece over the budget:
+                # the budget may be held by another stream whose consumer waits
+                # for this one (an index read while a shard streams).
+                if self._held and self._held + size > budget and queue:
                     throttled = True
                     break
                 stream.lookahead = None

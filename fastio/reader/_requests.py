@@ -6,6 +6,16 @@ the chunks it will deliver. Neighbouring small ranges of a file share a piece
 larger than ``read_size`` is split over several pieces. For O_DIRECT files a piece
 starts and ends on 4 KiB boundaries and delivers only the bytes asked for.
 
+Remote objects are read in larger pieces: every piece is an HTTP request, and
+over a wide-area link each one costs a round trip before its first byte and
+restarts TCP's climb, so ``read_size`` pieces of 1 MiB leave a 20 ms link idle
+much of the time (and short flows lose their tails to a rate limiter's drops,
+recovered only by a retransmission timeout). A stream's first remote piece is
+small (``read_size``, at most ``REMOTE_FIRST_BYTES``), so that the first sample
+does not wait for TCP to climb to a full piece; each further one may be twice
+the last (at least ``read_size``) up to ``REMOTE_REQUEST_BYTES``, whether it is
+part of a long range or neighbouring short ranges coalesced.
+
 Problems found while planning (missing file, range past the end of a file)
 become failed pieces at their place in the order, so the consumer receives
 every chunk before the failure and then the error.
@@ -25,7 +35,17 @@ if TYPE_CHECKING:
 
     from fastio.reader._files import Direct, FileTable, OpenFile
 
-__all__ = ["Delivery", "Request", "plan_requests"]
+__all__ = ["REMOTE_FIRST_BYTES", "REMOTE_REQUEST_BYTES", "Delivery", "Request", "plan_requests"]
+
+# The size remote pieces grow to (unless read_size is larger): measured over a
+# 20 ms link (benchmarks/bench_remote_link.py), 4 MiB requests with the
+# default 8 or more in flight reach the link's rate where 1 MiB ones reach
+# half of it; larger ones gained nothing and hold more memory per request.
+REMOTE_REQUEST_BYTES = 4 << 20
+# The first piece of a long remote range: on a fresh or idle connection TCP
+# starts at 10 packets and doubles per round trip, so 1 MiB takes about 7
+# round trips and 256 KiB (a typical first sample and then some) about 5.
+REMOTE_FIRST_BYTES = 256 << 10
 
 # (shard, range, path, file offset, start in the piece's buffer, length,
 #  end of range, end of shard)
@@ -38,6 +58,37 @@ def align_down(value: int) -> int:
 
 def align_up(value: int) -> int:
     return (value + DIRECT_ALIGNMENT - 1) & ~(DIRECT_ALIGNMENT - 1)
+
+
+def is_remote_file(file: OpenFile) -> bool:
+    # Remote objects have no descriptor; shard cache copies are local files.
+    return file.fd < 0
+
+
+def read_limit(file: OpenFile, read_size: int) -> int:
+    return align_up(read_size) if file.direct else read_size
+
+
+class _Ramp:
+    """The growing size of one stream's remote pieces (see the module)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def limit(self, file: OpenFile, read_size: int) -> int:
+        """The largest next piece of ``file``."""
+        if not is_remote_file(file):
+            return read_limit(file, read_size)
+        if not self.last:
+            return min(read_size, REMOTE_FIRST_BYTES)
+        return min(max(self.last * 2, read_size), max(read_size, REMOTE_REQUEST_BYTES))
+
+    def took(self, piece: Request) -> Request:
+        if piece.file is not None and is_remote_file(piece.file):
+            self.last = max(self.last, piece.length)  # connections stay warm
+        return piece
 
 
 class Request:
@@ -152,6 +203,7 @@ def plan_requests(
     reference to it; ``read_size()`` is asked per piece, so a change made while
     the stream runs applies to the next piece."""
     group: _Group | None = None
+    ramp = _Ramp()
     numbered = enumerate(shards)
     try:
         while True:
@@ -162,7 +214,7 @@ def plan_requests(
                 break
             except Exception as error:  # bad input: after everything before it, then stop
                 if group is not None:
-                    pending, group = group.piece(stream), None
+                    pending, group = ramp.took(group.piece(stream)), None
                     yield pending
                 yield Request.failed(stream, "<shards>", error)
                 return
@@ -175,7 +227,7 @@ def plan_requests(
                     file = files.acquire(path, direct)
                 except OSError as error:
                     if group is not None:
-                        pending, group = group.piece(stream), None
+                        pending, group = ramp.took(group.piece(stream)), None
                         yield pending
                     yield Request.failed(stream, path, error)
                     continue
@@ -183,7 +235,7 @@ def plan_requests(
                 if length < 0 or offset + length > file.size:
                     files.release(file)
                     if group is not None:
-                        pending, group = group.piece(stream), None
+                        pending, group = ramp.took(group.piece(stream)), None
                         yield pending
                     short = TruncatedFileError(path, file.size, offset + max(length, 0))
                     yield Request.failed(stream, path, short)
@@ -192,25 +244,27 @@ def plan_requests(
                 if length == 0:
                     files.release(file)
                     if group is not None:
-                        pending, group = group.piece(stream), None
+                        pending, group = ramp.took(group.piece(stream)), None
                         yield pending
                     yield Request(stream, None, path, offset, 0, [delivery], 0)
                     continue
-                limit = align_up(read_size()) if file.direct else read_size()
+                limit = ramp.limit(file, read_size())
                 if group is not None:
                     if group.accepts(file, offset, length, coalesce_gap, limit):
                         group.add(offset, delivery)
                         files.release(file)  # the group holds one reference already
                         continue
-                    pending, group = group.piece(stream), None
+                    pending, group = ramp.took(group.piece(stream)), None
                     yield pending
                 candidate = _Group(file, offset, delivery)
-                if candidate.span(offset + length) <= limit:
+                # A range longer than a read is split, however large remote
+                # pieces may grow; short ones may share a piece up to the limit.
+                if candidate.span(offset + length) <= min(limit, read_limit(file, read_size())):
                     group = candidate
                     continue
-                yield from _split(stream, file, delivery, read_size)
+                yield from _split(stream, file, delivery, read_size, ramp)
         if group is not None:
-            pending, group = group.piece(stream), None
+            pending, group = ramp.took(group.piece(stream)), None
             yield pending
     finally:
         if group is not None:
@@ -218,10 +272,11 @@ def plan_requests(
 
 
 def _split(
-    stream: Any, file: OpenFile, delivery: Delivery, read_size: Callable[[], int]
+    stream: Any, file: OpenFile, delivery: Delivery, read_size: Callable[[], int], ramp: _Ramp
 ) -> Iterator[Request]:
     """Pieces of one range larger than a read. Consumes the caller's file
-    reference for the first piece and takes one more for each further piece."""
+    reference for the first piece and takes one more for each further piece.
+    Remote pieces grow along the ``ramp`` (see the module)."""
     shard_index, range_index, path, offset, _, length, _, end_of_shard = delivery
     end = offset + length
     direct = file.direct
@@ -229,7 +284,7 @@ def _split(
     request_end_limit = align_up(end) if direct else end
     first = True
     while position < end:
-        size = align_up(read_size()) if direct else read_size()
+        size = ramp.limit(file, read_size())
         request_end = min(position + size, request_end_limit)
         data_start, data_end = max(position, offset), min(request_end, end)
         if not first:
@@ -240,7 +295,7 @@ def _split(
             shard_index, range_index, path, data_start, data_start - position,
             data_end - data_start, last, last and end_of_shard,
         )  # fmt: skip
-        yield Request(
+        yield ramp.took(Request(
             stream, file, path, position, request_end - position, [part], data_end - position
-        )
+        ))  # fmt: skip
         position = request_end

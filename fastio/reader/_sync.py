@@ -11,12 +11,15 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fastio._errors import ReaderClosedError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = ["Handoff", "LoopThread", "new_event_loop"]
 
 T = TypeVar("T")
+_LOOP_CHECK = 1.0  # seconds between looks at the loop while the consumer waits
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -131,13 +134,32 @@ class Handoff:
         if space is not None:
             _resolve(space)
 
+    def watch(self, producer: concurrent.futures.Future[Any]) -> None:
+        """Ends the hand-off when ``producer`` (the loop's task feeding it)
+        ends without having ended it: cancelled, or never run. The consumer
+        then gets an error saying so, with the producer's own as its cause,
+        instead of waiting for batches that cannot come."""
+        producer.add_done_callback(self._producer_done)
+
+    def _producer_done(self, producer: concurrent.futures.Future[Any]) -> None:
+        cause = None if producer.cancelled() else producer.exception()
+        error = ReaderClosedError("the stream's reading ended before the stream did")
+        error.__cause__ = cause
+        self.finish(error)
+
     def get(self) -> list[Any] | None:
-        """The next batch, or None at the end. Blocks while the producer is behind."""
+        """The next batch, or None at the end. Blocks while the producer is
+        behind; raises the producer's error after the batches before it."""
         with self._lock:
             if not self._batches and not self._finished:
                 started = time.perf_counter()
                 while not self._batches and not self._finished:
-                    self._ready.wait()
+                    # A loop closed before it ran the producer resolves nothing.
+                    if not self._ready.wait(_LOOP_CHECK) and self._loop.is_closed():
+                        self._finished = True
+                        self._error = ReaderClosedError(
+                            "the reader's event loop closed before the stream ended"
+                        )
                 if self._on_wait is not None:
                     self._on_wait(time.perf_counter() - started)
             if not self._batches:

@@ -125,6 +125,8 @@ class ReaderTuning:
         )  # fmt: skip
         self._on_decision = on_decision
         self._last: ReaderStats | None = None
+        self._first: ReaderStats | None = None
+        self.settled_after: dict[str, float] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -148,6 +150,7 @@ class ReaderTuning:
             now = self.reader.stats()
             last, self._last = self._last, now
             if last is None:
+                self._first = now
                 return None
             window = now.since(last)
             # Only time storage was the bottleneck, and only while data flowed.
@@ -156,7 +159,12 @@ class ReaderTuning:
                 return None
             decision = self.tuner.observe(window.bytes_delivered, seconds)
             if decision is not None:
-                self.decisions.append(decision.as_dict())
+                assert self._first is not None
+                since = now.since(self._first)
+                when = {"seconds": since.elapsed_seconds, "bytes_delivered": since.bytes_delivered}
+                self.decisions.append(decision.as_dict() | when)
+                if decision.next_phase == "settled" and self.settled_after is None:
+                    self.settled_after = when
                 if self._on_decision is not None:
                     self._on_decision(decision)
             return decision
@@ -187,7 +195,9 @@ class ReaderTuning:
             self.tuner.close()
 
     def summary(self) -> dict[str, Any]:
-        """The tuner's state for ``stats()``: phase, round, trials, best, current knobs."""
+        """The tuner's state for ``stats()``: phase, round, trials, best, current
+        knobs, and when it first settled (``settled_after``: seconds and bytes
+        delivered since its first measurement; None while it has not)."""
         tuner = self.tuner
         best, rate = tuner.best
         return {
@@ -195,6 +205,7 @@ class ReaderTuning:
             "windows": len(tuner.decisions), "converged": tuner.converged,
             "config": dict(tuner.config), "best_config": best, "best_bytes_per_second": rate,
             "memory_budget": self.budget, "noise": tuner.noise,
+            "settled_after": self.settled_after,
             "last_decision": self.decisions[-1] if self.decisions else None,
         }  # fmt: skip
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastio.spec._fairness import FairnessSettings
-from fastio.spec._knobs import REQUIRED, check, check_value, knob, knobs
+from fastio.spec._knobs import REQUIRED, check, check_value, knob, knobs, unexpected_keyword
 from fastio.spec._reader import ReaderSettings
 from fastio.spec._tuner import TunerSettings
 
@@ -121,14 +121,15 @@ class FormatSettings:
 @dataclass(frozen=True)
 class CacheSettings:
     """The local shard cache for remote data: remote shards are read from
-    local copies under ``dir``, never more than ``max_bytes`` in all."""
+    local copies under ``dir``, never more than ``max_bytes`` in all (the
+    cache's own index included)."""
 
     dir: str | tuple[str, ...] | None = knob(
         None, "Folder (or folders) of the local copies.", "paths", optional=True,
         keyword="cache_dir",
     )  # fmt: skip
-    max_bytes: int | None = knob(None, "Bytes the copies may take in all.", "size", low=1,
-                                 optional=True, keyword="cache_bytes")  # fmt: skip
+    max_bytes: int | None = knob(None, "Bytes the cache folder may take, index included.",
+                                 "size", low=1, optional=True, keyword="cache_bytes")  # fmt: skip
     policy: Literal["plan", "lru"] = knob(
         "plan",
         "plan: evict the shard whose next use in the epoch plan is furthest; lru: the one "
@@ -262,7 +263,8 @@ class DatasetSpec:
             elif keyword in knobs(ReaderSettings):
                 changes["reader"][keyword] = value
             else:
-                raise TypeError(f"Dataset() got an unexpected keyword argument {keyword!r}")
+                raise unexpected_keyword("Dataset()", keyword,
+                                         [*flat, *_WHOLE, *knobs(ReaderSettings)])  # fmt: skip
         for name, settings_class in _SECTIONS.items():
             value = given.get(name)
             base: Any

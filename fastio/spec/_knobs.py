@@ -10,11 +10,15 @@ one message and one size parser serve them all.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "Knob",
@@ -23,12 +27,14 @@ __all__ = [
     "check",
     "check_value",
     "knob",
+    "make_settings",
     "knob_defaults",
     "knobs",
     "parse_size",
     "shown",
     "size_text",
     "switchable",
+    "unexpected_keyword",
 ]
 
 T = TypeVar("T")
@@ -142,11 +148,29 @@ def switchable(cls: type[T], value: Any, keyword: str) -> T:
         return cast("T", make(enabled=value))
     if isinstance(value, dict):
         try:
-            return cast("T", make(**{"enabled": True, **value}))
+            return make_settings(cls, {"enabled": True, **value})
         except TypeError as error:
             raise TypeError(f"{keyword}: {error}") from None
     raise TypeError(f"{keyword} must be {cls.__name__}, a dict of it, True or False, "
                     f"not {shown(value)}")  # fmt: skip
+
+
+def unexpected_keyword(owner: str, name: str, known: Iterable[str]) -> TypeError:
+    """Python's own message for a keyword ``owner`` does not take, with the
+    closest one it does (as a config file's unknown key gets)."""
+    message = f"{owner} got an unexpected keyword argument {name!r}"
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return TypeError(f"{message}; did you mean {close[0]!r}?" if close else message)
+
+
+def make_settings(cls: type[T], values: dict[str, Any]) -> T:
+    """``cls(**values)``; a key that is none of its knobs raises TypeError
+    naming the closest knob."""
+    fields = knobs(cls)
+    for name in values:
+        if name not in fields:
+            raise unexpected_keyword(f"{cls.__name__}()", name, fields)
+    return cls(**values)
 
 
 def check(instance: Any) -> None:
@@ -258,7 +282,7 @@ def _sections(name: str, spec: Knob, value: Any) -> Any:
         return tuple(_sections(name, Knob(spec.doc, "section", of=settings), one)
                      for one in value)  # fmt: skip
     if isinstance(value, dict):
-        return settings(**value)
+        return make_settings(settings, value)
     if not isinstance(value, settings):
         raise TypeError(f"{name} must be {settings.__name__} or a dict of it, not {shown(value)}")
     return value

@@ -3,6 +3,7 @@ safety, one download per shard, eviction policies, and verification."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -17,10 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastio import CacheFullError, CacheIntegrityError, CacheTimeoutError
-from fastio.cache._cache import ShardCache, etag_checksum
+from fastio.cache._cache import INDEX_ROOM, ShardCache, etag_checksum
 from fastio.plan._assignment import shard_order
+from tests.conftest import fill
 
 SPAWN = multiprocessing.get_context("spawn")
+# max_bytes bounds the whole folder, the cache's own index included: the
+# limits below are the room for shards, on top of the index's.
+OWN = INDEX_ROOM
 
 
 def content(url: str, size: int) -> bytes:
@@ -54,6 +59,17 @@ def disk_bytes(folder: str | Path) -> int:
     return total
 
 
+def folder_bytes(folder: str | Path) -> int:
+    """Bytes of every file under the cache folder: copies, downloads and the
+    cache's own files (its index)."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):  # a download's, published
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
 def temporaries(folder: str | Path) -> list[str]:
     return [name for name in os.listdir(folder) if name.startswith(".tmp-")]
 
@@ -78,8 +94,8 @@ def run_sequence(
             with cache.use(url, size, serve(url, size, pause=0.001)) as path:
                 if Path(path).read_bytes() != content(url, size):
                     problems.append(f"{url}: wrong content at {path}")
-                if disk_bytes(folder) > max_bytes:
-                    problems.append(f"{disk_bytes(folder)} bytes on disk > {max_bytes}")
+                if folder_bytes(folder) > max_bytes:
+                    problems.append(f"{folder_bytes(folder)} bytes on disk > {max_bytes}")
     except Exception as error:
         problems.append(repr(error))
 
@@ -88,7 +104,7 @@ def run_threads(folder: str, max_bytes: int, policy: str, sizes: list[int],
                 sequences: list[tuple[list[int], bool]]) -> list[str]:  # fmt: skip
     """``run_sequence`` on a thread each, sharing one cache object; the problems seen."""
     problems: list[str] = []
-    with ShardCache(folder, max_bytes, policy, wait_timeout=30) as cache:
+    with ShardCache(folder, OWN + max_bytes, policy, wait_timeout=30) as cache:
         threads = [
             threading.Thread(target=run_sequence, args=(cache, sizes, sequence, planned, problems))
             for sequence, planned in sequences
@@ -128,7 +144,7 @@ def test_byte_limit_holds_under_threads_and_processes(pool, tmp_path_factory, wo
 
     def watch() -> None:
         while not stop.is_set():
-            seen[0] = max(seen[0], disk_bytes(folder))
+            seen[0] = max(seen[0], folder_bytes(folder))
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -142,8 +158,8 @@ def test_byte_limit_holds_under_threads_and_processes(pool, tmp_path_factory, wo
         stop.set()
         watcher.join()
     assert problems == []
-    assert seen[0] <= max_bytes
-    with ShardCache(folder, max_bytes, policy) as cache:
+    assert seen[0] <= OWN + max_bytes  # the index's files included
+    with ShardCache(folder, OWN + max_bytes, policy) as cache:
         stats = cache.stats()
     assert stats["bytes_used"] == disk_bytes(folder) <= max_bytes
     assert stats["bytes_reserved"] == stats["bytes_pinned"] == 0
@@ -160,7 +176,7 @@ def download_until_killed(folder: str, url: str, size: int, started: str) -> Non
         Path(started).touch()
         time.sleep(60)
 
-    ShardCache(folder, 10 * size).get(url, size, fetch)
+    ShardCache(folder, OWN + 10 * size).get(url, size, fetch)
 
 
 def start_download_to_kill(tmp_path: Path, url: str, size: int):
@@ -182,7 +198,7 @@ def test_a_download_killed_midway_is_neither_served_nor_leaked(tmp_path) -> None
     assert disk_bytes(folder) == size // 2
     os.kill(child.pid, signal.SIGKILL)
     child.join()
-    with ShardCache(folder, 10 * size) as cache:  # the next run
+    with ShardCache(folder, OWN + 10 * size) as cache:  # the next run
         assert temporaries(folder) == []
         assert disk_bytes(folder) == 0
         assert cache.stats()["bytes_reserved"] == cache.stats()["bytes_used"] == 0
@@ -196,7 +212,7 @@ def test_a_download_killed_midway_is_neither_served_nor_leaked(tmp_path) -> None
 def test_a_waiting_process_takes_over_from_one_killed_midway(tmp_path) -> None:
     url, size = "s3://bucket/train-0001.tar", 50_000
     folder, child = start_download_to_kill(tmp_path, url, size)
-    with ShardCache(folder, 10 * size, wait_timeout=30) as cache:  # opened while it lives
+    with ShardCache(folder, OWN + 10 * size, wait_timeout=30) as cache:  # opened while it lives
         threading.Timer(0.3, os.kill, (child.pid, signal.SIGKILL)).start()
         with cache.use(url, size, serve(url, size)) as path:
             assert Path(path).read_bytes() == content(url, size)
@@ -209,12 +225,12 @@ def test_a_waiting_process_takes_over_from_one_killed_midway(tmp_path) -> None:
 
 def test_files_the_index_does_not_know_are_removed_at_start(tmp_path) -> None:
     folder = tmp_path / "cache"
-    with ShardCache(folder, 1000) as cache:
+    with ShardCache(folder, OWN + 1000) as cache:
         kept = Path(cache.get("mem://kept", 10, serve("mem://kept", 10))).name
     (folder / ("0" * 40 + ".tar")).write_bytes(b"x" * 100)  # published, then the index lost it
     (folder / f".tmp-999999-abcdef-{'1' * 40}").write_bytes(b"x" * 100)  # owner long gone
     (folder / "notes.txt").write_text("not the cache's")
-    with ShardCache(folder, 1000) as cache:
+    with ShardCache(folder, OWN + 1000) as cache:
         assert cache.stats()["bytes_used"] == 10
     assert sorted(os.listdir(folder)) == sorted([".fastio-cache", "notes.txt", kept])
 
@@ -228,7 +244,7 @@ def get_once(folder: str, url: str, size: int, log: str, barrier) -> bytes:
             handle.write(f"{os.getpid()}\n")
         serve(url, size, pause=0.5)(url, file)
 
-    with ShardCache(folder, 10 * size) as cache:
+    with ShardCache(folder, OWN + 10 * size) as cache:
         barrier.wait()
         with cache.use(url, size, fetch) as path:
             return Path(path).read_bytes()
@@ -255,7 +271,7 @@ def test_threads_getting_one_shard_download_it_once(tmp_path) -> None:
         calls.append(u)
         fetch(u, file)
 
-    with ShardCache(tmp_path, 10 * size) as cache:
+    with ShardCache(tmp_path, OWN + 10 * size) as cache:
         threads = [threading.Thread(target=cache.get, args=(url, size, counted))
                    for _ in range(4)]  # fmt: skip
         for thread in threads:
@@ -272,7 +288,10 @@ def test_threads_getting_one_shard_download_it_once(tmp_path) -> None:
 
 def test_waiting_for_another_download_times_out_with_a_clear_error(tmp_path) -> None:
     url = "mem://slow"
-    with ShardCache(tmp_path, 100) as first, ShardCache(tmp_path, 100, wait_timeout=0.2) as second:
+    with (
+        ShardCache(tmp_path, OWN + 100) as first,
+        ShardCache(tmp_path, OWN + 100, wait_timeout=0.2) as second,
+    ):
         downloading = threading.Thread(target=first.get, args=(url, 10, serve(url, 10, pause=1)))
         downloading.start()
         while not temporaries(tmp_path):
@@ -307,7 +326,7 @@ def copy_file(url: str, file) -> None:
 def hits_per_epoch(folder: Path, policy: str, orders: list[list[str]], fraction: float):
     size = 1000
     max_bytes = int(len(orders[0]) * size * fraction)
-    with ShardCache(folder, max_bytes, policy) as cache:
+    with ShardCache(folder, OWN + max_bytes, policy) as cache:
         cache.plan(url for order in orders for url in order)
         hits = []
         for order in orders:
@@ -343,7 +362,7 @@ def test_prefetch_names_what_the_plan_needs_and_fetch_ahead_keeps_sooner_shards(
     dataset, tmp_path
 ) -> None:
     urls = dataset[:6]
-    with ShardCache(tmp_path, 3000) as cache:
+    with ShardCache(tmp_path, OWN + 3000) as cache:
         cache.plan(urls + urls[:2])
         assert cache.prefetch(2) == urls[:2]
         assert all(cache.fetch_ahead(url, 1000, copy_file) for url in urls[:3])
@@ -363,7 +382,7 @@ def test_prefetch_names_what_the_plan_needs_and_fetch_ahead_keeps_sooner_shards(
 
 
 def test_pinned_shards_are_never_evicted(tmp_path) -> None:
-    with ShardCache(tmp_path, 2000, "lru", wait_timeout=0.3) as cache:
+    with ShardCache(tmp_path, OWN + 2000, "lru", wait_timeout=0.3) as cache:
         first = cache.get("mem://a", 1000, serve("mem://a", 1000))
         for name in "bcd":
             with cache.use(f"mem://{name}", 1000, serve(f"mem://{name}", 1000)):
@@ -372,7 +391,8 @@ def test_pinned_shards_are_never_evicted(tmp_path) -> None:
         with (
             cache.use("mem://e", 1000, serve("mem://e", 1000)),
             pytest.raises(
-                CacheFullError, match=r"2000 of the cache.s 2000 bytes are shards in use.*mem://f"
+                CacheFullError,
+                match=rf"2000 of the cache.s {OWN + 2000} bytes are shards in use.*mem://f",
             ),
         ):
             cache.get("mem://f", 1000, serve("mem://f", 1000))
@@ -405,7 +425,7 @@ def test_a_wrong_download_is_an_error_naming_the_url_and_nothing_is_cached(
     tmp_path, fetch, checksum, message
 ) -> None:
     url = "s3://bucket/train-0003.tar"
-    with ShardCache(tmp_path, 5000) as cache:
+    with ShardCache(tmp_path, OWN + 5000) as cache:
         with pytest.raises(CacheIntegrityError, match=message) as raised:
             cache.get(url, 1000, fetch, checksum=checksum)
         assert raised.value.filename == url
@@ -423,7 +443,7 @@ def test_a_failing_fetch_releases_its_reservation(tmp_path) -> None:
         file.write(b"x" * 10)
         raise ConnectionResetError(f"{url}: reset")
 
-    with ShardCache(tmp_path, 100) as cache:
+    with ShardCache(tmp_path, OWN + 100) as cache:
         with pytest.raises(ConnectionResetError):
             cache.get("mem://x", 100, broken)
         assert cache.stats()["bytes_reserved"] == 0
@@ -433,7 +453,7 @@ def test_a_failing_fetch_releases_its_reservation(tmp_path) -> None:
 
 
 def test_another_etag_replaces_the_copy(tmp_path) -> None:
-    with ShardCache(tmp_path, 100) as cache:
+    with ShardCache(tmp_path, OWN + 100) as cache:
         with cache.use("mem://v", 10, lambda u, f: f.write(b"0" * 10), etag="v1") as path:
             assert Path(path).read_bytes() == b"0" * 10
         with cache.use("mem://v", 10, lambda u, f: f.write(b"1" * 10), etag="v2") as path:
@@ -459,7 +479,7 @@ def test_placement_chooses_the_directory(tmp_path) -> None:
         return str(tmp_path / "hdd")
 
     folders = [tmp_path / "ssd", tmp_path / "hdd"]
-    with ShardCache(folders, 100, placement=placement) as cache:
+    with ShardCache(folders, OWN + 100, placement=placement) as cache:
         path = cache.get("mem://p.tar", 10, serve("mem://p.tar", 10))
         assert Path(path).parent == tmp_path / "hdd"
         assert path.endswith(".tar")
@@ -477,10 +497,10 @@ def test_placement_chooses_the_directory(tmp_path) -> None:
 
 
 def test_pickled_cache_shares_the_folder(tmp_path) -> None:
-    with ShardCache(tmp_path, 100, "lru") as cache:
+    with ShardCache(tmp_path, OWN + 100, "lru") as cache:
         cache.get("mem://s", 10, serve("mem://s", 10))
         copy = pickle.loads(pickle.dumps(cache))
-        assert (copy.max_bytes, copy.policy) == (100, "lru")
+        assert (copy.max_bytes, copy.policy) == (OWN + 100, "lru")
         assert copy.get("mem://s", 10, serve("mem://s", 10)) == cache.get(
             "mem://s", 10, serve("mem://s", 10)
         )
@@ -498,7 +518,7 @@ def get_in_child(cache: ShardCache, url: str) -> None:
 # A DataLoader worker is a forked child; the pytest process has threads (other tests' pools).
 @pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
 def test_a_forked_child_uses_the_cache_as_its_own(tmp_path) -> None:
-    with ShardCache(tmp_path, 1000) as cache:
+    with ShardCache(tmp_path, OWN + 1000) as cache:
         cache.get("mem://parent", 10, serve("mem://parent", 10))
         child = multiprocessing.get_context("fork").Process(
             target=get_in_child, args=(cache, "mem://child")
@@ -506,7 +526,7 @@ def test_a_forked_child_uses_the_cache_as_its_own(tmp_path) -> None:
         child.start()
         child.join()
         assert child.exitcode == 0
-        with ShardCache(tmp_path, 1000) as other:  # reaps the dead child, not the parent
+        with ShardCache(tmp_path, OWN + 1000) as other:  # reaps the dead child, not the parent
             stats = other.stats()
             assert (stats["shards_cached"], stats["bytes_pinned"]) == (2, 10)
         cache.release("mem://parent")
@@ -514,13 +534,13 @@ def test_a_forked_child_uses_the_cache_as_its_own(tmp_path) -> None:
 
 
 def test_max_bytes_must_agree_while_open_and_a_lower_limit_trims(tmp_path) -> None:
-    with ShardCache(tmp_path, 100) as cache:
+    with ShardCache(tmp_path, OWN + 100) as cache:
         for name in "abc":
             with cache.use(f"mem://{name}", 30, serve(f"mem://{name}", 30)):
                 pass
-        with pytest.raises(ValueError, match="open elsewhere with max_bytes 100, not 50"):
-            ShardCache(tmp_path, 50)
-    with ShardCache(tmp_path, 50) as cache:
+        with pytest.raises(ValueError, match=f"open elsewhere with max_bytes {OWN + 100}, not "):
+            ShardCache(tmp_path, OWN + 50)
+    with ShardCache(tmp_path, OWN + 50) as cache:
         assert cache.stats()["bytes_used"] == disk_bytes(tmp_path) == 30
 
 
@@ -539,8 +559,44 @@ def test_bad_arguments(tmp_path) -> None:
     with pytest.raises(ValueError, match="max_bytes"):
         ShardCache(tmp_path, 0)
     with pytest.raises(ValueError, match="policy"):
-        ShardCache(tmp_path, 10, "fifo")  # type: ignore[arg-type]
-    with ShardCache(tmp_path, 10) as cache, pytest.raises(ValueError, match="checksum"):
+        ShardCache(tmp_path, OWN + 10, "fifo")  # type: ignore[arg-type]
+    with ShardCache(tmp_path, OWN + 10) as cache, pytest.raises(ValueError, match="checksum"):
         cache.get("mem://z", 1, serve("mem://z", 1), checksum="nope")
     assert cache.stats()["shards_cached"] == 0  # a closed cache opens anew when used
     cache.close()
+
+
+def test_a_full_filesystem_fails_downloads_naming_the_shard(small_filesystem) -> None:
+    folder, size = small_filesystem / "cache", 300_000  # three fill the 1 MiB filesystem
+    with ShardCache(folder, 64 << 20, wait_timeout=5) as cache:
+        urls = [f"s3://bucket/train-{number}.tar" for number in range(4)]
+        with pytest.raises(CacheFullError, match=r"filesystem (has no room|is full)") as raised:
+            for url in urls:
+                with cache.use(url, size, serve(url, size)) as path:
+                    assert Path(path).read_bytes() == content(url, size)
+        assert raised.value.filename in urls[2:]
+        # The failed download's file and reservation go at the next step, even
+        # should the index have been unable to record its end.
+        with cache.use("s3://bucket/small.tar", 1000, serve("s3://bucket/small.tar", 1000)):
+            assert cache.stats()["bytes_reserved"] == 0
+            assert cache.stats()["shards_cached"] == 3
+        assert temporaries(folder) == []
+
+        fill(small_filesystem)  # now the index cannot grow either
+        url, failures = "s3://bucket/train-9.tar", []
+        for _ in range(3):  # one may fit what a page had left
+            try:
+                cache.get(url, 5000, serve(url, 5000))
+            except CacheFullError as error:
+                failures.append(error.filename)  # an SQLite error would not name the shard
+        assert failures
+        assert set(failures) == {url}
+        os.remove(small_filesystem / "filler")
+        with cache.use(url, 5000, serve(url, 5000)) as path:  # room again: nothing left behind
+            assert Path(path).read_bytes() == content(url, 5000)
+        assert cache.stats()["bytes_reserved"] == 0
+        assert temporaries(folder) == []
+
+    fill(small_filesystem)
+    with pytest.raises(CacheFullError, match=r"its index .* cannot be written"):
+        ShardCache(small_filesystem / "other", 64 << 20).stats()

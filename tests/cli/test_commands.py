@@ -98,3 +98,35 @@ def test_tiny_run(command: tuple[str, ...], tiny: dict[str, str], tmp_path: Path
     assert table.strip()
     with pytest.raises(json.JSONDecodeError):
         json.loads(table)
+
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _command(path: tuple[str, ...]) -> click.Command:
+    command: click.Command = main
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    return command
+
+
+PLOTTING = [c for c in COMMANDS if any(p.name == "plot_path" for p in _command(c).params)]
+
+
+def test_the_commands_that_measure_over_time_or_compare_draw_plots() -> None:
+    assert sorted(PLOTTING) == [("compare",), ("fairness",), ("run",), ("sweep",), ("tiering",),
+                                ("tune",)]  # fmt: skip
+
+
+# compare and tune draw theirs in test_compare.py and test_tune.py, with their own checks.
+@pytest.mark.parametrize("command", [c for c in PLOTTING if c not in (("compare",), ("tune",))],
+                         ids=" ".join)  # fmt: skip
+def test_plot_writes_a_png_beside_the_json(
+    command: tuple[str, ...], tiny: dict[str, str], tmp_path: Path
+) -> None:
+    template, _ = RUNS[command]
+    image = tmp_path / "plot.png"
+    args = [*command, *(arg.format(**tiny) for arg in template), "--plot", str(image)]
+    assert isinstance(json.loads(bench(*args, "--json").stdout), dict)
+    assert image.read_bytes().startswith(PNG)

@@ -179,13 +179,13 @@ KEYS = [("reader", "outstanding_requests", 16), ("shuffle", "seed", 0)]
         (None, None, None, "default"),
         (None, None, 9, 9),  # environment > default
         (None, 5, None, 5),  # file > default
-        (None, 5, 9, 5),  # file > environment
+        (None, 5, 9, 9),  # environment > file, as in fsspec
         (3, None, 9, 3),  # explicit > environment
         (3, 5, None, 3),  # explicit > file
         (3, 5, 9, 3),
     ],
 )
-def test_explicit_over_file_over_environment_over_default(
+def test_explicit_over_environment_over_file_over_default(
     tmp_path, monkeypatch, section, key, default, explicit, in_file, in_environment, expected
 ) -> None:
     data: dict[str, Any] = {"urls": "a.tar"}
@@ -205,7 +205,7 @@ def test_sources_merge_key_by_key(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FASTIO_URLS", "from-the-environment.tar")
     path = config_file(tmp_path, {"urls": "a.tar", "reader": {"read_size": "2MiB"}})
     config = load_config(path, reader={"engine": "threads"}, shuffle__seed=4)
-    assert config.urls == "a.tar"
+    assert config.urls == "from-the-environment.tar"
     assert config.reader.to_settings() == fastio.ReaderSettings(
         outstanding_requests=32, read_size=2 << 20, engine="threads"
     )

@@ -181,3 +181,25 @@ def test_ranks_split_exactly(tmp_path_factory, world_size, remainder) -> None:
         assert sizes == [-(-total // world_size)] * world_size
         assert set(union) == everything
         assert sum(union.values()) - total == sum(sizes) - total < world_size
+
+
+def test_parts_as_ranks_of_one_dataset_each_read_their_own_epoch(tmp_path) -> None:
+    # As Ray's read tasks do: one indexed dataset, a part per task, each part
+    # told the epoch; parts iterated one after another in one process must
+    # not take the next epoch from each other.
+    written = write("tfrecord", tmp_path, shards=4, per_shard=11)
+    with fastio.Dataset(written.pattern, shuffle_buffer=20_000, fairness=False) as dataset:
+        dataset.index()
+        parts = [dataset.as_rank(rank, 3) for rank in range(3)]
+        got = []
+        for rank, part in enumerate(parts):
+            part.set_epoch(5)
+            delivered = keys(written, part)
+            assert delivered == [written.samples[i]["key"]
+                                 for i in dataset.order(5, rank=rank, world_size=3)]  # fmt: skip
+            got.extend(delivered)
+            part.close()
+        assert sorted(got) == sorted(row["key"] for row in written.samples)
+        assert dataset.epoch == 0  # the parts' passes are not the dataset's
+        with pytest.raises(ValueError, match=r"rank must be in 0\.\.2, not 3"):
+            dataset.as_rank(3, 3)

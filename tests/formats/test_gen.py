@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import fastio
 from fastio.cli import main
 from fastio.cli._gen import FORMATS, DatasetPlan, GenResult, write_dataset
 from fastio.formats._webdataset import tar_header
@@ -303,6 +304,31 @@ def test_fixed_records_are_the_rows(tmp_path: Path) -> None:
     assert [Path(p).stat().st_size for p in result.paths] == [15 * SIZE, 16 * SIZE, 16 * SIZE]
 
 
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+@pytest.mark.parametrize("format", FIXED_ROWS)
+def test_compressed_fixed_rows_read_back_exactly(tmp_path: Path, format: str, codec: str) -> None:
+    import fastio
+
+    code, output = run_cli(
+        str(tmp_path), "--format", format, "--samples", str(SAMPLES), "--sample-size", str(SIZE),
+        "--shards", str(SHARDS), "--seed", str(SEED), "--classes", str(CLASSES),
+        "--compression", codec, "--json",
+    )  # fmt: skip
+    assert code == 0, output
+    url = json.loads(output)["url"]
+    suffix = {"npy": ".npy", "fixed": ".bin"}[format] + {"gzip": ".gz", "zstd": ".zst"}[codec]
+    assert url.endswith(suffix)
+    expected = [payload for _, payload in planned().values()]
+    options = {"record_size": SIZE} if format == "fixed" else {}
+    with fastio.Dataset(url, format, shuffle=False, fairness=False, **options) as dataset:
+        assert [bytes(row) for row in dataset] == expected
+        assert [row.tobytes() for batch in dataset.batches(10) for row in batch] == expected
+        assert dataset.counts == [15, 16, 16]
+        assert bytes(dataset[20]) == expected[20]
+    with fastio.Dataset(url, format, seed=4, fairness=False, **options) as dataset:
+        assert sorted(bytes(row) for row in dataset) == sorted(expected)
+
+
 def test_jsonl_as_json_reads_it(tmp_path: Path, reference: Samples) -> None:
     result = generate(tmp_path, "jsonl")
     samples = {}
@@ -411,8 +437,6 @@ def run_cli(*args: str) -> tuple[int, str]:
 
 
 def test_cli_prints_one_json_object(tmp_path: Path) -> None:
-    import fastio
-
     code, output = run_cli(
         str(tmp_path), "--format", "tfrecord", "--samples", "20", "--sample-size", "1KiB",
         "--shards", "4", "--seed", "3", "--size-jitter", "0.2", "--compression", "gzip", "--json",
@@ -426,7 +450,8 @@ def test_cli_prints_one_json_object(tmp_path: Path) -> None:
     assert report["seconds"] > 0
     assert report["url"] == f"{tmp_path}/tfrecord-{{00000..00003}}.tfrecord.gz"
     files = fastio.expand_urls(report["url"])
-    assert sorted(str(p) for p in tmp_path.iterdir()) == files
+    assert report["index"] == str(tmp_path / "dataset.fastio-index.npz")
+    assert sorted(str(p) for p in tmp_path.iterdir()) == sorted([*files, report["index"]])
     assert report["bytes"] == sum(Path(f).stat().st_size for f in files)
     assert sum(len(tfrecord_payloads(f, gzipped=True)) for f in files) == 20
     same = write_dataset(
@@ -451,3 +476,35 @@ def test_cli_rejects_bad_combinations(tmp_path: Path) -> None:
     code, output = run_cli(str(tmp_path), "--format", "csv")
     assert code == 2
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+@pytest.mark.parametrize("format", ["webdataset", "tfrecord", "jsonl"])
+def test_the_writers_index_serves_a_dataset_without_a_scan(tmp_path: Path, format: str,
+                                                           compression: str) -> None:  # fmt: skip
+    result = write_dataset(tmp_path / "data", format, samples=60, sample_size=300, shards=3,
+                           compression=compression, index=True)  # fmt: skip
+    assert result.index == str(tmp_path / "data" / "dataset.fastio-index.npz")
+    scanned = tmp_path / "scanned"
+    with fastio.Dataset(result.url, format=format, index_dir=scanned, shuffle=False) as dataset:
+        assert len(dataset) == 60  # known at once: no TypeError, no first epoch needed
+        delivered = list(dataset)
+    assert not scanned.exists()  # no shard was scanned and indexed on its own
+    # The same shards scanned by the dataset itself: the same samples.
+    Path(result.index).rename(tmp_path / "moved.npz")
+    with fastio.Dataset(result.url, format=format, index_dir=scanned, shuffle=False) as fresh:
+        scanned_samples = list(fresh.index())
+    assert len(scanned_samples) == 60
+    assert [repr(a) for a in delivered] == [repr(b) for b in scanned_samples]
+
+
+def test_the_cli_writes_the_index_unless_told_not_to(tmp_path: Path) -> None:
+    for flag, expected in (("--index", True), ("--no-index", False)):
+        out = tmp_path / flag.strip("-")
+        run = CliRunner().invoke(main, ["gen", str(out), "--format", "webdataset", "--samples",
+                                        "20", "--sample-size", "100", "--shards", "2", flag,
+                                        "--json"])  # fmt: skip
+        assert run.exit_code == 0, run.output
+        data = json.loads(run.stdout)
+        assert (data["index"] is not None) is expected
+        assert (out / "dataset.fastio-index.npz").exists() is expected

@@ -8,6 +8,7 @@ import os
 import pickle
 import random
 import subprocess
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -261,6 +262,23 @@ class ReaderContract:
         assert max(held) <= budget
         assert stats.backpressure_seconds > 0  # the full budget held reads back (how long: timing)
         assert stats.bytes_delivered == 32 << 20
+
+    def test_a_stream_progresses_while_another_holds_the_budget(self, make_file) -> None:
+        # A dataset indexing a shard it streams reads the shard's ends through
+        # a second stream while the first one's chunks are still held.
+        path, data = make_file(8 << 20)
+        other, other_data = make_file(64 << 10)
+        with self.reader(read_size=1 << 20, outstanding_requests=4, memory_budget=2 << 20) as r:
+            first = iter(r.stream([path]))
+            held = [next(first)]
+            nested: list[bytes] = []
+            worker = threading.Thread(target=lambda: nested.append(
+                b"".join(bytes(c.data) for c in r.stream([other]))))  # fmt: skip
+            worker.start()
+            worker.join(60)
+            assert nested == [other_data], "the second stream waited for the first's budget"
+            rest = b"".join(bytes(c.data) for c in first)
+        assert bytes(held[0].data) + rest == data
 
     def test_stats_describe_the_work(self, make_file) -> None:
         path, data = make_file(5 << 20)

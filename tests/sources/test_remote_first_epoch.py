@@ -88,7 +88,7 @@ def test_a_dataset_index_is_read_with_one_request_by_each_process(served, tmp_pa
     out = tmp_path / "data" / "dataset.fastio-index.npz"  # served beside the shards
     made = subprocess.run(
         [str(Path(sys.executable).parent / "fastio-bench"), "index", remote(written, server),
-         "--out", str(out), "--json"],
+         "--index", str(out), "--json"],
         capture_output=True, text=True, check=True, cwd=REPOSITORY,
     )  # fmt: skip
     assert json.loads(made.stdout)["samples"] == len(written.samples)

@@ -262,3 +262,62 @@ def test_an_environment_variable_gets_the_same_message_too(
     )
     with pytest.raises(ValueError, match=r"^shuffle_shards must be at least 1, not 0$"):
         fastio.Dataset("absent.tar", shuffle_shards=0)
+
+
+# (config file text, its message after the path, Dataset keywords, their message)
+SAME_TYPOS = [
+    ("shuffle: {bufer: 64MiB}", "unknown key 'shuffle.bufer'; did you mean 'shuffle.buffer'?",
+     {"shuffle_bufer": "64MiB"},
+     "Dataset() got an unexpected keyword argument 'shuffle_bufer'; did you mean "
+     "'shuffle_buffer'?"),
+    ("reader: {outstanding_request: 4}",
+     "unknown key 'reader.outstanding_request'; did you mean 'reader.outstanding_requests'?",
+     {"outstanding_request": 4},
+     "Dataset() got an unexpected keyword argument 'outstanding_request'; did you mean "
+     "'outstanding_requests'?"),
+    ("tuner: {max_trails: 3}", "unknown key 'tuner.max_trails'; did you mean 'tuner.max_trials'?",
+     {"tune": {"max_trails": 3}},
+     "tune: TunerSettings() got an unexpected keyword argument 'max_trails'; did you mean "
+     "'max_trials'?"),
+    ("reader: {read_sise: 1MiB}",
+     "unknown key 'reader.read_sise'; did you mean 'reader.read_size'?",
+     {"reader": {"read_sise": "1MiB"}},
+     "ReaderSettings() got an unexpected keyword argument 'read_sise'; did you mean "
+     "'read_size'?"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "from_file", "keywords", "from_keywords"), SAME_TYPOS,
+                         ids=[text.split(":")[0] + "." + text.split("{")[1].split(":")[0]
+                              for text, *_ in SAME_TYPOS])  # fmt: skip
+def test_a_typo_gets_the_closest_knob_from_a_keyword_and_a_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, from_file: str,
+    keywords: dict[str, Any], from_keywords: str,
+) -> None:  # fmt: skip
+    for name in [name for name in os.environ if name.upper().startswith("FASTIO_")]:
+        monkeypatch.delenv(name)
+    path = tmp_path / "config.yaml"
+    path.write_text(f"urls: absent.tar\n{text}\n")
+    with pytest.raises(fastio.ConfigError) as file_error:
+        fastio.load_config(path)
+    assert str(file_error.value) == f"{path}: {from_file}"
+    with pytest.raises(TypeError) as keyword_error:
+        fastio.Dataset(str(tmp_path / "absent.tar"), **keywords)
+    assert str(keyword_error.value) == from_keywords
+
+
+@pytest.mark.parametrize("size", ["64MiB", "64 mib", "64MB", "4m", "65536", 65536])
+def test_a_size_reads_the_same_from_a_keyword_and_a_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: str | int
+) -> None:
+    for name in [name for name in os.environ if name.upper().startswith("FASTIO_")]:
+        monkeypatch.delenv(name)
+    path = tmp_path / "config.yaml"
+    path.write_text(f"urls: absent.tar\nshuffle: {{buffer: {size}}}\ncache: "
+                    f"{{dir: {tmp_path}, max_bytes: {size}}}\n")  # fmt: skip
+    spec = fastio.load_config(path).to_spec()
+    keywords = DatasetSpec.from_keywords("absent.tar", shuffle_buffer=size, cache_dir=tmp_path,
+                                         cache_bytes=size)  # fmt: skip
+    assert spec.shuffle.buffer == keywords.shuffle.buffer == spec.cache.max_bytes
+    assert keywords.cache.max_bytes == spec.cache.max_bytes
+    assert spec.shuffle.buffer in (64 << 20, 64_000_000, 4 << 20, 65536)

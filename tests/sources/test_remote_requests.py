@@ -1,0 +1,92 @@
+"""How remote ranges become HTTP requests, counted by a Range server: a
+stream's first request is small, later ones grow to REMOTE_REQUEST_BYTES
+along a long range or over short neighbouring ranges, every byte is asked for
+once, and local files keep ``read_size`` reads."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import fastio
+from fastio.reader._requests import REMOTE_FIRST_BYTES, REMOTE_REQUEST_BYTES
+from tests.servers import RangeServer
+
+READ_SIZE = 64 << 10
+
+
+@pytest.fixture
+def blob(tmp_path):
+    data = random.Random(3).randbytes(3 * REMOTE_REQUEST_BYTES + 12345)
+    (tmp_path / "blob.bin").write_bytes(data)
+    server = RangeServer(tmp_path).start()
+    yield server, data, tmp_path / "blob.bin"
+    server.stop()
+
+
+def read(url: str, ranges: list[tuple[int, int | None]]) -> tuple[bytes, int]:
+    with fastio.Reader(read_size=READ_SIZE, outstanding_requests=4) as reader:
+        got = b"".join(bytes(c.data) for c in reader.stream(
+            [fastio.ByteRange(url, offset, length) for offset, length in ranges]))  # fmt: skip
+        return got, reader.stats().requests
+
+
+def growing(size: int) -> list[int]:
+    """The request sizes of a remote range of ``size`` bytes."""
+    sizes, step = [], READ_SIZE
+    while sum(sizes) < size:
+        sizes.append(min(step, size - sum(sizes)))
+        step = min(step * 2, REMOTE_REQUEST_BYTES)
+    return sizes
+
+
+def test_a_long_range_grows_from_read_size_and_is_asked_for_once(blob) -> None:
+    server, data, _ = blob
+    got, requests = read(server.url("blob.bin"), [(0, None)])
+    assert got == data
+    assert server.faults.served["blob.bin"] == len(data)  # nothing twice
+    assert requests == server.faults.gets["blob.bin"] == len(growing(len(data)))
+    assert len(growing(len(data))) < len(data) // READ_SIZE // 10
+
+
+@pytest.mark.parametrize("read_size", [READ_SIZE, 4 * REMOTE_FIRST_BYTES])
+def test_the_first_request_of_a_range_is_small(blob, read_size) -> None:
+    server, data, _ = blob
+    server.faults.hold_after = 1  # only the first request is answered until released
+    with fastio.Reader(read_size=read_size, outstanding_requests=4) as reader:
+        stream = iter(reader.stream([fastio.ByteRange(server.url("blob.bin"), 100)]))
+        first = next(stream)
+        assert bytes(first.data) == data[100 : 100 + len(first.data)]
+        assert server.faults.bytes_served == min(read_size, REMOTE_FIRST_BYTES)
+        server.faults.hold_after = None
+        rest = b"".join(bytes(c.data) for c in stream)
+    assert bytes(first.data) + rest == data[100:]
+
+
+def test_short_neighbouring_ranges_share_requests_that_grow(blob) -> None:
+    server, data, _ = blob
+    sample = 50_000
+    ranges = [(offset, sample) for offset in range(0, len(data) - sample, sample)]
+    got, requests = read(server.url("blob.bin"), ranges)
+    assert got == data[: len(ranges) * sample]
+    assert server.faults.served["blob.bin"] == len(got)  # nothing twice
+    # The first request holds one sample, each next one up to twice the last's
+    # bytes (at least read_size), up to REMOTE_REQUEST_BYTES.
+    expected, largest, left = 0, 0, len(ranges)
+    while left:
+        limit = READ_SIZE if not largest else min(max(2 * largest, READ_SIZE),
+                                                  REMOTE_REQUEST_BYTES)  # fmt: skip
+        taken = min(left, max(1, limit // sample))
+        left -= taken
+        largest = max(largest, taken * sample)
+        expected += 1
+    assert requests == server.faults.gets["blob.bin"] == expected
+    assert expected < len(ranges) // 10
+
+
+def test_local_files_keep_read_size_reads(blob) -> None:
+    _, data, path = blob
+    got, requests = read(str(path), [(0, None)])
+    assert got == data
+    assert requests == -(-len(data) // READ_SIZE)
