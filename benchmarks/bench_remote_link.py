@@ -572,8 +572,10 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
         if limit_first is not None:
             print("curl's first sample is its first byte; x curl: MB/s over parallel curl's")
         if any(settling(c) for c in rows):
-            print("tuner settled: runs whose tuner settled within the epoch, and the median "
-                  "share of the epoch's bytes delivered by then")
+            print(
+                "tuner settled: runs whose tuner settled within the epoch, and the median "
+                "share of the epoch's bytes delivered by then"
+            )
         failed = sum(len(c.failures) for c in rows)
         if failed:
             print(f"{failed} failed runs (see the JSON)")

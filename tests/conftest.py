@@ -56,6 +56,16 @@ class ResourceSnapshot:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def event_loop_process_state() -> None:
+    """libuv (under uvloop) opens a signal pipe with the first loop a process
+    makes and keeps it for the life of the process: make it before any test
+    counts descriptors, or whichever test comes first sees it as a leak."""
+    import fastio
+
+    fastio.new_event_loop().close()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def index_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Shard indexes go to a folder of this run's (never the user's cache)."""
     folder = tmp_path_factory.mktemp("xdg-cache")

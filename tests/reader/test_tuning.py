@@ -90,8 +90,10 @@ def test_tuning_a_live_reader_keeps_data_intact(
         assert summary["best_bytes_per_second"] > 0
         # When it settled, in the traffic of the decision that settled it.
         settling = next(d for d in tuning.decisions if d["next_phase"] == "settled")
-        assert summary["settled_after"] == {"seconds": settling["seconds"],
-                                            "bytes_delivered": settling["bytes_delivered"]}
+        assert summary["settled_after"] == {
+            "seconds": settling["seconds"],
+            "bytes_delivered": settling["bytes_delivered"],
+        }
         assert 0 < settling["bytes_delivered"] <= tuning.decisions[-1]["bytes_delivered"]
         # Decisions are in the log.
         assert any("tuner window" in record.getMessage() for record in caplog.records)
