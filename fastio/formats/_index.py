@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fastio._errors import DecodeError, IndexFileError
+from fastio._errors import DecodeError, IndexFileError, TruncatedFileError
 from fastio.formats._compression import codec_for, decompress
 from fastio.reader._ranges import ByteRange, Chunk
 from fastio.sources._remote import is_remote, local_path
@@ -139,14 +139,31 @@ class ShardIndex:
 
 
 def fingerprint(reader: Reader, url: str, size: int) -> str:
-    """A digest of the size and the first and last 4 KiB of ``url``."""
-    ranges = [ByteRange(url, 0, min(size, _FINGERPRINT_BYTES))]
+    """A digest of the size and the first and last 4 KiB of ``url``.
+
+    A local file's 8 KiB are read with two plain preads, not through
+    ``reader``: a streamed epoch stamps each shard's index as it reaches the
+    shard's end, while its own stream (reading ahead into the next shards)
+    may hold all of the reader's memory budget, which a second stream of the
+    same reader would wait for, for ever."""
+    ranges = [(0, min(size, _FINGERPRINT_BYTES))]
     if size > _FINGERPRINT_BYTES:
         tail = max(size - _FINGERPRINT_BYTES, _FINGERPRINT_BYTES)
-        ranges.append(ByteRange(url, tail, size - tail))
+        ranges.append((tail, size - tail))
     digest = hashlib.sha256(str(size).encode())
-    for chunk in reader.stream(ranges):
-        digest.update(chunk.data)
+    if is_remote(url):
+        for chunk in reader.stream([ByteRange(url, offset, length) for offset, length in ranges]):
+            digest.update(chunk.data)
+        return digest.hexdigest()[:32]
+    fd = os.open(local_path(url), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for offset, length in ranges:
+            data = os.pread(fd, length, offset)
+            if len(data) != length:
+                raise TruncatedFileError(url, offset + len(data), offset + length)
+            digest.update(data)
+    finally:
+        os.close(fd)
     return digest.hexdigest()[:32]
 
 

@@ -499,10 +499,15 @@ class Reader:
             while batch := await self._next_batch(stream):
                 await handoff.put(batch, sum(len(chunk.data) for chunk in batch))
                 batch = None  # (see astream)
-        except BaseException as error:
+        except Exception as error:
             handoff.finish(error)
-            if not isinstance(error, Exception):
-                raise
+        except BaseException as error:
+            # Cancelled (the loop winding down under a read in flight): the
+            # consumer hears that the reader stopped, as when it never ran.
+            closed = ReaderClosedError("the stream's reading was cancelled before the stream ended")
+            closed.__cause__ = error
+            handoff.finish(closed)
+            raise
         else:
             handoff.finish()
         finally:

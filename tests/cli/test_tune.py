@@ -40,8 +40,8 @@ def test_sweep_writes_table_json_and_heatmap(folder: Path, tmp_path: Path) -> No
     result = bench("sweep", str(folder), "-q", "1,8", "--read-size", "64KiB,1MiB",
                    "--engine", "io_uring,threads", "--tuner-memory-budget", "4MiB", "--out",
                    str(out), "--plot", str(image))  # fmt: skip
-    assert "io_uring, buffered: MB/s" in result.stdout
-    assert "threads, buffered: MB/s" in result.stdout
+    assert "io_uring, direct=auto: MB/s" in result.stdout
+    assert "threads, direct=auto: MB/s" in result.stdout
     assert "best:" in result.stdout
     data = json.loads(out.read_text())
     assert len(data["points"]) == 2 * 2 * 2

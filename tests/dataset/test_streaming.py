@@ -212,3 +212,12 @@ def test_an_index_saved_once_serves_later_datasets(never_seen, tmp_path):
     assert len(later) == len(never_seen.samples)  # no stream, no scan: the dataset index
     assert later.reader.stats().bytes_read == 0
     assert not (tmp_path / "unused").exists()
+
+
+def test_a_stream_that_holds_the_whole_memory_budget_still_indexes_its_shards(never_seen, tmp_path):
+    # Each shard is indexed as the stream reaches its end, while the stream
+    # has read ahead into the next shards with all the memory it may use.
+    dataset = fresh(never_seen, tmp_path, shuffle=False, memory_budget="64KiB",
+                    read_size="16KiB")  # fmt: skip
+    assert Counter(keys(dataset)) == everything(never_seen)
+    assert len(dataset) == sum(everything(never_seen).values())
