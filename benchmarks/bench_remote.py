@@ -438,7 +438,7 @@ def build_index(spec: dict[str, Any], expected: int) -> float:
     with fastio.Dataset(
         spec["pattern"], format="webdataset", shuffle=False, index_dir=spec["index_dir"]
     ) as dataset:
-        if len(dataset) != expected:
+        if len(dataset.index()) != expected:
             raise RuntimeError(f"fastio indexed {len(dataset)} samples, not {expected}")
     return time.perf_counter() - started
 

@@ -57,7 +57,6 @@ import sys
 import tempfile
 import time
 import traceback
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +64,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _wan
+from bench_remote import bits_per_second, prepare, served_requests, warm_up
 
 from fastio.cli._options import parse_size
 
@@ -105,43 +105,6 @@ IMPORTS = {
 
 
 # ---- data ----------------------------------------------------------------------------
-
-
-def prepare(folder: Path, shards: int, shard_size: int, sample_size: int) -> dict[str, Any]:
-    """The dataset's manifest; the shards are written unless the manifest matches."""
-    wanted = {
-        "shards": shards,
-        "samples": shards * (shard_size // sample_size),
-        "sample_size": sample_size,
-    }
-    manifest_path = folder / "manifest.json"
-    if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text())
-        if manifest["case"] == wanted and all((folder / n).exists() for n in manifest["names"]):
-            return manifest
-    from fastio.cli._gen import write_dataset
-
-    print(f"writing {shards} x {shard_size / 1e6:.0f} MB into {folder} ...", file=sys.stderr)
-    shutil.rmtree(folder, ignore_errors=True)
-    result = write_dataset(folder, "webdataset", wanted["samples"], sample_size, shards)
-    manifest = {
-        "case": wanted,
-        "names": [Path(p).name for p in result.paths],
-        "pattern": Path(result.url).name,
-        "bytes": result.bytes,
-        "payload_bytes": result.payload_bytes,
-    }
-    manifest_path.write_text(json.dumps(manifest, indent=1))
-    return manifest
-
-
-def warm_up(folder: Path, names: list[str]) -> None:
-    """Every shard into the page cache: nginx reads from memory, not the disk."""
-    buffer = bytearray(1 << 20)
-    for name in names:
-        with open(folder / name, "rb", buffering=0) as handle:
-            while handle.readinto(buffer):
-                pass
 
 
 # ---- methods, each in a child process ------------------------------------------------
@@ -361,12 +324,6 @@ def run_child(spec_path: Path, env: dict[str, str]) -> dict[str, Any]:
     if "error" in report:
         raise RuntimeError(f"{report['error']} ({report['where'].strip().splitlines()[-1]})")
     return report
-
-
-def served_requests(base: str) -> int:
-    """nginx's count of requests so far (stub_status; this request included)."""
-    with urllib.request.urlopen(base + _wan.STATUS_PATH, timeout=10) as answer:
-        return int(answer.read().decode().splitlines()[2].split()[2])
 
 
 def build_index(spec: dict[str, Any], expected: int) -> float:
@@ -629,14 +586,6 @@ def parse_knobs(text: str) -> dict[str, int]:
         name, _, value = item.partition("=")
         knobs[name.strip()] = parse_size(value.strip())
     return knobs
-
-
-def bits_per_second(rate: str) -> float:
-    """tc's rate syntax (``1gbit``, ``500mbit``) in bits per second."""
-    for unit, scale in (("kbit", 1e3), ("mbit", 1e6), ("gbit", 1e9), ("bit", 1.0)):
-        if rate.lower().endswith(unit):
-            return float(rate[: -len(unit)]) * scale
-    raise ValueError(f"not a tc rate: {rate!r} (try 1gbit or 500mbit)")
 
 
 def main() -> None:
