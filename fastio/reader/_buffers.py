@@ -125,8 +125,9 @@ class BufferPool:
         self._idle_members[region] = self._idle_members.get(region, 0) + 1
 
     def _release_idle(self, room: int) -> None:
-        """Unmaps regions whose buffers are all idle (other size classes
-        first, coldest first) until ``room`` more bytes fit in the limit."""
+        """Unmaps regions whose buffers are all idle (size classes with the
+        fewest idle buffers first: the rarely used) until ``room`` more bytes
+        fit in the limit."""
         if self._mapped_bytes + room <= self._limit:
             return
         for size in sorted(self._free, key=lambda s: len(self._free[s])):

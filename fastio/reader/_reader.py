@@ -11,9 +11,10 @@ that makes progress. Reads of cached data complete inside the submit call, so
 the loop keeps going without a round trip through the event loop.
 
 Memory is bounded by ``memory_budget``: bytes of buffers in flight, completed but
-not yet taken, and taken by the consumer but not yet released (released when it
-asks for the next data). When the budget is full no new read starts:
-backpressure from a slow consumer reaches storage.
+not yet taken, taken by the consumer but not yet released (released when it
+asks for the next data), and released but still viewed (a batch waiting in a
+sync hand-off, a chunk a decoder holds on to). When the budget is full no new
+read starts: backpressure from a slow consumer reaches storage.
 """
 
 from __future__ import annotations
