@@ -17,9 +17,12 @@ The tuner owns each reader's total; a fairness monitor that shifts requests
 between workers works within it.
 
 A :class:`ReaderTuning` measures the reader every ``tick_seconds`` on a
-daemon thread: delivered bytes over the time storage was the bottleneck
-(elapsed minus backpressure, when a slow consumer held reads back), and only
-while data flows. Every window's decision goes to the ``fastio.tuners``
+daemon thread: delivered bytes over elapsed time, what the job sees, and
+only while data flows. Time the consumer held reads back counts too: a
+reader whose consumer (decoding, on a busy machine) sets the pace is still
+faster with a setting that costs less CPU per byte, and a consumer that sets
+the pace whatever the knobs makes every setting measure alike, so the tuner
+keeps the defaults and settles. Every window's decision goes to the ``fastio.tuners``
 logger and to :meth:`ReaderTuning.summary` (``dataset.stats()["tuner"]``).
 """
 
@@ -184,8 +187,7 @@ class ReaderTuning:
                 self._first = now
                 return None
             window = now.since(last)
-            # Only time storage was the bottleneck, and only while data flowed.
-            seconds = window.elapsed_seconds - window.backpressure_seconds
+            seconds = window.elapsed_seconds
             if window.bytes_delivered <= 0 or seconds <= 0:
                 return None
             decision = self.tuner.observe(window.bytes_delivered, seconds)
