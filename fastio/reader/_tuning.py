@@ -209,6 +209,11 @@ class ReaderTuning:
         return self
 
     def _run(self) -> None:
+        # Optuna's import holds the GIL for a second or so: it waits until the
+        # reader has delivered its first bytes, so the job's first sample does not.
+        while self.reader.stats().bytes_delivered <= 0:
+            if self._stop.wait(self.options.tick_seconds) or self.reader.closed:
+                return
         try:
             self.tuner.start()
         except Exception:
