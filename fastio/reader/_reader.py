@@ -742,9 +742,7 @@ class Reader:
     async def _remote_read(self, url: str, offset: int, length: int, buffer: Any, tag: int) -> None:
         result: int | BaseException
         try:
-            data = await self._remotes.read(url, offset, length)
-            memoryview(buffer)[: len(data)] = data
-            result = len(data)
+            result = await self._remotes.read_into(url, offset, length, buffer)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # delivered in order, like an engine error
