@@ -299,6 +299,7 @@ class ShardCache:
             return
         try:
             with process.index.transaction():
+                self._drop_ended(process)  # none runs now: ended while the disk was full
                 process.index.unregister(process.lock.owner)
         except CacheError as error:  # a full disk: the owner's lock going lets others clean up
             log.warning("fastio: closing the shard cache: %s", error)
