@@ -90,6 +90,10 @@ def rebatch(
     carried = last_end = 0
     for table, rows, positions, end in units:
         last_end = end
+        if not len(rows):  # all of the unit's samples were lost
+            if not carried:
+                cursor.move_to(end)
+            continue
         start = 0
         if carried:
             need = min(batch_size - carried, len(rows))

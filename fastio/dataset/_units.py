@@ -74,6 +74,13 @@ def read_part(
                 expected = read.at + count
             cursor.move_to(end)
             continue
+        if order is None and columnar:  # stored order: a unit per read, as decoded
+            for read, decoded, _ in its_reads:
+                size = read.stop - read.start
+                position = int(starts[index]) + read.at
+                yield _columnar_window(iter([(read, decoded, size)]), size, np.arange(size), True,
+                                       position, position + size, origin=read.at)  # fmt: skip
+            continue
         sequence = order[begin:] if order is not None else np.arange(begin, window.count)
         if spill is not None and spill.applies(window.nbytes, columnar):
             placed = ((read.at, decoded) for read, decoded, _ in its_reads)
@@ -109,11 +116,13 @@ def _columnar_window(
     stored: bool,
     first_position: int,
     end: int,
+    origin: int = 0,
 ) -> tuple[Any, Any, Any, int]:
-    """A window's table, the rows to deliver, their positions, the position after it."""
+    """A window's table, the rows to deliver, their positions, the position
+    after it (of the window's samples from ``origin`` on)."""
     parts: list[tuple[int, Any]] = []
     for read, decoded, _ in its_reads:
-        at = read.at
+        at = read.at - origin
         for part in decoded:
             if part is not SKIPPED:  # a damaged record's row stays empty
                 parts.append((at, part))

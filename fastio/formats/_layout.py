@@ -160,12 +160,44 @@ class ShardFormat(abc.ABC):
 
 
 def batch_of(samples: list[Any]) -> Any:
-    """Samples as one ``pyarrow.RecordBatch`` (a column per dict key, or
-    ``value``): the generic way, one Python object per sample. Raises
-    :class:`~fastio.MissingExtraError` without pyarrow."""
+    """Samples as one ``pyarrow.RecordBatch`` (a column per key of the first
+    dict, None where a sample lacks it; or one column ``value``), typed as
+    ``pyarrow.RecordBatch.from_pylist`` infers them (numpy arrays as lists of
+    their values). Built a column at a time: one Python object per sample and
+    key. Raises :class:`~fastio.MissingExtraError` without pyarrow."""
     pa = import_extra("pyarrow", "Arrow record batches")
 
-    return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
+    if not samples or not all(type(sample) is dict for sample in samples):
+        return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
+    names = list(samples[0])
+    columns = [_column(pa, [sample.get(name) for sample in samples]) for name in names]
+    return pa.RecordBatch.from_arrays(columns, names)
+
+
+# Arrays whose values from_pylist would infer as these types (float32 values
+# become Python floats, so doubles).
+_LIST_VALUES = {np.dtype(np.int64): np.dtype(np.int64), np.dtype(np.float32): np.dtype(np.float64),
+                np.dtype(np.float64): np.dtype(np.float64)}  # fmt: skip
+
+
+def _column(pa: Any, values: list[Any]) -> Any:
+    """One column of :func:`batch_of`. A column of one-dimensional numpy
+    arrays (tf.train.Example's int64 and float features) becomes a list
+    array from their values at once, rather than from a Python number each."""
+    first = values[0]
+    if isinstance(first, np.ndarray) and first.dtype in _LIST_VALUES:
+        dtype = first.dtype
+        if all(type(value) is np.ndarray and value.dtype == dtype and value.ndim == 1
+               for value in values):  # fmt: skip
+            lengths = np.fromiter((len(value) for value in values), np.int64, len(values))
+            flat = np.concatenate(values)
+            if len(flat) and len(flat) < 1 << 31:  # all empty: from_pylist's list<null>
+                offsets = np.zeros(len(values) + 1, np.int32)
+                np.cumsum(lengths, out=offsets[1:])
+                items = pa.array(flat.astype(_LIST_VALUES[dtype], copy=False))
+                return pa.ListArray.from_arrays(pa.array(offsets), items)
+    return pa.array([value.tolist() if isinstance(value, np.ndarray) else value
+                     for value in values])  # fmt: skip
 
 
 def _plain(sample: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     from typing_extensions import Buffer
@@ -78,16 +78,37 @@ def locate_tfrecords(
     whose data checksum fails (its length is sound, so the next record is
     known) comes as its :class:`CorruptRecordError` in place of its data, and
     the records after it follow."""
+
+    def located(view: memoryview, base: int, offsets: Any, lengths: Any) -> list[Any]:
+        return [(base + o - _HEADER, base + o + n + 4, view[o : o + n])
+                for o, n in zip(offsets, lengths, strict=True)]  # fmt: skip
+
+    return _framed_tfrecords(chunks, url, verify, step_over, located, _with_range)
+
+
+def _with_range(start: int, end: int, problem: CorruptRecordError) -> Any:
+    return start, end, problem
+
+
+def _framed_tfrecords(
+    chunks: Iterable[Chunk],
+    url: str,
+    verify: bool,
+    step_over: bool,
+    records_of: Callable[[memoryview, int, Any, Any], list[Any]],
+    damaged: Callable[[int, int, CorruptRecordError], Any],
+) -> Iterator[Any]:
+    """The items ``records_of(view, base, offsets, lengths)`` makes of each
+    scan's records (data offsets and lengths in ``view``, which lies at shard
+    offset ``base``), a scan's records at a time. With ``step_over`` a record
+    whose data checksum fails comes as ``damaged(start, end, error)``."""
     count = 0
 
-    def scan(view: memoryview, base: int) -> Framing[tuple[int, int, Any]]:
+    def scan(view: memoryview, base: int) -> Framing[Any]:
         nonlocal count
         found = scan_tfrecords(view, verify)
-        records: list[tuple[int, int, Any]] = [
-            (base + o - _HEADER, base + o + n + 4, view[o : o + n])
-            for o, n in zip(found.offsets, found.lengths, strict=True)
-        ]
-        count += len(records)
+        records = records_of(view, base, found.offsets, found.lengths)
+        count += len(found.offsets)
         problem = _checksum_problem(found.error, url, base, count)
         error = found.error
         if problem is None or error is None or not step_over or error.kind != "data_crc":
@@ -95,7 +116,7 @@ def locate_tfrecords(
         # The checksum was checked over the whole record: it is all in view.
         length = int.from_bytes(view[error.offset : error.offset + 8], "little")
         end = error.offset + _HEADER + length + 4
-        records.append((base + error.offset, base + end, problem))
+        records.append(damaged(base + error.offset, base + end, problem))
         count += 1
         return Framing(records, end)
 
@@ -200,6 +221,21 @@ def parse_example(record: bytes | memoryview) -> dict[str, np.ndarray | list[byt
     return _parsed(record, "<record>", 0)
 
 
+def _copies(url: str, view: memoryview, base: int, offsets: Any, lengths: Any) -> list[bytes]:
+    return [bytes(view[o : o + n]) for o, n in zip(offsets, lengths, strict=True)]
+
+
+def _problem_only(start: int, end: int, problem: CorruptRecordError) -> CorruptRecordError:
+    return problem
+
+
+def _parsed_or_error(record: memoryview, url: str, offset: int) -> dict[str, Any] | DecodeError:
+    try:
+        return _parsed(record, url, offset)
+    except DecodeError as error:
+        return error
+
+
 def _parsed(record: bytes | memoryview, url: str, offset: int) -> dict[str, Any]:
     try:
         result: dict[str, Any] = _parse_example(record, np.frombuffer, _INT64, _FLOAT32)
@@ -240,19 +276,23 @@ class TFRecordFormat(RecordFormat):
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         """Records (or parsed examples); a record whose checksum fails, or that
-        is not an example, comes as its DecodeError in its place."""
-        records = locate_tfrecords(self._decompressed(chunks, layout), layout.url, self.verify,
-                                   step_over=True)  # fmt: skip
-        for start, _, record in records:
-            if isinstance(record, DecodeError):
-                yield record
-            elif not self.example:
-                yield bytes(record)
-            else:
-                try:
-                    yield _parsed(record, layout.url, start)
-                except DecodeError as error:
-                    yield error
+        is not an example, comes as its DecodeError in its place. Each scan's
+        records are owned in one pass over them (no per-record generator
+        steps, tuples or frames of Python code between them)."""
+        url = layout.url
+        owned = self._examples if self.example else _copies
+        return _framed_tfrecords(self._decompressed(chunks, layout), url, self.verify, True,
+                                 functools.partial(owned, url), _problem_only)  # fmt: skip
+
+    @staticmethod
+    def _examples(url: str, view: memoryview, base: int, offsets: Any, lengths: Any
+                  ) -> list[Any]:  # fmt: skip
+        try:
+            return [_parse_example(view[o : o + n], np.frombuffer, _INT64, _FLOAT32)
+                    for o, n in zip(offsets, lengths, strict=True)]  # fmt: skip
+        except ValueError:  # one is not an example: it alone comes as its error
+            return [_parsed_or_error(view[o : o + n], url, base + o - _HEADER)
+                    for o, n in zip(offsets, lengths, strict=True)]  # fmt: skip
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         if self.example:

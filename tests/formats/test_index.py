@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import random
@@ -25,7 +26,14 @@ from fastio.formats import (
     decode_webdataset,
     example_parts,
 )
-from fastio.formats._index import INDEX_SUFFIX, Locator, ShardIndex, build_index
+from fastio.formats._index import (
+    INDEX_SUFFIX,
+    UNREADABLE,
+    Locator,
+    ShardIndex,
+    _npz_arrays,
+    build_index,
+)
 from fastio.formats._records import RecordFormat, RecordWriter
 from fastio.formats._shards import FORMATS, make_format
 from tests.formats.test_tfrecord import write_examples
@@ -262,3 +270,26 @@ def test_shards_named_relative_to_the_working_folder_find_their_kept_indexes(
     again = fastio.Dataset(relative, index_dir=index_dir, shuffle=False)
     assert len(again) == len(written.samples)  # the kept indexes, found and valid
     assert [sample["key"] for sample in again] == [row["key"] for row in written.samples]
+
+
+def test_index_arrays_read_as_numpy_reads_them() -> None:
+    arrays = {
+        "starts": np.arange(5, dtype=np.uint64),
+        "empty": np.zeros(0, np.uint64),
+        "meta": np.array('{"version": 1}'),
+        "wide": np.arange(6, dtype=">i4").reshape(2, 3),  # numpy's own reader
+        "values": np.array([1.5, -2.0], np.float32),
+    }
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    data = buffer.getvalue()
+    got = _npz_arrays(data)
+    with np.load(io.BytesIO(data), allow_pickle=False) as expected:
+        assert sorted(got) == sorted(expected.files)
+        for name in expected.files:
+            assert got[name].dtype == expected[name].dtype
+            assert got[name].shape == expected[name].shape
+            assert got[name].flags.writeable
+            np.testing.assert_array_equal(got[name], expected[name])
+    with pytest.raises(UNREADABLE):
+        _npz_arrays(data[: len(data) // 2])

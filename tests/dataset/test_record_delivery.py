@@ -1,0 +1,88 @@
+"""TFRecord shards of tf.train.Example records through a Dataset: samples and
+batches deliver the same values (the per-scan parse and the column-wise
+batches), with and without checksum checks, and a damaged record or one that
+is not an example costs that sample alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import fastio
+from fastio.formats import TFRecordWriter, example_parts
+from fastio.formats._layout import _plain
+from tests.formats.test_tfrecord import write_examples
+
+
+def as_batch(samples: list[dict]) -> pa.RecordBatch:
+    """What the batches must equal: pyarrow's own inference over the samples."""
+    return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> list[str]:
+    folder = tmp_path_factory.mktemp("examples")
+    paths = [str(folder / f"train-{n}.tfrecord") for n in range(2)]
+    for seed, path in enumerate(paths):  # payloads of 0 B to 110 KB, empty float lists
+        write_examples(path, 40, seed)
+    return paths
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_example_batches_equal_the_samples(tmp_path, shards: list[str], verify: bool) -> None:
+    options = {"format": "tfrecord", "shuffle": False, "verify": verify,
+               "index_dir": tmp_path}  # fmt: skip
+    with fastio.Dataset(shards, **options) as dataset:
+        dataset.index()  # read by samples, not streamed
+        samples = list(dataset)
+        batches = list(dataset.batches(7))
+    assert len(samples) == 80
+    assert [b.num_rows for b in batches] == [7] * 11 + [3]
+    joined = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    expected = as_batch(samples)
+    assert joined.schema == expected.schema
+    assert joined.equals(expected)
+
+
+def test_a_record_that_is_not_an_example_costs_itself(tmp_path) -> None:
+    path = tmp_path / "mixed.tfrecord"
+    with open(path, "wb") as file, TFRecordWriter(file) as writer:
+        for number in range(30):
+            if number in (3, 17):
+                writer.write(b"\xff\xff not a tf.train.Example")
+            else:
+                writer.write(*example_parts({"data": bytes([number]) * 1000, "label": number}))
+    with fastio.Dataset(str(path), format="tfrecord", shuffle=False, on_error="skip",
+                        index_dir=tmp_path) as dataset:  # fmt: skip
+        dataset.index()
+        labels = [int(sample["label"][0]) for sample in dataset]
+        assert dataset.stats()["skipped"] == 2
+        rows = sum(batch.num_rows for batch in dataset.batches(8))
+    assert labels == [n for n in range(30) if n not in (3, 17)]
+    assert rows == 28
+    strict = fastio.Dataset(str(path), format="tfrecord", shuffle=False, index_dir=tmp_path)
+    with strict, pytest.raises(fastio.DecodeError) as raised:
+        list(strict)
+    assert raised.value.url.endswith("mixed.tfrecord")
+    assert raised.value.offset > 0
+
+
+def test_stored_order_batches_count_a_damaged_record(tmp_path, shards: list[str]) -> None:
+    damaged = tmp_path / "damaged.tfrecord"
+    data = bytearray(Path(shards[0]).read_bytes())
+    with fastio.Dataset(shards[0], format="tfrecord", shuffle=False,
+                        index_dir=tmp_path / "scan") as dataset:  # fmt: skip
+        intact = list(dataset)
+    data[-5] ^= 0xFF  # the last record's data checksum
+    damaged.write_bytes(data)
+    with fastio.Dataset(str(damaged), format="tfrecord", shuffle=False, on_error="skip",
+                        index_dir=tmp_path) as dataset:  # fmt: skip
+        dataset.index()
+        batches = list(dataset.batches(16))
+        stats = dataset.stats()
+    assert sum(b.num_rows for b in batches) + stats["skipped"] == len(intact)
+    assert stats["skipped"] == 1
+    delivered = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    assert delivered.equals(as_batch(intact[:-1]))
