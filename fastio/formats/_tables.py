@@ -336,19 +336,6 @@ def _message_rows(data: bytes) -> int:
     return 0 if length_at is None else int(struct.unpack_from("<q", message, length_at)[0])
 
 
-def _footer_schema(url: str, size: int, start: int, tail: bytes, head: bytes) -> pa.Schema | None:
-    """The schema in an Arrow file's footer, or None where pyarrow cannot read
-    the footer (the reads then go through pyarrow's file reader, which says
-    what is wrong)."""
-    import pyarrow as pa
-
-    try:
-        file = _RangeFile(url, size, {start: tail, 0: head})
-        return pa.ipc.open_file(pa.PythonFile(file)).schema
-    except (pa.ArrowException, OSError):
-        return None
-
-
 class ArrowFormat(_ColumnFile):
     """Arrow IPC files read by record batch through fastio's reader, with column selection."""
 
@@ -383,16 +370,16 @@ class ArrowFormat(_ColumnFile):
         head = min(size, 64 << 10)
         schema_head = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, 0, head)]))
         meta["head"] = schema_head
-        meta["schema"] = (
-            None if dictionaries else _footer_schema(url, size, start, tail, schema_head)
-        )
-        if self.columns is not None:
-            import pyarrow as pa
+        import pyarrow as pa
 
-            try:
-                names = pa.ipc.read_schema(pa.py_buffer(schema_head[8:])).names
-            except (pa.ArrowException, OSError):
-                names = None  # a schema larger than the head: checked when batches decode
+        try:
+            schema = pa.ipc.read_schema(pa.py_buffer(schema_head[8:]))
+        except (pa.ArrowException, OSError):
+            schema = None  # a schema larger than the head: checked when batches decode
+        # Without dictionaries a batch decodes from its own bytes and the schema.
+        meta["schema"] = None if dictionaries else schema
+        if self.columns is not None:
+            names = schema.names if schema is not None else None
             missing = [c for c in self.columns if names is not None and c not in names]
             if missing:
                 raise ValueError(
