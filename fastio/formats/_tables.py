@@ -154,6 +154,19 @@ def _planned_lengths(spans: Sequence[Sequence[ByteRange]]) -> dict[int, int]:
     return {r.offset: r.length for ranges in spans for r in ranges if r.length is not None}
 
 
+def _joined(ranges: list[ByteRange]) -> list[ByteRange]:
+    """Sorted ranges with each run of adjoining ones as one (a row group's
+    column chunks follow each other: one range, one buffer)."""
+    joined: list[ByteRange] = []
+    for r in ranges:
+        last = joined[-1] if joined else None
+        if last is not None and last.length is not None and last.offset + last.length == r.offset:
+            joined[-1] = ByteRange(r.path, last.offset, last.length + (r.length or 0))
+        else:
+            joined.append(r)
+    return joined
+
+
 def _units_by_offset(spans: Sequence[Sequence[ByteRange]], shared: int = 0) -> dict[int, int]:
     """Each unit's ranges by offset, but the last ``shared`` of each unit's
     (ranges every unit reads)."""
@@ -214,6 +227,26 @@ class _ColumnFile(ShardFormat):
         return {"columns": self.columns}
 
 
+def _in_place(pieces: dict[int, Any], ranges: list[ByteRange]) -> pa.NativeFile | None:
+    """A row group's bytes, fetched as one range, as a file pyarrow reads
+    natively (no Python call, so no wait for the GIL, per column chunk): a
+    buffer whose byte ``offset`` is the range's first and that ends with it.
+    pyarrow reads no byte of it before the range: given the footer, it reads
+    the column chunks of the row group, at the offsets the range was planned
+    from (the same metadata), and checks that they end inside the buffer.
+    Only for a read of every column (a selection is resolved by pyarrow, so
+    the chunks it reads are not checked here); else None."""
+    import pyarrow as pa
+
+    if len(ranges) != 1:
+        return None
+    offset = ranges[0].offset
+    buffer = pieces[offset]
+    if not isinstance(buffer, pa.Buffer) or buffer.address < offset:
+        return None
+    return pa.BufferReader(pa.foreign_buffer(buffer.address - offset, offset + buffer.size, buffer))
+
+
 class ParquetFormat(_ColumnFile):
     """Parquet files read by row group through fastio's reader, with column selection."""
 
@@ -248,7 +281,7 @@ class ParquetFormat(_ColumnFile):
                 if column.has_dictionary_page and column.dictionary_page_offset:
                     begin = min(begin, column.dictionary_page_offset)
                 ranges.append(ByteRange(url, begin, column.total_compressed_size))
-            spans.append(sorted(ranges, key=lambda r: r.offset))
+            spans.append(_joined(sorted(ranges, key=lambda r: r.offset)))
         bounds = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         unit_bytes = np.array([sum(r.length or 0 for r in s) for s in spans], np.int64)
         meta = {"unit_ranges": spans.__getitem__, "metadata": metadata, "tail": (start, tail),
@@ -262,16 +295,21 @@ class ParquetFormat(_ColumnFile):
         import pyarrow.parquet as pq
 
         start, tail = layout.meta["tail"]
+        metadata = layout.meta["metadata"]
         file = _RangeFile(layout.url, layout.size, {start: tail})
-        handle = pq.ParquetFile(pa.PythonFile(file), metadata=layout.meta["metadata"],
-                                pre_buffer=False)  # fmt: skip
+        handle = pq.ParquetFile(pa.PythonFile(file), metadata=metadata, pre_buffer=False)
         for g, pieces in _unit_pieces(chunks, layout.meta["lengths"], layout.meta["unit_of"]):
             ranges = layout.meta["unit_ranges"](g)
             if g < 0 or ranges[0].offset not in pieces:
                 continue  # bytes of no row group the read planned
-            pieces.setdefault(start, tail)
-            file.hold(pieces)
             try:
+                source = _in_place(pieces, ranges) if self.columns is None else None
+                if source is not None:
+                    whole = pq.ParquetFile(source, metadata=metadata, pre_buffer=False)
+                    yield whole.read_row_group(g)
+                    continue
+                pieces.setdefault(start, tail)
+                file.hold(pieces)
                 yield handle.read_row_group(g, columns=self.columns)
             except (pa.ArrowException, OSError) as error:
                 raise DecodeError(
