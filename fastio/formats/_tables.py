@@ -388,9 +388,14 @@ class ArrowFormat(_ColumnFile):
         except struct.error:
             raise DecodeError("Arrow footer is damaged", url, size - 10 - footer_length) from None
         heads = [ByteRange(url, offset, meta) for offset, meta, _ in batches]
+        # The schema message at the start of the file (served to pyarrow from
+        # here) and the batches' headers, in one stream: one wait, not two.
+        first = ByteRange(url, 0, min(size, 64 << 10))
+        chunks = list(reader.stream([first, heads] if heads else [first]))
+        schema_head = b"".join(bytes(c.data) for c in chunks if c.shard == 0)
         rows = []
         if heads:
-            pieces = gather(reader.stream([heads]))
+            pieces = gather(c for c in chunks if c.shard == 1)
             for offset, _, _ in batches:
                 try:
                     rows.append(_message_rows(pieces[offset]))
@@ -404,9 +409,6 @@ class ArrowFormat(_ColumnFile):
                 "batch_offsets": [o for o, _, _ in batches],
                 "lengths": _planned_lengths(spans),
                 "unit_of": _units_by_offset(spans, shared=len(extra))}  # fmt: skip
-        # The schema message at the start of the file (served to pyarrow from here).
-        head = min(size, 64 << 10)
-        schema_head = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, 0, head)]))
         meta["head"] = schema_head
         import pyarrow as pa
 
