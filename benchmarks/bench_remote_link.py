@@ -57,6 +57,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _wan
-from bench_remote import bits_per_second, prepare, served_requests, warm_up
+from bench_remote import bits_per_second, prepare, warm_up
 
 from fastio.cli._options import parse_size
 
@@ -324,6 +325,13 @@ def run_child(spec_path: Path, env: dict[str, str]) -> dict[str, Any]:
     if "error" in report:
         raise RuntimeError(f"{report['error']} ({report['where'].strip().splitlines()[-1]})")
     return report
+
+
+def served_requests(base: str) -> int:
+    """nginx's count of requests so far (stub_status; this request included):
+    the link's server is nginx, not bench_remote's aiohttp server."""
+    with urllib.request.urlopen(base + _wan.STATUS_PATH, timeout=10) as answer:
+        return int(answer.read().decode().splitlines()[2].split()[2])
 
 
 def build_index(spec: dict[str, Any], expected: int) -> float:

@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
     ],
     ids=["ruff", "ruff-format", "mypy", "cython-lint"],
 )
+# The suite's per-test timeout catches hangs; mypy without its cache takes minutes
+# on a loaded 2-core machine, which is slow, not hung.
+@pytest.mark.timeout(1200)
 def test_tool_is_clean(command: list[str]) -> None:
     # The tools installed beside this interpreter (the test extra), not whatever is on PATH.
     executable = Path(sys.executable).parent / command[0]

@@ -128,8 +128,12 @@ class OnlineTuner:
     ``"samples"`` per second. ``storage`` (a journal file, SQLite file, an RDB
     URL or an Optuna storage) with ``study_name`` (a :func:`fingerprint`)
     persists the trials; without it they live in memory. ``seed`` makes the
-    decisions repeatable for a repeatable input. Raises ValueError for a bad
-    ``initial`` or bounds.
+    decisions repeatable for a repeatable input. ``keep_initial``: the
+    initial configuration is the floor, as for a job's first epoch that must
+    never run slower than its defaults: it is measured twice, the moves along
+    a budget are tried first, and another configuration is only chosen once it
+    measured better than it by more than the noise band, in two windows.
+    Raises ValueError for a bad ``initial`` or bounds.
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class OnlineTuner:
         min_noise: float = 0.03,
         drift_threshold: float = 0.3,
         trust: float | None = 2.0,
+        keep_initial: bool = False,
     ) -> None:
         if objective not in ("bytes", "samples"):
             raise ValueError(f"objective must be 'bytes' or 'samples', not {objective!r}")
@@ -172,6 +177,7 @@ class OnlineTuner:
         if trust is not None and trust <= 1:
             raise ValueError(f"trust must be a factor > 1 (or None), not {trust}")
         self.trust = trust
+        self.keep_initial = keep_initial
         self.decisions: list[Decision] = []
         self._apply = apply
         self._meter = WindowMeter(self.window)
@@ -228,8 +234,15 @@ class OnlineTuner:
             self._pending.append((config, "explore"))
 
     def _design(self, start: Config) -> list[Config]:
-        """The first trials of a round: ``start`` and its feasible neighbours."""
-        return [dict(start), *self.space.neighbours(start)]
+        """The first trials of a round: ``start`` and its feasible neighbours.
+        Keeping the initial configuration, the moves along a budget come first:
+        they keep the memory in flight, so they are the ones that may beat it
+        early, while the steps that spend less are the likeliest to lose."""
+        neighbours = self.space.neighbours(start)
+        if self.keep_initial:
+            along = self.space.budget_steps(start)
+            neighbours = along + [c for c in neighbours if c not in along]
+        return [dict(start), *neighbours]
 
     def _open_round(self, number: int, name: str, startup: int) -> None:
         import optuna
@@ -296,7 +309,20 @@ class OnlineTuner:
         estimates = list(self._estimates.values())
         trusted = [e for e in estimates if len(e.rates) >= 2]
         pool = trusted if trusted and trusted_only else estimates
-        return max(pool, key=lambda e: e.mean, default=None)
+        best = max(pool, key=lambda e: e.mean, default=None)
+        if self.keep_initial and trusted_only and best is not None:
+            # Another configuration replaces the initial one only when it
+            # measured better by more than the noise band: a gain within the
+            # noise may be a loss, and the initial one is the floor to keep.
+            initial = self._estimates.get(config_key(self.initial))
+            if (
+                initial is not None
+                and len(initial.rates) >= 2
+                and best is not initial
+                and best.mean <= initial.mean * (1.0 + self.noise)
+            ):
+                return initial
+        return best
 
     @property
     def best(self) -> tuple[Config, float]:

@@ -58,6 +58,7 @@ from fastio.plan._windows import Run
 from fastio.reader import _tuning
 from fastio.reader._reader import Reader
 from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
+from fastio.shared._inherited import freeze_inherited
 from fastio.sources._urls import expand_urls
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
 
@@ -585,6 +586,7 @@ class Dataset(_Base):
     ) -> tuple[Iterator[Any], Observer | None]:
         """At the first item: the iteration's items, and what observes them."""
         if in_dataloader_worker():
+            freeze_inherited()
             capacity = self.spec.split.handoff_memory
             hand_off(capacity, arrow=columnar and self._format.batch_kind == "arrow")
             own_bytes_as(HandedBytes if capacity else bytes)

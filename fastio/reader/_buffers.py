@@ -15,8 +15,21 @@ def bucket_size(nbytes: int) -> int:
     return max(DIRECT_ALIGNMENT, 1 << (max(nbytes, 1) - 1).bit_length())
 
 
+def _region_bytes(size: int) -> int:
+    """What one region of ``size`` buffers maps: a huge page, or one buffer."""
+    return max(size, HUGE_PAGE)
+
+
+def _region_of(buffer: AlignedBuffer) -> int:
+    """The region ``buffer`` was carved from (its start address): buffers
+    smaller than a huge page share a huge-page-aligned region."""
+    address = buffer.address
+    return address if len(buffer) >= HUGE_PAGE else address & ~(HUGE_PAGE - 1)
+
+
 class BufferPool:
-    """Free lists of :class:`AlignedBuffer` by size class.
+    """Free lists of :class:`AlignedBuffer` by size class, in regions that add
+    up to about ``limit`` bytes.
 
     A buffer returned with :meth:`give_back` goes straight back to its free list
     when nothing references it; otherwise it is "lent" and becomes reusable once
@@ -25,54 +38,110 @@ class BufferPool:
     worker thread and costs 3-4x the read itself on cached data. Free lists are
     LIFO so the most recently used (cache-warm) buffer is reused first.
 
-    Idle and lent buffers are each bounded by ``idle_limit`` bytes; past that,
-    the oldest lent buffer is left to the garbage collector.
+    Memory is counted in regions, since a region is what the kernel maps and
+    frees: a huge page carved into buffers of one size (native/hugemem.h says
+    why reads want them contiguous), which stays mapped while any of its
+    buffers lives. A read takes a free buffer of its size class, else the
+    smallest larger free one, so the odd-sized tails of ranges reuse full-size
+    buffers instead of each size mapping a region of its own. A new region is
+    mapped only when none fits; first, regions whose buffers are all idle are
+    unmapped until it fits in ``limit``. The reader's memory budget (the
+    ``limit``) bounds the buffers taken, so the pool's whole footprint stays
+    near the budget rather than the budget plus idle regions of every size.
+    Lent buffers stay counted (their memory lives on); past ``limit`` bytes of
+    them, the oldest are forgotten, left to the garbage collector.
     """
 
-    def __init__(self, idle_limit: int) -> None:
-        self._idle_limit = idle_limit
-        self._idle_bytes = 0
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
         self._free: dict[int, list[AlignedBuffer]] = {}
+        self._idle_members: dict[int, int] = {}  # region -> its buffers now idle
+        self._mapped_bytes = 0  # regions mapped and not yet released
         self._lent: deque[AlignedBuffer] = deque()
         self._lent_bytes = 0
 
+    @property
+    def mapped_bytes(self) -> int:
+        """Bytes of the regions whose buffers the pool holds, lends or has handed out."""
+        return self._mapped_bytes
+
+    def lent_bytes(self) -> int:
+        """Bytes of buffers given back while a consumer still holds views of
+        them (samples not yet decoded, batches waiting in a hand-off): they
+        count against the memory budget until the views are gone."""
+        self._reclaim_lent()
+        return self._lent_bytes
+
     def take(self, nbytes: int) -> AlignedBuffer:
+        """A buffer of at least ``nbytes`` (its length may be larger: count that)."""
         size = bucket_size(nbytes)
-        free = self._free.get(size)
-        if not free:
+        buffer = self._take_free(size)
+        if buffer is None and self._lent:
             self._reclaim_lent()
-            free = self._free.get(size)
-        if not free:
-            # A whole huge page's worth at once: buffers of one region are
-            # physically contiguous (native/hugemem.h says why reads care).
-            fresh = allocate_buffers(size, max(1, HUGE_PAGE // size))
-            for buffer in fresh[1:]:
-                self._keep(buffer)
-            return fresh[0]
-        self._idle_bytes -= size
-        return free.pop()
+            buffer = self._take_free(size)
+        if buffer is not None:
+            return buffer
+        self._release_idle(_region_bytes(size))
+        fresh = allocate_buffers(size, max(1, HUGE_PAGE // size))
+        self._mapped_bytes += _region_bytes(size)
+        for spare in fresh[1:]:
+            self._keep(spare)
+        return fresh[0]
 
     def give_back(self, buffer: AlignedBuffer) -> None:
         if buffer.exports:
             self._reclaim_lent()
             self._lent.append(buffer)
             self._lent_bytes += len(buffer)
-            while self._lent_bytes > self._idle_limit:
-                self._lent_bytes -= len(self._lent.popleft())
+            while self._lent_bytes > self._limit:
+                forgotten = self._lent.popleft()
+                self._lent_bytes -= len(forgotten)
+                # Its region now never becomes wholly idle here: the pool keeps
+                # its siblings for reuse and stops counting this buffer's share.
+                self._mapped_bytes -= len(forgotten)
         else:
             self._keep(buffer)
 
     def clear(self) -> None:
         self._free.clear()
+        self._idle_members.clear()
         self._lent.clear()
-        self._idle_bytes = self._lent_bytes = 0
+        self._lent_bytes = self._mapped_bytes = 0
+
+    def _take_free(self, size: int) -> AlignedBuffer | None:
+        free = self._free.get(size)
+        if not free:
+            larger = [s for s, f in self._free.items() if s > size and f]
+            if not larger:
+                return None
+            free = self._free[min(larger)]
+        buffer = free.pop()
+        self._idle_members[_region_of(buffer)] -= 1
+        return buffer
 
     def _keep(self, buffer: AlignedBuffer) -> None:
-        size = len(buffer)
-        if self._idle_bytes + size > self._idle_limit:
+        self._free.setdefault(len(buffer), []).append(buffer)
+        region = _region_of(buffer)
+        self._idle_members[region] = self._idle_members.get(region, 0) + 1
+
+    def _release_idle(self, room: int) -> None:
+        """Unmaps regions whose buffers are all idle (size classes with the
+        fewest idle buffers first: the rarely used) until ``room`` more bytes
+        fit in the limit."""
+        if self._mapped_bytes + room <= self._limit:
             return
-        self._free.setdefault(size, []).append(buffer)
-        self._idle_bytes += size
+        for size in sorted(self._free, key=lambda s: len(self._free[s])):
+            members = max(1, HUGE_PAGE // size)
+            free = self._free[size]
+            whole = [r for r, idle in self._idle_members.items() if idle == members]
+            for region in whole:
+                if self._mapped_bytes + room <= self._limit:
+                    return
+                if not any(_region_of(b) == region for b in free):
+                    continue
+                free[:] = [b for b in free if _region_of(b) != region]
+                del self._idle_members[region]
+                self._mapped_bytes -= _region_bytes(size)
 
     def _reclaim_lent(self) -> None:
         # Consumers mostly drop views in the order they got them: reclaim from

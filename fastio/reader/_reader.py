@@ -11,9 +11,10 @@ that makes progress. Reads of cached data complete inside the submit call, so
 the loop keeps going without a round trip through the event loop.
 
 Memory is bounded by ``memory_budget``: bytes of buffers in flight, completed but
-not yet taken, and taken by the consumer but not yet released (released when it
-asks for the next data). When the budget is full no new read starts:
-backpressure from a slow consumer reaches storage.
+not yet taken, taken by the consumer but not yet released (released when it
+asks for the next data), and released but still viewed (a batch waiting in a
+sync hand-off, a chunk a decoder holds on to). When the budget is full no new
+read starts: backpressure from a slow consumer reaches storage.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ class Reader:
         self._files = FileTable(settings.max_idle_files, self._remotes)
         self._remote_tasks: set[asyncio.Task[None]] = set()
         self._remote_done: list[tuple[int, int | BaseException]] = []
-        self._pool = BufferPool(idle_limit=settings.memory_budget)
+        self._pool = BufferPool(limit=settings.memory_budget)
         self._inflight: dict[int, Request] = {}
         self._streams: list[_Stream] = []
         self._handoffs: set[Handoff] = set()  # of running sync streams
@@ -675,6 +676,9 @@ class Reader:
         window = max(limit * settings.read_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
         budget = settings.memory_budget - self._reserved
         inflight, pool = self._inflight, self._pool
+        # Buffers already released but still viewed by the consumer hold
+        # memory too: counted, the budget bounds every buffer alive.
+        held = self._held + pool.lent_bytes()
         submitted = 0
         throttled = False
         for stream in self._streams:
@@ -695,11 +699,12 @@ class Reader:
                 # A stream with nothing queued takes one piece over the budget:
                 # the budget may be held by another stream whose consumer waits
                 # for this one (an index read while a shard streams).
-                if self._held and self._held + size > budget and queue:
+                if held and held + size > budget and queue:
                     throttled = True
                     break
                 stream.lookahead = None
                 buffer = pool.take(piece.length)
+                size = len(buffer)  # may be a larger free one: count what is held
                 tag = self._next_tag
                 self._next_tag = tag + 1
                 assert piece.file is not None
@@ -713,6 +718,7 @@ class Reader:
                 piece.submitted_ns = time.perf_counter_ns()
                 inflight[tag] = piece
                 self._held += size
+                held += size
                 queue.append(piece)
                 stream.queued_bytes += size
                 submitted += 1
@@ -736,9 +742,7 @@ class Reader:
     async def _remote_read(self, url: str, offset: int, length: int, buffer: Any, tag: int) -> None:
         result: int | BaseException
         try:
-            data = await self._remotes.read(url, offset, length)
-            memoryview(buffer)[: len(data)] = data
-            result = len(data)
+            result = await self._remotes.read_into(url, offset, length, buffer)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # delivered in order, like an engine error

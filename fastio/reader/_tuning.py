@@ -17,15 +17,19 @@ The tuner owns each reader's total; a fairness monitor that shifts requests
 between workers works within it.
 
 A :class:`ReaderTuning` measures the reader every ``tick_seconds`` on a
-daemon thread: delivered bytes over the time storage was the bottleneck
-(elapsed minus backpressure, when a slow consumer held reads back), and only
-while data flows. Every window's decision goes to the ``fastio.tuners``
+daemon thread: delivered bytes over elapsed time, what the job sees, and
+only while data flows. Time the consumer held reads back counts too: a
+reader whose consumer (decoding, on a busy machine) sets the pace is still
+faster with a setting that costs less CPU per byte, and a consumer that sets
+the pace whatever the knobs makes every setting measure alike, so the tuner
+keeps the defaults and settles. Every window's decision goes to the ``fastio.tuners``
 logger and to :meth:`ReaderTuning.summary` (``dataset.stats()["tuner"]``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import threading
@@ -51,6 +55,13 @@ else:  # light: the tuners import optuna only when a tuner is made
 __all__ = ["ReaderTuning", "attach", "reader_space", "storage_fingerprint"]
 
 log = logging.getLogger("fastio")
+
+# Trials before the tuner may settle, and trials in a row without a gain beyond
+# the noise band that settle it: the live reader's tuning must be done within
+# the first tenth of an epoch, so it stops as soon as nothing near the
+# defaults measures better.
+_MIN_TRIALS = 3
+_PATIENCE = 3
 
 
 def budget_for(settings: ReaderSettings, options: TunerSettings) -> int:
@@ -102,27 +113,17 @@ class ReaderTuning:
         study_name: str,
         on_decision: Callable[[Decision], None] | None = None,
     ) -> None:
-        # The tuners import optuna when a study opens: say which extra it takes first.
-        import_extra("optuna", "tuning")
+        # The tuners import optuna when a study opens: say which extra it takes
+        # first, without importing it here (the study opens on the tuner's
+        # thread, so the job's first sample does not wait for optuna).
+        if importlib.util.find_spec("optuna") is None:
+            import_extra("optuna", "tuning")
         self.reader = reader
         self.options = options
         self.budget = budget_for(reader.settings, options)
         self.space = reader_space(self.budget)
-        settings = reader.settings
-        initial = {
-            "outstanding_requests": settings.outstanding_requests,
-            "read_size": min(max(settings.read_size, MIN_TUNED_READ_SIZE), MAX_TUNED_READ_SIZE),
-        }
-        window = tuners_api.MeasurementWindow(
-            min_seconds=options.window_seconds,
-            min_bytes=options.window_bytes,
-            max_seconds=max(options.window_seconds * 10, 30.0),
-            warmup_seconds=options.warmup_seconds,
-        )
-        self.tuner: OnlineTuner = tuners_api.OnlineTuner(
-            self.space, initial, apply=self._apply, window=window, seed=options.seed,
-            storage=options.storage, study_name=study_name, max_trials=options.max_trials,
-        )  # fmt: skip
+        self._study_name = study_name
+        self._tuner: OnlineTuner | None = None
         self._on_decision = on_decision
         self._last: ReaderStats | None = None
         self._first: ReaderStats | None = None
@@ -130,9 +131,42 @@ class ReaderTuning:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._making = threading.Lock()
         self.decisions: list[dict[str, Any]] = []
         log.info("fastio: tuning %s live within %d bytes in flight (study %s)",
                  ", ".join(self.space.names), self.budget, study_name)  # fmt: skip
+
+    @property
+    def tuner(self) -> OnlineTuner:
+        """The tuner, made on first use: its study opens then."""
+        with self._making:
+            return self._tuner or self._make()
+
+    def _make(self) -> OnlineTuner:
+        if self._tuner is None:
+            options, settings = self.options, self.reader.settings
+            initial = {
+                "outstanding_requests": settings.outstanding_requests,
+                "read_size": min(max(settings.read_size, MIN_TUNED_READ_SIZE),
+                                 MAX_TUNED_READ_SIZE),
+            }  # fmt: skip
+            window = tuners_api.MeasurementWindow(
+                min_seconds=options.window_seconds,
+                min_bytes=options.window_bytes,
+                max_seconds=max(options.window_seconds * 10, 30.0),
+                warmup_seconds=options.warmup_seconds,
+            )
+            # The reader's settings are the floor (keep_initial): tuning in the
+            # job's first epoch must never make it slower than the defaults, and
+            # few trials (the defaults twice and both moves along the budget: a decision
+            # after 4 windows when none gains) let it settle early.
+            self._tuner = tuners_api.OnlineTuner(
+                self.space, initial, apply=self._apply, window=window, seed=options.seed,
+                storage=options.storage, study_name=self._study_name,
+                max_trials=options.max_trials, min_trials=min(_MIN_TRIALS, options.max_trials),
+                patience=_PATIENCE, keep_initial=True,
+            )  # fmt: skip
+        return self._tuner
 
     def _apply(self, config: dict[str, Any]) -> None:
         if self.reader.closed:
@@ -153,8 +187,7 @@ class ReaderTuning:
                 self._first = now
                 return None
             window = now.since(last)
-            # Only time storage was the bottleneck, and only while data flowed.
-            seconds = window.elapsed_seconds - window.backpressure_seconds
+            seconds = window.elapsed_seconds
             if window.bytes_delivered <= 0 or seconds <= 0:
                 return None
             decision = self.tuner.observe(window.bytes_delivered, seconds)
@@ -176,6 +209,16 @@ class ReaderTuning:
         return self
 
     def _run(self) -> None:
+        # Optuna's import holds the GIL for a second or so: it waits until the
+        # reader has delivered its first bytes, so the job's first sample does not.
+        while self.reader.stats().bytes_delivered <= 0:
+            if self._stop.wait(self.options.tick_seconds) or self.reader.closed:
+                return
+        try:
+            self.tuner.start()
+        except Exception:
+            log.exception("fastio: the tuner could not start; knobs stay as they are")
+            return
         while not self._stop.wait(self.options.tick_seconds):
             if self.reader.closed:
                 break
@@ -192,7 +235,8 @@ class ReaderTuning:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         with self._lock:
-            self.tuner.close()
+            if self._tuner is not None:
+                self._tuner.close()
 
     def summary(self) -> dict[str, Any]:
         """The tuner's state for ``stats()``: phase, round, trials, best, current

@@ -86,12 +86,23 @@ class _Ring:
 
     def reserve(self, length: int) -> int | None:
         """The position of ``length`` free bytes (taken), or None if the main
-        process has not read enough yet."""
+        process has not read enough yet.
+
+        Back to the ring's start as soon as the main process has read what
+        lies there, rather than at its end: the pages written are then the
+        ones that payloads in flight need (a DataLoader's prefetched batches),
+        not the whole capacity, which a worker would otherwise hold resident
+        after one lap."""
+        read_mark = int(self.read_mark[0])
+        lap = -(-self.head // self.capacity) * self.capacity
+        if lap + length - read_mark <= self.capacity:
+            self.head = lap + length
+            return lap
         start = -(-self.head // _ALIGN) * _ALIGN
         offset = start % self.capacity
         if offset + length > self.capacity:  # no room before the end: wrap around
             start += self.capacity - offset
-        if start + length - int(self.read_mark[0]) > self.capacity:
+        if start + length - read_mark > self.capacity:
             return None
         self.head = start + length
         return start

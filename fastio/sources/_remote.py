@@ -45,6 +45,8 @@ __all__ = [
 # large enough that request overhead is small, small enough that several are
 # in flight for a shard of tens of MiB.
 _DOWNLOAD_STEP = 4 << 20
+# The most an HTTP response buffers in aiohttp before the socket is paused.
+_READ_BUFFER_LIMIT = 8 << 20
 _CANCEL_POLL_SECONDS = 0.05  # how soon a running download notices its reader closed
 
 _TRANSIENT_ERRNOS = frozenset(
@@ -246,6 +248,30 @@ class Remotes:
         """Drop what is known of ``url`` (after an error: it may have changed)."""
         self._info.pop(url, None)
 
+    async def read_into(self, url: str, offset: int, length: int, buffer: Any) -> int:
+        """``length`` bytes of ``url`` from ``offset`` into ``buffer`` (writable,
+        at least ``length`` long), retried as the settings say; returns how many
+        arrived. HTTP(S) bodies go from the socket's chunks straight into
+        ``buffer``: no joined copy of the body on the way."""
+        fs, path = self.filesystem(url)
+        if _is_http(fs):
+            from fsspec.asyn import get_loop
+
+            # The view keeps the buffer exported until the request ends, so a
+            # read cancelled here never has its buffer reused while fsspec's
+            # loop may still write into it (the pool holds exported buffers back).
+            view = memoryview(buffer)[:length]
+            future = asyncio.run_coroutine_threadsafe(
+                self._read_async(fs, path, url, offset, length, view), get_loop()
+            )
+            count, error = await asyncio.wrap_future(future)
+            if error is not None:
+                raise error
+            return int(count)
+        data = await self.read(url, offset, length)
+        memoryview(buffer)[: len(data)] = data
+        return len(data)
+
     async def read(self, url: str, offset: int, length: int) -> bytes:
         """``length`` bytes of ``url`` from ``offset``, retried as the settings say."""
         fs, path = self.filesystem(url)
@@ -258,7 +284,7 @@ class Remotes:
             data, error = await asyncio.wrap_future(future)
             if error is not None:
                 raise error
-            return data
+            return bytes(data)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.settings.outstanding_requests,
                                             thread_name_prefix="fastio-remote")  # fmt: skip
@@ -284,10 +310,12 @@ class Remotes:
         }  # fmt: skip
 
     async def _read_async(
-        self, fs: Any, path: str, url: str, offset: int, length: int
-    ) -> tuple[bytes, OSError | None]:
-        """Runs on fsspec's loop. Returns its error rather than raising it: a
-        read whose consumer went away must not leave an unretrieved exception."""
+        self, fs: Any, path: str, url: str, offset: int, length: int,
+        into: memoryview | None = None,
+    ) -> tuple[Any, OSError | None]:  # fmt: skip
+        """Runs on fsspec's loop. Returns the data (with ``into``: the count
+        of bytes written into it) and its error rather than raising it: a read
+        whose consumer went away must not leave an unretrieved exception."""
         from tenacity import AsyncRetrying
 
         attempts = 0
@@ -295,10 +323,18 @@ class Remotes:
             async for attempt in AsyncRetrying(**self._policy()):
                 with attempt:
                     attempts += 1
-                    data = await asyncio.wait_for(
-                        fs._cat_file(path, start=offset, end=offset + length),
-                        self.settings.request_timeout,
-                    )
+                    if into is not None:
+                        count = await asyncio.wait_for(
+                            _http_read_into(fs, path, url, offset, length, into),
+                            self.settings.request_timeout,
+                        )
+                    else:
+                        data = await asyncio.wait_for(
+                            fs._cat_file(path, start=offset, end=offset + length),
+                            self.settings.request_timeout,
+                        )
+            if into is not None:
+                return count, None
             return _checked(data, url, offset, length), None
         except Exception as error:
             return b"", _final(error, url, offset, length, attempts)
@@ -330,15 +366,56 @@ class Remotes:
             self._pool = None
 
 
+def _is_http(fs: Any) -> bool:
+    """Whether ``fs`` is fsspec's HTTP filesystem (aiohttp), whose bodies
+    :func:`_http_read_into` reads itself."""
+    return type(fs).__name__ == "HTTPFileSystem" and type(fs).__module__.startswith("fsspec.")
+
+
+async def _http_read_into(
+    fs: Any, path: str, url: str, offset: int, length: int, into: memoryview
+) -> int:
+    """One ranged GET through ``fs``'s aiohttp session (with its headers and
+    request options, as ``fs._cat_file`` sends them), the body copied chunk by
+    chunk into ``into`` as the socket delivers it. The session's read buffer
+    grows to the request (aiohttp's 64 KiB default pauses and resumes the
+    socket several times per MiB). Returns the bytes written."""
+    options = fs.kwargs.copy()
+    headers = dict(options.pop("headers", None) or {})
+    headers["Range"] = f"bytes={offset}-{offset + length - 1}"
+    options.setdefault("read_bufsize", min(max(length, 1 << 16), _READ_BUFFER_LIMIT))
+    session = await fs.set_session()
+    async with session.get(fs.encode_url(path), headers=headers, **options) as response:
+        fs._raise_not_found_for_status(response, url)
+        announced = response.content_length
+        if announced is not None and announced > length:
+            raise _range_ignored(url, offset, length, announced)
+        content = response.content
+        filled = 0
+        while True:
+            chunk, _ = await content.readchunk()
+            if not chunk:
+                return filled
+            end = filled + len(chunk)
+            if end > length:
+                raise _range_ignored(url, offset, length, end)
+            into[filled:end] = chunk
+            filled = end
+
+
+def _range_ignored(url: str, offset: int, length: int, got: int) -> RangeIgnoredError:
+    return RangeIgnoredError(
+        errno.EIO,
+        f"asked for {length} bytes at offset {offset}, got {got}: the server "
+        "ignores Range requests (reading whole objects per request would be wrong "
+        "and slow; use a server that supports Range)",
+        url,
+    )
+
+
 def _checked(data: bytes, url: str, offset: int, length: int) -> bytes:
     if len(data) > length:
-        raise RangeIgnoredError(
-            errno.EIO,
-            f"asked for {length} bytes at offset {offset}, got {len(data)}: the server "
-            "ignores Range requests (reading whole objects per request would be wrong "
-            "and slow; use a server that supports Range)",
-            url,
-        )
+        raise _range_ignored(url, offset, length, len(data))
     return bytes(data)
 
 

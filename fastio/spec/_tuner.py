@@ -36,16 +36,16 @@ class TunerSettings:
         "the reader's memory_budget.",
         "size", low=MIN_TUNED_READ_SIZE, optional=True,
     )  # fmt: skip
-    window_seconds: float = knob(2.0, "Seconds of traffic per measurement (after the warm-up).",
+    window_seconds: float = knob(0.4, "Seconds of traffic per measurement (after the warm-up).",
                                  "seconds", above=0)  # fmt: skip
     window_bytes: int = knob(0, "And at least this many bytes per measurement.", "size", low=0)
-    warmup_seconds: float = knob(0.5, "Traffic discarded after each change of knobs.",
+    warmup_seconds: float = knob(0.2, "Traffic discarded after each change of knobs.",
                                  "seconds", low=0)  # fmt: skip
-    max_trials: int = knob(30, "Configurations tried before the tuner settles.", "count",
+    max_trials: int = knob(8, "Configurations tried before the tuner settles.", "count",
                            low=1, high=10_000)  # fmt: skip
     seed: int | None = knob(0, "Seed of the sampler (unset: random).", "count", low=0,
                             optional=True)  # fmt: skip
-    tick_seconds: float = knob(0.25, "How often the reader's counters are read.", "seconds",
+    tick_seconds: float = knob(0.2, "How often the reader's counters are read.", "seconds",
                                above=0)  # fmt: skip
 
     def __post_init__(self) -> None:

@@ -160,3 +160,53 @@ def test_config_tuner_section_turns_tuning_on(files: dict[str, str], tmp_path: P
         assert dataset.stats()["tuner"]["phase"] == "explore"
     with pytest.raises(fastio.ConfigError, match=r"tuner\.max_trials"):
         load_config(config_path, tuner__max_trials=0)
+
+
+def settle(tuning: ReaderTuning, rate_of: Any, windows: int = 40) -> list[Any]:
+    """Windows of the given measured rates (bytes/s per configuration) told
+    to the reader's tuner until it settles; returns its decisions."""
+    tuner = tuning.tuner
+    tuner.start()
+    for _ in range(windows):
+        tuner.tell_window(rate_of(tuner.config))
+        if tuner.converged:
+            break
+    return tuner.decisions
+
+
+DEFAULT_KNOBS = {"outstanding_requests": 16, "read_size": MiB}  # the reader's defaults
+
+
+@pytest.mark.parametrize(
+    ("name", "gain"),
+    [
+        ("every other setting measures worse", lambda c: 0.6 if c != DEFAULT_KNOBS else 1.0),
+        ("others gain only within the noise", lambda c: 1.02 if c != DEFAULT_KNOBS else 1.0),
+        ("fewer, larger requests are better", lambda c: 1.3 if c["read_size"] > MiB else 1.0),
+        ("more, smaller requests are better",
+         lambda c: 1.0 + 0.3 * (c["read_size"] < MiB and c["outstanding_requests"] > 16)),
+    ],
+)  # fmt: skip
+def test_epoch_one_tuning_settles_early_and_never_below_the_defaults(name: str, gain: Any) -> None:
+    # The decision procedure alone, fed measured rates (no clock): it must
+    # decide within a few windows, the first tenth of an epoch, and never
+    # keep a setting that measured worse than the reader's defaults.
+    with fastio.Reader() as reader:
+        tuning = ReaderTuning(reader, TunerSettings(), "fastio-test-epoch-one")
+        decisions = settle(tuning, lambda c: 100e6 * gain(c))
+        tuning.close()
+    settled = next(d for d in decisions if d.next_phase == "settled")
+    assert settled.window <= TunerSettings().max_trials
+    chosen = settled.next_config
+    assert gain(chosen) >= 1.0, name
+    if (
+        gain({"outstanding_requests": 8, "read_size": 2 * MiB}) > 1.1
+        or gain({"outstanding_requests": 32, "read_size": MiB // 2}) > 1.1
+    ):
+        assert gain(chosen) > 1.1, name  # a real gain along the budget is taken
+    else:
+        assert chosen == DEFAULT_KNOBS, name
+        assert settled.window <= 4  # nothing better nearby: decided after a few windows
+    assert (reader.outstanding_requests, reader.read_size) == (
+        chosen["outstanding_requests"], chosen["read_size"],
+    )  # fmt: skip
