@@ -7,8 +7,8 @@ Two datasets, written once with ``fastio-bench gen`` (reused from ``--data-dir``
 
 * large: ~4 GB of ~110 KB samples; small: 1M samples of 1 KB. Each as WebDataset
   tar, and the same samples as TFRecord (tf.train.Example), MDS (MosaicML
-  Streaming's ``MDSWriter``) and Parquet. fastio's per-shard index is built then
-  too (like MDS's index, it is part of preparing a dataset).
+  Streaming's ``MDSWriter``), Parquet and Arrow IPC. fastio's per-shard index is
+  built then too (like MDS's index, it is part of preparing a dataset).
 
 Methods: fastio.Dataset per sample (default settings: ``direct="auto"``; cold
 also forced ``direct=True`` and ``False``), ``.batches(1024)`` and
@@ -17,7 +17,9 @@ webdataset.WebDataset, alone and in a DataLoader; streaming.StreamingDataset,
 alone and in a DataLoader; fastio over the TFRecord copy (samples, batches)
 beside the tfrecord package's reader and tf.data.TFRecordDataset (per record
 and ``.batch(1024)``); fastio over the Parquet copy (``.batches(256)``,
-samples) beside pyarrow ``ParquetFile.iter_batches(256)``; and the hardware:
+samples) beside pyarrow ``ParquetFile.iter_batches(256)``; the same over the
+Arrow IPC copy beside pyarrow's ``ipc.open_file`` reader (every record batch);
+and the hardware:
 fio reading the tar files sequentially (io_uring, 16 x 1 MiB; cold: O_DIRECT,
 also from hugetlbfs buffers; warm: also psync) and a plain Python read loop.
 Every sample is touched (counted, payload length summed); a method that
@@ -80,46 +82,60 @@ def cases(scale: float) -> list[Case]:
 # ---- data ----------------------------------------------------------------------------
 
 
-def prepare(case: Case, data_dir: Path, seed: int) -> dict[str, Any]:
-    """Every copy of the case's samples; reused when the manifest matches."""
+def prepare(case: Case, data_dir: Path, seed: int, needed: set[str]) -> dict[str, Any]:
+    """The copies of the case's samples that ``needed`` names (a copy missing
+    from an earlier run's folder is added to it); reused when the manifest
+    matches. MDS needs the ``streaming`` package: a run of other methods
+    does not."""
     folder = data_dir / f"{case.name}-{case.samples}x{case.sample_size}"
     manifest_path = folder / "manifest.json"
     wanted = asdict(case) | {"seed": seed}
+    manifest: dict[str, Any] = {"case": wanted, "payload_bytes": None, "copies": {}}
     if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text())
-        if manifest["case"] == wanted:
-            return manifest
-    shutil.rmtree(folder, ignore_errors=True)
-    copies = {}
-    for format in ("webdataset", "tfrecord", "parquet"):
-        started = time.perf_counter()
-        result = write_dataset(
-            folder / format,
-            format,
-            case.samples,
-            case.sample_size,
-            case.shards,
-            seed,
-            row_group_size=BATCH,
-        )
-        copies[format] = {"paths": list(result.paths), "url": result.url, "bytes": result.bytes}
-        print(
-            f"{case.name}: wrote {format} {result.bytes / 1e9:.2f} GB in "
-            f"{time.perf_counter() - started:.0f} s",
-            file=sys.stderr,
-        )
-        payload = result.payload_bytes
-    copies["mds"] = write_mds(folder / "mds", case, seed)
-    import fastio
-
-    for format in ("webdataset", "tfrecord"):
-        with fastio.Dataset(copies[format]["url"], format=format, shuffle=False) as ds:
-            ds.index()
-            if len(ds) != case.samples:  # building the index found the wrong count
-                raise RuntimeError(f"fastio indexed {len(ds)} {format} samples, not {case.samples}")
-    manifest = {"case": wanted, "payload_bytes": payload, "copies": copies}
+        saved = json.loads(manifest_path.read_text())
+        if saved["case"] == wanted:
+            manifest = saved
+    if manifest["copies"] == {}:
+        shutil.rmtree(folder, ignore_errors=True)
+    copies = manifest["copies"]
+    formats = ("webdataset", "tfrecord", "parquet", "arrow")
+    for format in sorted(formats, key=lambda name: name not in needed):
+        if format in copies or (format not in needed and manifest["payload_bytes"] is not None):
+            continue  # (one copy is written anyway: the payload total checks every method)
+        copies[format], manifest["payload_bytes"] = write_copy(folder, case, format, seed)
+        if format in ("webdataset", "tfrecord"):
+            check_index(copies[format]["url"], format, case.samples)
+    if "mds" in needed and "mds" not in copies:
+        copies["mds"] = write_mds(folder / "mds", case, seed)
     manifest_path.write_text(json.dumps(manifest, indent=1))
     return manifest
+
+
+def check_index(url: str, format: str, samples: int) -> None:
+    """Build fastio's index of a copy (part of preparing it, like MDS's)."""
+    import fastio
+
+    with fastio.Dataset(url, format=format, shuffle=False) as ds:
+        ds.index()
+        if len(ds) != samples:  # building the index found the wrong count
+            raise RuntimeError(f"fastio indexed {len(ds)} {format} samples, not {samples}")
+
+
+def write_copy(folder: Path, case: Case, format: str, seed: int) -> tuple[dict[str, Any], int]:
+    """The case's samples as ``format`` (row groups, record batches of BATCH
+    rows); the copy's manifest entry and the payload bytes."""
+    started = time.perf_counter()
+    result = write_dataset(
+        folder / format, format, case.samples, case.sample_size, case.shards, seed,
+        row_group_size=BATCH,
+    )  # fmt: skip
+    print(
+        f"{case.name}: wrote {format} {result.bytes / 1e9:.2f} GB in "
+        f"{time.perf_counter() - started:.0f} s",
+        file=sys.stderr,
+    )
+    copy = {"paths": list(result.paths), "url": result.url, "bytes": result.bytes}
+    return copy, result.payload_bytes
 
 
 def import_streaming() -> types.ModuleType:
@@ -181,7 +197,7 @@ def first_sample() -> None:
 
 # The payload's name in each copy, and how fastio gives it: a sample's value
 # (tf.train.Example features come as lists of values) and a batch's column.
-PAYLOAD = {"webdataset": "bin", "tfrecord": "data", "parquet": "data"}
+PAYLOAD = {"webdataset": "bin", "tfrecord": "data", "parquet": "data", "arrow": "data"}
 
 
 def fastio_dataset(copies: dict[str, Any], copy: str = "webdataset", **knobs: Any) -> Any:
@@ -366,6 +382,23 @@ def pyarrow_batches(copies: dict[str, Any], batch_size: int = BATCH) -> tuple[in
     return samples, payload
 
 
+def pyarrow_ipc_batches(copies: dict[str, Any]) -> tuple[int, int | None]:
+    """pyarrow's own Arrow IPC file reader, every record batch (read from the
+    file, not memory-mapped: fastio reads the bytes too)."""
+    import pyarrow.compute as pc
+    import pyarrow.ipc
+
+    samples = payload = 0
+    for path in copies["arrow"]["paths"]:
+        with pyarrow.ipc.open_file(path) as reader:
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                first_sample()
+                samples += batch.num_rows
+                payload += pc.sum(pc.binary_length(batch.column("data"))).as_py()
+    return samples, payload
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
@@ -394,6 +427,7 @@ IMPORTS = {
     "tensorflow": ("tensorflow",),
     "tfrecord": ("numpy", "tfrecord.reader"),
     "parquet": ("pyarrow", "pyarrow.compute", "pyarrow.parquet"),
+    "arrow": ("pyarrow", "pyarrow.compute", "pyarrow.ipc"),
 }
 
 
@@ -450,6 +484,17 @@ METHODS = [
         imports="webdataset",
     ),
     Method("pyarrow", "parquet", lambda c: pyarrow_batches(c, LOADER_BATCH)),
+    # Arrow IPC: fastio's .batches(256) and samples beside pyarrow's file reader.
+    Method(
+        "fastio arrow",
+        "arrow",
+        lambda c: fastio_batches(c, "arrow", LOADER_BATCH),
+        imports="webdataset",
+    ),
+    Method(
+        "fastio arrow samples", "arrow", lambda c: fastio_samples(c, "arrow"), imports="webdataset"
+    ),
+    Method("pyarrow ipc", "arrow", pyarrow_ipc_batches),
     Method("fio", "webdataset", None),
     # fio's default (malloc) buffers read the page cache at ~2.6 GB/s here, its
     # hugetlbfs ones at ~14 GB/s: the best of its variants is the reference.
@@ -714,6 +759,15 @@ def targets(cells: list[Cell]) -> list[dict[str, Any]]:
         ),
         *(
             (
+                f"{case}, warm: fastio Arrow IPC .batches(256) >= pyarrow's IPC file reader",
+                1.0,
+                rate(case, "warm", "fastio arrow", "samples"),
+                rate(case, "warm", "pyarrow ipc", "samples"),
+            )
+            for case in ("large", "small")
+        ),
+        *(
+            (
                 f"{case}, warm: fastio TFRecord samples/s >= 1.5x the tfrecord package",
                 1.5,
                 rate(case, "warm", "fastio tfrecord", "samples"),
@@ -846,7 +900,8 @@ def main() -> None:
         for case in cases(args.scale):
             if case.name not in args.cases:
                 continue
-            manifests[case.name] = prepare(case, args.data_dir, args.seed)
+            needed = {BY_NAME[name].copy for name in args.methods or BY_NAME}
+            manifests[case.name] = prepare(case, args.data_dir, args.seed, needed)
             cells += measure(args, case, manifests[case.name], huge_mount)
     print_tables(cells)
     checks = targets(cells)

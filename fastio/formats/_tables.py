@@ -40,13 +40,18 @@ class _RangeFile:
 
     mode = "rb"
 
-    def __init__(self, url: str, size: int, pieces: dict[int, bytes]) -> None:
+    def __init__(self, url: str, size: int, pieces: dict[int, Any]) -> None:
         self.url = url
         self.size = size
-        self.starts = sorted(pieces)
-        self.pieces = [memoryview(pieces[start]) for start in self.starts]
         self.position = 0
         self.closed = False
+        self.hold(pieces)
+
+    def hold(self, pieces: dict[int, Any]) -> None:
+        """Serve ``pieces`` (bytes by file offset) from now on, instead of
+        those before: a read decodes one unit at a time, and lets each go."""
+        self.starts = sorted(pieces)
+        self.pieces = [memoryview(pieces[start]) for start in self.starts]
 
     def readable(self) -> bool:
         return True
@@ -90,42 +95,83 @@ class _RangeFile:
         return b"".join(parts)
 
 
-def _fetched(chunks: Iterable[Chunk], lengths: dict[int, int]) -> dict[int, Any]:
-    """The bytes of each range of a piece, keyed by file offset, each in one
-    buffer of pyarrow's memory pool that chunks are copied into as they come
-    (``lengths``: the ranges the layout planned, by offset). The pool reuses
-    what earlier row groups freed: fresh memory for every row group would cost
-    a page fault and a zeroing per 4 KiB, as much as the copy itself. A range
-    of unknown length is joined at its end."""
+def _unit_pieces(
+    chunks: Iterable[Chunk], lengths: dict[int, int], unit_of: dict[int, int]
+) -> Iterator[tuple[int, dict[int, Any]]]:
+    """The bytes of a read's units, one unit at a time as soon as its ranges
+    are in: (unit, its ranges' bytes keyed by file offset). Each range is in
+    one buffer of pyarrow's memory pool that chunks are copied into as they
+    come (``lengths``: the ranges the layout planned, by offset), the one
+    copy of the fetched bytes. The pool reuses what earlier units freed:
+    fresh memory for every unit would cost a page fault and a zeroing per
+    4 KiB, as much as the copy itself. A range of unknown length is joined
+    at its end. ``unit_of`` names the unit of a range by its offset; a range
+    of no unit alone (an Arrow dictionary, read with every batch) belongs to
+    the unit it is read with."""
     import pyarrow as pa
 
-    fetched: dict[int, Any] = {}
-    unplanned: dict[int, list[bytes]] = {}
+    pieces: dict[int, Any] = {}
+    unit = -1
+    unplanned: list[bytes] | None = None
     target: memoryview | None = None
-    start = 0
+    start = filled = 0
+    whole = True  # every range of the unit so far arrived to its end
     current = -1
     for chunk in chunks:
         if chunk.range != current:
-            current, start = chunk.range, chunk.offset
+            whole = whole and (target is None or filled == len(target))
+            if unplanned is not None:
+                pieces[start] = b"".join(unplanned)
+            current, start, filled = chunk.range, chunk.offset, 0
+            owner = unit_of.get(start, unit)
+            if owner != unit:
+                if pieces and whole:
+                    yield unit, pieces
+                unit, pieces, whole = owner, {}, True
             length = lengths.get(start)
             if length is None:
-                target = None
-                unplanned[start] = []
+                target, unplanned = None, []
             else:
                 buffer = pa.allocate_buffer(length)
-                fetched[start], target = buffer, memoryview(buffer).cast("B")
+                pieces[start], target, unplanned = buffer, memoryview(buffer).cast("B"), None
         if target is None:
-            unplanned[start].append(bytes(chunk.data))
+            assert unplanned is not None
+            unplanned.append(bytes(chunk.data))
         else:
             at = chunk.offset - start
             target[at : at + len(chunk.data)] = chunk.data
-    for offset, parts in unplanned.items():
-        fetched[offset] = b"".join(parts)
-    return fetched
+            filled += len(chunk.data)
+    # A stream cut short (a failed read) leaves its last unit partly filled:
+    # that one is not decoded from bytes that never came.
+    whole = whole and (target is None or filled == len(target))
+    if unplanned is not None:
+        pieces[start] = b"".join(unplanned)
+    if pieces and whole:
+        yield unit, pieces
 
 
 def _planned_lengths(spans: Sequence[Sequence[ByteRange]]) -> dict[int, int]:
     return {r.offset: r.length for ranges in spans for r in ranges if r.length is not None}
+
+
+def _joined(ranges: list[ByteRange]) -> list[ByteRange]:
+    """Sorted ranges with each run of adjoining ones as one (a row group's
+    column chunks follow each other: one range, one buffer)."""
+    joined: list[ByteRange] = []
+    for r in ranges:
+        last = joined[-1] if joined else None
+        if last is not None and last.length is not None and last.offset + last.length == r.offset:
+            joined[-1] = ByteRange(r.path, last.offset, last.length + (r.length or 0))
+        else:
+            joined.append(r)
+    return joined
+
+
+def _units_by_offset(spans: Sequence[Sequence[ByteRange]], shared: int = 0) -> dict[int, int]:
+    """Each unit's ranges by offset, but the last ``shared`` of each unit's
+    (ranges every unit reads)."""
+    return {r.offset: unit for unit, ranges in enumerate(spans)
+            for r in ranges[: len(ranges) - shared]}  # fmt: skip
 
 
 def _tail(reader: Reader, url: str, size: int, at_least: int) -> tuple[int, bytes]:
@@ -181,6 +227,26 @@ class _ColumnFile(ShardFormat):
         return {"columns": self.columns}
 
 
+def _in_place(pieces: dict[int, Any], ranges: list[ByteRange]) -> pa.NativeFile | None:
+    """A row group's bytes, fetched as one range, as a file pyarrow reads
+    natively (no Python call, so no wait for the GIL, per column chunk): a
+    buffer whose byte ``offset`` is the range's first and that ends with it.
+    pyarrow reads no byte of it before the range: given the footer, it reads
+    the column chunks of the row group, at the offsets the range was planned
+    from (the same metadata), and checks that they end inside the buffer.
+    Only for a read of every column (a selection is resolved by pyarrow, so
+    the chunks it reads are not checked here); else None."""
+    import pyarrow as pa
+
+    if len(ranges) != 1:
+        return None
+    offset = ranges[0].offset
+    buffer = pieces[offset]
+    if not isinstance(buffer, pa.Buffer) or buffer.address < offset:
+        return None
+    return pa.BufferReader(pa.foreign_buffer(buffer.address - offset, offset + buffer.size, buffer))
+
+
 class ParquetFormat(_ColumnFile):
     """Parquet files read by row group through fastio's reader, with column selection."""
 
@@ -215,33 +281,41 @@ class ParquetFormat(_ColumnFile):
                 if column.has_dictionary_page and column.dictionary_page_offset:
                     begin = min(begin, column.dictionary_page_offset)
                 ranges.append(ByteRange(url, begin, column.total_compressed_size))
-            spans.append(sorted(ranges, key=lambda r: r.offset))
+            spans.append(_joined(sorted(ranges, key=lambda r: r.offset)))
         bounds = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         unit_bytes = np.array([sum(r.length or 0 for r in s) for s in spans], np.int64)
         meta = {"unit_ranges": spans.__getitem__, "metadata": metadata, "tail": (start, tail),
-                "lengths": _planned_lengths(spans)}  # fmt: skip
+                "lengths": _planned_lengths(spans), "unit_of": _units_by_offset(spans)}  # fmt: skip
         return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
 
     def _tables(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.Table]:
+        """Each row group of the read, decoded as soon as its column chunks
+        are in (the first batch does not wait for the read's last group)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pieces = _fetched(chunks, layout.meta["lengths"])
         start, tail = layout.meta["tail"]
-        pieces.setdefault(start, tail)
-        handle = pq.ParquetFile(pa.PythonFile(_RangeFile(layout.url, layout.size, pieces)),
-                                metadata=layout.meta["metadata"], pre_buffer=False)  # fmt: skip
-        offsets = {offset for offset in pieces if offset != start}
-        for g in range(handle.num_row_groups):
+        metadata = layout.meta["metadata"]
+        file = _RangeFile(layout.url, layout.size, {start: tail})
+        handle = pq.ParquetFile(pa.PythonFile(file), metadata=metadata, pre_buffer=False)
+        for g, pieces in _unit_pieces(chunks, layout.meta["lengths"], layout.meta["unit_of"]):
             ranges = layout.meta["unit_ranges"](g)
-            if ranges and ranges[0].offset in offsets:
-                try:
-                    yield handle.read_row_group(g, columns=self.columns)
-                except (pa.ArrowException, OSError) as error:
-                    raise DecodeError(
-                        f"row group {g} does not decode: {error}", layout.url, ranges[0].offset,
-                        int(layout.bounds[g]),
-                    ) from None  # fmt: skip
+            if g < 0 or ranges[0].offset not in pieces:
+                continue  # bytes of no row group the read planned
+            try:
+                source = _in_place(pieces, ranges) if self.columns is None else None
+                if source is not None:
+                    whole = pq.ParquetFile(source, metadata=metadata, pre_buffer=False)
+                    yield whole.read_row_group(g)
+                    continue
+                pieces.setdefault(start, tail)
+                file.hold(pieces)
+                yield handle.read_row_group(g, columns=self.columns)
+            except (pa.ArrowException, OSError) as error:
+                raise DecodeError(
+                    f"row group {g} does not decode: {error}", layout.url, ranges[0].offset,
+                    int(layout.bounds[g]),
+                ) from None  # fmt: skip
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
         for table in self._tables(chunks, layout):
@@ -314,9 +388,14 @@ class ArrowFormat(_ColumnFile):
         except struct.error:
             raise DecodeError("Arrow footer is damaged", url, size - 10 - footer_length) from None
         heads = [ByteRange(url, offset, meta) for offset, meta, _ in batches]
+        # The schema message at the start of the file (served to pyarrow from
+        # here) and the batches' headers, in one stream: one wait, not two.
+        first = ByteRange(url, 0, min(size, 64 << 10))
+        chunks = list(reader.stream([first, heads] if heads else [first]))
+        schema_head = b"".join(bytes(c.data) for c in chunks if c.shard == 0)
         rows = []
         if heads:
-            pieces = gather(reader.stream([heads]))
+            pieces = gather(c for c in chunks if c.shard == 1)
             for offset, _, _ in batches:
                 try:
                     rows.append(_message_rows(pieces[offset]))
@@ -328,18 +407,19 @@ class ArrowFormat(_ColumnFile):
         unit_bytes = np.array([m + b for _, m, b in batches], np.int64)
         meta = {"unit_ranges": spans.__getitem__, "tail": (start, tail),
                 "batch_offsets": [o for o, _, _ in batches],
-                "lengths": _planned_lengths(spans)}  # fmt: skip
-        # The schema message at the start of the file (served to pyarrow from here).
-        head = min(size, 64 << 10)
-        schema_head = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, 0, head)]))
+                "lengths": _planned_lengths(spans),
+                "unit_of": _units_by_offset(spans, shared=len(extra))}  # fmt: skip
         meta["head"] = schema_head
-        if self.columns is not None:
-            import pyarrow as pa
+        import pyarrow as pa
 
-            try:
-                names = pa.ipc.read_schema(pa.py_buffer(schema_head[8:])).names
-            except (pa.ArrowException, OSError):
-                names = None  # a schema larger than the head: checked when batches decode
+        try:
+            schema = pa.ipc.read_schema(pa.py_buffer(schema_head[8:]))
+        except (pa.ArrowException, OSError):
+            schema = None  # a schema larger than the head: checked when batches decode
+        # Without dictionaries a batch decodes from its own bytes and the schema.
+        meta["schema"] = None if dictionaries else schema
+        if self.columns is not None:
+            names = schema.names if schema is not None else None
             missing = [c for c in self.columns if names is not None and c not in names]
             if missing:
                 raise ValueError(
@@ -348,19 +428,31 @@ class ArrowFormat(_ColumnFile):
         return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
 
     def _batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.RecordBatch]:
+        """Each record batch of the read, decoded as soon as its bytes are in.
+        Where the layout knows the schema (a file without dictionaries), a
+        batch is decoded from its own bytes: its arrays are views of the
+        buffer they were fetched into, no further copy; else pyarrow's file
+        reader serves it, dictionaries and all."""
         import pyarrow as pa
 
-        pieces = _fetched(chunks, layout.meta["lengths"])
-        wanted = [i for i, o in enumerate(layout.meta["batch_offsets"]) if o in pieces]
+        schema = layout.meta["schema"]
+        offsets = layout.meta["batch_offsets"]
         start, tail = layout.meta["tail"]
-        pieces.setdefault(start, tail)
-        pieces.setdefault(0, layout.meta["head"])
+        known = {start: tail, 0: layout.meta["head"]}
         at, record = start, None  # the footer is read first, then each batch
         try:
-            handle = pa.ipc.open_file(pa.PythonFile(_RangeFile(layout.url, layout.size, pieces)))
-            for i in wanted:
-                at, record = layout.meta["batch_offsets"][i], i
-                batch = handle.get_batch(i)
+            if schema is None:
+                file = _RangeFile(layout.url, layout.size, known)
+                handle = pa.ipc.open_file(pa.PythonFile(file))
+            for i, pieces in _unit_pieces(chunks, layout.meta["lengths"], layout.meta["unit_of"]):
+                if i < 0 or offsets[i] not in pieces:
+                    continue  # bytes of no record batch the read planned
+                at, record = offsets[i], i
+                if schema is None:
+                    file.hold(known | pieces)
+                    batch = handle.get_batch(i)
+                else:
+                    batch = pa.ipc.read_record_batch(pa.ipc.read_message(pieces[at]), schema)
                 yield batch.select(self.columns) if self.columns is not None else batch
         except (pa.ArrowException, OSError) as error:
             what = "footer" if record is None else f"record batch {record}"

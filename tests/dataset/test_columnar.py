@@ -1,0 +1,110 @@
+"""Parquet and Arrow IPC files written by pyarrow, read through fastio: the
+same values pyarrow's own readers give, in batches of any size across row
+groups and files, with column selection and shuffle."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import fastio
+
+# Row groups / record batches of a few rows and files of different lengths:
+# every batch size below spans groups, and most span files.
+GROUP_ROWS = 7
+FILE_ROWS = (23, 5, 40)
+
+
+def _table(first: int, rows: int, dictionary: bool) -> pa.Table:
+    rng = random.Random(first)
+    keys = [f"k{first + i:04d}" for i in range(rows)]
+    columns = {
+        "key": pa.array(keys),
+        "label": pa.array([rng.randrange(1000) for _ in range(rows)], pa.int64()),
+        "data": pa.array([rng.randbytes(rng.randrange(0, 3000)) for _ in range(rows)]),
+    }
+    if dictionary:
+        columns["kind"] = pa.array(
+            [("cat", "dog", "eel")[i % 3] for i in range(rows)]
+        ).dictionary_encode()
+    return pa.table(columns)
+
+
+def _write(folder: Path, format_name: str, dictionary: bool = False) -> tuple[str, pa.Table]:
+    """Files of ``format_name`` written by pyarrow; their pattern and all rows."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tables, first = [], 0
+    for number, rows in enumerate(FILE_ROWS):
+        table = _table(first, rows, dictionary)
+        path = folder / f"part-{number}.{format_name}"
+        if format_name == "parquet":
+            pq.write_table(table, path, row_group_size=GROUP_ROWS)
+        else:
+            with pa.ipc.new_file(path, table.schema) as writer:
+                for batch in table.to_batches(max_chunksize=GROUP_ROWS):
+                    writer.write_batch(batch)
+        tables.append(table)
+        first += rows
+    return str(folder / f"part-{{0..{len(FILE_ROWS) - 1}}}.{format_name}"), pa.concat_tables(tables)
+
+
+def _pyarrow_reads(folder: Path, format_name: str) -> pa.Table:
+    """The files as pyarrow's own readers give them."""
+    tables = []
+    for number in range(len(FILE_ROWS)):
+        path = folder / f"part-{number}.{format_name}"
+        if format_name == "parquet":
+            tables.append(pq.ParquetFile(path).read())
+        else:
+            with pa.ipc.open_file(path) as reader:
+                tables.append(reader.read_all())
+    return pa.concat_tables(tables)
+
+
+CASES = [("parquet", False), ("arrow", False), ("arrow", True)]
+
+
+@pytest.mark.parametrize(("format_name", "dictionary"), CASES)
+@pytest.mark.parametrize("batch_size", [1, 5, 13, 200])
+def test_batches_of_any_size_are_pyarrows_rows(tmp_path, format_name, dictionary, batch_size):
+    pattern, _ = _write(tmp_path, format_name, dictionary)
+    expected = _pyarrow_reads(tmp_path, format_name)
+    with fastio.Dataset(pattern, shuffle=False) as dataset:
+        batches = list(dataset.batches(batch_size))
+    assert all(isinstance(batch, pa.RecordBatch) for batch in batches)
+    sizes = [batch.num_rows for batch in batches]
+    total = expected.num_rows
+    assert sizes == [batch_size] * (total // batch_size) + (
+        [total % batch_size] if total % batch_size else []
+    )
+    got = pa.Table.from_batches(batches)
+    assert got.equals(expected.cast(got.schema) if dictionary else expected)
+
+
+@pytest.mark.parametrize(("format_name", "dictionary"), CASES)
+def test_samples_and_selected_columns_are_pyarrows(tmp_path, format_name, dictionary):
+    pattern, _ = _write(tmp_path, format_name, dictionary)
+    expected = _pyarrow_reads(tmp_path, format_name)
+    with fastio.Dataset(pattern, shuffle=False) as dataset:
+        assert list(dataset) == expected.to_pylist()
+    with fastio.Dataset(pattern, shuffle=False, columns=["data", "key"]) as dataset:
+        batches = list(dataset.batches(9))
+    got = pa.Table.from_batches(batches)
+    assert sorted(got.schema.names) == ["data", "key"]  # in the file's order or the asked one
+    assert got.select(["key", "data"]).to_pylist() == expected.select(["key", "data"]).to_pylist()
+
+
+@pytest.mark.parametrize("format_name", ["parquet", "arrow"])
+def test_shuffled_batches_hold_every_row_once(tmp_path, format_name):
+    pattern, _ = _write(tmp_path, format_name)
+    expected = _pyarrow_reads(tmp_path, format_name).to_pylist()
+    # A buffer of a few row groups: several windows, each in its own order.
+    with fastio.Dataset(pattern, shuffle=True, shuffle_buffer=20_000, seed=3) as dataset:
+        rows = [row for batch in dataset.batches(11) for row in batch.to_pylist()]
+    assert len(rows) == len(expected)
+    assert rows != expected
+    assert sorted(rows, key=lambda row: row["key"]) == expected
