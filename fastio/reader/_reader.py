@@ -162,7 +162,6 @@ class Reader:
         self._handoffs: set[Handoff] = set()  # of running sync streams
         self._next_tag = 0
         self._held = 0  # bytes of buffers counted against the budget
-        self._reserved = 0  # budget lent to sync hand-offs
         self._failure: BaseException | None = None  # engine failure: ends every stream
         self._started = time.perf_counter()
         self._throttled_since: float | None = None
@@ -461,10 +460,12 @@ class Reader:
                 _with_background_loops.add(self)
             background = self._background
         loop = background.loop
-        reserve = max(self._settings.read_size, self._settings.memory_budget // _HANDOFF_SHARE)
-        handoff = Handoff(loop, reserve, on_wait=self._count_wait)
+        # The hand-off's batches view buffers already given back to the pool:
+        # they count against the budget as lent bytes, not as a reserve.
+        holds = max(self._settings.read_size, self._settings.memory_budget // _HANDOFF_SHARE)
+        handoff = Handoff(loop, holds, on_wait=self._count_wait)
         self._handoffs.add(handoff)
-        future = asyncio.run_coroutine_threadsafe(self._feed(shards, handoff, reserve), loop)
+        future = asyncio.run_coroutine_threadsafe(self._feed(shards, handoff), loop)
         handoff.watch(future)
         try:
             while (batch := handoff.get()) is not None:
@@ -490,10 +491,9 @@ class Reader:
     def _count_wait(self, seconds: float) -> None:
         self._wait_seconds += seconds
 
-    async def _feed(self, shards: Iterable[ShardLike], handoff: Handoff, reserve: int) -> None:
+    async def _feed(self, shards: Iterable[ShardLike], handoff: Handoff) -> None:
         """Loop-thread half of :meth:`stream`: moves batches into the hand-off."""
         stream: _Stream | None = None
-        self._reserved += reserve
         try:
             self._bind(asyncio.get_running_loop())
             stream = self._open_stream(shards, count_wait=False)
@@ -512,7 +512,6 @@ class Reader:
         else:
             handoff.finish()
         finally:
-            self._reserved -= reserve
             if stream is not None:
                 self._close_stream(stream)
 
@@ -674,7 +673,7 @@ class Reader:
         settings = self._settings
         limit = self._request_limit
         window = max(limit * settings.read_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
-        budget = settings.memory_budget - self._reserved
+        budget = settings.memory_budget
         inflight, pool = self._inflight, self._pool
         # Buffers already released but still viewed by the consumer hold
         # memory too: counted, the budget bounds every buffer alive.
