@@ -23,6 +23,7 @@ import asyncio
 import atexit
 import contextlib
 import errno
+import logging
 import os
 import threading
 import time
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from fastio import _native
 from fastio._errors import EngineFallbackWarning, ReaderClosedError
 from fastio.reader._buffers import BufferPool, bucket_size
-from fastio.reader._files import FileTable
+from fastio.reader._files import FileTable, FollowedFile
 from fastio.reader._ranges import Chunk, ShardLike
 from fastio.reader._requests import Request, plan_requests
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from fastio.cache._cache import ShardCache
 
 __all__ = ["Reader"]
+
+log = logging.getLogger("fastio")
 
 _EMPTY = memoryview(b"")
 # Chunks handed over per batch (the sync hand-off moves batches, not chunks).
@@ -474,6 +477,7 @@ class Reader:
                         raise ReaderClosedError("the reader was closed while streaming")
                     yield chunk
                 batch = chunk = None  # (see astream)
+            self._remotes.settle()  # shards the stream read whole are in the cache
         finally:
             self._handoffs.discard(handoff)
             if not future.done() and not loop.is_closed():
@@ -733,15 +737,26 @@ class Reader:
     def _start_remote(self, piece: Request, buffer: Any, tag: int) -> None:
         """A remote read as a task on this loop; it completes like an engine read."""
         assert self._loop is not None
+        followed = piece.file if isinstance(piece.file, FollowedFile) else None
         task = self._loop.create_task(self._remote_read(piece.path, piece.offset, piece.length,
-                                                        buffer, tag))  # fmt: skip
+                                                        buffer, tag, followed))  # fmt: skip
         self._remote_tasks.add(task)
         task.add_done_callback(self._remote_tasks.discard)
 
-    async def _remote_read(self, url: str, offset: int, length: int, buffer: Any, tag: int) -> None:
+    async def _remote_read(
+        self, url: str, offset: int, length: int, buffer: Any, tag: int,
+        followed: FollowedFile | None,
+    ) -> None:  # fmt: skip
         result: int | BaseException
         try:
-            result = await self._remotes.read_into(url, offset, length, buffer)
+            if followed is not None:
+                try:
+                    result = await followed.reader.read_into(offset, length, buffer)
+                except Exception as error:  # the download failed: from the store itself
+                    log.debug("fastio: %s; reading %s remotely", error, url)
+                    result = await self._remotes.read_into(url, offset, length, buffer)
+            else:
+                result = await self._remotes.read_into(url, offset, length, buffer)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # delivered in order, like an engine error
