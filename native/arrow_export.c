@@ -128,6 +128,11 @@ void fio_columns_free(fio_column_out *columns, size_t count)
     for (size_t index = 0; index < count; index++) {
         if (columns[index].kind == FIO_COLUMN_CONSTANT)
             continue;
+        if (columns[index].kind == FIO_COLUMN_DICTIONARY) {
+            fio_buffer_free(columns[index].offsets);
+            columns[index].offsets = NULL;
+            continue;
+        }
         fio_buffer_free(columns[index].validity);
         fio_buffer_free(columns[index].offsets);
         fio_buffer_free(columns[index].data);
@@ -138,12 +143,12 @@ void fio_columns_free(fio_column_out *columns, size_t count)
 static int export_column(struct ArrowSchema *schema, struct ArrowArray *array, int64_t rows,
                          fio_column_out *column)
 {
-    static const char *formats[] = {"z", "u", "i"};
+    static const char *formats[] = {"z", "u", "i", "i"};
     int rc = schema_node(schema, formats[column->kind], column->name, strlen(column->name),
                          ARROW_FLAG_NULLABLE, 0);
     if (rc)
         return rc;
-    if (column->kind != FIO_COLUMN_CONSTANT) {
+    if (column->kind != FIO_COLUMN_CONSTANT && column->kind != FIO_COLUMN_DICTIONARY) {
         rc = array_node(array, rows, column->null_count, 3, column->validity, column->offsets,
                         column->data, 0);
         column->validity = column->offsets = column->data = NULL;
@@ -155,9 +160,13 @@ static int export_column(struct ArrowSchema *schema, struct ArrowArray *array, i
     if (!own->dictionary || schema_node(own->dictionary, "u", "", 0, 0, 0))
         return -ENOMEM; /* the caller releases `schema`, which frees the dictionary */
     schema->dictionary = own->dictionary;
-    if (array_node(array, rows, 0, 2, NULL, fio_buffer_zeroed((size_t)rows * 4), NULL, 0))
+    int dictionary = column->kind == FIO_COLUMN_DICTIONARY;
+    void *row_indices = dictionary ? column->offsets : fio_buffer_zeroed((size_t)rows * 4);
+    column->offsets = NULL;
+    if (array_node(array, rows, 0, 2, NULL, row_indices, NULL, 0))
         return -ENOMEM;
-    int32_t *offsets = fio_buffer_alloc(2 * sizeof(int32_t));
+    size_t strings = dictionary ? column->dictionary_count : 1;
+    int32_t *offsets = fio_buffer_alloc((strings + 1) * sizeof(int32_t));
     uint8_t *text = fio_buffer_alloc(column->data_length);
     array_private *indices = array->private_data;
     indices->dictionary = malloc(sizeof *indices->dictionary);
@@ -166,11 +175,15 @@ static int export_column(struct ArrowSchema *schema, struct ArrowArray *array, i
         fio_buffer_free(text);
         return -ENOMEM;
     }
-    offsets[0] = 0;
-    offsets[1] = (int32_t)column->data_length;
+    if (dictionary) {
+        memcpy(offsets, column->dictionary_offsets, (strings + 1) * sizeof(int32_t));
+    } else {
+        offsets[0] = 0;
+        offsets[1] = (int32_t)column->data_length;
+    }
     memcpy(text, column->data, column->data_length);
     array->dictionary = indices->dictionary;
-    return array_node(array->dictionary, 1, 0, 3, NULL, offsets, text, 0);
+    return array_node(array->dictionary, (int64_t)strings, 0, 3, NULL, offsets, text, 0);
 }
 
 int fio_export_columns(int64_t rows, fio_column_out *columns, size_t count,

@@ -115,4 +115,27 @@ int fio_wds_scan(fio_wds *wds, const uint8_t *buf, size_t len, int final, uint64
 int fio_wds_export(fio_wds *wds, const char *url, size_t url_length, struct ArrowSchema *schema,
                    struct ArrowArray *array);
 
+/* Moves the samples added since the last export into a new fio_wds (with its
+ * own copy of the slots' names) and empties `wds`, whose slots stay: the
+ * samples are copied later, by fio_wds_gather, together with those of other
+ * collections. NULL without memory (`wds` unchanged). */
+fio_wds *fio_wds_detach(fio_wds *wds);
+
+/* Rows first_row..first_row + rows of a detached collection, from the shard
+ * that string `url` of fio_wds_gather's dictionary names. */
+typedef struct fio_wds_span {
+    const fio_wds *wds;
+    size_t first_row, rows;
+    size_t url;
+} fio_wds_span;
+
+/* Exports the rows of `spans`, in order, as one record batch (each sample's
+ * bytes copied once): columns as fio_wds_export's, the extensions of all
+ * spans sorted by name; __url__ indexes the `url_count` strings of `urls` that
+ * `url_offsets` (url_count + 1) delimit. Returns 0, -ENOMEM, or -E2BIG where
+ * a column would pass FIO_COLUMN_MAX_BYTES (nothing exported). */
+int fio_wds_gather(const fio_wds_span *spans, size_t span_count, const char *urls,
+                   const int32_t *url_offsets, size_t url_count, struct ArrowSchema *schema,
+                   struct ArrowArray *array);
+
 #endif

@@ -499,3 +499,198 @@ fail:
     free(order);
     return rc;
 }
+
+fio_wds *fio_wds_detach(fio_wds *wds)
+{
+    fio_wds *part = calloc(1, sizeof *part);
+    if (!part)
+        return NULL;
+    part->slots = calloc(wds->slot_count ? wds->slot_count : 1, sizeof *part->slots);
+    if (!part->slots) {
+        free(part);
+        return NULL;
+    }
+    for (size_t slot = 0; slot < wds->slot_count; slot++) {
+        wds_slot *from = &wds->slots[slot], *to = &part->slots[slot];
+        to->name = strdup(from->name);
+        if (!to->name) {
+            part->slot_count = slot;
+            fio_wds_free(part);
+            return NULL;
+        }
+        to->length = from->length;
+        to->bytes = from->bytes;
+        to->rows = from->rows;
+        from->bytes = 0;
+        from->rows = 0;
+    }
+    part->slot_count = part->slot_capacity = wds->slot_count;
+    part->members = wds->members;
+    part->member_count = wds->member_count;
+    part->member_capacity = wds->member_capacity;
+    part->keys = wds->keys;
+    part->row_count = wds->row_count;
+    part->row_capacity = wds->row_capacity;
+    part->key_bytes = wds->key_bytes;
+    wds->members = NULL;
+    wds->keys = NULL;
+    wds->member_count = wds->member_capacity = 0;
+    wds->row_count = wds->row_capacity = 0;
+    wds->key_bytes = 0;
+    return part;
+}
+
+static int by_text(const void *left, const void *right)
+{
+    return strcmp(*(char *const *)left, *(char *const *)right);
+}
+
+/* The first member of `wds` in row `row` or after it (members are in row order). */
+static size_t first_member_from(const fio_wds *wds, size_t row)
+{
+    size_t lo = 0, hi = wds->member_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (wds->members[mid].row < row)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int fio_wds_gather(const fio_wds_span *spans, size_t span_count, const char *urls,
+                   const int32_t *url_offsets, size_t url_count, struct ArrowSchema *schema,
+                   struct ArrowArray *array)
+{
+    size_t rows = 0, names = 0, total_slots = 0;
+    uint64_t key_total = 0;
+    for (size_t span = 0; span < span_count; span++) {
+        rows += spans[span].rows;
+        total_slots += spans[span].wds->slot_count;
+    }
+    if (rows > FIO_COLUMN_MAX_BYTES)
+        return -E2BIG;
+    char **sorted = calloc(total_slots + 1, sizeof *sorted);
+    size_t *column_of = calloc(total_slots + 1, sizeof *column_of); /* per span's slot */
+    fio_column_out *columns = NULL;
+    uint64_t *filled = NULL, *gathered = NULL, *present = NULL, *bytes = NULL;
+    size_t count = 0;
+    int rc = -ENOMEM;
+    if (!sorted || !column_of)
+        goto fail;
+    for (size_t span = 0; span < span_count; span++)
+        for (size_t slot = 0; slot < spans[span].wds->slot_count; slot++)
+            sorted[names++] = spans[span].wds->slots[slot].name;
+    qsort(sorted, names, sizeof *sorted, by_text);
+    size_t unique = 0;
+    for (size_t index = 0; index < names; index++)
+        if (!unique || strcmp(sorted[unique - 1], sorted[index]))
+            sorted[unique++] = sorted[index];
+    count = unique + 2;
+    columns = calloc(count, sizeof *columns);
+    filled = calloc(4 * count, sizeof *filled);
+    if (!columns || !filled)
+        goto fail;
+    gathered = filled + count;
+    present = gathered + count;
+    bytes = present + count;
+    /* Each span's slots to their columns; the bytes and rows of each column. */
+    for (size_t span = 0, at = 0; span < span_count; span++) {
+        const fio_wds *wds = spans[span].wds;
+        size_t first = spans[span].first_row, end = first + spans[span].rows;
+        for (size_t slot = 0; slot < wds->slot_count; slot++, at++) {
+            char **found = bsearch(&wds->slots[slot].name, sorted, unique, sizeof *sorted,
+                                   by_text);
+            column_of[at] = (size_t)(found - sorted) + 2;
+        }
+        for (size_t row = first; row < end; row++)
+            key_total += key_bytes(&wds->keys[row]);
+        size_t base = at - wds->slot_count;
+        for (size_t index = first_member_from(wds, first);
+             index < wds->member_count && wds->members[index].row < end; index++) {
+            size_t column = column_of[base + wds->members[index].slot];
+            bytes[column] += wds->members[index].size;
+            present[column]++;
+        }
+    }
+    if (key_total > FIO_COLUMN_MAX_BYTES)
+        rc = -E2BIG;
+    for (size_t column = 2; column < count; column++)
+        if (bytes[column] > FIO_COLUMN_MAX_BYTES)
+            rc = -E2BIG;
+    if (rc == -E2BIG)
+        goto fail;
+    columns[0] = (fio_column_out){.name = "__key__", .kind = FIO_COLUMN_STRING};
+    columns[0].offsets = fio_buffer_alloc((rows + 1) * sizeof(int32_t));
+    columns[0].data = fio_buffer_alloc(key_total);
+    columns[1] = (fio_column_out){.name = "__url__", .kind = FIO_COLUMN_DICTIONARY};
+    columns[1].data = (void *)urls;
+    columns[1].data_length = (size_t)url_offsets[url_count];
+    columns[1].dictionary_offsets = url_offsets;
+    columns[1].dictionary_count = url_count;
+    columns[1].offsets = fio_buffer_alloc(rows * sizeof(int32_t) + 1);
+    if (!columns[0].offsets || !columns[0].data || !columns[1].offsets)
+        goto fail;
+    for (size_t column = 2; column < count; column++) {
+        fio_column_out *out = &columns[column];
+        out->name = sorted[column - 2];
+        out->kind = FIO_COLUMN_BINARY;
+        out->null_count = (int64_t)(rows - present[column]);
+        out->offsets = fio_buffer_alloc((rows + 1) * sizeof(int32_t));
+        out->data = fio_buffer_alloc(bytes[column]);
+        if (present[column] < rows)
+            out->validity = fio_buffer_zeroed((rows + 7) / 8);
+        if (!out->offsets || !out->data || (present[column] < rows && !out->validity))
+            goto fail;
+        ((int32_t *)out->offsets)[0] = 0;
+    }
+    int32_t *key_offsets = columns[0].offsets, *url_rows = columns[1].offsets;
+    size_t at_key = 0, out_row = 0;
+    key_offsets[0] = 0;
+    for (size_t span = 0, base = 0; span < span_count; span++) {
+        const fio_wds *wds = spans[span].wds;
+        size_t first = spans[span].first_row, end = first + spans[span].rows;
+        for (size_t row = first; row < end; row++, out_row++) {
+            at_key += key_copy(&wds->keys[row], (uint8_t *)columns[0].data + at_key);
+            key_offsets[out_row + 1] = (int32_t)at_key;
+            url_rows[out_row] = (int32_t)spans[span].url;
+        }
+        size_t row_base = out_row - spans[span].rows;
+        for (size_t index = first_member_from(wds, first);
+             index < wds->member_count && wds->members[index].row < end; index++) {
+            const wds_member *member = &wds->members[index];
+            size_t column = column_of[base + member->slot];
+            fio_column_out *out = &columns[column];
+            int32_t *offsets = out->offsets;
+            size_t row = row_base + member->row - first;
+            /* Rows without this extension before this one: empty, null. */
+            for (; filled[column] < row; filled[column]++)
+                offsets[filled[column] + 1] = (int32_t)gathered[column];
+            memcpy((uint8_t *)out->data + gathered[column], member->data, member->size);
+            gathered[column] += member->size;
+            offsets[row + 1] = (int32_t)gathered[column];
+            if (out->validity)
+                ((uint8_t *)out->validity)[row / 8] |= (uint8_t)(1u << (row % 8));
+            filled[column] = row + 1;
+        }
+        base += wds->slot_count;
+    }
+    for (size_t column = 2; column < count; column++)
+        for (; filled[column] < rows; filled[column]++)
+            ((int32_t *)columns[column].offsets)[filled[column] + 1] = (int32_t)gathered[column];
+    rc = fio_export_columns((int64_t)rows, columns, count, schema, array);
+    free(columns);
+    free(sorted);
+    free(column_of);
+    free(filled);
+    return rc;
+fail:
+    if (columns)
+        fio_columns_free(columns, count);
+    free(columns);
+    free(sorted);
+    free(column_of);
+    free(filled);
+    return rc;
+}

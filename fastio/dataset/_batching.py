@@ -1,12 +1,14 @@
-"""Columnar batches of a dataset: a window's parts (Arrow tables or numpy
-arrays) joined, gathered in the window's order and cut into batches of exactly
-the batch size, one Python object per batch."""
+"""Columnar batches of a dataset: a window's parts (Arrow tables, numpy
+arrays, or tar samples not copied yet) joined, gathered in the window's order
+and cut into batches of exactly the batch size, one Python object per batch."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from fastio.formats._parts import TarPart
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,6 +41,8 @@ def assemble(parts: list[tuple[int, Any]], count: int) -> tuple[Any, np.ndarray]
 def _concat(parts: list[Any]) -> Any:
     if not parts:
         return None
+    if isinstance(parts[0], TarPart):
+        return TarPart.join(parts)
     if isinstance(parts[0], np.ndarray):
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
     import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
@@ -68,6 +72,8 @@ def _take(table: Any, rows: np.ndarray | range) -> Any:
 def _as_batch(table: Any) -> Any:
     if isinstance(table, np.ndarray):
         return table
+    if isinstance(table, TarPart):
+        table = table.batch()
     import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
 
     if isinstance(table, pa.RecordBatch):

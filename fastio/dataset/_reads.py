@@ -193,7 +193,7 @@ class SampleReads:
         parts: list[Any] = []
         rows = 0
         try:
-            for part in _in_places(self.format.batches(chunks, layout), layout):
+            for part in _in_places(self.format.parts(chunks, layout), layout):
                 if isinstance(part, DecodeError):
                     if skip <= rows < skip + want:
                         damaged.append(located(part, layout))

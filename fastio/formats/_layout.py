@@ -155,6 +155,12 @@ class ShardFormat(abc.ABC):
         if samples:
             yield batch_of(samples)
 
+    def parts(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        """:meth:`batches`, or parts of them that the dataset slices and joins
+        (``num_rows``, ``slice``, ``TarPart.join``) and gathers once per batch
+        it delivers (:mod:`fastio.formats._parts`)."""
+        return self.batches(chunks, layout)
+
     def options(self) -> dict[str, Any]:
         return {}
 

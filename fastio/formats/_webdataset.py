@@ -16,6 +16,7 @@ from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
 from fastio._native import TarColumns, group_tar, scan_tar
 from fastio.formats._compression import codec_for, decompress
 from fastio.formats._index import Locator
+from fastio.formats._parts import TarPart
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter, owned, owned_kind
 from fastio.reader._ranges import ByteRange
@@ -276,8 +277,8 @@ def _next_header(reader: Reader, url: str, damaged: int, head: bytes, size: int)
 
 def columns_webdataset(
     chunks: Iterable[Chunk], url: str, *, max_batch_bytes: int = MAX_BATCH_BYTES,
-    whole: bool = False,
-) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    whole: bool = False, parts: bool = False,
+) -> Iterator[Any]:  # fmt: skip
     """The samples :func:`decode_webdataset` yields, as record batches in order
     (of at most ``max_batch_bytes`` in any column).
 
@@ -286,7 +287,9 @@ def columns_webdataset(
     extension that the shard had so far has a null there. Errors, and the
     samples delivered before them, are those of :func:`decode_webdataset`,
     except that keys and extensions must be UTF-8 (Arrow strings cannot hold
-    other bytes), else :class:`DecodeError`. ``whole`` as there.
+    other bytes), else :class:`DecodeError`. ``whole`` as there. With
+    ``parts``, :class:`~fastio.formats._parts.TarPart` objects instead of
+    batches: the samples not copied yet.
     """
     pyarrow = arrow()
     collector = TarColumns()
@@ -310,6 +313,9 @@ def columns_webdataset(
         return found, problem
 
     def take() -> Any:
+        if parts:
+            samples = collector.detach()
+            return None if samples is None else TarPart.of(samples, url)
         batch = collector.take(url)
         return None if batch is None else pyarrow.record_batch(batch)
 
@@ -365,6 +371,10 @@ class WebDatasetFormat(RecordFormat):
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         return columns_webdataset(self._decompressed(chunks, layout), layout.url,
                                   whole=layout.whole)  # fmt: skip
+
+    def parts(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        return columns_webdataset(self._decompressed(chunks, layout), layout.url,
+                                  whole=layout.whole, parts=True)  # fmt: skip
 
 
 # ---- writing ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 # Columnar gathering (columnar.h): records copied once into Arrow record batches.
-from libc.stdint cimport uint64_t
+from libc.stdint cimport int32_t, uint64_t
 
 
 cdef extern from "columnar.h" nogil:
@@ -48,6 +48,17 @@ cdef extern from "columnar.h" nogil:
                      uint64_t max_bytes, fio_wds_result *result)
     int fio_wds_export(fio_wds *wds, const char *url, size_t url_length, ArrowSchema *schema,
                        ArrowArray *array)
+    fio_wds *fio_wds_detach(fio_wds *wds)
+
+    ctypedef struct fio_wds_span:
+        const fio_wds *wds
+        size_t first_row
+        size_t rows
+        size_t url
+
+    int fio_wds_gather(const fio_wds_span *spans, size_t span_count, const char *urls,
+                       const int32_t *url_offsets, size_t url_count, ArrowSchema *schema,
+                       ArrowArray *array)
 
 
 cdef class Collected(Scan):
@@ -75,3 +86,9 @@ cdef class RecordColumns(Collector):
 
 cdef class TarColumns(Collector):
     cdef fio_wds *_wds
+
+
+cdef class TarRows:
+    cdef fio_wds *_wds
+    cdef list _held
+    cdef readonly Py_ssize_t num_rows

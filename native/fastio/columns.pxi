@@ -4,6 +4,8 @@
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from libc.errno cimport E2BIG
+from libc.stdint cimport int32_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
 
@@ -271,3 +273,82 @@ cdef class TarColumns(Collector):
         batch.num_rows = rows
         self._held.clear()
         return batch
+
+    def detach(self):
+        """The samples collected since the last take as :class:`TarRows`, not
+        copied yet (they keep the buffers they came from), or None without
+        any; the collector goes on empty, with its extension slots."""
+        cdef TarRows part
+        cdef size_t rows = fio_wds_rows(self._wds)
+        if not rows:
+            return None
+        part = TarRows.__new__(TarRows)
+        part._wds = fio_wds_detach(self._wds)
+        if part._wds == NULL:
+            raise MemoryError()
+        part._held = self._held
+        part.num_rows = rows
+        self._held = []
+        return part
+
+
+@cython.final
+cdef class TarRows:
+    """WebDataset samples a :class:`TarColumns` collected, where they lie in
+    the buffers it kept: :func:`gather_tar` copies them into a batch."""
+
+    def __dealloc__(self):
+        fio_wds_free(self._wds)
+
+
+def gather_tar(list spans, list urls):
+    """One :class:`ArrowBatch` of ``spans``, ``(TarRows, first_row, rows,
+    url)`` each, in order: rows ``first_row..first_row + rows`` of the
+    samples, whose ``__url__`` is ``urls[url]``. Columns as
+    :meth:`TarColumns.take` makes them, the extensions of all spans sorted by
+    name. Each sample's bytes are copied once, without the GIL. Raises
+    OverflowError where a column would pass an Arrow binary column's 2 GiB,
+    IndexError for rows or a url that are not there."""
+    cdef ArrowBatch batch
+    cdef TarRows part
+    cdef size_t count = len(spans), index, total = 0
+    cdef fio_wds_span *native_spans
+    cdef int32_t *url_offsets
+    cdef int rc = 0
+    encoded = [url.encode() for url in urls]
+    text = b"".join(encoded)
+    cdef const char *url_text = text
+    cdef size_t url_count = len(encoded)
+    if len(text) > FIO_COLUMN_MAX_BYTES:
+        raise OverflowError("the urls pass an Arrow string column's 2 GiB")
+    native_spans = <fio_wds_span *>calloc(count + 1, sizeof(fio_wds_span))
+    url_offsets = <int32_t *>calloc(url_count + 1, sizeof(int32_t))
+    try:
+        if native_spans == NULL or url_offsets == NULL:
+            raise MemoryError()
+        for index in range(url_count):
+            url_offsets[index + 1] = url_offsets[index] + <int32_t>len(encoded[index])
+        for index in range(count):
+            part, first_row, rows, url = spans[index]
+            if first_row < 0 or rows < 0 or first_row + rows > part.num_rows:
+                raise IndexError(f"rows {first_row}..{first_row + rows} of {part.num_rows}")
+            if not 0 <= url < <Py_ssize_t>url_count:
+                raise IndexError(f"url {url} of {url_count}")
+            native_spans[index].wds = part._wds
+            native_spans[index].first_row = first_row
+            native_spans[index].rows = rows
+            native_spans[index].url = url
+            total += rows
+        batch = ArrowBatch()
+        with nogil:
+            rc = fio_wds_gather(native_spans, count, url_text, url_offsets, url_count,
+                                batch._schema, batch._array)
+        if rc == -E2BIG:
+            raise OverflowError("a column of these samples passes Arrow's 2 GiB")
+        if rc < 0:
+            raise MemoryError()
+        batch.num_rows = total
+        return batch
+    finally:
+        free(native_spans)
+        free(url_offsets)

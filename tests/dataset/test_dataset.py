@@ -203,3 +203,38 @@ def test_parts_as_ranks_of_one_dataset_each_read_their_own_epoch(tmp_path) -> No
         assert dataset.epoch == 0  # the parts' passes are not the dataset's
         with pytest.raises(ValueError, match=r"rank must be in 0\.\.2, not 3"):
             dataset.as_rank(3, 3)
+
+
+def test_tar_batches_spanning_reads_and_shards_equal_the_samples(tmp_path) -> None:
+    """Samples of about 110 KB, a dozen to a shard and read in pieces of a few
+    samples: every batch of 32 gathers rows of several reads and shards, and
+    each of its rows is byte for byte the sample iteration gives."""
+    import webdataset
+
+    rng = np.random.default_rng(5)
+    counts = (13, 1, 20, 9)  # a shard of one sample, and uneven ends
+    number = 0
+    for shard, count in enumerate(counts):
+        with webdataset.TarWriter(str(tmp_path / f"big-{shard}.tar")) as sink:
+            for _ in range(count):
+                size = 110_000 + int(rng.integers(-3000, 3000))
+                sample = {"__key__": f"s{number:05d}", "bin": rng.bytes(size), "cls": b"%d" % number}
+                if number % 7 == 3:
+                    sample["txt"] = b"only some samples have this"
+                sink.write(sample)
+                number += 1
+    pattern = str(tmp_path / f"big-{{0..{len(counts) - 1}}}.tar")
+    options = dict(format="webdataset", shuffle=False, read_size=256 * 1024)
+    with fastio.Dataset(pattern, **options) as dataset:
+        samples = list(dataset)
+    with fastio.Dataset(pattern, **options) as dataset:
+        batches = list(dataset.batches(32))
+    assert [batch.num_rows for batch in batches] == [32, 11]
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    assert len(rows) == len(samples) == sum(counts)
+    for row, sample in zip(rows, samples, strict=True):
+        assert row["__key__"] == sample["__key__"]
+        assert row["__url__"] == sample["__url__"]
+        for extension in ("bin", "cls", "txt"):
+            value = sample.get(extension)
+            assert row[extension] == (None if value is None else bytes(value))
