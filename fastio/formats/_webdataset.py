@@ -24,7 +24,6 @@ from fastio.reader._ranges import ByteRange
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
 
-    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     from typing_extensions import Buffer
 
     from fastio._native import Collected, FrameError, TarMember, TarSamples

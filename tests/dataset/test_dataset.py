@@ -218,13 +218,14 @@ def test_tar_batches_spanning_reads_and_shards_equal_the_samples(tmp_path) -> No
         with webdataset.TarWriter(str(tmp_path / f"big-{shard}.tar")) as sink:
             for _ in range(count):
                 size = 110_000 + int(rng.integers(-3000, 3000))
-                sample = {"__key__": f"s{number:05d}", "bin": rng.bytes(size), "cls": b"%d" % number}
+                sample = {"__key__": f"s{number:05d}", "bin": rng.bytes(size),
+                          "cls": b"%d" % number}  # fmt: skip
                 if number % 7 == 3:
                     sample["txt"] = b"only some samples have this"
                 sink.write(sample)
                 number += 1
     pattern = str(tmp_path / f"big-{{0..{len(counts) - 1}}}.tar")
-    options = dict(format="webdataset", shuffle=False, read_size=256 * 1024)
+    options = {"format": "webdataset", "shuffle": False, "read_size": 256 * 1024}
     with fastio.Dataset(pattern, **options) as dataset:
         samples = list(dataset)
     with fastio.Dataset(pattern, **options) as dataset:
