@@ -119,44 +119,6 @@ def test_one_process_grows_within_its_budgets(big_shards: list[str], tmp_path: P
     )
 
 
-_BATCHES = """
-import json, sys
-import fastio
-
-def private_bytes():
-    with open("/proc/self/smaps_rollup") as rollup:
-        fields = dict(line.split()[:2] for line in rollup if line.endswith("kB\\n"))
-    return (int(fields["Private_Clean:"]) + int(fields["Private_Dirty:"])) * 1024
-
-urls, knobs = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-batch_size = knobs.pop("batch_size")
-dataset = fastio.Dataset(urls, **knobs)
-first = peak = private_bytes()
-count = 0
-for _ in range(2):
-    for batch in dataset.batches(batch_size):
-        count += batch.num_rows
-        peak = max(peak, private_bytes())
-print(json.dumps({"growth": peak - first, "count": count}))
-"""
-
-
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_batches_grow_within_the_budgets_and_a_batch(
-    big_shards: list[str], tmp_path: Path, shuffle: bool
-) -> None:
-    """Batches that span reads and shards hold the read buffers their samples
-    lie in until the batch is gathered: those count against the budget."""
-    batch_size = 48  # about 5 MB: a batch spans shards of 100 samples
-    result = _growth(_BATCHES, big_shards, shuffle=shuffle, batch_size=batch_size,
-                     **_budgets(tmp_path))  # fmt: skip
-    assert result["count"] == 2 * SHARDS * PER_SHARD
-    allowed = 2 * BUDGET + 2 * batch_size * SAMPLE + SLACK
-    assert result["growth"] <= allowed, (
-        f"grew {result['growth'] / MiB:.0f} MiB, allowed {allowed / MiB:.0f}"
-    )
-
-
 def test_a_dataloader_worker_grows_within_its_budgets(
     big_shards: list[str], tmp_path: Path
 ) -> None:
