@@ -126,8 +126,6 @@ static int array_node(struct ArrowArray *array, int64_t length, int64_t null_cou
 void fio_columns_free(fio_column_out *columns, size_t count)
 {
     for (size_t index = 0; index < count; index++) {
-        if (columns[index].kind == FIO_COLUMN_CONSTANT)
-            continue;
         if (columns[index].kind == FIO_COLUMN_DICTIONARY) {
             fio_buffer_free(columns[index].offsets);
             columns[index].offsets = NULL;
@@ -143,29 +141,28 @@ void fio_columns_free(fio_column_out *columns, size_t count)
 static int export_column(struct ArrowSchema *schema, struct ArrowArray *array, int64_t rows,
                          fio_column_out *column)
 {
-    static const char *formats[] = {"z", "u", "i", "i"};
+    static const char *formats[] = {"z", "u", "i"};
     int rc = schema_node(schema, formats[column->kind], column->name, strlen(column->name),
                          ARROW_FLAG_NULLABLE, 0);
     if (rc)
         return rc;
-    if (column->kind != FIO_COLUMN_CONSTANT && column->kind != FIO_COLUMN_DICTIONARY) {
+    if (column->kind != FIO_COLUMN_DICTIONARY) {
         rc = array_node(array, rows, column->null_count, 3, column->validity, column->offsets,
                         column->data, 0);
         column->validity = column->offsets = column->data = NULL;
         return rc;
     }
-    /* Indices all 0 into a dictionary of the one string. */
+    /* Each row's index into a dictionary of the strings. */
     schema_private *own = schema->private_data;
     own->dictionary = malloc(sizeof *own->dictionary);
     if (!own->dictionary || schema_node(own->dictionary, "u", "", 0, 0, 0))
         return -ENOMEM; /* the caller releases `schema`, which frees the dictionary */
     schema->dictionary = own->dictionary;
-    int dictionary = column->kind == FIO_COLUMN_DICTIONARY;
-    void *row_indices = dictionary ? column->offsets : fio_buffer_zeroed((size_t)rows * 4);
+    void *row_indices = column->offsets;
     column->offsets = NULL;
     if (array_node(array, rows, 0, 2, NULL, row_indices, NULL, 0))
         return -ENOMEM;
-    size_t strings = dictionary ? column->dictionary_count : 1;
+    size_t strings = column->dictionary_count;
     int32_t *offsets = fio_buffer_alloc((strings + 1) * sizeof(int32_t));
     uint8_t *text = fio_buffer_alloc(column->data_length);
     array_private *indices = array->private_data;
@@ -175,12 +172,7 @@ static int export_column(struct ArrowSchema *schema, struct ArrowArray *array, i
         fio_buffer_free(text);
         return -ENOMEM;
     }
-    if (dictionary) {
-        memcpy(offsets, column->dictionary_offsets, (strings + 1) * sizeof(int32_t));
-    } else {
-        offsets[0] = 0;
-        offsets[1] = (int32_t)column->data_length;
-    }
+    memcpy(offsets, column->dictionary_offsets, (strings + 1) * sizeof(int32_t));
     memcpy(text, column->data, column->data_length);
     array->dictionary = indices->dictionary;
     return array_node(array->dictionary, (int64_t)strings, 0, 3, NULL, offsets, text, 0);

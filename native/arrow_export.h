@@ -48,19 +48,12 @@ struct ArrowArray {
 
 #endif
 
-enum fio_column_kind {
-    FIO_COLUMN_BINARY,
-    FIO_COLUMN_STRING,
-    FIO_COLUMN_CONSTANT,
-    FIO_COLUMN_DICTIONARY,
-};
+enum fio_column_kind { FIO_COLUMN_BINARY, FIO_COLUMN_STRING, FIO_COLUMN_DICTIONARY };
 
 /* A column ready to export. Its buffers are the export's once fio_export_columns
- * runs (or freed by it); a FIO_COLUMN_CONSTANT column is `rows` times the string
- * in `data` (not owned), dictionary-encoded. A FIO_COLUMN_DICTIONARY column is
- * dictionary-encoded too: `offsets` holds each row's int32 index (owned) into
- * the `dictionary_count` strings of `data` that `dictionary_offsets` delimit
- * (neither owned). */
+ * runs (or freed by it). A FIO_COLUMN_DICTIONARY column is dictionary-encoded:
+ * `offsets` holds each row's int32 index (owned) into the `dictionary_count`
+ * strings of `data` that `dictionary_offsets` delimit (neither owned). */
 typedef struct fio_column_out {
     const char *name;
     int kind;
@@ -71,8 +64,7 @@ typedef struct fio_column_out {
     size_t dictionary_count;
 } fio_column_out;
 
-/* Frees the buffers of `count` columns (not the strings of a FIO_COLUMN_CONSTANT
- * or FIO_COLUMN_DICTIONARY column). */
+/* Frees the buffers of `count` columns (not a FIO_COLUMN_DICTIONARY's strings). */
 void fio_columns_free(fio_column_out *columns, size_t count);
 
 /* A record batch (a struct array, as the Arrow PyCapsule interface has it) of

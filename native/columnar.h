@@ -111,7 +111,7 @@ int fio_wds_scan(fio_wds *wds, const uint8_t *buf, size_t len, int final, uint64
 /* Exports the samples added since the last export as a record batch: columns
  * __key__ (string), __url__ (the `url_length` bytes of `url`, dictionary-encoded) and one binary column
  * per extension slot, sorted by name (null where a sample lacks it). Returns 0
- * or -ENOMEM (samples kept). */
+ * or -ENOMEM (samples kept). fio_wds_gather of all the samples. */
 int fio_wds_export(fio_wds *wds, const char *url, size_t url_length, struct ArrowSchema *schema,
                    struct ArrowArray *array);
 

@@ -27,8 +27,6 @@ typedef struct wds_slot {
     uint64_t serial; /* the sample that used this slot last */
     uint64_t bytes;  /* of the samples collected for the next batch */
     size_t rows;
-    uint64_t gathered; /* fio_wds_export's cursors */
-    size_t filled;
 } wds_slot;
 
 struct fio_wds {
@@ -408,95 +406,22 @@ int fio_wds_scan(fio_wds *wds, const uint8_t *buf, size_t len, int final, uint64
     return 0;
 }
 
-static int by_name(const void *left, const void *right, void *context)
-{
-    const wds_slot *slots = context;
-    return strcmp(slots[*(const size_t *)left].name, slots[*(const size_t *)right].name);
-}
-
 int fio_wds_export(fio_wds *wds, const char *url, size_t url_length, struct ArrowSchema *schema,
                    struct ArrowArray *array)
 {
-    size_t rows = wds->row_count, slots = wds->slot_count, count = slots + 2;
-    fio_column_out *columns = calloc(count, sizeof *columns);
-    size_t *order = calloc(2 * slots + 1, sizeof *order); /* slots by name, then back */
-    size_t *column_of = order + slots;
-    int rc = -ENOMEM;
-    if (!columns || !order)
-        goto fail;
-    columns[0] = (fio_column_out){.name = "__key__", .kind = FIO_COLUMN_STRING};
-    columns[0].offsets = fio_buffer_alloc((rows + 1) * sizeof(int32_t));
-    columns[0].data = fio_buffer_alloc(wds->key_bytes);
-    columns[1] = (fio_column_out){.name = "__url__", .kind = FIO_COLUMN_CONSTANT};
-    columns[1].data = (void *)url;
-    columns[1].data_length = url_length;
-    if (!columns[0].offsets || !columns[0].data)
-        goto fail;
-    for (size_t slot = 0; slot < slots; slot++)
-        order[slot] = slot;
-    qsort_r(order, slots, sizeof *order, by_name, wds->slots);
-    for (size_t index = 0; index < slots; index++) {
-        wds_slot *slot = &wds->slots[order[index]];
-        column_of[order[index]] = index + 2;
-        fio_column_out *column = &columns[index + 2];
-        column->name = slot->name;
-        column->kind = FIO_COLUMN_BINARY;
-        column->null_count = (int64_t)(rows - slot->rows);
-        column->offsets = fio_buffer_alloc((rows + 1) * sizeof(int32_t));
-        column->data = fio_buffer_alloc(slot->bytes);
-        if (slot->rows < rows)
-            column->validity = fio_buffer_zeroed((rows + 7) / 8);
-        if (!column->offsets || !column->data || (slot->rows < rows && !column->validity))
-            goto fail;
-        slot->gathered = 0;
-        slot->filled = 0;
-        ((int32_t *)column->offsets)[0] = 0;
-    }
-
-    int32_t *key_offsets = columns[0].offsets;
-    size_t at = 0;
-    key_offsets[0] = 0;
-    for (size_t row = 0; row < rows; row++) {
-        at += key_copy(&wds->keys[row], (uint8_t *)columns[0].data + at);
-        key_offsets[row + 1] = (int32_t)at;
-    }
-    for (size_t index = 0; index < wds->member_count; index++) {
-        const wds_member *member = &wds->members[index];
-        wds_slot *slot = &wds->slots[member->slot];
-        fio_column_out *column = &columns[column_of[member->slot]];
-        int32_t *offsets = column->offsets;
-        /* Rows without this extension before this one: empty, null. */
-        for (; slot->filled < member->row; slot->filled++)
-            offsets[slot->filled + 1] = (int32_t)slot->gathered;
-        memcpy((uint8_t *)column->data + slot->gathered, member->data, member->size);
-        slot->gathered += member->size;
-        offsets[member->row + 1] = (int32_t)slot->gathered;
-        if (column->validity)
-            ((uint8_t *)column->validity)[member->row / 8] |= (uint8_t)(1u << (member->row % 8));
-        slot->filled = member->row + 1;
-    }
-    for (size_t slot = 0; slot < slots; slot++) {
-        int32_t *offsets = columns[column_of[slot]].offsets;
-        for (; wds->slots[slot].filled < rows; wds->slots[slot].filled++)
-            offsets[wds->slots[slot].filled + 1] = (int32_t)wds->slots[slot].gathered;
-    }
-    rc = fio_export_columns((int64_t)rows, columns, count, schema, array);
+    if (url_length > FIO_COLUMN_MAX_BYTES)
+        return -E2BIG;
+    fio_wds_span all = {.wds = wds, .first_row = 0, .rows = wds->row_count, .url = 0};
+    int32_t url_offsets[2] = {0, (int32_t)url_length};
+    int rc = fio_wds_gather(&all, 1, url, url_offsets, 1, schema, array);
     if (!rc) {
         wds->row_count = wds->member_count = 0;
         wds->key_bytes = 0;
-        for (size_t slot = 0; slot < slots; slot++) {
+        for (size_t slot = 0; slot < wds->slot_count; slot++) {
             wds->slots[slot].bytes = 0;
             wds->slots[slot].rows = 0;
         }
     }
-    free(columns);
-    free(order);
-    return rc;
-fail:
-    if (columns)
-        fio_columns_free(columns, count);
-    free(columns);
-    free(order);
     return rc;
 }
 
