@@ -11,7 +11,6 @@
 #define FASTIO_FRAMING_H
 
 #include <stddef.h>
-#include <pthread.h>
 #include <stdint.h>
 
 /* CRC-32C (Castagnoli). `crc` is the value of the bytes before `data` (0 for
@@ -138,26 +137,5 @@ int64_t fio_example_features(const uint8_t *record, size_t len, fio_feature *out
 void fio_feature_int64s(const uint8_t *record, const fio_feature *feature, int64_t *values);
 void fio_feature_floats(const uint8_t *record, const fio_feature *feature, float *values);
 void fio_feature_bytes(const uint8_t *record, const fio_feature *feature, fio_record *values);
-
-/* ---- a checked TFRecord scan on a thread of its own (tfrecord_check.c) ---- */
-
-typedef struct fio_tfrecord_check {
-    const uint8_t *buf; /* must stay valid until fio_tfrecord_check_wait returns */
-    size_t len;
-    fio_record *records; /* what fio_tfrecord_scan finds in all of `buf`, with checksums */
-    size_t count, capacity;
-    size_t consumed, needed;
-    fio_frame_error error;
-    int failed; /* out of memory: the result is incomplete */
-    int threaded;
-    pthread_t thread;
-} fio_tfrecord_check;
-
-/* Starts the checked scan of `buf` on a new thread (or, where none can be
- * started, leaves it for the wait). */
-void fio_tfrecord_check_start(fio_tfrecord_check *check, const uint8_t *buf, size_t len);
-/* Waits for the scan; -1 if it ran out of memory. Call exactly once per start. */
-int fio_tfrecord_check_wait(fio_tfrecord_check *check);
-void fio_tfrecord_check_free(fio_tfrecord_check *check);
 
 #endif

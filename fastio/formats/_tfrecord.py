@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 
 from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
-from fastio._native import RecordColumns, TFRecordCheck, crc32c, scan_tfrecords
+from fastio._native import RecordColumns, crc32c, scan_tfrecords
 from fastio._native import parse_example as _parse_example
 from fastio.formats._index import Locator
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
@@ -46,9 +46,6 @@ __all__ = [
 ]
 
 _HEADER = 12  # uint64 length + uint32 masked CRC of the length
-# Views from this size on have their checksums checked on a thread of their
-# own (a thread's start costs about as much as checking 20 KB).
-_CHECK_APART = 256 * 1024
 
 
 Located = tuple[int, int, memoryview]  # (start, end) of the framed record in the shard, data
@@ -109,20 +106,8 @@ def _framed_tfrecords(
 
     def scan(view: memoryview, base: int) -> Framing[Any]:
         nonlocal count
-        if verify and len(view) >= _CHECK_APART:
-            # The checksums are checked on a thread of their own while this one
-            # parses the records as they frame unchecked; the checked scan
-            # decides which of them count (framing agrees up to a mismatch).
-            check = TFRecordCheck(view)
-            try:
-                unchecked = scan_tfrecords(view, False)
-                records = records_of(view, base, unchecked.offsets, unchecked.lengths)
-            finally:
-                found = check.wait()
-            del records[len(found.offsets) :]
-        else:
-            found = scan_tfrecords(view, verify)
-            records = records_of(view, base, found.offsets, found.lengths)
+        found = scan_tfrecords(view, verify)
+        records = records_of(view, base, found.offsets, found.lengths)
         count += len(found.offsets)
         problem = _checksum_problem(found.error, url, base, count)
         error = found.error

@@ -1,6 +1,5 @@
 # Record framing (framing.h): records found in place, and what a scan says about them.
 from cpython cimport array
-from cpython.buffer cimport Py_buffer
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 
 
@@ -34,18 +33,6 @@ cdef extern from "framing.h" nogil:
     size_t fio_tar_scan(const unsigned char *buf, size_t len, fio_tar_member *out,
                         size_t max_out, size_t *consumed, size_t *needed, int *at_end,
                         fio_frame_error *error)
-
-    ctypedef struct fio_tfrecord_check:
-        fio_record *records
-        size_t count
-        size_t consumed
-        size_t needed
-        fio_frame_error error
-
-    void fio_tfrecord_check_start(fio_tfrecord_check *check, const unsigned char *buf,
-                                  size_t len)
-    int fio_tfrecord_check_wait(fio_tfrecord_check *check)
-    void fio_tfrecord_check_free(fio_tfrecord_check *check)
 
     int FIO_FEATURE_BYTES
     int FIO_FEATURE_FLOAT
@@ -83,12 +70,6 @@ cdef class Scan:
 cdef class TFRecordScan(Scan):
     cdef readonly array.array offsets
     cdef readonly array.array lengths
-
-
-cdef class TFRecordCheck:
-    cdef fio_tfrecord_check check
-    cdef Py_buffer view
-    cdef bint running
 
 
 cdef class LineScan(Scan):

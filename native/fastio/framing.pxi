@@ -155,61 +155,6 @@ def scan_tfrecords(object data, bint verify=True):
     return scan
 
 
-@cython.final
-cdef class TFRecordCheck:
-    """The checked scan of ``data`` (what ``scan_tfrecords(data)`` finds), begun
-    on a thread of its own when made, so that the caller can frame the same
-    bytes unchecked and parse them meanwhile; :meth:`wait` gives the
-    :class:`TFRecordScan`. ``data`` is held (its buffer pinned) until then."""
-
-    def __cinit__(self, object data):
-        PyObject_GetBuffer(data, &self.view, PyBUF_SIMPLE)
-        self.running = True
-        with nogil:
-            fio_tfrecord_check_start(&self.check, <const unsigned char *>self.view.buf,
-                                     <size_t>self.view.len)
-
-    def wait(self):
-        """The :class:`TFRecordScan` of the checked scan (once: a second call
-        raises RuntimeError)."""
-        cdef int failed
-        cdef size_t index
-        cdef TFRecordScan scan = TFRecordScan.__new__(TFRecordScan)
-        cdef array.array offsets = array.clone(_OFFSETS, 0, False)
-        cdef array.array lengths = array.clone(_OFFSETS, 0, False)
-        if not self.running:
-            raise RuntimeError("this check was waited for already")
-        with nogil:
-            failed = fio_tfrecord_check_wait(&self.check)
-        self.running = False
-        PyBuffer_Release(&self.view)
-        try:
-            if failed:
-                raise MemoryError()
-            array.resize(offsets, self.check.count)
-            array.resize(lengths, self.check.count)
-            for index in range(self.check.count):
-                offsets.data.as_ulonglongs[index] = self.check.records[index].offset
-                lengths.data.as_ulonglongs[index] = self.check.records[index].length
-        finally:
-            fio_tfrecord_check_free(&self.check)
-        scan.offsets = offsets
-        scan.lengths = lengths
-        scan.consumed = self.check.consumed
-        scan.needed = self.check.needed
-        if self.check.error.kind:
-            scan.error = _frame_error(_FRAME_ERRORS[self.check.error.kind],
-                                      self.check.error.offset, len(offsets))
-        return scan
-
-    def __dealloc__(self):
-        if self.running:  # never waited for: the thread still reads the buffer
-            with nogil:
-                fio_tfrecord_check_wait(&self.check)
-            PyBuffer_Release(&self.view)
-        fio_tfrecord_check_free(&self.check)
-
-
 def split_lines(object data):
     """The complete lines at the start of ``data``, as a :class:`LineScan`."""
     cdef Py_buffer view

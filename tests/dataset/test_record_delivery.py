@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 
 import fastio
-from fastio._native import scan_tfrecords
 from fastio.formats import TFRecordWriter, example_parts
 from fastio.formats._layout import _plain
 from tests.formats.test_tfrecord import write_examples
@@ -87,47 +86,3 @@ def test_stored_order_batches_count_a_damaged_record(tmp_path, shards: list[str]
     assert stats["skipped"] == 1
     delivered = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
     assert delivered.equals(as_batch(intact[:-1]))
-
-
-def large_examples(path: Path, count: int) -> list[bytes]:
-    """Records of 60 KB, so that 1 MiB reads hold several (and cut some)."""
-    payloads = [bytes([number]) * 60_000 + number.to_bytes(4, "little") for number in range(count)]
-    with open(path, "wb") as file, TFRecordWriter(file) as writer:
-        for number, payload in enumerate(payloads):
-            writer.write(*example_parts({"data": payload, "label": number, "weight": 0.5}))
-    return payloads
-
-
-@pytest.mark.parametrize("damage", ["none", "data", "length"])
-def test_large_records_checked_apart_deliver_what_small_reads_deliver(tmp_path, damage) -> None:
-    """Reads of 1 MiB have their checksums checked on a thread of their own
-    while the records are parsed; reads of 4 KiB are checked in line. Both
-    deliver the same samples, skip the same damaged record and count it."""
-    path = tmp_path / "large.tfrecord"
-    payloads = large_examples(path, 30)
-    data = bytearray(path.read_bytes())
-    start = int(scan_tfrecords(data).offsets[11]) - 12  # the 12th record's header
-    if damage == "data":
-        data[start + 12 + 100] ^= 0xFF
-    elif damage == "length":
-        data[start + 1] ^= 0x01
-    path.write_bytes(data)
-    delivered = {}
-    for read_size in (4096, 1 << 20):
-        with fastio.Dataset(str(path), format="tfrecord", shuffle=False, on_error="skip",
-                            read_size=read_size, index_dir=tmp_path / str(read_size)) as dataset:  # fmt: skip
-            samples = list(dataset)
-            skipped = dataset.stats()["skipped"]
-        assert len(samples) + skipped == 30
-        delivered[read_size] = [(bytes(s["data"][0]), int(s["label"][0])) for s in samples]
-    assert delivered[4096] == delivered[1 << 20]
-    kept = delivered[1 << 20]
-    if damage == "none":
-        assert kept == [(payload, number) for number, payload in enumerate(payloads)]
-    else:
-        assert 11 not in [number for _, number in kept]
-        assert all(payloads[number] == payload for payload, number in kept)
-    with fastio.Dataset(str(path), format="tfrecord", shuffle=False, verify=False,
-                        read_size=1 << 20, index_dir=tmp_path / "unverified") as dataset:  # fmt: skip
-        if damage != "length":  # a damaged length frames nothing after it unchecked
-            assert len(list(dataset)) == 30

@@ -18,7 +18,6 @@ from tfrecord.writer import TFRecordWriter
 from fastio._native import (
     RecordColumns,
     TarColumns,
-    TFRecordCheck,
     TarMember,
     crc32c,
     scan_tar,
@@ -146,46 +145,6 @@ def test_many_records_span_internal_batches(tmp_path) -> None:
     assert list(offsets) == sorted(offsets)
     assert len(set(lengths)) == 1  # every record is an Example of one 1-byte payload
     assert record_payloads(data, offsets, lengths)[-1].endswith(bytes([9_999 % 256]))
-
-
-def scan_summary(scan) -> tuple:
-    error = None if scan.error is None else (scan.error.kind, scan.error.offset, scan.error.index)
-    return list(scan.offsets), list(scan.lengths), scan.consumed, scan.needed, error
-
-
-@given(
-    sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=12),
-    cut=st.integers(0, 40_000),
-    flip=st.integers(0, 40_000),
-)
-@settings(max_examples=60, deadline=None)
-def test_check_on_a_thread_finds_what_the_checked_scan_finds(tmp_path_factory, sizes, cut,
-                                                             flip) -> None:  # fmt: skip
-    """Intact, cut anywhere, and with any one byte damaged (a length, its
-    checksum, the data or the data's checksum)."""
-    path = tmp_path_factory.mktemp("tf") / "check.tfrecord"
-    data = write_tfrecords(path, [bytes([index]) * size for index, size in enumerate(sizes)])
-    damaged = bytearray(data)
-    damaged[flip % len(data)] ^= 0x10
-    for buffer in (data, data[: min(cut, len(data))], damaged):
-        assert scan_summary(TFRecordCheck(buffer).wait()) == scan_summary(scan_tfrecords(buffer))
-
-
-def test_check_on_a_thread_over_many_records_and_its_lifetime(tmp_path) -> None:
-    payloads = [bytes([i % 256]) * (i % 7) for i in range(5_000)]  # several native batches
-    data = write_tfrecords(tmp_path / "m.tfrecord", payloads)
-    assert scan_summary(TFRecordCheck(data).wait()) == scan_summary(scan_tfrecords(data))
-    buffer = bytearray(data)
-    check = TFRecordCheck(buffer)
-    with pytest.raises(BufferError):  # the thread reads it: it cannot be resized meanwhile
-        buffer.append(0)
-    check.wait()
-    buffer.append(0)  # released once waited for
-    with pytest.raises(RuntimeError, match="waited for already"):
-        check.wait()
-    TFRecordCheck(data)  # dropped unwaited: the thread is joined, nothing leaks
-    with pytest.raises(TypeError):
-        TFRecordCheck("not bytes")  # type: ignore[arg-type]
 
 
 @given(st.binary(max_size=3000).map(lambda b: b.replace(b"\r", b"")))
