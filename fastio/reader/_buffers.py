@@ -158,7 +158,7 @@ class BufferPool:
             self._lent_bytes -= len(buffer)
             self._keep(buffer)
         if lent and any(not buffer.exports for buffer in lent):
-            still = deque()
+            still: deque[AlignedBuffer] = deque()
             for buffer in lent:
                 if buffer.exports:
                     still.append(buffer)
