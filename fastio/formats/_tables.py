@@ -14,7 +14,7 @@ import numpy as np
 
 from fastio._errors import DecodeError, TruncatedShardError, import_extra
 from fastio.formats._layout import Layout, ShardFormat, ShardWriter, gather
-from fastio.reader._ranges import ByteRange
+from fastio.reader._ranges import ByteRange, Shard
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -174,11 +174,42 @@ def _units_by_offset(spans: Sequence[Sequence[ByteRange]], shared: int = 0) -> d
             for r in ranges[: len(ranges) - shared]}  # fmt: skip
 
 
+# A file's tail read for its footer: most footers fit, so one read finds it.
+_TAIL_BYTES = 64 << 10
+
+
+def _tail_range(url: str, size: int, at_least: int = 0) -> ByteRange:
+    length = min(size, max(at_least, _TAIL_BYTES))
+    return ByteRange(url, size - length, length)
+
+
 def _tail(reader: Reader, url: str, size: int, at_least: int) -> tuple[int, bytes]:
-    length = min(size, max(at_least, 64 << 10))
-    start = size - length
-    data = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, start, length)]))
-    return start, data
+    tail = _tail_range(url, size, at_least)
+    return tail.offset, b"".join(bytes(c.data) for c in reader.stream([tail]))
+
+
+def _tails(reader: Reader, urls: Sequence[str]) -> dict[str, tuple[int, int, bytes]]:
+    """The tails of ``urls`` (size, tail start, tail), read as one stream: one
+    wait for them all, not one per file. Files that fail here are left out:
+    their own layouts read them again and report what is wrong."""
+    sizes: dict[str, int] = {}
+    for url in urls:
+        try:
+            sizes[url] = reader.describe(url)[0]
+        except OSError:
+            continue
+    ranges = [_tail_range(url, size) for url, size in sizes.items()]
+    parts: dict[int, list[bytes]] = {}
+    tails: dict[str, tuple[int, int, bytes]] = {}
+    try:
+        for chunk in reader.stream([Shard((r,)) for r in ranges]):
+            parts.setdefault(chunk.shard, []).append(bytes(chunk.data))
+            if chunk.end_of_shard:
+                tail = ranges[chunk.shard]
+                tails[tail.path] = (sizes[tail.path], tail.offset, b"".join(parts.pop(chunk.shard)))
+    except OSError:
+        pass  # the files after the failing one are read one by one
+    return tails
 
 
 def _leaf_columns(metadata: Any, columns: Sequence[str] | None) -> list[int]:
@@ -192,15 +223,23 @@ def _leaf_columns(metadata: Any, columns: Sequence[str] | None) -> list[int]:
 
 
 def _footer(
-    reader: Reader, url: str, kind: str, magic: bytes, head_bytes: int
+    reader: Reader,
+    url: str,
+    kind: str,
+    magic: bytes,
+    head_bytes: int,
+    known: tuple[int, int, bytes] | None = None,
 ) -> tuple[int, int, bytes, int]:
     """Fetch a file's tail holding its footer, which ends in a little-endian
     int32 footer length and ``magic``; ``head_bytes`` are the bytes a valid
-    file has besides the footer at least. Returns (size, tail start, tail,
-    footer length)."""
+    file has besides the footer at least; ``known``: the file's size and tail,
+    read already. Returns (size, tail start, tail, footer length)."""
     trailer = 4 + len(magic)
-    size, _ = reader.describe(url)
-    start, tail = _tail(reader, url, size, trailer)
+    if known is None:
+        size, _ = reader.describe(url)
+        start, tail = _tail(reader, url, size, trailer)
+    else:
+        size, start, tail = known
     if size < trailer + head_bytes or tail[-len(magic) :] != magic:
         raise DecodeError(
             f"not {kind} file (no {magic.decode()} footer magic)", url, max(size - len(magic), 0)
@@ -222,9 +261,18 @@ class _ColumnFile(ShardFormat):
         # pyarrow decodes these files: without it a dataset fails when made, not mid-epoch.
         import_extra("pyarrow", f"{self.name.capitalize()} shards")
         self.columns = list(columns) if columns is not None else None
+        self._prefetched: dict[str, tuple[int, int, bytes]] = {}
 
     def options(self) -> dict[str, Any]:
         return {"columns": self.columns}
+
+    def prefetch(self, reader: Reader, urls: Sequence[str]) -> None:
+        # Each tail is used once, by its file's layout; what a layout did
+        # not use goes with the next call.
+        self._prefetched = _tails(reader, urls) if urls else {}
+
+    def _known_tail(self, url: str) -> tuple[int, int, bytes] | None:
+        return self._prefetched.pop(url, None)
 
 
 def _in_place(pieces: dict[int, Any], ranges: list[ByteRange]) -> pa.NativeFile | None:
@@ -256,9 +304,12 @@ class ParquetFormat(_ColumnFile):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        size, start, tail, footer_length = _footer(reader, url, "a Parquet", b"PAR1", 4)
+        size, start, tail, footer_length = _footer(
+            reader, url, "a Parquet", b"PAR1", 4, self._known_tail(url)
+        )
         try:
-            metadata = pq.read_metadata(pa.PythonFile(_RangeFile(url, size, {start: tail})))
+            # The tail holds the whole footer: parsed from memory, no Python reads.
+            metadata = pq.read_metadata(pa.BufferReader(tail))
         except (pa.ArrowException, OSError) as error:
             raise DecodeError(
                 f"Parquet footer is damaged: {error}", url, size - 8 - footer_length
@@ -296,8 +347,12 @@ class ParquetFormat(_ColumnFile):
 
         start, tail = layout.meta["tail"]
         metadata = layout.meta["metadata"]
-        file = _RangeFile(layout.url, layout.size, {start: tail})
-        handle = pq.ParquetFile(pa.PythonFile(file), metadata=metadata, pre_buffer=False)
+        # Decoded on this thread (use_threads=False): pyarrow's pool splits a
+        # row group by column, and with one large column it only adds a hand-off
+        # per group (more CPU per row, measured); DataLoader workers are the
+        # parallelism. The Python file is made for the first selected read.
+        file: _RangeFile | None = None
+        handle: Any = None
         for g, pieces in _unit_pieces(chunks, layout.meta["lengths"], layout.meta["unit_of"]):
             ranges = layout.meta["unit_ranges"](g)
             if g < 0 or ranges[0].offset not in pieces:
@@ -306,11 +361,16 @@ class ParquetFormat(_ColumnFile):
                 source = _in_place(pieces, ranges) if self.columns is None else None
                 if source is not None:
                     whole = pq.ParquetFile(source, metadata=metadata, pre_buffer=False)
-                    yield whole.read_row_group(g)
+                    yield whole.read_row_group(g, use_threads=False)
                     continue
                 pieces.setdefault(start, tail)
-                file.hold(pieces)
-                yield handle.read_row_group(g, columns=self.columns)
+                if file is None:
+                    file = _RangeFile(layout.url, layout.size, pieces)
+                    handle = pq.ParquetFile(pa.PythonFile(file), metadata=metadata,
+                                            pre_buffer=False)  # fmt: skip
+                else:
+                    file.hold(pieces)
+                yield handle.read_row_group(g, columns=self.columns, use_threads=False)
             except (pa.ArrowException, OSError) as error:
                 raise DecodeError(
                     f"row group {g} does not decode: {error}", layout.url, ranges[0].offset,
@@ -380,7 +440,9 @@ class ArrowFormat(_ColumnFile):
     name = "arrow"
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
-        size, start, tail, footer_length = _footer(reader, url, "an Arrow IPC", _ARROW_MAGIC, 8)
+        size, start, tail, footer_length = _footer(
+            reader, url, "an Arrow IPC", _ARROW_MAGIC, 8, self._known_tail(url)
+        )
         footer = tail[len(tail) - 10 - footer_length : len(tail) - 10]
         try:
             batches = _arrow_blocks(footer, 3)
