@@ -96,7 +96,7 @@ class _RangeFile:
 
 
 def _unit_pieces(
-    chunks: Iterable[Chunk], lengths: dict[int, int], unit_of: dict[int, int]
+    chunks: Iterable[Chunk], lengths: dict[int, int], unit_of: dict[int, int], views: bool = False
 ) -> Iterator[tuple[int, dict[int, Any]]]:
     """The bytes of a read's units, one unit at a time as soon as its ranges
     are in: (unit, its ranges' bytes keyed by file offset). Each range is in
@@ -104,46 +104,52 @@ def _unit_pieces(
     come (``lengths``: the ranges the layout planned, by offset), the one
     copy of the fetched bytes. The pool reuses what earlier units freed:
     fresh memory for every unit would cost a page fault and a zeroing per
-    4 KiB, as much as the copy itself. A range of unknown length is joined
-    at its end. ``unit_of`` names the unit of a range by its offset; a range
-    of no unit alone (an Arrow dictionary, read with every batch) belongs to
-    the unit it is read with."""
+    4 KiB, as much as the copy itself. With ``views`` (a decoder that copies
+    what it keeps, so the reader's buffer is lent only while it decodes), a
+    range that came in one chunk is that chunk, uncopied. A range of unknown
+    length is joined at its end. ``unit_of`` names the unit of a range by
+    its offset; a range of no unit alone (an Arrow dictionary, read with
+    every batch) belongs to the unit it is read with."""
     import pyarrow as pa
 
     pieces: dict[int, Any] = {}
     unit = -1
     unplanned: list[bytes] | None = None
     target: memoryview | None = None
-    start = filled = 0
+    start = missing = 0  # missing: bytes of the current planned range still to come
     whole = True  # every range of the unit so far arrived to its end
     current = -1
     for chunk in chunks:
         if chunk.range != current:
-            whole = whole and (target is None or filled == len(target))
+            whole = whole and missing == 0
             if unplanned is not None:
                 pieces[start] = b"".join(unplanned)
-            current, start, filled = chunk.range, chunk.offset, 0
+            current, start = chunk.range, chunk.offset
             owner = unit_of.get(start, unit)
             if owner != unit:
                 if pieces and whole:
                     yield unit, pieces
                 unit, pieces, whole = owner, {}, True
             length = lengths.get(start)
+            target = unplanned = None
+            missing = 0
             if length is None:
-                target, unplanned = None, []
+                unplanned = []
+            elif views and len(chunk.data) == length:
+                pieces[start] = pa.py_buffer(chunk.data)
+                continue
             else:
                 buffer = pa.allocate_buffer(length)
-                pieces[start], target, unplanned = buffer, memoryview(buffer).cast("B"), None
-        if target is None:
-            assert unplanned is not None
+                pieces[start], target, missing = buffer, memoryview(buffer).cast("B"), length
+        if unplanned is not None:
             unplanned.append(bytes(chunk.data))
-        else:
+        elif target is not None:
             at = chunk.offset - start
             target[at : at + len(chunk.data)] = chunk.data
-            filled += len(chunk.data)
+            missing -= len(chunk.data)
     # A stream cut short (a failed read) leaves its last unit partly filled:
     # that one is not decoded from bytes that never came.
-    whole = whole and (target is None or filled == len(target))
+    whole = whole and missing == 0
     if unplanned is not None:
         pieces[start] = b"".join(unplanned)
     if pieces and whole:
@@ -335,8 +341,11 @@ class ParquetFormat(_ColumnFile):
             spans.append(_joined(sorted(ranges, key=lambda r: r.offset)))
         bounds = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         unit_bytes = np.array([sum(r.length or 0 for r in s) for s in spans], np.int64)
+        # A row group's range read in one piece (``whole``) is decoded from the
+        # reader's buffer: no copy of the column chunks before pyarrow's own.
         meta = {"unit_ranges": spans.__getitem__, "metadata": metadata, "tail": (start, tail),
-                "lengths": _planned_lengths(spans), "unit_of": _units_by_offset(spans)}  # fmt: skip
+                "lengths": _planned_lengths(spans), "unit_of": _units_by_offset(spans),
+                "whole": True}  # fmt: skip
         return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
 
     def _tables(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.Table]:
@@ -353,7 +362,8 @@ class ParquetFormat(_ColumnFile):
         # parallelism. The Python file is made for the first selected read.
         file: _RangeFile | None = None
         handle: Any = None
-        for g, pieces in _unit_pieces(chunks, layout.meta["lengths"], layout.meta["unit_of"]):
+        planned = layout.meta["lengths"], layout.meta["unit_of"]
+        for g, pieces in _unit_pieces(chunks, *planned, views=True):
             ranges = layout.meta["unit_ranges"](g)
             if g < 0 or ranges[0].offset not in pieces:
                 continue  # bytes of no row group the read planned
