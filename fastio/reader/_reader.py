@@ -23,6 +23,7 @@ import asyncio
 import atexit
 import contextlib
 import errno
+import logging
 import os
 import threading
 import time
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from fastio import _native
 from fastio._errors import EngineFallbackWarning, ReaderClosedError
 from fastio.reader._buffers import BufferPool, bucket_size
-from fastio.reader._files import FileTable
+from fastio.reader._files import FileTable, FollowedFile
 from fastio.reader._ranges import Chunk, ShardLike
 from fastio.reader._requests import Request, plan_requests
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
@@ -49,11 +50,14 @@ if TYPE_CHECKING:
 
 __all__ = ["Reader"]
 
+log = logging.getLogger("fastio")
+
 _EMPTY = memoryview(b"")
 # Chunks handed over per batch (the sync hand-off moves batches, not chunks).
 _BATCH_CHUNKS = 256
 # Bytes a stream may have queued (in flight plus read ahead): READ_AHEAD_FACTOR
-# times what outstanding_requests reads of read_size hold, and at least
+# times what outstanding_requests reads of read_size hold (of the stream's
+# largest piece where that is larger: remote pieces grow past read_size), and at least
 # READ_AHEAD_MIN_BYTES. Read-ahead hides storage latency that varies from read
 # to read, but on cached data reads finish at once and an unbounded read-ahead
 # cycles through the whole budget of cache-cold buffers; twice the reads in
@@ -85,13 +89,14 @@ def _pump_weakly(reader_ref: weakref.ref[Reader]) -> None:
 class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
-    __slots__ = ("closed", "count_wait", "delivered", "exhausted", "lookahead", "plan", "queue",
-                 "queued_bytes", "waiter")  # fmt: skip
+    __slots__ = ("closed", "count_wait", "delivered", "exhausted", "largest", "lookahead", "plan",
+                 "queue", "queued_bytes", "waiter")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
         self.plan: Iterator[Request] = iter(())
         self.queue: deque[Request] = deque()  # submitted or finished, in delivery order
         self.queued_bytes = 0  # buffer bytes of the pieces in `queue`
+        self.largest = 0  # buffer bytes of the largest piece read so far
         self.lookahead: Request | None = None  # planned, waiting for budget or a slot
         self.delivered: list[Request] = []  # taken by the consumer, released on its next ask
         self.waiter: asyncio.Future[None] | None = None
@@ -474,6 +479,7 @@ class Reader:
                         raise ReaderClosedError("the reader was closed while streaming")
                     yield chunk
                 batch = chunk = None  # (see astream)
+            self._remotes.settle()  # shards the stream read whole are in the cache
         finally:
             self._handoffs.discard(handoff)
             if not future.done() and not loop.is_closed():
@@ -672,7 +678,6 @@ class Reader:
         assert engine is not None
         settings = self._settings
         limit = self._request_limit
-        window = max(limit * settings.read_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
         budget = settings.memory_budget
         inflight, pool = self._inflight, self._pool
         # Buffers already released but still viewed by the consumer hold
@@ -682,6 +687,8 @@ class Reader:
         throttled = False
         for stream in self._streams:
             queue = stream.queue
+            piece_size = max(settings.read_size, stream.largest)
+            window = max(limit * piece_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
             while (
                 len(inflight) < limit
                 and stream.queued_bytes < window
@@ -720,6 +727,7 @@ class Reader:
                 held += size
                 queue.append(piece)
                 stream.queued_bytes += size
+                stream.largest = max(stream.largest, size)
                 submitted += 1
         if submitted:
             engine.flush()
@@ -733,15 +741,26 @@ class Reader:
     def _start_remote(self, piece: Request, buffer: Any, tag: int) -> None:
         """A remote read as a task on this loop; it completes like an engine read."""
         assert self._loop is not None
+        followed = piece.file if isinstance(piece.file, FollowedFile) else None
         task = self._loop.create_task(self._remote_read(piece.path, piece.offset, piece.length,
-                                                        buffer, tag))  # fmt: skip
+                                                        buffer, tag, followed))  # fmt: skip
         self._remote_tasks.add(task)
         task.add_done_callback(self._remote_tasks.discard)
 
-    async def _remote_read(self, url: str, offset: int, length: int, buffer: Any, tag: int) -> None:
+    async def _remote_read(
+        self, url: str, offset: int, length: int, buffer: Any, tag: int,
+        followed: FollowedFile | None,
+    ) -> None:  # fmt: skip
         result: int | BaseException
         try:
-            result = await self._remotes.read_into(url, offset, length, buffer)
+            if followed is not None:
+                try:
+                    result = await followed.reader.read_into(offset, length, buffer)
+                except Exception as error:  # the download failed: from the store itself
+                    log.debug("fastio: %s; reading %s remotely", error, url)
+                    result = await self._remotes.read_into(url, offset, length, buffer)
+            else:
+                result = await self._remotes.read_into(url, offset, length, buffer)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # delivered in order, like an engine error
