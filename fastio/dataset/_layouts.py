@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ShardLayouts"]
 
+_PREFETCH_SHARDS = 64
+
 
 class ShardLayouts:
     """The layouts of ``urls`` in ``shard_format`` (see the module); ``layouts``
@@ -63,9 +65,15 @@ class ShardLayouts:
         if cache is not None:  # shards without an index are read in this order
             cache.plan(self.urls)
         known = self._dataset_index(index, storage_options)
-        for url in self.urls:
-            self.indexes.append(None)
-            self.layouts.append(self._open(url, known))
+        # Footers and the like are read ahead a group of shards at a time: one
+        # wait per group, with a group's bytes held at once.
+        for first in range(0, len(self.urls), _PREFETCH_SHARDS):
+            group = self.urls[first : first + _PREFETCH_SHARDS]
+            shard_format.prefetch(reader(), group)
+            for url in group:
+                self.indexes.append(None)
+                self.layouts.append(self._open(url, known))
+        shard_format.prefetch(reader(), [])
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

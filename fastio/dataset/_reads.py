@@ -112,7 +112,8 @@ class SampleReads:
         stream restarts after it."""
         policy = policy or self.policy
         planned = [self.layouts[r.run.shard].ranges(r.start, r.stop) for r in reads]
-        shards = [Shard(tuple(ranges)) for ranges, _ in planned]
+        shards = [Shard(tuple(ranges), whole=self.layouts[r.run.shard].meta.get("whole", False))
+                  for r, (ranges, _) in zip(reads, planned, strict=True)]  # fmt: skip
         k = 0
         while k < len(reads):
             failing = self.failing.get(reads[k].run.shard)

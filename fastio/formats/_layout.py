@@ -22,7 +22,7 @@ from fastio._errors import DecodeError, import_extra
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Sequence
     from types import TracebackType
 
     from typing_extensions import Self
@@ -163,6 +163,12 @@ class ShardFormat(abc.ABC):
 
     def options(self) -> dict[str, Any]:
         return {}
+
+    def prefetch(self, reader: Reader, urls: Sequence[str]) -> None:
+        """Read ahead, for many files at once, what :meth:`layout` reads of
+        each (a footer), so that laying them out one by one waits once; an
+        empty ``urls`` drops what was read ahead. Nothing to do by default."""
+        return
 
 
 def batch_of(samples: list[Any]) -> Any:

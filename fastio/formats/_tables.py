@@ -14,7 +14,7 @@ import numpy as np
 
 from fastio._errors import DecodeError, TruncatedShardError, import_extra
 from fastio.formats._layout import Layout, ShardFormat, ShardWriter, gather
-from fastio.reader._ranges import ByteRange
+from fastio.reader._ranges import ByteRange, Shard
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -96,7 +96,7 @@ class _RangeFile:
 
 
 def _unit_pieces(
-    chunks: Iterable[Chunk], lengths: dict[int, int], unit_of: dict[int, int]
+    chunks: Iterable[Chunk], lengths: dict[int, int], unit_of: dict[int, int], views: bool = False
 ) -> Iterator[tuple[int, dict[int, Any]]]:
     """The bytes of a read's units, one unit at a time as soon as its ranges
     are in: (unit, its ranges' bytes keyed by file offset). Each range is in
@@ -104,46 +104,52 @@ def _unit_pieces(
     come (``lengths``: the ranges the layout planned, by offset), the one
     copy of the fetched bytes. The pool reuses what earlier units freed:
     fresh memory for every unit would cost a page fault and a zeroing per
-    4 KiB, as much as the copy itself. A range of unknown length is joined
-    at its end. ``unit_of`` names the unit of a range by its offset; a range
-    of no unit alone (an Arrow dictionary, read with every batch) belongs to
-    the unit it is read with."""
+    4 KiB, as much as the copy itself. With ``views`` (a decoder that copies
+    what it keeps, so the reader's buffer is lent only while it decodes), a
+    range that came in one chunk is that chunk, uncopied. A range of unknown
+    length is joined at its end. ``unit_of`` names the unit of a range by
+    its offset; a range of no unit alone (an Arrow dictionary, read with
+    every batch) belongs to the unit it is read with."""
     import pyarrow as pa
 
     pieces: dict[int, Any] = {}
     unit = -1
     unplanned: list[bytes] | None = None
     target: memoryview | None = None
-    start = filled = 0
+    start = missing = 0  # missing: bytes of the current planned range still to come
     whole = True  # every range of the unit so far arrived to its end
     current = -1
     for chunk in chunks:
         if chunk.range != current:
-            whole = whole and (target is None or filled == len(target))
+            whole = whole and missing == 0
             if unplanned is not None:
                 pieces[start] = b"".join(unplanned)
-            current, start, filled = chunk.range, chunk.offset, 0
+            current, start = chunk.range, chunk.offset
             owner = unit_of.get(start, unit)
             if owner != unit:
                 if pieces and whole:
                     yield unit, pieces
                 unit, pieces, whole = owner, {}, True
             length = lengths.get(start)
+            target = unplanned = None
+            missing = 0
             if length is None:
-                target, unplanned = None, []
+                unplanned = []
+            elif views and len(chunk.data) == length:
+                pieces[start] = pa.py_buffer(chunk.data)
+                continue
             else:
                 buffer = pa.allocate_buffer(length)
-                pieces[start], target, unplanned = buffer, memoryview(buffer).cast("B"), None
-        if target is None:
-            assert unplanned is not None
+                pieces[start], target, missing = buffer, memoryview(buffer).cast("B"), length
+        if unplanned is not None:
             unplanned.append(bytes(chunk.data))
-        else:
+        elif target is not None:
             at = chunk.offset - start
             target[at : at + len(chunk.data)] = chunk.data
-            filled += len(chunk.data)
+            missing -= len(chunk.data)
     # A stream cut short (a failed read) leaves its last unit partly filled:
     # that one is not decoded from bytes that never came.
-    whole = whole and (target is None or filled == len(target))
+    whole = whole and missing == 0
     if unplanned is not None:
         pieces[start] = b"".join(unplanned)
     if pieces and whole:
@@ -174,11 +180,42 @@ def _units_by_offset(spans: Sequence[Sequence[ByteRange]], shared: int = 0) -> d
             for r in ranges[: len(ranges) - shared]}  # fmt: skip
 
 
+# A file's tail read for its footer: most footers fit, so one read finds it.
+_TAIL_BYTES = 64 << 10
+
+
+def _tail_range(url: str, size: int, at_least: int = 0) -> ByteRange:
+    length = min(size, max(at_least, _TAIL_BYTES))
+    return ByteRange(url, size - length, length)
+
+
 def _tail(reader: Reader, url: str, size: int, at_least: int) -> tuple[int, bytes]:
-    length = min(size, max(at_least, 64 << 10))
-    start = size - length
-    data = b"".join(bytes(c.data) for c in reader.stream([ByteRange(url, start, length)]))
-    return start, data
+    tail = _tail_range(url, size, at_least)
+    return tail.offset, b"".join(bytes(c.data) for c in reader.stream([tail]))
+
+
+def _tails(reader: Reader, urls: Sequence[str]) -> dict[str, tuple[int, int, bytes]]:
+    """The tails of ``urls`` (size, tail start, tail), read as one stream: one
+    wait for them all, not one per file. Files that fail here are left out:
+    their own layouts read them again and report what is wrong."""
+    sizes: dict[str, int] = {}
+    for url in urls:
+        try:
+            sizes[url] = reader.describe(url)[0]
+        except OSError:
+            continue
+    ranges = [_tail_range(url, size) for url, size in sizes.items()]
+    parts: dict[int, list[bytes]] = {}
+    tails: dict[str, tuple[int, int, bytes]] = {}
+    try:
+        for chunk in reader.stream([Shard((r,)) for r in ranges]):
+            parts.setdefault(chunk.shard, []).append(bytes(chunk.data))
+            if chunk.end_of_shard:
+                tail = ranges[chunk.shard]
+                tails[tail.path] = (sizes[tail.path], tail.offset, b"".join(parts.pop(chunk.shard)))
+    except OSError:
+        pass  # the files after the failing one are read one by one
+    return tails
 
 
 def _leaf_columns(metadata: Any, columns: Sequence[str] | None) -> list[int]:
@@ -192,15 +229,23 @@ def _leaf_columns(metadata: Any, columns: Sequence[str] | None) -> list[int]:
 
 
 def _footer(
-    reader: Reader, url: str, kind: str, magic: bytes, head_bytes: int
+    reader: Reader,
+    url: str,
+    kind: str,
+    magic: bytes,
+    head_bytes: int,
+    known: tuple[int, int, bytes] | None = None,
 ) -> tuple[int, int, bytes, int]:
     """Fetch a file's tail holding its footer, which ends in a little-endian
     int32 footer length and ``magic``; ``head_bytes`` are the bytes a valid
-    file has besides the footer at least. Returns (size, tail start, tail,
-    footer length)."""
+    file has besides the footer at least; ``known``: the file's size and tail,
+    read already. Returns (size, tail start, tail, footer length)."""
     trailer = 4 + len(magic)
-    size, _ = reader.describe(url)
-    start, tail = _tail(reader, url, size, trailer)
+    if known is None:
+        size, _ = reader.describe(url)
+        start, tail = _tail(reader, url, size, trailer)
+    else:
+        size, start, tail = known
     if size < trailer + head_bytes or tail[-len(magic) :] != magic:
         raise DecodeError(
             f"not {kind} file (no {magic.decode()} footer magic)", url, max(size - len(magic), 0)
@@ -222,9 +267,18 @@ class _ColumnFile(ShardFormat):
         # pyarrow decodes these files: without it a dataset fails when made, not mid-epoch.
         import_extra("pyarrow", f"{self.name.capitalize()} shards")
         self.columns = list(columns) if columns is not None else None
+        self._prefetched: dict[str, tuple[int, int, bytes]] = {}
 
     def options(self) -> dict[str, Any]:
         return {"columns": self.columns}
+
+    def prefetch(self, reader: Reader, urls: Sequence[str]) -> None:
+        # Each tail is used once, by its file's layout; what a layout did
+        # not use goes with the next call.
+        self._prefetched = _tails(reader, urls) if urls else {}
+
+    def _known_tail(self, url: str) -> tuple[int, int, bytes] | None:
+        return self._prefetched.pop(url, None)
 
 
 def _in_place(pieces: dict[int, Any], ranges: list[ByteRange]) -> pa.NativeFile | None:
@@ -256,9 +310,12 @@ class ParquetFormat(_ColumnFile):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        size, start, tail, footer_length = _footer(reader, url, "a Parquet", b"PAR1", 4)
+        size, start, tail, footer_length = _footer(
+            reader, url, "a Parquet", b"PAR1", 4, self._known_tail(url)
+        )
         try:
-            metadata = pq.read_metadata(pa.PythonFile(_RangeFile(url, size, {start: tail})))
+            # The tail holds the whole footer: parsed from memory, no Python reads.
+            metadata = pq.read_metadata(pa.BufferReader(tail))
         except (pa.ArrowException, OSError) as error:
             raise DecodeError(
                 f"Parquet footer is damaged: {error}", url, size - 8 - footer_length
@@ -284,8 +341,11 @@ class ParquetFormat(_ColumnFile):
             spans.append(_joined(sorted(ranges, key=lambda r: r.offset)))
         bounds = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         unit_bytes = np.array([sum(r.length or 0 for r in s) for s in spans], np.int64)
+        # A row group's range read in one piece (``whole``) is decoded from the
+        # reader's buffer: no copy of the column chunks before pyarrow's own.
         meta = {"unit_ranges": spans.__getitem__, "metadata": metadata, "tail": (start, tail),
-                "lengths": _planned_lengths(spans), "unit_of": _units_by_offset(spans)}  # fmt: skip
+                "lengths": _planned_lengths(spans), "unit_of": _units_by_offset(spans),
+                "whole": True}  # fmt: skip
         return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
 
     def _tables(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.Table]:
@@ -296,9 +356,14 @@ class ParquetFormat(_ColumnFile):
 
         start, tail = layout.meta["tail"]
         metadata = layout.meta["metadata"]
-        file = _RangeFile(layout.url, layout.size, {start: tail})
-        handle = pq.ParquetFile(pa.PythonFile(file), metadata=metadata, pre_buffer=False)
-        for g, pieces in _unit_pieces(chunks, layout.meta["lengths"], layout.meta["unit_of"]):
+        # Decoded on this thread (use_threads=False): pyarrow's pool splits a
+        # row group by column, and with one large column it only adds a hand-off
+        # per group (more CPU per row, measured); DataLoader workers are the
+        # parallelism. The Python file is made for the first selected read.
+        file: _RangeFile | None = None
+        handle: Any = None
+        planned = layout.meta["lengths"], layout.meta["unit_of"]
+        for g, pieces in _unit_pieces(chunks, *planned, views=True):
             ranges = layout.meta["unit_ranges"](g)
             if g < 0 or ranges[0].offset not in pieces:
                 continue  # bytes of no row group the read planned
@@ -306,11 +371,16 @@ class ParquetFormat(_ColumnFile):
                 source = _in_place(pieces, ranges) if self.columns is None else None
                 if source is not None:
                     whole = pq.ParquetFile(source, metadata=metadata, pre_buffer=False)
-                    yield whole.read_row_group(g)
+                    yield whole.read_row_group(g, use_threads=False)
                     continue
                 pieces.setdefault(start, tail)
-                file.hold(pieces)
-                yield handle.read_row_group(g, columns=self.columns)
+                if file is None:
+                    file = _RangeFile(layout.url, layout.size, pieces)
+                    handle = pq.ParquetFile(pa.PythonFile(file), metadata=metadata,
+                                            pre_buffer=False)  # fmt: skip
+                else:
+                    file.hold(pieces)
+                yield handle.read_row_group(g, columns=self.columns, use_threads=False)
             except (pa.ArrowException, OSError) as error:
                 raise DecodeError(
                     f"row group {g} does not decode: {error}", layout.url, ranges[0].offset,
@@ -380,7 +450,9 @@ class ArrowFormat(_ColumnFile):
     name = "arrow"
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
-        size, start, tail, footer_length = _footer(reader, url, "an Arrow IPC", _ARROW_MAGIC, 8)
+        size, start, tail, footer_length = _footer(
+            reader, url, "an Arrow IPC", _ARROW_MAGIC, 8, self._known_tail(url)
+        )
         footer = tail[len(tail) - 10 - footer_length : len(tail) - 10]
         try:
             batches = _arrow_blocks(footer, 3)

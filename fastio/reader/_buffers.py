@@ -48,8 +48,11 @@ class BufferPool:
     unmapped until it fits in ``limit``. The reader's memory budget (the
     ``limit``) bounds the buffers taken, so the pool's whole footprint stays
     near the budget rather than the budget plus idle regions of every size.
-    Lent buffers stay counted (their memory lives on); past ``limit`` bytes of
-    them, the oldest are forgotten, left to the garbage collector.
+    Lent buffers stay counted (their memory lives on); past twice ``limit``
+    bytes of them, the oldest are forgotten, left to the garbage collector.
+    A consumer slower than the reader keeps about ``limit`` bytes lent (the
+    reader stops taking buffers there), and a buffer forgotten then would
+    be replaced by a freshly mapped one: the slack keeps them reused.
     """
 
     def __init__(self, limit: int) -> None:
@@ -93,7 +96,7 @@ class BufferPool:
             self._reclaim_lent()
             self._lent.append(buffer)
             self._lent_bytes += len(buffer)
-            while self._lent_bytes > self._limit:
+            while self._lent_bytes > 2 * self._limit:
                 forgotten = self._lent.popleft()
                 self._lent_bytes -= len(forgotten)
                 # Its region now never becomes wholly idle here: the pool keeps
@@ -144,10 +147,22 @@ class BufferPool:
                 self._mapped_bytes -= _region_bytes(size)
 
     def _reclaim_lent(self) -> None:
-        # Consumers mostly drop views in the order they got them: reclaim from
-        # the oldest and stop at the first buffer still in use.
+        # Consumers mostly drop views in the order they got them, but not all:
+        # a view kept longer (a sample cut by a read, a batch's rows) must not
+        # hold back the buffers lent after it, or the lent bytes pass the
+        # limit and the pool maps fresh regions (a page-cache reclaim each,
+        # when memory is full of cached data) in place of forgotten ones.
         lent = self._lent
         while lent and not lent[0].exports:
             buffer = lent.popleft()
             self._lent_bytes -= len(buffer)
             self._keep(buffer)
+        if lent and any(not buffer.exports for buffer in lent):
+            still: deque[AlignedBuffer] = deque()
+            for buffer in lent:
+                if buffer.exports:
+                    still.append(buffer)
+                else:
+                    self._lent_bytes -= len(buffer)
+                    self._keep(buffer)
+            self._lent = still

@@ -32,11 +32,17 @@ class Shard:
 
     ``direct`` overrides the reader's O_DIRECT setting for this shard's files
     (True, False or ``"auto"``: see :class:`fastio.ReaderSettings`).
+    ``whole``: each range of a local file is read in one piece, however much
+    larger than ``read_size``, while its buffer fits in a quarter of the memory
+    budget, so that it arrives as one chunk (a decoder that needs a range
+    contiguous then takes that chunk as it is, instead of copying pieces
+    together); larger ranges are split as usual.
     """
 
     ranges: tuple[ByteRange, ...]
     name: str | None = None
     direct: bool | Literal["auto"] | None = None
+    whole: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", tuple(self.ranges))  # accept any sequence

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastio._errors import TruncatedFileError
 from fastio._native import DIRECT_ALIGNMENT
+from fastio.reader._buffers import bucket_size
 from fastio.reader._ranges import ShardLike, as_shard
 
 if TYPE_CHECKING:
@@ -198,10 +199,12 @@ def plan_requests(
     default_direct: Direct,
     read_size: Callable[[], int],
     coalesce_gap: int,
+    whole_limit: int = 0,
 ) -> Iterator[Request]:
     """Pieces for ``shards`` in delivery order. Each piece with a file holds one
     reference to it; ``read_size()`` is asked per piece, so a change made while
-    the stream runs applies to the next piece."""
+    the stream runs applies to the next piece. A range of a ``whole`` shard
+    whose buffer is at most ``whole_limit`` bytes is one piece."""
     group: _Group | None = None
     ramp = _Ramp()
     numbered = enumerate(shards)
@@ -259,7 +262,10 @@ def plan_requests(
                 candidate = _Group(file, offset, delivery)
                 # A range longer than a read is split, however large remote
                 # pieces may grow; short ones may share a piece up to the limit.
-                if candidate.span(offset + length) <= min(limit, read_limit(file, read_size())):
+                span = candidate.span(offset + length)
+                if span <= min(limit, read_limit(file, read_size())) or (
+                    shard.whole and not is_remote_file(file) and bucket_size(span) <= whole_limit
+                ):
                     group = candidate
                     continue
                 yield from _split(stream, file, delivery, read_size, ramp)

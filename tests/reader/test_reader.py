@@ -149,6 +149,22 @@ class ReaderContract:
         stats = reader.stats()
         assert stats.bytes_read >= stats.bytes_delivered == sum(len(corpus[p]) for p in paths)
 
+    @pytest.mark.parametrize("direct", [False, True])
+    def test_whole_ranges_arrive_as_one_chunk_within_a_quarter_of_the_budget(
+        self, make_file, direct
+    ) -> None:
+        path, data = make_file(3 << 20)
+        fits = ByteRange(path, 1001, 900_000)  # its buffer: 1 MiB, a quarter of 4 MiB
+        too_large = ByteRange(path, 1 << 20, 2 << 20)
+        shards = [Shard((fits, too_large), whole=True, direct=direct), Shard((fits,))]
+        with self.reader(read_size=65_536, memory_budget=4 << 20) as reader:
+            chunks = list(reader.stream(shards))
+        assert join_by_shard(chunks, 2) == [data[1001:901_001] + data[1 << 20 : 3 << 20],
+                                            data[1001:901_001]]  # fmt: skip
+        whole_one = [c for c in chunks if (c.shard, c.range) == (0, 0)]
+        assert [len(c.data) for c in whole_one] == [900_000]
+        assert all(len(c.data) <= 65_536 for c in chunks if (c.shard, c.range) != (0, 0))
+
     def test_auto_direct_reads_cold_files_with_o_direct_and_warm_ones_cached(
         self, make_file
     ) -> None:
@@ -510,3 +526,37 @@ def test_direct_io_falls_back_on_filesystems_that_refuse_it(ramfs: Path) -> None
     with Reader(direct=True) as reader, pytest.warns(fastio.DirectIOFallbackWarning):
         chunks = list(reader.stream([str(path)]))
     assert b"".join(bytes(c.data) for c in chunks) == b"x" * 10_000
+
+
+def test_a_consumer_holding_views_keeps_the_buffers_reused(tmp_path: Path, monkeypatch) -> None:
+    """A consumer slower than the reader holds views of about a budget of
+    buffers (the reader stops taking more there). Those buffers come back to
+    the pool when the views go, and are reused: an epoch of many budgets maps
+    regions for about one, not a fresh region for every buffer let go."""
+    import fastio.reader._buffers as buffers
+
+    mapped: list[int] = []
+    allocate = buffers.allocate_buffers
+
+    def counted(size: int, count: int):  # the real allocation, counted
+        mapped.append(size * count)
+        return allocate(size, count)
+
+    monkeypatch.setattr(buffers, "allocate_buffers", counted)
+    path = tmp_path / "data"
+    data = random.Random(3).randbytes(48 << 20)
+    path.write_bytes(data)
+    budget, read_size = 4 << 20, 256 << 10
+    with Reader(memory_budget=budget, read_size=read_size, outstanding_requests=4) as reader:
+        held: list[Chunk] = []
+        got = bytearray()
+        for chunk in reader.stream([Shard((ByteRange(str(path)),))]):
+            got += chunk.data
+            held.append(chunk)
+            # Views of the last ~budget of data stay alive, as in a consumer
+            # that decodes behind the reader.
+            while sum(len(c.data) for c in held) > budget - read_size:
+                held.pop(0)
+        held.clear()
+    assert bytes(got) == data
+    assert sum(mapped) <= 3 * budget  # 12 budgets read
