@@ -12,7 +12,7 @@
 #define POOL_CLASSES 32
 #define POOL_SMALLEST 64
 #define POOL_MIN_CLASS 8                  /* 16 KiB: smaller blocks go to malloc as they are */
-#define POOL_MAX_BYTES ((size_t)64 << 20) /* kept for reuse, at most */
+#define POOL_MAX_BYTES ((size_t)64 << 20) /* kept for reuse, at most (or two larger blocks) */
 
 typedef struct pool_block {
     struct pool_block *next;
@@ -71,7 +71,10 @@ void fio_buffer_free(const void *memory)
     size_t class = block[0], size = (size_t)POOL_SMALLEST << class;
     if (class >= POOL_MIN_CLASS) {
         pthread_mutex_lock(&pool_lock);
-        if (pool_bytes + size <= POOL_MAX_BYTES) {
+        /* A block past half the cap is kept while the pool holds no more than
+         * one other: batches that large (1024 samples of 110 KB) would
+         * otherwise fault in every page of every batch. */
+        if (pool_bytes + size <= POOL_MAX_BYTES || pool_bytes + size <= 2 * size) {
             ((pool_block *)block)->next = pool_free[class];
             pool_free[class] = (pool_block *)block;
             pool_bytes += size;
