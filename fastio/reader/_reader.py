@@ -86,7 +86,7 @@ class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
     __slots__ = ("closed", "count_wait", "delivered", "exhausted", "lookahead", "plan", "queue",
-                 "queued_bytes", "waiter")  # fmt: skip
+                 "queued_bytes", "started", "waiter")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
         self.plan: Iterator[Request] = iter(())
@@ -98,6 +98,7 @@ class _Stream:
         self.exhausted = False
         self.closed = False
         self.count_wait = count_wait
+        self.started = False  # whether the consumer has had a batch yet
 
     def next_piece(self) -> Request | None:
         if self.lookahead is None and not self.exhausted:
@@ -615,6 +616,7 @@ class Reader:
                 self._bytes_delivered += length
             stream.delivered.append(piece)
         self._chunks_delivered += len(chunks)
+        stream.started = True
         return chunks
 
     # ---- the scheduler ---------------------------------------------------------------
@@ -701,6 +703,12 @@ class Reader:
                 # for this one (an index read while a shard streams).
                 if held and held + size > budget and queue:
                     throttled = True
+                    break
+                # Until its first batch is out, a stream reads ahead only into
+                # buffers already mapped: mapping a fresh region can cost
+                # milliseconds (huge pages compacted), and the first chunk is
+                # handed over only once this fill ends.
+                if queue and not stream.started and not pool.has_free(size):
                     break
                 stream.lookahead = None
                 buffer = pool.take(piece.length)
