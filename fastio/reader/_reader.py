@@ -465,7 +465,9 @@ class Reader:
         reserve = max(self._settings.read_size, self._settings.memory_budget // _HANDOFF_SHARE)
         handoff = Handoff(loop, reserve, on_wait=self._count_wait)
         self._handoffs.add(handoff)
-        future = asyncio.run_coroutine_threadsafe(self._feed(shards, handoff, reserve), loop)
+        fed = threading.Event()  # the feeder's cleanup ran
+        feeder = self._feed(shards, handoff, reserve, fed)
+        future = asyncio.run_coroutine_threadsafe(feeder, loop)
         handoff.watch(future)
         try:
             while (batch := handoff.get()) is not None:
@@ -479,20 +481,33 @@ class Reader:
             if not future.done() and not loop.is_closed():
                 loop.call_soon_threadsafe(future.cancel)
                 # Cancelled because the consumer stopped early, or failed because
-                # the reader was closed: either way the feeder has cleaned up.
-                # Never waited for from the loop's own thread (the garbage
-                # collector may close a forgotten stream there): the loop could
-                # not run the feeder's cleanup while this waits, so it runs it
-                # once this returns.
+                # the reader was closed: waited for until the feeder has cleaned
+                # up (the cancelled future is done before the feeder even sees
+                # the cancellation). Never waited for from the loop's own thread
+                # (the garbage collector may close a forgotten stream there):
+                # the loop could not run the feeder's cleanup while this waits,
+                # so it runs it once this returns.
                 if not background.on_loop_thread():
+                    # (A feeder cancelled before it started never runs its cleanup:
+                    # its coroutine is closed all the same.)
+                    while feeder.cr_frame is not None and background.loop.is_running():
+                        if fed.wait(0.01):
+                            time.sleep(0)  # the feeder's last lines, on the loop thread
+                    # The feeder's task (its frames hold this reader) is let go by
+                    # callbacks queued as it ends: two trips through the loop run
+                    # them, and an abandoned reader is then the collector's.
                     with contextlib.suppress(BaseException):
-                        future.result()
+                        background.call(lambda: None)
+                        background.call(lambda: None)
 
     def _count_wait(self, seconds: float) -> None:
         self._wait_seconds += seconds
 
-    async def _feed(self, shards: Iterable[ShardLike], handoff: Handoff, reserve: int) -> None:
-        """Loop-thread half of :meth:`stream`: moves batches into the hand-off."""
+    async def _feed(
+        self, shards: Iterable[ShardLike], handoff: Handoff, reserve: int, fed: threading.Event
+    ) -> None:
+        """Loop-thread half of :meth:`stream`: moves batches into the hand-off;
+        sets ``fed`` when it has cleaned up."""
         stream: _Stream | None = None
         self._reserved += reserve
         try:
@@ -516,6 +531,7 @@ class Reader:
             self._reserved -= reserve
             if stream is not None:
                 self._close_stream(stream)
+            fed.set()
 
     def _open_stream(self, shards: Iterable[ShardLike], count_wait: bool) -> _Stream:
         stream = _Stream(count_wait)
