@@ -720,11 +720,13 @@ class Reader:
                 if held and held + size > budget and queue:
                     throttled = True
                     break
-                # Until its first batch is out, a stream reads ahead only into
-                # buffers already mapped: mapping a fresh region can cost
-                # milliseconds (huge pages compacted), and the first chunk is
-                # handed over only once this fill ends.
-                if queue and not stream.started and not pool.has_free(size):
+                # Until its first batch is out, a stream reads local files ahead
+                # only into buffers already mapped: mapping a fresh region can
+                # cost milliseconds (huge pages compacted), and the first chunk
+                # is handed over only once this fill ends. (Remote reads take
+                # longer than that: they all start at once, as before.)
+                local = piece.file is not None and piece.file.fd >= 0
+                if queue and local and not stream.started and not pool.has_free(size):
                     break
                 stream.lookahead = None
                 buffer = pool.take(piece.length)
