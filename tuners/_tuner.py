@@ -245,24 +245,16 @@ class OnlineTuner:
         return [dict(start), *neighbours]
 
     def _open_round(self, number: int, name: str, startup: int) -> None:
-        import optuna
-        from optuna.samplers import TPESampler
-
         # Few startup trials: the design already spreads around the start, and
         # random points cost throughput while the job trains.
-        sampler = TPESampler(
-            seed=None if self.seed is None else self.seed + number,
-            multivariate=True,
-            n_startup_trials=max(startup, 2),
-        )
-        with _quiet_optuna():
-            self.study: Study = optuna.create_study(
-                storage=self._storage,
-                study_name=name,
-                direction="maximize",
-                sampler=sampler,
-                load_if_exists=True,
-            )
+        self._round_seed = None if self.seed is None else self.seed + number
+        self._round_startup = max(startup, 2)
+        self._round_name = name
+        self._study: Study | None = None
+        self._untold: list[tuple[Config, float]] = []
+        self._untold_attrs: dict[str, Any] = {}
+        if self._storage is not None:  # stored trials inform this round from the start
+            self._create_study()
         self.round = number
         self._trials_this_round = 0
         self._since_improvement = 0
@@ -270,6 +262,8 @@ class OnlineTuner:
         self._previous_best: Config | None = None
         self._pending.clear()
         self._estimates: dict[tuple[tuple[str, Any], ...], _Estimate] = {}
+        if self._storage is None:  # a new in-memory study: nothing stored to load
+            return
         import optuna.trial
 
         names = set(self.space.names)
@@ -284,6 +278,43 @@ class OnlineTuner:
                 continue  # stored under other bounds
             if self.space.feasible(config):
                 self._record(config, trial.value)
+
+    @property
+    def study(self) -> Study:
+        """The round's optuna study. An in-memory one is made (optuna imported,
+        about a second of CPU) only when the sampler is first asked: a tuner
+        that settles on its design trials, as one keeping the initial
+        configuration usually does, never imports it."""
+        if self._study is None:
+            self._create_study()
+        assert self._study is not None
+        return self._study
+
+    def _create_study(self) -> None:
+        import optuna
+        from optuna.samplers import TPESampler
+        from optuna.trial import create_trial
+
+        sampler = TPESampler(seed=self._round_seed, multivariate=True,
+                             n_startup_trials=self._round_startup)  # fmt: skip
+        with _quiet_optuna():
+            study = optuna.create_study(storage=self._storage, study_name=self._round_name,
+                                        direction="maximize", sampler=sampler,
+                                        load_if_exists=True)  # fmt: skip
+        distributions = self.space.distributions()
+        for config, rate in self._untold:
+            study.add_trial(create_trial(params=config, distributions=distributions, value=rate))
+        for key, value in self._untold_attrs.items():
+            study.set_user_attr(key, value)
+        self._untold.clear()
+        self._untold_attrs.clear()
+        self._study = study
+
+    def _set_attr(self, key: str, value: Any) -> None:
+        if self._study is None:
+            self._untold_attrs[key] = value
+        else:
+            self._study.set_user_attr(key, value)
 
     # ---- estimates ---------------------------------------------------------------------
 
@@ -472,8 +503,8 @@ class OnlineTuner:
         self.phase = "settled"
         self._drift = PageHinkley(max(reference, 1e-12), delta=max(0.05, self.noise),
                                   threshold=self.drift_threshold)  # fmt: skip
-        self.study.set_user_attr("converged", True)
-        self.study.set_user_attr("best", best.config)
+        self._set_attr("converged", True)
+        self._set_attr("best", best.config)
         self._change(best.config)
 
     def _retune(self, start: Config) -> None:
@@ -505,6 +536,9 @@ class OnlineTuner:
             trial, self._trial = self._trial, None
             self.study.tell(trial, rate)
             return trial.number
+        if self._study is None:  # told when the study is made
+            self._untold.append((dict(config), rate))
+            return len(self._untold) - 1
         # Added complete rather than enqueued and asked: in a study shared by
         # several processes another one's ask could take an enqueued trial.
         from optuna.trial import create_trial

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import threading
@@ -62,6 +63,7 @@ from fastio.cache._files import (
     shard_key,
     temp_name,
 )
+from fastio.cache._filling import Filling
 from fastio.cache._recovery import bury, discard, reap, remove_strays, trim
 
 if TYPE_CHECKING:
@@ -106,6 +108,7 @@ class _Process:
     index: CacheIndex
     lock: OwnerLock
     downloading: set[str] = field(default_factory=set)  # keys this process is downloading
+    fillings: dict[str, Filling] = field(default_factory=dict)  # of those, readable as they grow
     counters: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(
             ("hits", "misses", "waits", "bytes_downloaded", "evictions", "prefetched"), 0
@@ -209,8 +212,22 @@ class ShardCache:
         who would rather wait for a download than fetch the shard twice).
         """
         path = self._obtain(url, size, fetch, etag, checksum, demand=True, wait=wait)
-        assert path is not None  # a demand either gets its path or raises
+        assert isinstance(path, str)  # a demand either gets its path or raises
         return path
+
+    def get_filling(
+        self, url: str, size: int, fetch: Fetch, etag: str | None = None, *,
+        checksum: str | None = None, spawn: Callable[[Callable[[], object], Filling], None],
+    ) -> str | Filling:  # fmt: skip
+        """:meth:`get` with ``wait="download"``, except that a copy this process
+        is downloading (a miss, downloaded by ``spawn(download, filling)`` in the
+        background, or a running prefetch) is not waited for: its
+        :class:`Filling` is returned, which reads bytes as soon as they are
+        written. The copy is pinned either way, until :meth:`release`."""
+        got = self._obtain(url, size, fetch, etag, checksum, demand=True, wait="download",
+                           spawn=spawn)  # fmt: skip
+        assert got is not None  # a demand either gets its copy or raises
+        return got
 
     def release(self, url: str) -> None:
         """Unpins the copy of ``url`` that :meth:`get` returned (once per get).
@@ -232,6 +249,17 @@ class ShardCache:
             yield path
         finally:
             self.release(url)
+
+    def settle(self) -> None:
+        """Wait until this process's downloads whose bytes have all arrived are
+        published (checked, flushed, renamed: milliseconds), so that a pass
+        that read them to their end as they arrived leaves them cached."""
+        process = self._process
+        if process is None or process.pid != os.getpid():
+            return
+        for filling in list(process.fillings.values()):
+            if filling.written == filling.size:
+                filling.wait_ended()
 
     # ---- the plan ----------------------------------------------------------------------------
 
@@ -365,7 +393,8 @@ class ShardCache:
     def _obtain(
         self, url: str, size: int, fetch: Fetch, etag: str | None, checksum: str | None,
         demand: bool, wait: bool | Literal["download"] = True,
-    ) -> str | None:  # fmt: skip
+        spawn: Callable[[Callable[[], object], Filling], None] | None = None,
+    ) -> str | Filling | None:  # fmt: skip
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(f"size must be a byte count, not {size!r}")
         if checksum is not None:
@@ -410,9 +439,18 @@ class ShardCache:
                     return step.entry.path
                 if step.outcome == "fetch":
                     assert step.entry is not None
-                    return self._download(state, step.entry, fetch, checksum, demand)
+                    if spawn is None:
+                        return self._download(state, step.entry, fetch, checksum, demand)
+                    filling = self._fill(state, step.entry)
+                    spawn(functools.partial(self._download, state, step.entry, fetch, checksum,
+                                            demand, filling), filling)  # fmt: skip
+                    return filling
                 if step.outcome == "skip":
                     return None
+                if step.outcome == "fetching" and spawn is not None:
+                    running = state.fillings.get(key)
+                    if running is not None:  # this process's download: read it as it grows
+                        return running
                 elapsed = time.monotonic() - started
                 if (elapsed > self.wait_timeout or not wait
                         or (wait == "download" and step.outcome == "full")):  # fmt: skip
@@ -486,14 +524,41 @@ class ShardCache:
         index.reserve(reserved)
         return _Step("fetch", reserved)
 
+    @staticmethod
+    def _fill(state: _Process, entry: Entry) -> Filling:
+        temp = os.path.join(os.path.dirname(entry.path), temp_name(state.lock.owner, entry.key))
+        filling = state.fillings[entry.key] = Filling(entry.url, temp, entry.size)
+        return filling
+
     def _download(
-        self, state: _Process, entry: Entry, fetch: Fetch, checksum: str | None, demand: bool
-    ) -> str:
+        self, state: _Process, entry: Entry, fetch: Fetch, checksum: str | None, demand: bool,
+        filling: Filling | None = None,
+    ) -> str:  # fmt: skip
+        """Downloads ``entry`` and publishes it; with a ``filling`` (made by
+        :meth:`_fill`), which follows the download and hears how it ended."""
+        if filling is None:
+            filling = self._fill(state, entry)
+        try:
+            path = self._publish(state, entry, fetch, checksum, demand, filling)
+        except BaseException as error:
+            filling.ended(None, error)
+            raise
+        else:
+            filling.ended(path, None)
+        finally:
+            state.fillings.pop(entry.key, None)
+        return path
+
+    def _publish(
+        self, state: _Process, entry: Entry, fetch: Fetch, checksum: str | None, demand: bool,
+        filling: Filling,
+    ) -> str:  # fmt: skip
         index, owner = state.index, state.lock.owner
-        temp = os.path.join(os.path.dirname(entry.path), temp_name(owner, entry.key))
+        temp = filling.temp
         try:  # the mark stays until the index says how the download ended
             try:
-                publish_download(temp, entry.path, entry.url, entry.size, fetch, checksum)
+                publish_download(temp, entry.path, entry.url, entry.size, fetch, checksum,
+                                  filling.wrote)  # fmt: skip
             except BaseException as error:
                 remove_quietly(temp)
                 # Should the index refuse (a full disk), the reservation is ours

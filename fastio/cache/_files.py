@@ -176,9 +176,13 @@ class Download(io.RawIOBase):
     checksum is expected; :meth:`verify` checks both at the end.
     """
 
-    def __init__(self, file: BinaryIO, url: str, size: int, checksum: str | None) -> None:
+    def __init__(
+        self, file: BinaryIO, url: str, size: int, checksum: str | None,
+        on_write: Callable[[int], None] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         self._file = file
+        self._on_write = on_write
         self._url = url
         self._size = size
         self._written = 0
@@ -204,6 +208,9 @@ class Download(io.RawIOBase):
         if self._hash is not None:
             self._hash.update(view)
         self._written += count
+        if self._on_write is not None:  # someone reads the file as it grows
+            self._file.flush()
+            self._on_write(self._written)
         return count
 
     def tell(self) -> int:
@@ -227,13 +234,14 @@ class Download(io.RawIOBase):
 
 def publish_download(
     temp: str, path: str, url: str, size: int, fetch: Callable[[str, Download], object],
-    checksum: str | None,
+    checksum: str | None, on_write: Callable[[int], None] | None = None,
 ) -> None:  # fmt: skip
     """``fetch`` writes ``url`` into ``temp``; checked, flushed to disk and
-    renamed to ``path``. Raises what ``fetch`` raises, or CacheIntegrityError;
-    the caller removes ``temp`` then."""
+    renamed to ``path``. ``on_write(bytes written)`` follows its progress.
+    Raises what ``fetch`` raises, or CacheIntegrityError; the caller removes
+    ``temp`` then."""
     with open(temp, "wb") as file:
-        download = Download(file, url, size, checksum)
+        download = Download(file, url, size, checksum, on_write)
         fetch(url, download)
         download.verify()
         file.flush()

@@ -29,9 +29,10 @@ from fastio._native import resident_fraction
 from fastio.sources._remote import RemoteFile, is_remote, local_path
 
 if TYPE_CHECKING:
+    from fastio.cache._filling import Filling, FillingReader
     from fastio.sources._remote import Remotes
 
-__all__ = ["RESIDENT_ENOUGH", "FileTable", "OpenFile"]
+__all__ = ["RESIDENT_ENOUGH", "FileTable", "FollowedFile", "OpenFile"]
 
 RESIDENT_ENOUGH = 0.5
 """With ``direct="auto"``: the share of a file's sampled pages the page cache
@@ -56,6 +57,21 @@ class OpenFile:
         self.pinned_url: str | None = None  # a shard cache copy held for this remote URL
         self.identity = _identity(st)
         self.size = st.st_size if stat.S_ISREG(st.st_mode) else _device_size(fd)
+
+
+class FollowedFile(RemoteFile):
+    """A remote object the shard cache is downloading in this process: read
+    from the download's file as its bytes arrive (no descriptor for the
+    engine: the reader awaits :attr:`reader`). Its pin is held until the last
+    reference goes."""
+
+    __slots__ = ("filling", "reader")
+
+    def __init__(self, url: str, filling: Filling) -> None:
+        super().__init__(url, filling.size, "")
+        self.filling = filling
+        self.reader: FillingReader = filling.reader()
+        self.pinned_url = url
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -101,6 +117,7 @@ class FileTable:
         self._files: dict[tuple[str, Direct], OpenFile] = {}
         self._idle: OrderedDict[tuple[str, Direct], OpenFile] = OrderedDict()
         self._direct_refused: set[int] = set()  # st_dev of filesystems that refused O_DIRECT
+        self._followed: dict[str, FollowedFile] = {}  # downloads read as they arrive, by URL
 
     def acquire(self, path: str, direct: Direct) -> OpenFile:
         """An open file for ``path`` with one more reference (read with O_DIRECT
@@ -140,6 +157,14 @@ class FileTable:
             # remotely rather than wait.
             log.debug("fastio: %s; reading it remotely", error)
             return self._remotes.stat(url)  # type: ignore[return-value]
+        if not isinstance(local, str):  # being downloaded here: read as it arrives
+            followed = self._followed.get(url)
+            if followed is not None and followed.filling is local:
+                followed.refs += 1
+                self._unpin(url)  # already pinned for an earlier reference
+                return followed  # type: ignore[return-value]  # same shape
+            followed = self._followed[url] = FollowedFile(url, local)
+            return followed  # type: ignore[return-value]
         try:
             file = self.acquire(local, direct)
         except BaseException:
@@ -164,6 +189,14 @@ class FileTable:
             log.warning("fastio: %s", error)
 
     def release(self, file: OpenFile | RemoteFile) -> None:
+        if isinstance(file, FollowedFile):
+            file.refs -= 1
+            if not file.refs:
+                file.reader.close()
+                if self._followed.get(file.path) is file:
+                    del self._followed[file.path]
+                self._unpin(file.path)
+            return
         if isinstance(file, RemoteFile):
             return  # nothing is held open for a remote object
         file.refs -= 1
@@ -184,6 +217,9 @@ class FileTable:
         no read is in flight, and in a forked child (the copies are its own)."""
         for file in list(self._files.values()):
             self._close(file)
+        for followed in self._followed.values():
+            followed.reader.close()
+        self._followed.clear()
 
     def _close(self, file: OpenFile) -> None:
         del self._files[file.key]

@@ -23,6 +23,7 @@ import asyncio
 import atexit
 import contextlib
 import errno
+import logging
 import os
 import threading
 import time
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from fastio import _native
 from fastio._errors import EngineFallbackWarning, ReaderClosedError
 from fastio.reader._buffers import BufferPool, bucket_size
-from fastio.reader._files import FileTable
+from fastio.reader._files import FileTable, FollowedFile
 from fastio.reader._ranges import Chunk, ShardLike
 from fastio.reader._requests import Request, plan_requests
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from fastio.cache._cache import ShardCache
 
 __all__ = ["Reader"]
+
+log = logging.getLogger("fastio")
 
 _EMPTY = memoryview(b"")
 # Chunks handed over per batch (the sync hand-off moves batches, not chunks).
@@ -163,7 +166,6 @@ class Reader:
         self._handoffs: set[Handoff] = set()  # of running sync streams
         self._next_tag = 0
         self._held = 0  # bytes of buffers counted against the budget
-        self._reserved = 0  # budget lent to sync hand-offs
         self._failure: BaseException | None = None  # engine failure: ends every stream
         self._started = time.perf_counter()
         self._throttled_since: float | None = None
@@ -462,11 +464,13 @@ class Reader:
                 _with_background_loops.add(self)
             background = self._background
         loop = background.loop
-        reserve = max(self._settings.read_size, self._settings.memory_budget // _HANDOFF_SHARE)
-        handoff = Handoff(loop, reserve, on_wait=self._count_wait)
+        # The hand-off's batches view buffers already given back to the pool:
+        # they count against the budget as lent bytes, not as a reserve.
+        holds = max(self._settings.read_size, self._settings.memory_budget // _HANDOFF_SHARE)
+        handoff = Handoff(loop, holds, on_wait=self._count_wait)
         self._handoffs.add(handoff)
         fed = threading.Event()  # the feeder's cleanup ran
-        feeder = self._feed(shards, handoff, reserve, fed)
+        feeder = self._feed(shards, handoff, fed)
         future = asyncio.run_coroutine_threadsafe(feeder, loop)
         handoff.watch(future)
         try:
@@ -476,6 +480,7 @@ class Reader:
                         raise ReaderClosedError("the reader was closed while streaming")
                     yield chunk
                 batch = chunk = None  # (see astream)
+            self._remotes.settle()  # shards the stream read whole are in the cache
         finally:
             self._handoffs.discard(handoff)
             if not future.done() and not loop.is_closed():
@@ -503,13 +508,11 @@ class Reader:
     def _count_wait(self, seconds: float) -> None:
         self._wait_seconds += seconds
 
-    async def _feed(
-        self, shards: Iterable[ShardLike], handoff: Handoff, reserve: int, fed: threading.Event
-    ) -> None:
+    async def _feed(self, shards: Iterable[ShardLike], handoff: Handoff, fed: threading.Event
+                    ) -> None:  # fmt: skip
         """Loop-thread half of :meth:`stream`: moves batches into the hand-off;
         sets ``fed`` when it has cleaned up."""
         stream: _Stream | None = None
-        self._reserved += reserve
         try:
             self._bind(asyncio.get_running_loop())
             stream = self._open_stream(shards, count_wait=False)
@@ -528,7 +531,6 @@ class Reader:
         else:
             handoff.finish()
         finally:
-            self._reserved -= reserve
             if stream is not None:
                 self._close_stream(stream)
             fed.set()
@@ -692,7 +694,7 @@ class Reader:
         settings = self._settings
         limit = self._request_limit
         window = max(limit * settings.read_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
-        budget = settings.memory_budget - self._reserved
+        budget = settings.memory_budget
         inflight, pool = self._inflight, self._pool
         # Buffers already released but still viewed by the consumer hold
         # memory too: counted, the budget bounds every buffer alive.
@@ -760,15 +762,26 @@ class Reader:
     def _start_remote(self, piece: Request, buffer: Any, tag: int) -> None:
         """A remote read as a task on this loop; it completes like an engine read."""
         assert self._loop is not None
+        followed = piece.file if isinstance(piece.file, FollowedFile) else None
         task = self._loop.create_task(self._remote_read(piece.path, piece.offset, piece.length,
-                                                        buffer, tag))  # fmt: skip
+                                                        buffer, tag, followed))  # fmt: skip
         self._remote_tasks.add(task)
         task.add_done_callback(self._remote_tasks.discard)
 
-    async def _remote_read(self, url: str, offset: int, length: int, buffer: Any, tag: int) -> None:
+    async def _remote_read(
+        self, url: str, offset: int, length: int, buffer: Any, tag: int,
+        followed: FollowedFile | None,
+    ) -> None:  # fmt: skip
         result: int | BaseException
         try:
-            result = await self._remotes.read_into(url, offset, length, buffer)
+            if followed is not None:
+                try:
+                    result = await followed.reader.read_into(offset, length, buffer)
+                except Exception as error:  # the download failed: from the store itself
+                    log.debug("fastio: %s; reading %s remotely", error, url)
+                    result = await self._remotes.read_into(url, offset, length, buffer)
+            else:
+                result = await self._remotes.read_into(url, offset, length, buffer)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # delivered in order, like an engine error

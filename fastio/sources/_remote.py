@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
+import logging
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +29,11 @@ from typing import TYPE_CHECKING, Any
 from fastio._errors import DownloadCancelled, RangeIgnoredError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fastio.cache._cache import ShardCache
     from fastio.cache._files import Download
+    from fastio.cache._filling import Filling
     from fastio.cache._prefetch import Prefetcher
     from fastio.spec._reader import ReaderSettings
 
@@ -41,10 +45,17 @@ __all__ = [
     "version_number",
 ]
 
+log = logging.getLogger("fastio")
+
 # Bytes per request of a whole-shard download (at least; read_size if larger):
 # large enough that request overhead is small, small enough that several are
 # in flight for a shard of tens of MiB.
 _DOWNLOAD_STEP = 4 << 20
+# A download's first range (at most; read_size if smaller), the next ones
+# doubling up to the step: a reader following the download (see
+# fastio.cache._filling) gets its first sample after a small first answer,
+# as from its own first remote read.
+_DOWNLOAD_FIRST = 256 << 10
 # The most an HTTP response buffers in aiohttp before the socket is paused.
 _READ_BUFFER_LIMIT = 8 << 20
 _CANCEL_POLL_SECONDS = 0.05  # how soon a running download notices its reader closed
@@ -121,6 +132,8 @@ class Remotes:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._prefetcher: Prefetcher | None = None
+        # Downloads of shards read as they arrive, with their progress.
+        self._downloads: list[tuple[threading.Thread, Filling]] = []
 
     @property
     def prefetcher(self) -> Prefetcher:
@@ -164,18 +177,42 @@ class Remotes:
         self._info[url] = remote
         return remote
 
-    def local_copy(self, url: str) -> str:
-        """The path of a verified local copy of ``url`` in the shard cache,
-        downloaded on a miss; the copy stays pinned until ``cache.release``.
-        A download already running (a prefetch, or another process's) is
-        waited for, up to the cache's ``wait_timeout``. Raises CacheFullError
-        at once when there is no room now (the reader's own pins may be what
-        holds it), CacheTimeoutError when the wait runs out."""
+    def local_copy(self, url: str) -> str | Filling:
+        """The path of a verified local copy of ``url`` in the shard cache; on
+        a miss, or while this process's prefetch of it runs, the download's
+        :class:`Filling`, which reads what has arrived (the download runs on
+        a thread of its own). The copy stays pinned until ``cache.release``.
+        Another process's download is waited for, up to the cache's
+        ``wait_timeout``. Raises CacheFullError at once when there is no room
+        now (the reader's own pins may be what holds it), CacheTimeoutError
+        when the wait runs out."""
         assert self.cache is not None
         self.prefetcher.kick()
         remote = self.stat(url)
-        return self.cache.get(url, remote.size, self._download, remote.version or None,
-                              checksum=self._checksum(url, remote), wait="download")  # fmt: skip
+        return self.cache.get_filling(url, remote.size, self._download, remote.version or None,
+                                      checksum=self._checksum(url, remote),
+                                      spawn=self._spawn)  # fmt: skip
+
+    def _spawn(self, download: Callable[[], object], filling: Filling) -> None:
+        def run() -> None:
+            try:
+                download()
+            except DownloadCancelled:
+                pass
+            except Exception as error:  # the reads waiting on it fall back to remote reads
+                log.info("fastio: download failed (%s); its reads go to the store", error)
+
+        with self._lock:
+            self._downloads = [item for item in self._downloads if item[0].is_alive()]
+            thread = threading.Thread(target=run, name="fastio-download", daemon=True)
+            self._downloads.append((thread, filling))
+        thread.start()
+
+    def settle(self) -> None:
+        """Wait for the cache's downloads this process read whole as they
+        arrived to be published (see ShardCache.settle)."""
+        if self.cache is not None:
+            self.cache.settle()
 
     def fetch_ahead(self, url: str) -> bool:
         """Download ``url`` into the cache ahead of its use (see ShardCache.fetch_ahead)."""
@@ -198,8 +235,8 @@ class Remotes:
         several in flight (``outstanding_requests`` shared by the prefetches)."""
         fs, path = self.filesystem(url)
         size = self.stat(url).size
-        step = max(self.settings.read_size, _DOWNLOAD_STEP)
-        ranges = [(offset, min(step, size - offset)) for offset in range(0, size, step)]
+        ranges = _growing_ranges(size, min(self.settings.read_size, _DOWNLOAD_FIRST),
+                                 max(self.settings.read_size, _DOWNLOAD_STEP))  # fmt: skip
         in_flight = max(1, self.settings.outstanding_requests // max(1, self.prefetcher.count))
         stopping = self.prefetcher.stopping
         if getattr(fs, "async_impl", False) and in_flight > 1:
@@ -358,12 +395,28 @@ class Remotes:
             self._prefetcher.stopping.set()
 
     def close(self) -> None:
+        self.stop_downloads()
+        with self._lock:
+            downloads, self._downloads = self._downloads, []
+        for thread, _ in downloads:  # they end at their next range
+            thread.join()
         if self._prefetcher is not None:
             self._prefetcher.close()
             self._prefetcher = None
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _growing_ranges(size: int, first: int, step: int) -> list[tuple[int, int]]:
+    """``(offset, length)`` covering ``size`` bytes: ``first`` long, then
+    doubling up to ``step``."""
+    ranges, offset, length = [], 0, max(1, min(first, step))
+    while offset < size:
+        ranges.append((offset, min(length, size - offset)))
+        offset += length
+        length = min(length * 2, step)
+    return ranges
 
 
 def _is_http(fs: Any) -> bool:

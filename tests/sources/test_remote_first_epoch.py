@@ -75,6 +75,43 @@ def test_the_first_epoch_reads_every_byte_once(served, tmp_path) -> None:
     assert Counter(key_of("webdataset", s) for s in ds) == everything(written)
 
 
+def test_with_the_shard_cache_the_first_sample_comes_before_the_shard_is_downloaded(
+    served, tmp_path
+) -> None:
+    """A shard the cache does not hold yet is read as its download arrives:
+    the first sample comes after the download's first answer, and the pass
+    still fetches every byte once and leaves every shard in the cache."""
+    from fastio.cache._cache import INDEX_ROOM
+
+    written, server = served
+    sizes = {os.path.basename(url): os.path.getsize(url) for url in written.urls}
+    assert min(sizes.values()) > READ_SIZE  # the first answer never holds a whole shard
+    ds = dataset(written, server, tmp_path, cache_dir=tmp_path / "cache",
+                 cache_bytes=INDEX_ROOM + sum(sizes.values()), cache_prefetch=0)  # fmt: skip
+    server.faults.hold_after = 1  # only the first data request is answered until released
+    samples = iter(ds)
+    first: list[int] = []
+    taker = threading.Thread(target=lambda: first.append(key_of("webdataset", next(samples))))
+    taker.start()
+    taker.join(60)
+    try:
+        assert first, "no sample arrived on the download's first answer alone"
+        assert server.faults.bytes_served < 2 * READ_SIZE
+        assert ds.cache.stats()["shards_cached"] == 0
+    finally:
+        server.faults.hold_after = None
+    rest = [key_of("webdataset", s) for s in samples]
+    assert Counter(first + rest) == everything(written)
+    assert dict(server.faults.served) == sizes  # every byte once, indexing included
+    stats = ds.cache.stats()
+    assert stats["shards_cached"] == len(sizes)
+    assert stats["bytes_downloaded"] == sum(sizes.values())
+    requests = server.faults.requests
+    assert Counter(key_of("webdataset", s) for s in ds) == everything(written)
+    assert server.faults.requests == requests  # the next epoch reads the cache alone
+    ds.close()
+
+
 CONSTRUCT = """
 import json, sys
 import fastio

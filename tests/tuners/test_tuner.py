@@ -224,6 +224,49 @@ def test_imports_nothing_else_from_fastio() -> None:
                 assert "fastio.tuners" in line, f"{path.name}: {line}"
 
 
+SETTLE_ON_THE_DESIGN = """
+import json, sys
+from fastio.tuners import IntKnob, MeasurementWindow, OnlineTuner, ProductBudget, SearchSpace
+space = SearchSpace((IntKnob("outstanding_requests", 1, 256, log=True),
+                     IntKnob("read_size", 16384, 64 << 20, log=True)),
+                    (ProductBudget(("outstanding_requests", "read_size"), 16 << 20),))
+tuner = OnlineTuner(space, {"outstanding_requests": 16, "read_size": 1 << 20},
+                    window=MeasurementWindow(min_seconds=0.1, warmup_seconds=0),
+                    keep_initial=True, max_trials=8, min_trials=3, patience=3)
+windows = 0
+while tuner.phase != "settled" and windows < 20:
+    tuner.tell_window(100.0 + windows % 2)  # every setting alike, within the noise
+    windows += 1
+print(json.dumps({"windows": windows, "config": tuner.config,
+                  "optuna": "optuna" in sys.modules}))
+"""
+
+
+def test_a_tuner_settling_on_its_design_trials_never_imports_optuna() -> None:
+    """Optuna's import costs about a second of CPU and holds the GIL: a job's
+    first epoch must not pay it when the design trials settle the tuner."""
+    output = subprocess.run([sys.executable, "-c", SETTLE_ON_THE_DESIGN], capture_output=True,
+                            text=True, check=True).stdout  # fmt: skip
+    result = json.loads(output)
+    assert result["windows"] < 20
+    assert result["config"] == {"outstanding_requests": 16, "read_size": 1 << 20}
+    assert result["optuna"] is False
+
+
+def test_trials_told_before_the_study_is_made_are_in_it() -> None:
+    """The design trials are told to the study once the sampler is first asked."""
+    told: list[tuple[dict[str, Any], float]] = []
+    tuner = OnlineTuner(reader_space(), DEFAULTS, window=WINDOW, seed=0, max_trials=30,
+                        min_trials=30, patience=30)  # fmt: skip
+    for window in range(12):  # each setting better than the last: the design runs out
+        config = dict(tuner.config)
+        rate = 100.0 * (window + 1)
+        told.append((config, rate))
+        tuner.tell_window(rate)
+    trials = [(t.params, t.value) for t in tuner.study.trials if t.value is not None]
+    assert trials[: len(told)] == told
+
+
 def test_infeasible_samples_are_pruned_and_never_applied() -> None:
     from optuna.trial import TrialState
 
