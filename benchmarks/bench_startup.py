@@ -126,7 +126,7 @@ def main() -> None:
     for method in args.methods:
         peer = "webdataset loader" if method.endswith("loader") else "webdataset"
         ratio = ""
-        if peer in results and results[peer]:
+        if results.get(peer):
             ratio = f"{median(peer, 'seconds') / median(method, 'seconds'):.2f}"
         print(f"| {method} | {1e3 * median(method, 'seconds'):.1f} | "
               f"{1e3 * median(method, 'cpu'):.1f} | {1e3 * median(method, 'main_cpu'):.1f} | "

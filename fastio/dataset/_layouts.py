@@ -130,8 +130,10 @@ class ShardLayouts:
                 self.policy.failure(problem, problem.lost, f"shard {url} is laid out without it")
             return layout
         entry = known.get(url if is_remote(url) else _absolute(url))
-        if entry is not None and records.locator().reusable(entry.format) and entry.fresh(
-            reader, url
+        if (
+            entry is not None
+            and records.locator().reusable(entry.format)
+            and entry.fresh(reader, url)
         ):
             self._reused += 1
         else:

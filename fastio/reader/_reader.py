@@ -23,6 +23,7 @@ import asyncio
 import atexit
 import contextlib
 import errno
+import inspect
 import logging
 import os
 import threading
@@ -495,7 +496,8 @@ class Reader:
                 if not background.on_loop_thread():
                     # (A feeder cancelled before it started never runs its cleanup:
                     # its coroutine is closed all the same.)
-                    while feeder.cr_frame is not None and background.loop.is_running():
+                    while (inspect.getcoroutinestate(feeder) != inspect.CORO_CLOSED
+                           and background.loop.is_running()):  # fmt: skip
                         if fed.wait(0.01):
                             time.sleep(0)  # the feeder's last lines, on the loop thread
                     # The feeder's task (its frames hold this reader) is let go by

@@ -53,9 +53,7 @@ def test_a_damaged_file_of_indexes_falls_back_to_the_shards_own(never_seen, tmp_
     assert len(kept.read_bytes()) > 100  # written anew
 
 
-def test_a_shard_changed_since_its_indexes_were_kept_is_indexed_again(
-    never_seen, tmp_path
-) -> None:
+def test_a_shard_changed_since_its_indexes_were_kept_is_indexed_again(never_seen, tmp_path) -> None:
     index_dir = tmp_path / "index"
     fastio.Dataset(never_seen.urls, index_dir=index_dir).index()
     other = write("webdataset", tmp_path / "other", shards=1, per_shard=3, seed=1, index=False)
@@ -87,7 +85,9 @@ def test_the_first_windows_ramp_up_from_one_sample_per_span(never_seen, tmp_path
     # Each sample in exactly one window, in stored order within its shard.
     taken = [(run.shard, sample) for window in windows for run in window.runs
              for sample in range(run.start, run.stop)]  # fmt: skip
-    assert sorted(taken) == [(s, i) for s, layout in enumerate(layouts) for i in range(layout.count)]
+    assert sorted(taken) == [
+        (s, i) for s, layout in enumerate(layouts) for i in range(layout.count)
+    ]
 
 
 def test_a_streams_first_chunk_waits_for_no_read_ahead(tmp_path) -> None:
