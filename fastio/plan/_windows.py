@@ -28,6 +28,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+# Imported with the plan, not at a shuffled epoch's first sample: numpy loads
+# its random module lazily, and that takes ~10 ms.
+from numpy.random import default_rng
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -114,9 +118,7 @@ def permutation(
     count: int, seed: int, epoch: int, rank: int, worker: int, window: int
 ) -> np.ndarray:
     """The delivery order of a window's ``count`` samples (positions in it)."""
-    generator = np.random.default_rng(
-        [seed & 0xFFFFFFFF, seed >> 32, epoch, rank, worker, window, 0x5EED]
-    )
+    generator = default_rng([seed & 0xFFFFFFFF, seed >> 32, epoch, rank, worker, window, 0x5EED])
     return generator.permutation(count)
 
 
