@@ -20,6 +20,12 @@ def parse_example(
     record: Buffer, frombuffer: Callable[..., Any], int64: object, float32: object
 ) -> dict[str, Any]: ...
 def scan_tar(data: Buffer) -> TarScan: ...
+def group_tar(
+    data: Buffer,
+    url: str,
+    split_name: Callable[[str], tuple[str, str] | None],
+    own: Callable[[memoryview], Any] | None = None,
+) -> TarSamples: ...
 
 @final
 class FrameError:
@@ -81,6 +87,23 @@ class TarScan(Scan):
 
     @property
     def members(self) -> list[TarMember]: ...
+
+@final
+class TarSamples(Scan):
+    """Tar members grouped into WebDataset samples."""
+
+    @property
+    def samples(self) -> list[dict[str, Any]]: ...
+    @property
+    def starts(self) -> array[int]: ...
+    @property
+    def ends(self) -> array[int]: ...
+    @property
+    def first_offsets(self) -> array[int]: ...
+    @property
+    def members(self) -> int: ...
+    @property
+    def repeat(self) -> tuple[int, str] | None: ...
 
 @final
 class Collected(Scan):

@@ -209,6 +209,11 @@ def owned(value: Any) -> Any:
     return _owned_bytes(value) if isinstance(value, memoryview) else value
 
 
+def owned_kind() -> type[bytes]:
+    """What :func:`owned` copies views into (for formats that copy natively)."""
+    return _owned_bytes
+
+
 def own_bytes_as(kind: type[bytes]) -> None:
     """Make :func:`owned` copy views into ``kind``, a ``bytes`` subclass (in a
     DataLoader worker, one its queue hands to the main process unpickled)."""

@@ -13,10 +13,11 @@ import tarfile
 from typing import TYPE_CHECKING, Any
 
 from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
-from fastio._native import TarColumns, scan_tar
+from fastio._native import TarColumns, group_tar, scan_tar
+from fastio.formats._compression import codec_for, decompress
 from fastio.formats._index import Locator
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
-from fastio.formats._records import RecordFormat, RecordWriter, owned
+from fastio.formats._records import RecordFormat, RecordWriter, owned, owned_kind
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     from typing_extensions import Buffer
 
-    from fastio._native import Collected, FrameError, TarMember
+    from fastio._native import Collected, FrameError, TarMember, TarSamples
     from fastio.formats._layout import Layout
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
@@ -65,20 +66,21 @@ def _padded(size: int) -> int:
 
 
 class _TarScan:
-    """Frames a tar's members for :func:`framed`, and remembers the sample key
-    of the member where its last scan stopped (cut off, or with a damaged
-    header), where the header shows it: the sample a cut or damage costs."""
+    """Frames a tar's members for :func:`framed`, grouped natively into
+    samples (one :class:`~fastio._native.TarSamples` per scan), and remembers
+    the sample key of the member where its last scan stopped (cut off, or
+    with a damaged header), where the header shows it: the sample a cut or
+    damage costs. ``own`` makes the samples' values (None: views)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, own: Any = None) -> None:
         self.url = url
+        self.own = own
         self.members = 0  # members framed so far, for record indices
         self.stopped_key: str | None = None
 
-    def __call__(self, view: memoryview, base: int) -> Framing[tuple[TarMember, int, memoryview]]:
-        found = scan_tar(view)
-        members = [(member, base, view[member.data_offset : member.data_offset + member.size])
-                   for member in found.members]  # fmt: skip
-        self.members += len(members)
+    def __call__(self, view: memoryview, base: int) -> Framing[tuple[TarSamples, int]]:
+        found = group_tar(view, self.url, sample_key, self.own)
+        self.members += found.members
         problem = None
         stop = found.consumed
         if found.error is not None:
@@ -86,7 +88,16 @@ class _TarScan:
             problem = CorruptRecordError(f"damaged tar header ({found.error.kind})", self.url,
                                          base + stop, self.members)  # fmt: skip
         self.stopped_key = None if found.at_end else header_key(view[stop:])
-        return Framing(members, found.consumed, found.needed, found.at_end, problem)
+        return Framing([(found, base)], found.consumed, found.needed, found.at_end, problem)
+
+
+def _members(view: memoryview, base: int) -> Framing[tuple[TarMember, int]]:
+    """A tar's members one by one, for :func:`framed` (a resync looks at names
+    alone; what it stops at, it leaves to the scan that goes on)."""
+    found = scan_tar(view)
+    problem = None if found.error is None else DecodeError("damaged tar header", "", base)
+    return Framing([(member, base) for member in found.members], found.consumed, found.needed,
+                   found.at_end, problem)  # fmt: skip
 
 
 def header_key(block: memoryview | bytes) -> str | None:
@@ -126,46 +137,63 @@ def decode_webdataset(
 
 
 def locate_webdataset(
-    chunks: Iterable[Chunk], url: str, *, whole: bool = False
+    chunks: Iterable[Chunk], url: str, *, whole: bool = False, own: Any = None
 ) -> Iterator[tuple[int, int, dict[str, Any]]]:
     """Like :func:`decode_webdataset`, with each sample's byte range in the shard
     (its first member's header to its last member's padded data), for the index.
-    A sample's range read on its own decodes to the same sample."""
+    A sample's range read on its own decodes to the same sample. Values are
+    views of the chunks, or ``own(view)`` (``bytes``: copied straight)."""
     sample: dict[str, Any] | None = None
     start = end = 0
-    scan = _TarScan(url)
-    members = framed(chunks, url, scan, require_end=whole)
+    scan = _TarScan(url, own)
+    groups = framed(chunks, url, scan, require_end=whole)
     while True:
         try:
-            member, base, data = next(members)
+            found, base = next(groups)
         except StopIteration:
             break
         except DecodeError as error:
             if sample is not None and not (error.lost and scan.stopped_key == sample["__key__"]):
                 yield start, end, sample
             raise
-        if member.typeflag not in _REGULAR:
+        samples = found.samples
+        if not samples:
             continue
-        name = member.name
-        parts = sample_key(name)
-        if parts is None:
-            continue
-        key, extension = parts
-        if sample is None or sample["__key__"] != key:
-            if sample is not None:
+        starts, ends = found.starts, found.ends
+        first = 0
+        if sample is not None:
+            if samples[0]["__key__"] == sample["__key__"]:  # it goes on from the last buffer
+                _merge(sample, samples[0], found.first_offsets, base, url)
+                end = base + ends[0]
+                first = 1
+            if first < len(samples):
                 yield start, end, sample
-            sample = {"__key__": key, "__url__": url}
-            start = base + member.header_offset
-        if extension in sample:
-            raise DecodeError(
-                f"{name!r} repeats extension {extension!r} of sample {key!r}",
-                url,
-                base + member.header_offset,
-            )
-        sample[extension] = data
-        end = base + member.data_offset + _padded(member.size)
+        last = len(samples) - 1
+        for index in range(first, last):
+            yield base + starts[index], base + ends[index], samples[index]
+        if first <= last:
+            sample, start, end = samples[last], base + starts[last], base + ends[last]
+        if found.repeat is not None:  # the sample it stopped in is lost
+            offset, name = found.repeat
+            key, extension = sample_key(name) or (name, "")
+            raise DecodeError(f"{name!r} repeats extension {extension!r} of sample {key!r}",
+                              url, base + offset)  # fmt: skip
     if sample is not None:
         yield start, end, sample
+
+
+def _merge(
+    sample: dict[str, Any], more: dict[str, Any], offsets: Iterable[int], base: int, url: str
+) -> None:
+    """Members of ``sample`` that the next buffer held added to it (``offsets``:
+    their header offsets there)."""
+    extensions = list(more)[2:]  # after "__key__" and "__url__"
+    for extension, offset in zip(extensions, offsets, strict=True):
+        if extension in sample:
+            key = sample["__key__"]
+            raise DecodeError(f"{key + '.' + extension!r} repeats extension {extension!r} of "
+                              f"sample {key!r}", url, base + offset)  # fmt: skip
+        sample[extension] = more[extension]
 
 
 def resync_webdataset(reader: Reader, url: str, error: DecodeError) -> int | None:
@@ -194,7 +222,7 @@ def resync_webdataset(reader: Reader, url: str, error: DecodeError) -> int | Non
     after = at
     stream = reader.stream([ByteRange(url, at)])
     try:
-        for member, base, _ in framed(stream, url, _TarScan(url)):
+        for member, base in framed(stream, url, _members):
             parts = sample_key(member.name)
             if member.typeflag in _REGULAR and parts is not None and parts[0] != lost_key:
                 after = base + member.header_offset
@@ -326,10 +354,13 @@ class WebDatasetFormat(RecordFormat):
         return {key: owned(value) for key, value in record.items()}
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
-        decoded = decode_webdataset(self._decompressed(chunks, layout), layout.url,
-                                    whole=layout.whole)  # fmt: skip
-        for sample in decoded:
-            yield {key: owned(value) for key, value in sample.items()}
+        located = locate_webdataset(self._decompressed(chunks, layout), layout.url,
+                                    whole=layout.whole, own=owned_kind())  # fmt: skip
+        return (sample for _, _, sample in located)
+
+    def scanned(self, chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, Any]]:
+        whole = decompress(chunks, url) if codec_for(url) is not None else chunks
+        return locate_webdataset(whole, url, whole=True, own=owned_kind())
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         return columns_webdataset(self._decompressed(chunks, layout), layout.url,

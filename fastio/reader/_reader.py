@@ -57,7 +57,8 @@ _EMPTY = memoryview(b"")
 # Chunks handed over per batch (the sync hand-off moves batches, not chunks).
 _BATCH_CHUNKS = 256
 # Bytes a stream may have queued (in flight plus read ahead): READ_AHEAD_FACTOR
-# times what outstanding_requests reads of read_size hold, and at least
+# times what outstanding_requests reads of read_size hold (of the stream's
+# largest piece where that is larger: remote pieces grow past read_size), and at least
 # READ_AHEAD_MIN_BYTES. Read-ahead hides storage latency that varies from read
 # to read, but on cached data reads finish at once and an unbounded read-ahead
 # cycles through the whole budget of cache-cold buffers; twice the reads in
@@ -89,13 +90,14 @@ def _pump_weakly(reader_ref: weakref.ref[Reader]) -> None:
 class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
-    __slots__ = ("closed", "count_wait", "delivered", "exhausted", "lookahead", "plan", "queue",
-                 "queued_bytes", "started", "waiter")  # fmt: skip
+    __slots__ = ("closed", "count_wait", "delivered", "exhausted", "largest", "lookahead", "plan",
+                 "queue", "queued_bytes", "started", "waiter")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
         self.plan: Iterator[Request] = iter(())
         self.queue: deque[Request] = deque()  # submitted or finished, in delivery order
         self.queued_bytes = 0  # buffer bytes of the pieces in `queue`
+        self.largest = 0  # buffer bytes of the largest piece read so far
         self.lookahead: Request | None = None  # planned, waiting for budget or a slot
         self.delivered: list[Request] = []  # taken by the consumer, released on its next ask
         self.waiter: asyncio.Future[None] | None = None
@@ -695,7 +697,6 @@ class Reader:
         assert engine is not None
         settings = self._settings
         limit = self._request_limit
-        window = max(limit * settings.read_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
         budget = settings.memory_budget
         inflight, pool = self._inflight, self._pool
         # Buffers already released but still viewed by the consumer hold
@@ -705,6 +706,8 @@ class Reader:
         throttled = False
         for stream in self._streams:
             queue = stream.queue
+            piece_size = max(settings.read_size, stream.largest)
+            window = max(limit * piece_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
             while (
                 len(inflight) < limit
                 and stream.queued_bytes < window
@@ -751,6 +754,7 @@ class Reader:
                 held += size
                 queue.append(piece)
                 stream.queued_bytes += size
+                stream.largest = max(stream.largest, size)
                 submitted += 1
         if submitted:
             engine.flush()

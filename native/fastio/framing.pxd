@@ -86,3 +86,12 @@ cdef class TarMember:
 
 cdef class TarScan(Scan):
     cdef readonly list members
+
+
+cdef class TarSamples(Scan):
+    cdef readonly list samples
+    cdef readonly array.array starts
+    cdef readonly array.array ends
+    cdef readonly array.array first_offsets
+    cdef readonly size_t members
+    cdef readonly object repeat

@@ -5,6 +5,9 @@ cimport cython
 from cpython cimport array
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_Contains, PyDict_SetItem
+from libc.string cimport memchr, memcmp
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdlib cimport free, malloc
 
@@ -73,6 +76,169 @@ cdef class TarMember:
 @cython.final
 cdef class TarScan(Scan):
     """The complete tar ``members`` a scan found (a list of :class:`TarMember`)."""
+
+
+@cython.final
+cdef class TarSamples(Scan):
+    """The samples a tar scan grouped (see :func:`group_tar`): ``samples``
+    (dicts), their byte ranges in the buffer (``starts``, ``ends``:
+    ``array('Q')``), the header offsets of the first sample's members
+    (``first_offsets``), the ``members`` framed, and ``repeat``: None, or
+    ``(offset, name)`` of a member that repeats an extension of its sample
+    (the scan stopped there; the sample it belongs to is the last one)."""
+
+
+cdef extern from *:
+    """
+    static const unsigned char *fio_memrchr(const unsigned char *s, int c, size_t n)
+    {
+        while (n--)
+            if (s[n] == (unsigned char)c)
+                return s + n;
+        return NULL;
+    }
+    """
+    const unsigned char *fio_memrchr(const unsigned char *s, int c, size_t n) nogil
+
+
+cdef inline object _member_value(object view, object own, const unsigned char *start,
+                                 uint64_t offset, uint64_t size):
+    if own is bytes:
+        return PyBytes_FromStringAndSize(<const char *>start + offset, <Py_ssize_t>size)
+    value = view[offset:offset + size]
+    return value if own is None else own(value)
+
+
+def group_tar(object data, str url, object split_name, object own=None):
+    """The complete tar members at the start of ``data`` (framed as
+    :func:`scan_tar` frames them) grouped into WebDataset samples:
+    ``{"__key__": key, "__url__": url, extension: value}`` for consecutive
+    regular members that share a key (``split_name(name)`` gives ``(key,
+    extension)`` or None for names to skip; names without a newline are split
+    here by the same rule). A value is a memoryview of ``data`` (``own``
+    None), ``bytes`` (``own`` is ``bytes``: copied straight from the buffer),
+    or ``own(view)``. The first sample may continue one the previous buffer
+    ended in, the last one may go on in the next. Returns a
+    :class:`TarSamples`."""
+    cdef Py_buffer view
+    cdef fio_tar_member *found = <fio_tar_member *>malloc(
+        _FRAMING_BATCH * sizeof(fio_tar_member))
+    cdef size_t total = 0, consumed = 0, needed = 0, count = 0, index, members = 0
+    cdef size_t name_length, base_length, key_length = 0, open_length = 0
+    cdef int at_end = 0
+    cdef bint stopped = False
+    cdef fio_frame_error error
+    cdef const unsigned char *start
+    cdef const unsigned char *name
+    cdef const unsigned char *base
+    cdef const unsigned char *slash
+    cdef const unsigned char *dot
+    cdef const unsigned char *open_key = NULL
+    cdef fio_tar_member *member
+    cdef uint64_t header_offset, first_sample = 0, last_end = 0
+    cdef dict sample = None
+    cdef list samples = []
+    cdef array.array starts = array.clone(_OFFSETS, 0, False)
+    cdef array.array ends = array.clone(_OFFSETS, 0, False)
+    cdef array.array first_offsets = array.clone(_OFFSETS, 0, False)
+    cdef TarSamples result = TarSamples.__new__(TarSamples)
+    cdef object joined, open_joined = None, key_bytes, extension, full_name
+    if found == NULL:
+        raise MemoryError()
+    error.kind = 0
+    result.repeat = None
+    memory = memoryview(data)
+    PyObject_GetBuffer(memory, &view, PyBUF_SIMPLE)
+    try:
+        start = <const unsigned char *>view.buf
+        while not stopped:
+            with nogil:
+                count = fio_tar_scan(start + total, <size_t>view.len - total, found,
+                                     _FRAMING_BATCH, &consumed, &needed, &at_end, &error)
+            for index in range(count):
+                member = &found[index]
+                members += 1
+                if member.typeflag != 0 and member.typeflag != 48 and member.typeflag != 55:
+                    continue  # only regular files ("0", NUL, "7") are sample members
+                joined = None
+                name = start + total + member.name_offset
+                name_length = member.name_length
+                if member.prefix_length:  # a ustar path in two fields
+                    joined = (start[total + member.prefix_offset:
+                                    total + member.prefix_offset + member.prefix_length]
+                              + b"/" + name[:name_length])
+                    name = <const unsigned char *>PyBytes_AS_STRING(joined)
+                    name_length += member.prefix_length + 1
+                if memchr(name, 10, name_length) != NULL:
+                    # A newline changes what webdataset's regex matches: its own rule decides.
+                    full_name = PyUnicode_DecodeUTF8(<const char *>name, name_length,
+                                                     "surrogateescape")
+                    parts = split_name(full_name)
+                    if parts is None:
+                        continue
+                    key_bytes = parts[0].encode("utf-8", "surrogateescape")
+                    joined = key_bytes
+                    extension = parts[1]
+                    name = <const unsigned char *>PyBytes_AS_STRING(key_bytes)
+                    key_length = len(key_bytes)
+                else:
+                    slash = fio_memrchr(name, 47, name_length)
+                    base = name if slash == NULL else slash + 1
+                    base_length = name_length - <size_t>(base - name)
+                    dot = <const unsigned char *>memchr(base, 46, base_length)
+                    if dot == NULL or dot == base:
+                        continue  # webdataset skips names without an extension
+                    key_length = <size_t>(dot - name)
+                    extension = PyUnicode_DecodeUTF8(
+                        <const char *>dot + 1, name_length - key_length - 1, "surrogateescape")
+                header_offset = total + member.header_offset
+                if (sample is None or key_length != open_length
+                        or memcmp(name, open_key, key_length) != 0):
+                    if sample is not None:
+                        samples.append(sample)
+                        starts.append(first_sample)
+                        ends.append(last_end)
+                    sample = {"__key__": PyUnicode_DecodeUTF8(<const char *>name, key_length,
+                                                              "surrogateescape"),
+                              "__url__": url}
+                    first_sample = header_offset
+                    open_key, open_length, open_joined = name, key_length, joined
+                elif PyDict_Contains(sample, extension):
+                    # The rule splits a name at a dot: the name is key "." extension.
+                    result.repeat = (header_offset, sample["__key__"] + "." + extension)
+                    stopped = True
+                    break
+                if not samples:
+                    first_offsets.append(header_offset)
+                PyDict_SetItem(sample, extension,
+                               _member_value(memory, own, start, total + member.data_offset,
+                                             member.size))
+                last_end = total + member.data_offset + (member.size + 511) // 512 * 512
+            if stopped:
+                break
+            if error.kind:
+                error.offset += total
+            total += consumed
+            if error.kind or at_end or count < _FRAMING_BATCH:
+                break
+    finally:
+        PyBuffer_Release(&view)
+        free(found)
+    if sample is not None:
+        samples.append(sample)
+        starts.append(first_sample)
+        ends.append(last_end)
+    result.samples = samples
+    result.starts = starts
+    result.ends = ends
+    result.first_offsets = first_offsets
+    result.members = members
+    result.consumed = total
+    result.needed = needed
+    result.at_end = at_end
+    if error.kind:
+        result.error = _frame_error(_TAR_ERRORS[error.kind], error.offset, members)
+    return result
 
 
 def crc32c(object data, unsigned int value=0, bint portable=False):

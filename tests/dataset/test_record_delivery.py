@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 import fastio
+from fastio._native import scan_tfrecords
 from fastio.formats import TFRecordWriter, example_parts
 from fastio.formats._layout import _plain
 from tests.formats.test_tfrecord import write_examples
@@ -86,3 +87,41 @@ def test_stored_order_batches_count_a_damaged_record(tmp_path, shards: list[str]
     assert stats["skipped"] == 1
     delivered = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
     assert delivered.equals(as_batch(intact[:-1]))
+
+
+def large_examples(path: Path, count: int) -> list[bytes]:
+    """Records of 60 KB, so that 1 MiB reads hold several and cut some."""
+    payloads = [bytes([number]) * 60_000 + number.to_bytes(4, "little") for number in range(count)]
+    with open(path, "wb") as file, TFRecordWriter(file) as writer:
+        for number, payload in enumerate(payloads):
+            writer.write(*example_parts({"data": payload, "label": number, "weight": 0.5}))
+    return payloads
+
+
+@pytest.mark.parametrize("damage", ["none", "data", "length"])
+def test_records_cut_by_reads_deliver_what_small_reads_deliver(tmp_path, damage: str) -> None:
+    """Large records, many of them cut by 1 MiB reads (completed in a carry
+    buffer), deliver the same samples as 4 KiB reads, and skip and count the
+    same damaged record."""
+    path = tmp_path / "large.tfrecord"
+    payloads = large_examples(path, 30)
+    data = bytearray(path.read_bytes())
+    start = int(scan_tfrecords(data).offsets[11]) - 12  # the 12th record's header
+    if damage == "data":
+        data[start + 12 + 100] ^= 0xFF
+    elif damage == "length":
+        data[start + 1] ^= 0x01
+    path.write_bytes(data)
+    delivered = {}
+    for read_size in (4096, 1 << 20):
+        options = {"read_size": read_size, "index_dir": tmp_path / str(read_size)}
+        with fastio.Dataset(str(path), format="tfrecord", shuffle=False, on_error="skip",
+                            **options) as dataset:  # fmt: skip
+            samples = list(dataset)
+            skipped = dataset.stats()["skipped"]
+        assert len(samples) + skipped == 30
+        assert skipped == (damage != "none")
+        delivered[read_size] = [(bytes(s["data"][0]), int(s["label"][0])) for s in samples]
+    assert delivered[4096] == delivered[1 << 20]
+    expected = [(payload, number) for number, payload in enumerate(payloads)]
+    assert delivered[1 << 20] == [item for item in expected if damage == "none" or item[1] != 11]

@@ -445,3 +445,75 @@ def test_writer_refuses_what_would_not_read_back(key: str, members: dict, proble
     with pytest.raises(ValueError, match=problem):
         writer.write(key, members)
     assert (len(writer), writer.position) == (0, 0)
+
+
+def grouped_by_tarfile(data: bytes, url: str) -> tuple[list[dict], tuple[int, str] | None]:
+    """webdataset's grouping of ``data``'s members, member by member through
+    ``tarfile``: the samples, and where a repeated extension stops it."""
+    samples: list[dict] = []
+    sample: dict | None = None
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        for info in archive:
+            parts = sample_key(info.name) if info.isreg() else None
+            if parts is None:
+                continue
+            key, extension = parts
+            if sample is None or sample["__key__"] != key:
+                if sample is not None:
+                    samples.append(sample)
+                sample = {"__key__": key, "__url__": url}
+            if extension in sample:
+                message = f"{info.name!r} repeats extension {extension!r} of sample {key!r}"
+                return samples, (info.offset, message)
+            sample[extension] = archive.extractfile(info).read()
+    return [*samples, *([sample] if sample else [])], None
+
+
+@given(
+    cuts=st.lists(st.integers(0, 60_000), max_size=20),
+    members=st.lists(
+        st.tuples(
+            st.integers(0, 7),
+            st.sampled_from(["bin", "cls", "a.b", "", "/x"]),
+            st.integers(0, 1500),
+        ),
+        min_size=1,
+        max_size=24,
+    ),
+    tar_format=st.sampled_from(list(TAR_FORMATS.values())),
+    prefix=st.sampled_from(["", "d/", "line\nbreak/", "x" * 120 + "/"]),
+)
+@settings(max_examples=120, deadline=None)
+def test_webdataset_samples_are_indifferent_to_chunk_boundaries(
+    cuts, members, tar_format, prefix
+) -> None:
+    """Small samples grouped natively a buffer at a time, members cut by every
+    kind of boundary, keys that go on across buffers, repeated extensions,
+    names without an extension and directories: as member by member."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tar_format) as archive:
+        for key, extension, size in members:
+            name = f"{prefix}k{key}" + (f".{extension}" if extension else "")
+            if extension == "/x":
+                info = tarfile.TarInfo(f"{prefix}dir{key}.d")
+                info.type = tarfile.DIRTYPE
+                archive.addfile(info)
+                continue
+            add_file(archive, name, bytes([key]) * size)
+    data = buffer.getvalue()
+    expected, repeat = grouped_by_tarfile(data, "u")
+    cuts = [c % (len(data) + 1) for c in cuts]
+    for own in (None, bytes):
+        locate = functools.partial(locate_webdataset, whole=True, own=own)
+        if repeat is None:
+            found = list(locate(chunked(data, cuts), "u"))
+        else:
+            found, error = decode_until_error(locate, chunked(data, cuts), "u")
+            assert (error.offset, str(error).split(": ", 1)[1]) == repeat
+        assert plain(sample for _, _, sample in found) == expected
+        assert all(type(v) is (memoryview if own is None else bytes)
+                   for _, _, s in found for k, v in s.items() if k[:2] != "__")  # fmt: skip
+        # Every sample's byte range alone decodes to the same sample.
+        for start, end, sample in found:
+            alone = list(decode_webdataset([chunk_of(data[start:end], start)], "u"))
+            assert plain(alone) == plain([sample])

@@ -1,0 +1,126 @@
+"""TFRecord per record: where the time goes, as CPU time, beside the tfrecord package.
+
+    python benchmarks/bench_tfrecord_cpu.py --case-dir /path/to/large-7273x110000
+
+``--case-dir`` is one case of the datasets ``benchmarks/bench_datasets.py``
+writes (it holds ``manifest.json`` and a ``tfrecord/`` copy). Wall-clock rates
+swing on a shared machine; CPU time per record does much less, and the thread
+split says which thread a change relieves. So each method reports, per
+record: samples/s, the CPU time of the thread that iterates (the one a
+training loop waits on) and of the whole process (reader threads included).
+
+Methods: fastio.Dataset over the shards (checksums checked, the default; and
+``verify=False``, like for like with the package, which checks none); fastio's
+stages without the Dataset (the reader's chunks alone; framing with checks;
+framing and parsing each record); and the tfrecord package's
+``tfrecord_loader`` (parses tf.train.Example with protobuf, as fastio parses
+it natively). Every run is a fresh process that reads the files once untimed
+first (warm page cache) and times the next pass; methods run in a rotated
+order for ``--repeats`` rounds; medians are printed with each method's ratio
+to the package (samples/s, and the package's CPU over the method's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+METHODS = (
+    "reader chunks",
+    "fastio framing",
+    "fastio framing+parse",
+    "fastio Dataset",
+    "fastio Dataset verify=False",
+    "tfrecord package",
+)
+
+
+def _records(method: str, paths: list[str], url: str) -> int:
+    """One pass of ``method`` over the shards; the records it delivered (every
+    payload's length is read, as a consumer would touch it)."""
+    if method == "tfrecord package":
+        from tfrecord.reader import tfrecord_loader
+
+        return sum(len(r["data"]) >= 0 for p in paths for r in tfrecord_loader(p, None))
+    import fastio
+
+    if method.startswith("fastio Dataset"):
+        verify = not method.endswith("verify=False")
+        with fastio.Dataset(url, format="tfrecord", verify=verify, shuffle=False) as ds:
+            return sum(len(sample["data"][0]) >= 0 for sample in ds)
+    from fastio.formats import decode_tfrecord, parse_example
+
+    count = 0
+    with fastio.Reader() as reader:
+        for path in paths:
+            chunks = reader.stream([fastio.ByteRange(path, 0)])
+            if method == "reader chunks":
+                count += sum(1 for _ in chunks)
+                continue
+            records = decode_tfrecord(chunks, path)
+            if method == "fastio framing":
+                count += sum(1 for _ in records)
+            else:  # parsed as the Dataset parses them
+                count += sum(len(parse_example(r)["data"][0]) >= 0 for r in records)
+    return count
+
+
+def child(method: str, case_dir: str) -> dict[str, float]:
+    manifest = json.loads(Path(case_dir, "manifest.json").read_text())
+    copy = manifest["copies"]["tfrecord"]
+    samples = manifest["case"]["samples"]
+    _records(method, copy["paths"], copy["url"])  # warm: page cache, indexes, imports
+    started, thread, process = time.perf_counter(), time.thread_time(), time.process_time()
+    count = _records(method, copy["paths"], copy["url"])
+    seconds = time.perf_counter() - started
+    if method != "reader chunks" and count != samples:
+        raise SystemExit(f"{method} delivered {count} of {samples} records")
+    return {
+        "rate": samples / seconds,
+        "thread_us": 1e6 * (time.thread_time() - thread) / samples,
+        "process_us": 1e6 * (time.process_time() - process) / samples,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--case-dir", required=True)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.case_dir)))
+        return
+    methods = [m.strip() for m in args.methods.split(",")]
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    for round_ in range(args.repeats):
+        for method in methods[round_ % len(methods) :] + methods[: round_ % len(methods)]:
+            command = [sys.executable, __file__, "--case-dir", args.case_dir, "--child", method]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode:
+                raise SystemExit(f"{method} failed:\n{done.stderr[-3000:]}")
+            results[method].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    medians = {m: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+               for m, runs in results.items()}  # fmt: skip
+    peer = medians.get("tfrecord package")
+    print(f"{'method':30s} {'samples/s':>10s} {'main us':>8s} {'proc us':>8s}  vs package")
+    for method, m in medians.items():
+        ratios = ""
+        if peer:
+            ratios = (f"{m['rate'] / peer['rate']:.2f}x rate, "
+                      f"{peer['thread_us'] / m['thread_us']:.2f}x main CPU, "
+                      f"{peer['process_us'] / m['process_us']:.2f}x process CPU")  # fmt: skip
+        print(f"{method:30s} {m['rate']:10.0f} {m['thread_us']:8.1f} {m['process_us']:8.1f}  "
+              f"{ratios}")  # fmt: skip
+    print(f"medians of {args.repeats} fresh processes each, warm page cache")
+
+
+if __name__ == "__main__":
+    main()
