@@ -1,7 +1,8 @@
 """Where a dataset's samples are: each shard's layout, known or still to be found.
 
 At open, a shard's layout comes from the dataset index (one file, one
-request), else the index folder, else the format's own metadata where it is
+request), else the index folder (its file of this dataset's indexes kept
+together, one read, else the shard's own file), else the format's own metadata where it is
 cheap (Parquet and Arrow footers, ``.npy`` headers, fixed records). The
 layouts of record shards found in none of these are unknown: the first epoch
 streams those shards and learns them on the way (:mod:`fastio.dataset._stream`),
@@ -65,6 +66,11 @@ class ShardLayouts:
         if cache is not None:  # shards without an index are read in this order
             cache.plan(self.urls)
         known = self._dataset_index(index, storage_options)
+        records = self.record_format
+        kept = not known and index is None and records is not None
+        if kept and records is not None:  # what an earlier dataset over these shards left
+            known = records.store.load_set(self.urls)
+        self._reused = 0  # shards whose index came from ``known``
         # Footers and the like are read ahead a group of shards at a time: one
         # wait per group, with a group's bytes held at once.
         for first in range(0, len(self.urls), _PREFETCH_SHARDS):
@@ -74,6 +80,8 @@ class ShardLayouts:
                 self.indexes.append(None)
                 self.layouts.append(self._open(url, known))
         shard_format.prefetch(reader(), [])
+        if kept and self._reused < len(self.urls):
+            self._keep_together()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -130,8 +138,13 @@ class ShardLayouts:
                 self.policy.failure(problem, problem.lost, f"shard {url} is laid out without it")
             return layout
         entry = known.get(url if is_remote(url) else _absolute(url))
-        if entry is None or not (records.locator().reusable(entry.format)
-                                 and entry.fresh(reader, url)):  # fmt: skip
+        if (
+            entry is not None
+            and records.locator().reusable(entry.format)
+            and entry.fresh(reader, url)
+        ):
+            self._reused += 1
+        else:
             entry = self._stored(records, reader, url)
         if entry is None:
             return None
@@ -184,6 +197,13 @@ class ShardLayouts:
         self.indexes[shard] = index
         self.layouts[shard] = records.layout_of(index)
 
+    def _keep_together(self) -> None:
+        """Where every shard has its index, keep them in one file of the index
+        folder, which the next dataset over these shards reads at once."""
+        records = self.record_format
+        if records is not None and all(index is not None for index in self.indexes):
+            records.store.save_set(self.urls, self.dataset_index())
+
     def complete(self, scan: bool = True, progress: Callable[[int], None] | None = None) -> None:
         """Find the unknown layouts: in the index folder (where other processes
         that streamed them left them), then, with ``scan``, by scanning the
@@ -227,6 +247,7 @@ class ShardLayouts:
                 self.layouts[shard] = records.layout_of(index)
             else:
                 self._found(shard, records, index)
+        self._keep_together()
 
     def dataset_index(self) -> DatasetIndex:
         """Every shard's index in one (see :meth:`complete` first). Raises

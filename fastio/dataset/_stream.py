@@ -7,7 +7,7 @@ the samples and their byte ranges in one pass
 leaves its index (``on_indexed``), so later epochs and later datasets plan by
 samples. Damage costs the damaged sample (counted); the pass goes on past it
 where the format can find the next sample (TFRecord), else at the next shard.
-Samples wait in stream windows (:func:`fastio.plan._stream.window_budget`) and
+Samples wait in stream windows (:func:`fastio.plan._windows.window_budget`) and
 leave in each window's permutation.
 
 The resume state is the window the position falls in (its number, the shard
@@ -28,8 +28,7 @@ from fastio._errors import DecodeError
 from fastio.dataset._reads import Guarded
 from fastio.formats._compression import codec_for
 from fastio.formats._layout import batch_of
-from fastio.plan._stream import window_budget
-from fastio.plan._windows import permutation
+from fastio.plan._windows import permutation, window_budget
 from fastio.reader._ranges import ByteRange, Shard
 
 if TYPE_CHECKING:

@@ -14,6 +14,12 @@ index comes from one of three places, first found first:
   dataset's folder is never written to and its globs never change;
 * a **scan** of the shard, whose index then goes to the index folder.
 
+Where every shard of a dataset has its index in the index folder, the folder
+also keeps them all in one file (``dataset-<digest>.fastio-dataset.npz``,
+named after the list of shards), so the next dataset over the same shards
+opens with one read instead of one per shard. Each entry is checked like a
+shard's own index; the per-shard files stay the ones that decide.
+
 An index is tied to the content it describes: its shard's size and version
 (the modification time, or the ETag of a remote object), and for local files
 the inode change stamp (which ``cp -p`` and ``rsync -t`` cannot keep) or else,
@@ -24,6 +30,7 @@ matches is not used.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -52,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DATASET_INDEX",
     "INDEX_SUFFIX",
+    "SET_SUFFIX",
     "UNREADABLE",
     "DatasetIndex",
     "IndexStore",
@@ -72,6 +80,10 @@ INDEX_KIND = "index"
 PLACED_PREFIX = "index-"
 """Indexes in a folder are ``index-<digest>.fastio-index.npz``: never a shard
 cache's file name (a shard cache may share the tiers' directories)."""
+SET_PREFIX = "dataset-"
+SET_SUFFIX = ".fastio-dataset.npz"
+"""The index folder's file of a whole dataset's indexes: never a shard's
+index name, nor a shard cache's file name."""
 _META_BYTES = 2048  # the npz container and its metadata (about 1,200 bytes and the URL)
 _FINGERPRINT_BYTES = 4096
 _VERSION = 2
@@ -358,16 +370,54 @@ class IndexStore:
         """Keep ``index`` for later datasets; a folder that takes no file is
         passed over (the index still serves this dataset)."""
         name = self.name(index.url)
+        nbytes = index.starts.nbytes + index.ends.nbytes + _META_BYTES + len(index.url)
+        folder = self._folder_for(name, nbytes)
+        if folder is not None:
+            with contextlib.suppress(OSError):
+                index.save(folder / f"{name}{INDEX_SUFFIX}")
+
+    def _folder_for(self, name: str, nbytes: int) -> Path | None:
+        """The folder a new file of ``nbytes`` goes to, None where none takes it."""
         try:
             if self.placement is not None:  # TierFullError is an OSError too
-                nbytes = index.starts.nbytes + index.ends.nbytes + _META_BYTES + len(index.url)
-                folder = Path(self.placement(name, nbytes, INDEX_KIND, 1.0))
-            else:
-                [folder] = self._folders()
-                folder.mkdir(parents=True, exist_ok=True)
-            index.save(folder / f"{name}{INDEX_SUFFIX}")
+                return Path(self.placement(name, nbytes, INDEX_KIND, 1.0))
+            [folder] = self._folders()
+            folder.mkdir(parents=True, exist_ok=True)
         except OSError:
-            pass
+            return None
+        return folder
+
+    @staticmethod
+    def set_name(urls: Sequence[str]) -> str:
+        key = "\n".join(_key(url) for url in urls)
+        return f"{SET_PREFIX}{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+    def load_set(self, urls: Sequence[str]) -> dict[str, ShardIndex]:
+        """The indexes kept together for the dataset of ``urls``, by URL (as
+        :meth:`DatasetIndex.lookup`); empty where there are none. A damaged
+        file counts as none: the shards' own index files decide, and the
+        file is written anew once they are read."""
+        name = self.set_name(urls) + SET_SUFFIX
+        for folder in self._folders():
+            path = folder / name
+            try:
+                return DatasetIndex.read(path.read_bytes(), str(path)).lookup()
+            except FileNotFoundError:
+                continue
+            except UNREADABLE:
+                return {}
+        return {}
+
+    def save_set(self, urls: Sequence[str], index: DatasetIndex) -> None:
+        """Keep ``index`` (every shard of ``urls``) in one file, as :meth:`save`."""
+        name = self.set_name(urls)
+        nbytes = sum(shard.starts.nbytes * 2 + _META_BYTES for shard in index.shards)
+        folder = self._folder_for(name, nbytes)
+        if folder is None:
+            return
+        path = folder / f"{name}{SET_SUFFIX}"
+        with contextlib.suppress(OSError):
+            _write_atomically(path, index.to_bytes(str(path)))
 
 
 @dataclass(frozen=True)
@@ -425,15 +475,7 @@ class DatasetIndex:
             with fsspec.open(location, "wb", **(storage_options or {})) as out:
                 out.write(data)
             return
-        path = Path(local_path(location))
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        _write_atomically(Path(local_path(location)), data)
 
     @classmethod
     def fetch(cls, location: str, storage_options: dict[str, Any] | None = None
@@ -454,6 +496,18 @@ class DatasetIndex:
             return cls.read(bytes(data), location)
         except UNREADABLE as error:
             raise IndexFileError(location, "the dataset", _problem(error)) from None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash never leaves a torn file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 def dataset_index_location(urls: Sequence[str]) -> str:

@@ -8,7 +8,8 @@ its index on the way. Every sample is still delivered exactly once across
 ranks and workers; how many each participant delivers depends on its shards.
 
 Shuffling uses windows over the stream: consecutive samples, about
-``budget(k)`` bytes for the ``k``-th window, delivered in a permutation of
+``window_budget(k)`` bytes for the ``k``-th window
+(:func:`fastio.plan._windows.window_budget`), delivered in a permutation of
 ``(seed, epoch, rank, worker, k)``. The first window is the first sample
 alone (it leaves as soon as its bytes arrive); then the budgets start at 64
 KiB and double up to the shuffle buffer, which bounds what is held. Window
@@ -30,9 +31,7 @@ if TYPE_CHECKING:
     from fastio.plan._participant import Participant
     from fastio.spec._dataset import ShuffleSettings
 
-__all__ = ["FIRST_WINDOW", "stream_shards", "window_budget"]
-
-FIRST_WINDOW = 64 << 10
+__all__ = ["stream_shards"]
 
 
 def stream_shards(
@@ -53,11 +52,3 @@ def stream_shards(
         middles = np.cumsum(ordered) - ordered / 2
         owners = np.minimum((middles * shares / total).astype(np.int64), shares - 1)
     return [shard for shard, owner in zip(order, owners, strict=True) if owner == me]
-
-
-def window_budget(index: int, buffer: int) -> int:
-    """Bytes of samples in stream window ``index`` (it closes at the first
-    sample that reaches them): the first window is the first sample alone."""
-    if index == 0:
-        return 1
-    return min(buffer, FIRST_WINDOW << min(index - 1, 40))

@@ -12,6 +12,12 @@ Because the order is a pure function of the plan, a position in the epoch is
 the whole resume state: the window it falls in is rebuilt and only its samples
 not yet delivered are read again. Unshuffled epochs deliver spans in stored
 order in runs of about ``budget`` bytes.
+
+The first windows ramp up (:func:`window_budget`): the first holds one unit
+per span, the next about 64 KiB, doubling up to ``budget``. So the first
+sample leaves as soon as its own bytes (and, shuffled, its window's few
+others) arrive rather than after a whole shuffle buffer is read, while what
+is held stays bounded by ``budget`` as before.
 """
 
 from __future__ import annotations
@@ -22,13 +28,36 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+# Imported with the plan, not at a shuffled epoch's first sample: numpy loads
+# its random module lazily, and that takes ~10 ms.
+from numpy.random import default_rng
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from fastio.formats._shards import Layout
     from fastio.plan._assignment import Span
 
-__all__ = ["Run", "Window", "make_windows", "permutation", "shuffle_quality"]
+__all__ = [
+    "FIRST_WINDOW",
+    "Run",
+    "Window",
+    "make_windows",
+    "permutation",
+    "shuffle_quality",
+    "window_budget",
+]
+
+FIRST_WINDOW = 64 << 10
+"""Bytes of the second window; each one after holds twice its predecessor's."""
+
+
+def window_budget(index: int, buffer: int) -> int:
+    """Bytes of samples in window ``index``: the first window is a single unit
+    (per span), then 64 KiB doubling up to ``buffer``."""
+    if index == 0:
+        return 1
+    return min(buffer, FIRST_WINDOW << min(index - 1, 40))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +84,10 @@ class Window:
 def make_windows(
     spans: Sequence[Span], layouts: Sequence[Layout], budget: int, mix: int
 ) -> list[Window]:
-    """Cut ``spans`` into windows of about ``budget`` bytes, each mixing runs of
-    up to ``mix`` spans (``mix=1``: stored order, one run per window)."""
+    """Cut ``spans`` into windows of about ``budget`` bytes (the first ones
+    fewer, see :func:`window_budget`), each mixing runs of up to ``mix`` spans
+    (``mix=1``: stored order, one run per window)."""
     budget, mix = max(1, budget), max(1, mix)
-    per_span = max(1, budget // mix)
     pending = deque(spans)
     active: list[list[int]] = []  # [shard, cursor, stop]
     windows: list[Window] = []
@@ -71,6 +100,7 @@ def make_windows(
             break
         runs: list[Run] = []
         count = nbytes = 0
+        per_span = max(1, window_budget(len(windows), budget) // mix)
         for entry in active:
             shard, cursor, stop = entry
             layout = layouts[shard]
@@ -88,9 +118,7 @@ def permutation(
     count: int, seed: int, epoch: int, rank: int, worker: int, window: int
 ) -> np.ndarray:
     """The delivery order of a window's ``count`` samples (positions in it)."""
-    generator = np.random.default_rng(
-        [seed & 0xFFFFFFFF, seed >> 32, epoch, rank, worker, window, 0x5EED]
-    )
+    generator = default_rng([seed & 0xFFFFFFFF, seed >> 32, epoch, rank, worker, window, 0x5EED])
     return generator.permutation(count)
 
 

@@ -91,6 +91,11 @@ class BufferPool:
             self._keep(spare)
         return fresh[0]
 
+    def has_free(self, nbytes: int) -> bool:
+        """Whether :meth:`take` of ``nbytes`` would reuse a buffer, mapping nothing."""
+        size = bucket_size(nbytes)
+        return any(free for s, free in self._free.items() if s >= size)
+
     def give_back(self, buffer: AlignedBuffer) -> None:
         if buffer.exports:
             self._reclaim_lent()

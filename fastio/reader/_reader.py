@@ -23,6 +23,7 @@ import asyncio
 import atexit
 import contextlib
 import errno
+import inspect
 import logging
 import os
 import threading
@@ -90,7 +91,7 @@ class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
     __slots__ = ("closed", "count_wait", "delivered", "exhausted", "largest", "lookahead", "plan",
-                 "queue", "queued_bytes", "waiter")  # fmt: skip
+                 "queue", "queued_bytes", "started", "waiter")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
         self.plan: Iterator[Request] = iter(())
@@ -103,6 +104,7 @@ class _Stream:
         self.exhausted = False
         self.closed = False
         self.count_wait = count_wait
+        self.started = False  # whether the consumer has had a batch yet
 
     def next_piece(self) -> Request | None:
         if self.lookahead is None and not self.exhausted:
@@ -470,7 +472,9 @@ class Reader:
         holds = max(self._settings.read_size, self._settings.memory_budget // _HANDOFF_SHARE)
         handoff = Handoff(loop, holds, on_wait=self._count_wait)
         self._handoffs.add(handoff)
-        future = asyncio.run_coroutine_threadsafe(self._feed(shards, handoff), loop)
+        fed = threading.Event()  # the feeder's cleanup ran
+        feeder = self._feed(shards, handoff, fed)
+        future = asyncio.run_coroutine_threadsafe(feeder, loop)
         handoff.watch(future)
         try:
             while (batch := handoff.get()) is not None:
@@ -485,20 +489,33 @@ class Reader:
             if not future.done() and not loop.is_closed():
                 loop.call_soon_threadsafe(future.cancel)
                 # Cancelled because the consumer stopped early, or failed because
-                # the reader was closed: either way the feeder has cleaned up.
-                # Never waited for from the loop's own thread (the garbage
-                # collector may close a forgotten stream there): the loop could
-                # not run the feeder's cleanup while this waits, so it runs it
-                # once this returns.
+                # the reader was closed: waited for until the feeder has cleaned
+                # up (the cancelled future is done before the feeder even sees
+                # the cancellation). Never waited for from the loop's own thread
+                # (the garbage collector may close a forgotten stream there):
+                # the loop could not run the feeder's cleanup while this waits,
+                # so it runs it once this returns.
                 if not background.on_loop_thread():
+                    # (A feeder cancelled before it started never runs its cleanup:
+                    # its coroutine is closed all the same.)
+                    while (inspect.getcoroutinestate(feeder) != inspect.CORO_CLOSED
+                           and background.loop.is_running()):  # fmt: skip
+                        if fed.wait(0.01):
+                            time.sleep(0)  # the feeder's last lines, on the loop thread
+                    # The feeder's task (its frames hold this reader) is let go by
+                    # callbacks queued as it ends: two trips through the loop run
+                    # them, and an abandoned reader is then the collector's.
                     with contextlib.suppress(BaseException):
-                        future.result()
+                        background.call(lambda: None)
+                        background.call(lambda: None)
 
     def _count_wait(self, seconds: float) -> None:
         self._wait_seconds += seconds
 
-    async def _feed(self, shards: Iterable[ShardLike], handoff: Handoff) -> None:
-        """Loop-thread half of :meth:`stream`: moves batches into the hand-off."""
+    async def _feed(self, shards: Iterable[ShardLike], handoff: Handoff, fed: threading.Event
+                    ) -> None:  # fmt: skip
+        """Loop-thread half of :meth:`stream`: moves batches into the hand-off;
+        sets ``fed`` when it has cleaned up."""
         stream: _Stream | None = None
         try:
             self._bind(asyncio.get_running_loop())
@@ -520,6 +537,7 @@ class Reader:
         finally:
             if stream is not None:
                 self._close_stream(stream)
+            fed.set()
 
     def _open_stream(self, shards: Iterable[ShardLike], count_wait: bool) -> _Stream:
         stream = _Stream(count_wait)
@@ -620,6 +638,7 @@ class Reader:
                 self._bytes_delivered += length
             stream.delivered.append(piece)
         self._chunks_delivered += len(chunks)
+        stream.started = True
         return chunks
 
     # ---- the scheduler ---------------------------------------------------------------
@@ -707,6 +726,14 @@ class Reader:
                 # for this one (an index read while a shard streams).
                 if held and held + size > budget and queue:
                     throttled = True
+                    break
+                # Until its first batch is out, a stream reads local files ahead
+                # only into buffers already mapped: mapping a fresh region can
+                # cost milliseconds (huge pages compacted), and the first chunk
+                # is handed over only once this fill ends. (Remote reads take
+                # longer than that: they all start at once, as before.)
+                local = piece.file is not None and piece.file.fd >= 0
+                if queue and local and not stream.started and not pool.has_free(size):
                     break
                 stream.lookahead = None
                 buffer = pool.take(piece.length)

@@ -41,7 +41,10 @@ def expand_urls(
         patterns = [patterns]
     urls: list[str] = []
     for pattern in patterns:
-        for url in braceexpand(os.fspath(pattern)):
+        pattern = os.fspath(pattern)
+        # A plain name (the usual list of shards) expands to itself: skip the parser.
+        expanded = braceexpand(pattern) if "{" in pattern or "\\" in pattern else [pattern]
+        for url in expanded:
             if not _GLOB_CHARACTERS & set(url):
                 urls.append(url)
                 continue

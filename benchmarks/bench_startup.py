@@ -1,0 +1,137 @@
+"""Time to the first sample: fastio.Dataset vs webdataset.WebDataset, fresh processes.
+
+    python benchmarks/bench_startup.py --data-dir /work/data/fmt-bench-02
+    python benchmarks/bench_startup.py --data-dir /work/data/fmt-bench-02 --runs 9 --cold
+
+The tar copy of ``bench_datasets.py``'s "large" case (written by it; ~110 KB
+samples, 64 shards, indexes present). Each run is a fresh process that first
+imports what ``bench_datasets.py`` imports before its clock (fastio, numpy,
+pyarrow, torch, uvloop, webdataset: a once-per-process cost), then times, as
+that benchmark does, from constructing the dataset to its first sample (or
+the first batch of a 2-worker DataLoader), and stops there: seconds per run,
+not a whole epoch. Besides wall-clock time it reports the process's CPU time
+to the first sample (all threads) and the main thread's, which a loaded
+machine disturbs less. Methods run in a shuffled order in each round; the
+table shows medians and webdataset's time over fastio's (above 1: fastio
+starts sooner).
+
+fastio runs with ``shuffle=False`` (as ``bench_datasets.py``), with the
+default settings (``shuffle=True``), and never seen (an empty index folder:
+the first epoch streams). Warm by default (the files are read once,
+untimed); ``--cold`` drops the page cache before every run (root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_read import drop_caches, warm_up
+
+LOADER_BATCH = 256
+WORKERS = 2
+IMPORTS = ("fastio", "fastio.dataset._dataset", "fastio.formats", "numpy", "pyarrow",
+           "pyarrow.compute", "torch", "torch.utils.data", "uvloop", "webdataset")  # fmt: skip
+METHODS = ["fastio", "fastio shuffled", "fastio never seen", "webdataset", "fastio loader",
+           "webdataset loader"]  # fmt: skip
+
+
+def first_item(method: str, url: str, index_dir: str) -> Any:
+    """Construct the method's dataset and return its first sample or batch."""
+    if method.startswith("webdataset"):
+        import webdataset
+
+        dataset: Any = webdataset.WebDataset(url, shardshuffle=False)
+    else:
+        import fastio
+
+        knobs: dict[str, Any] = {} if method == "fastio shuffled" else {"shuffle": False}
+        if method == "fastio never seen":
+            knobs["index_dir"] = index_dir
+        dataset = fastio.Dataset(url, format="webdataset", **knobs)
+    if method.endswith("loader"):
+        from torch.utils.data import DataLoader
+
+        dataset = DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=WORKERS)
+    return next(iter(dataset))
+
+
+def child(method: str, url: str, index_dir: str) -> None:
+    import importlib
+
+    for module in IMPORTS:
+        importlib.import_module(module)
+    wall, cpu, main_cpu = time.perf_counter(), time.process_time(), time.thread_time()
+    item = first_item(method, url, index_dir)
+    report = {"seconds": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
+              "main_cpu": time.thread_time() - main_cpu, "ok": item is not None}  # fmt: skip
+    print(json.dumps(report), flush=True)
+    os._exit(0)  # the first sample is all this measures: no epoch, no teardown
+
+
+def measure(method: str, url: str, cold: bool) -> dict[str, float]:
+    if cold:
+        drop_caches()
+    with tempfile.TemporaryDirectory(prefix="fastio-startup-index-") as index_dir:
+        command = [sys.executable, __file__, "--child", method, url, index_dir]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{method}: exit {done.returncode}: {done.stderr[-2000:]}")
+    report: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--data-dir", type=Path, default=Path("/work/data/bench-datasets"))
+    parser.add_argument("--runs", type=int, default=5, help="fresh processes per method")
+    parser.add_argument("--cold", action="store_true", help="drop the page cache before each")
+    parser.add_argument("--methods", type=lambda s: s.split(","), default=METHODS)
+    parser.add_argument("--seed", type=int, default=0, help="for the method order")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    [manifest_path] = glob.glob(str(args.data_dir / "large-*" / "manifest.json"))
+    copy = json.loads(Path(manifest_path).read_text())["copies"]["webdataset"]
+    if not args.cold:
+        warm_up(copy["paths"])
+    results: dict[str, list[dict[str, float]]] = {method: [] for method in args.methods}
+    order = random.Random(args.seed)
+    for _ in range(args.runs):
+        methods = list(args.methods)
+        order.shuffle(methods)
+        for method in methods:
+            results[method].append(measure(method, copy["url"], args.cold))
+
+    def median(method: str, key: str) -> float:
+        return statistics.median(run[key] for run in results[method])
+
+    mode = "cold" if args.cold else "warm"
+    print(f"time to the first sample ({mode}, {copy['url']}, medians of {args.runs} processes)")
+    print("| method | first sample (ms) | CPU, all threads (ms) | CPU, main thread (ms) |"
+          " webdataset / this (wall) |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    for method in args.methods:
+        peer = "webdataset loader" if method.endswith("loader") else "webdataset"
+        ratio = ""
+        if results.get(peer):
+            ratio = f"{median(peer, 'seconds') / median(method, 'seconds'):.2f}"
+        print(f"| {method} | {1e3 * median(method, 'seconds'):.1f} | "
+              f"{1e3 * median(method, 'cpu'):.1f} | {1e3 * median(method, 'main_cpu'):.1f} | "
+              f"{ratio} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""What a dataset does before its first sample: one index read, a small first read."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+import fastio
+from fastio._native import HUGE_PAGE
+from fastio.formats._index import INDEX_SUFFIX, SET_SUFFIX
+from fastio.plan import make_windows
+from fastio.plan._assignment import Span
+from tests.shards import key_of, write
+
+
+@pytest.fixture
+def never_seen(tmp_path):
+    return write("webdataset", tmp_path / "data", shards=5, per_shard=12, index=False)
+
+
+def keys(dataset) -> list[int]:
+    return [key_of("webdataset", sample) for sample in dataset]
+
+
+def test_a_reopened_dataset_reads_its_indexes_from_one_file(never_seen, tmp_path) -> None:
+    index_dir = tmp_path / "index"
+    first = fastio.Dataset(never_seen.urls, index_dir=index_dir, shuffle=False)
+    first.index()
+    first.close()
+    [kept] = index_dir.glob(f"*{SET_SUFFIX}")
+    for shard_index in index_dir.glob(f"*{INDEX_SUFFIX}"):
+        shard_index.unlink()  # only the file of them all is left to find
+    again = fastio.Dataset(never_seen.urls, index_dir=index_dir, shuffle=True)
+    assert len(again) == len(never_seen.samples)  # known at open
+    assert again.reader.stats().requests == 0  # no shard was scanned
+    assert Counter(keys(again)) == Counter(row["key"] for row in never_seen.samples)
+    assert not list(index_dir.glob(f"*{INDEX_SUFFIX}"))
+    assert kept.exists()
+    again.close()
+
+
+def test_a_damaged_file_of_indexes_falls_back_to_the_shards_own(never_seen, tmp_path) -> None:
+    index_dir = tmp_path / "index"
+    fastio.Dataset(never_seen.urls, index_dir=index_dir).index()
+    [kept] = index_dir.glob(f"*{SET_SUFFIX}")
+    kept.write_bytes(kept.read_bytes()[:100])  # truncated
+    again = fastio.Dataset(never_seen.urls, index_dir=index_dir, shuffle=False)
+    assert again.reader.stats().requests == 0  # the shards' index files, not a scan
+    assert keys(again) == [row["key"] for row in never_seen.samples]
+    assert fastio.Dataset(never_seen.urls, index_dir=index_dir).total == len(never_seen.samples)
+    assert len(kept.read_bytes()) > 100  # written anew
+
+
+def test_a_shard_changed_since_its_indexes_were_kept_is_indexed_again(never_seen, tmp_path) -> None:
+    index_dir = tmp_path / "index"
+    fastio.Dataset(never_seen.urls, index_dir=index_dir).index()
+    other = write("webdataset", tmp_path / "other", shards=1, per_shard=3, seed=1, index=False)
+    before = _count(never_seen.urls[2], tmp_path / "before")
+    after = _count(other.urls[0], tmp_path / "after")
+    changed = never_seen.urls[2]
+    with open(other.urls[0], "rb") as source, open(changed, "wb") as out:
+        out.write(source.read())
+    again = fastio.Dataset(never_seen.urls, index_dir=index_dir, shuffle=False)
+    delivered = keys(again)
+    assert len(delivered) == again.total == len(never_seen.samples) - before + after
+
+
+def _count(url: str, index_dir) -> int:
+    dataset = fastio.Dataset(url, index_dir=index_dir)
+    dataset.index()
+    return dataset.total
+
+
+@pytest.mark.parametrize("mix", [1, 3])
+def test_the_first_windows_ramp_up_from_one_sample_per_span(never_seen, tmp_path, mix) -> None:
+    dataset = fastio.Dataset(never_seen.urls, index_dir=tmp_path / "index", shuffle=False)
+    dataset.index()
+    layouts = dataset.layouts
+    spans = [Span(shard, 0, layout.count) for shard, layout in enumerate(layouts)]
+    windows = make_windows(spans, layouts, 1 << 30, mix)
+    assert [len(run) for run in windows[0].runs] == [1] * mix
+    assert sum(window.count for window in windows) == len(never_seen.samples)
+    # Each sample in exactly one window, in stored order within its shard.
+    taken = [(run.shard, sample) for window in windows for run in window.runs
+             for sample in range(run.start, run.stop)]  # fmt: skip
+    assert sorted(taken) == [
+        (s, i) for s, layout in enumerate(layouts) for i in range(layout.count)
+    ]
+
+
+def test_a_streams_first_chunk_waits_for_no_read_ahead(tmp_path) -> None:
+    path = tmp_path / "big"
+    path.write_bytes(bytes(range(256)) * (64 << 12))  # 16 MiB
+    read_size = 1 << 20
+
+    async def first_chunk() -> int:
+        async with fastio.Reader(read_size=read_size, outstanding_requests=16) as reader:
+            async for _ in reader.astream([str(path)]):
+                # The loop has not run since this chunk was handed over.
+                return reader.stats().bytes_read
+        raise AssertionError("no chunk")
+
+    assert asyncio.run(first_chunk()) <= max(HUGE_PAGE, read_size)
