@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <sys/mman.h>
 
-int fio_region_map(fio_region *region, size_t size)
+int fio_region_map(fio_region *region, size_t size, int huge)
 {
     size_t rounded = (size + FIO_HUGE_PAGE - 1) & ~(FIO_HUGE_PAGE - 1);
     size_t mapped_len = rounded + FIO_HUGE_PAGE; /* room to align the start */
@@ -16,7 +16,8 @@ int fio_region_map(fio_region *region, size_t size)
     char *data = (char *)(((uintptr_t)mapping + FIO_HUGE_PAGE - 1) & ~(uintptr_t)(FIO_HUGE_PAGE - 1));
 #ifdef MADV_HUGEPAGE
     /* Advice only: without THP the region still works with small pages. */
-    (void)madvise(data, rounded, MADV_HUGEPAGE);
+    if (huge)
+        (void)madvise(data, rounded, MADV_HUGEPAGE);
 #endif
 #ifdef MADV_POPULATE_WRITE
     /* Fault the pages in now, once: a fault in the middle of io_uring's inline

@@ -24,9 +24,11 @@ typedef struct fio_region {
     size_t size;       /* usable bytes, a multiple of FIO_HUGE_PAGE */
 } fio_region;
 
-/* Maps at least `size` bytes, huge-page aligned, advised for huge pages.
+/* Maps at least `size` bytes, huge-page aligned, advised for huge pages if
+ * `huge` (faulting a huge page in may first reclaim or compact 2 MiB of
+ * memory: milliseconds where the page cache fills memory).
  * Returns 0 or a negative errno. */
-int fio_region_map(fio_region *region, size_t size);
+int fio_region_map(fio_region *region, size_t size, int huge);
 void fio_region_unmap(fio_region *region);
 
 #endif

@@ -85,7 +85,11 @@ class BufferPool:
         if buffer is not None:
             return buffer
         self._release_idle(_region_bytes(size))
-        fresh = allocate_buffers(size, max(1, HUGE_PAGE // size))
+        # The first region in ordinary pages: faulting in a huge page may wait
+        # for the kernel to reclaim 2 MiB of page cache (10-25 ms measured with
+        # memory full of cached data), and the first read waits for it.
+        first = not self._mapped_bytes
+        fresh = allocate_buffers(size, max(1, HUGE_PAGE // size), huge=not first)
         self._mapped_bytes += _region_bytes(size)
         for spare in fresh[1:]:
             self._keep(spare)

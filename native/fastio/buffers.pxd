@@ -7,7 +7,7 @@ cdef extern from "hugemem.h" nogil:
         char *data
         size_t size
 
-    int fio_region_map(fio_region *region, size_t size)
+    int fio_region_map(fio_region *region, size_t size, int huge)
     void fio_region_unmap(fio_region *region)
 
 

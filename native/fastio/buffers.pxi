@@ -17,8 +17,8 @@ cdef class Region:
     """A huge-page-advised memory mapping that :class:`AlignedBuffer` objects are
     carved from; unmapped when the last buffer referring to it is gone."""
 
-    def __cinit__(self, size_t size):
-        cdef int rc = fio_region_map(&self._region, size)
+    def __cinit__(self, size_t size, bint huge=True):
+        cdef int rc = fio_region_map(&self._region, size, huge)
         if rc < 0:
             raise MemoryError(f"cannot map {size} bytes: {os.strerror(-rc)}")
 
@@ -33,14 +33,15 @@ HUGE_PAGE = FIO_HUGE_PAGE
 """Size of the transparent huge pages read buffers are carved from."""
 
 
-def allocate_buffers(Py_ssize_t size, Py_ssize_t count):
+def allocate_buffers(Py_ssize_t size, Py_ssize_t count, bint huge=True):
     """``count`` buffers of ``size`` bytes (a multiple of 4096) carved from one
     huge-page-advised region, so each is physically contiguous where the kernel
-    grants huge pages (see native/hugemem.h for why reads care)."""
+    grants huge pages (see native/hugemem.h for why reads care); with
+    ``huge=False``, from ordinary pages (quicker to map when memory is full)."""
     if size <= 0 or size % DIRECT_ALIGNMENT or count <= 0:
         raise ValueError(f"need a positive multiple of {DIRECT_ALIGNMENT} bytes and count, "
                          f"not {size} x {count}")
-    region = Region(size * count)
+    region = Region(size * count, huge)
     return [AlignedBuffer(size, DIRECT_ALIGNMENT, region, index * size)
             for index in range(count)]
 
