@@ -273,25 +273,46 @@ def test_closing_mid_epoch_stops_prefetches_and_leaves_no_partial_files(
 ) -> None:
     url = http.url(large_tars)
     options = {"shuffle": False, "index_dir": tmp_path, "read_size": 64 << 10}
-    fastio.Dataset(url, **options).close()  # indexes first: iteration is what prefetches
-    resources = ResourceSnapshot()  # after fsspec's loop and client exist (they stay)
-    http.faults.latency = 0.5
+    with fastio.Dataset(url, **options) as first:  # indexes first: iteration is what prefetches
+        assert sum(1 for _ in first) == 8
+    resources = ResourceSnapshot()
+    files_before = _open_files()
+    http.faults.latency = 0.2
     total = sum(e.stat().st_size for e in os.scandir(folder / "large"))
     dataset = fastio.Dataset(url, **options, cache_dir=tmp_path / "cache", cache_bytes=total,
                              cache_prefetch=3)  # fmt: skip
     samples = iter(dataset)
     next(samples)
-    assert dataset.reader._remotes.prefetcher.running  # later shards are being downloaded
-    dataset.close()  # while the loop may be waiting for a download: that ends too
-    samples.close()
+    http.faults.hold_after = 0  # no data request is answered now: downloads stay running
+    try:
+        assert dataset.cache.stats()["downloads"] > 0  # later shards are being downloaded
+        dataset.close()  # while the loop may be waiting for a download: that ends too
+        samples.close()
+    finally:
+        http.faults.hold_after = None
     cache = ShardCache(tmp_path / "cache", total)
     stats = cache.stats()
     cache.close()
-    assert stats["bytes_reserved"] == 0
+    assert stats["bytes_reserved"] == stats["downloads"] == 0
     assert stats["shards_cached"] < 8
     leftovers = [e.name for e in os.scandir(tmp_path / "cache") if e.is_file()]
     assert len(leftovers) == stats["shards_cached"]  # published copies only, no temporaries
-    resources.assert_released(pooled_connections=True)
+    # Threads gone, and no file left open (sockets are fsspec's client's, shared
+    # by the process: its pool keeps idle connections, and the server's side of
+    # held requests closes as they end).
+    resources.assert_released(pooled_connections=True, sockets=False)
+    assert _open_files() == files_before
+
+
+def _open_files() -> list[str]:
+    """What this process's descriptors name, sockets, pipes and anonymous ones aside."""
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("/") and not target.startswith("/dev/"):
+                names.append(target)
+    return sorted(names)
 
 
 def test_tiering_places_the_datasets_cache_copies(http, tars, tmp_path) -> None:
