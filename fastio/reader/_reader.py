@@ -594,6 +594,8 @@ class Reader:
             if self._failure is not None:
                 raise self._failure
             self._pump()
+            if self._failure is not None:  # this pump failed: nothing would wake the wait
+                raise self._failure
             if queue and queue[0].done:
                 break
             if not queue and stream.lookahead is None and stream.exhausted:

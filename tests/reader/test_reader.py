@@ -538,9 +538,9 @@ def test_a_consumer_holding_views_keeps_the_buffers_reused(tmp_path: Path, monke
     mapped: list[int] = []
     allocate = buffers.allocate_buffers
 
-    def counted(size: int, count: int):  # the real allocation, counted
+    def counted(size: int, count: int, **options: bool):  # the real allocation, counted
         mapped.append(size * count)
-        return allocate(size, count)
+        return allocate(size, count, **options)
 
     monkeypatch.setattr(buffers, "allocate_buffers", counted)
     path = tmp_path / "data"
@@ -560,3 +560,20 @@ def test_a_consumer_holding_views_keeps_the_buffers_reused(tmp_path: Path, monke
         held.clear()
     assert bytes(got) == data
     assert sum(mapped) <= 3 * budget  # 12 budgets read
+
+
+def test_a_failure_to_map_buffers_reaches_the_consumer(tmp_path: Path, monkeypatch) -> None:
+    """Mapping memory for read buffers can fail (no memory left): the stream
+    raises that error to its consumer instead of waiting for reads that never
+    started."""
+    import fastio.reader._buffers as buffers
+
+    def refused(size: int, count: int, **options: bool):
+        raise MemoryError(f"cannot map {size * count} bytes")
+
+    monkeypatch.setattr(buffers, "allocate_buffers", refused)
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * (1 << 20))
+    with Reader(read_size=256 << 10) as reader, pytest.raises(MemoryError, match="cannot map"):
+        for _ in reader.stream([Shard((ByteRange(str(path)),))]):
+            pass

@@ -176,18 +176,22 @@ def test_shuffle_spill_keeps_the_order_and_lands_on_the_fast_tier(tmp_path: Path
     with fastio.Dataset(shards, **options).index() as plain:  # windows from the first epoch
         expected = list(plain)
     with fastio.Dataset(shards, shuffle_memory=1000, tiering=tiering, **options) as spilled:
-        iterator = iter(spilled)
-        got = [next(iterator)]
-        names = os.listdir(tiering.tiers[0].path)
-        assert any(name.startswith(".fastio-spill-") for name in names), names
-        got += list(iterator)
+        got, seen = [], False  # spill files on the fast tier while the epoch runs
+        for sample in spilled:  # (the first windows are small: they need not spill)
+            got.append(sample)
+            names = os.listdir(tiering.tiers[0].path)
+            seen = seen or any(name.startswith(".fastio-spill-") for name in names)
+        assert seen
         assert spilled._spill is not None
         assert spilled._spill.windows_spilled > 1
         assert spilled.stats()["samples"] == len(expected)
     assert got == expected
     spills = [o for o in tiering.outcomes if o.features.kind == "spill"]
     written = sum(o.bytes_written for o in spills)
-    assert sum(o.operations for o in spills) == 2 * len(expected)  # one write, one read each
+    operations = sum(o.operations for o in spills)  # one write, one read each spilled sample
+    # All but the first, smallest windows spill.
+    assert operations % 2 == 0
+    assert len(expected) < operations <= 2 * len(expected)
     assert written == sum(o.bytes_read for o in spills) > 0
     assert tiering.usage() == {"fast": 0, "slow": 0}
 
