@@ -20,14 +20,10 @@ payload's length is read, as a consumer would touch it.
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any
+
+from _cpu_per_sample import main, timed_pass
 
 METHODS = ("fastio samples", "fastio batches 256", "fastio batches 1024")
 
@@ -50,53 +46,8 @@ def _samples(method: str, url: str) -> int:
 def child(method: str, case_dir: str) -> dict[str, float]:
     manifest = json.loads(Path(case_dir, "manifest.json").read_text())
     url = manifest["copies"]["webdataset"]["url"]
-    samples = manifest["case"]["samples"]
-    _samples(method, url)  # warm: page cache, indexes, imports
-    started, thread, process = time.perf_counter(), time.thread_time(), time.process_time()
-    count = _samples(method, url)
-    seconds = time.perf_counter() - started
-    if count != samples:
-        raise SystemExit(f"{method} delivered {count} of {samples} samples")
-    return {
-        "rate": samples / seconds,
-        "thread_us": 1e6 * (time.thread_time() - thread) / samples,
-        "process_us": 1e6 * (time.process_time() - process) / samples,
-    }
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--case-dir", required=True)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(args.child, args.case_dir)))
-        return
-    methods = [m.strip() for m in args.methods.split(",")]
-    results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-    for round_ in range(args.repeats):
-        for method in methods[round_ % len(methods) :] + methods[: round_ % len(methods)]:
-            command = [sys.executable, __file__, "--case-dir", args.case_dir, "--child", method]
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
-            if done.returncode:
-                raise SystemExit(f"{method} failed:\n{done.stderr[-3000:]}")
-            results[method].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    medians = {m: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-               for m, runs in results.items()}  # fmt: skip
-    peer = medians.get("fastio samples")
-    print(f"{'method':22s} {'samples/s':>10s} {'main us':>8s} {'proc us':>8s}  vs per sample")
-    for method, m in medians.items():
-        ratios = ""
-        if peer:
-            ratios = (f"{m['rate'] / peer['rate']:.2f}x rate, "
-                      f"{peer['thread_us'] / m['thread_us']:.2f}x main CPU, "
-                      f"{peer['process_us'] / m['process_us']:.2f}x process CPU")  # fmt: skip
-        print(f"{method:22s} {m['rate']:10.0f} {m['thread_us']:8.1f} {m['process_us']:8.1f}  "
-              f"{ratios}")  # fmt: skip
-    print(f"medians of {args.repeats} fresh processes each, warm page cache")
+    return timed_pass(lambda: _samples(method, url), manifest["case"]["samples"], "samples")
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__.split("\n")[0], __file__, METHODS, "fastio samples", child)

@@ -217,10 +217,10 @@ class ShardCache:
 
     def get_filling(
         self, url: str, size: int, fetch: Fetch, etag: str | None = None, *,
-        checksum: str | None = None, spawn: Callable[[Callable[[], object], Filling], None],
+        checksum: str | None = None, spawn: Callable[[Callable[[], object]], None],
     ) -> str | Filling:  # fmt: skip
         """:meth:`get` with ``wait="download"``, except that a copy this process
-        is downloading (a miss, downloaded by ``spawn(download, filling)`` in the
+        is downloading (a miss, downloaded by ``spawn(download)`` in the
         background, or a running prefetch) is not waited for: its
         :class:`Filling` is returned, which reads bytes as soon as they are
         written. The copy is pinned either way, until :meth:`release`."""
@@ -393,7 +393,7 @@ class ShardCache:
     def _obtain(
         self, url: str, size: int, fetch: Fetch, etag: str | None, checksum: str | None,
         demand: bool, wait: bool | Literal["download"] = True,
-        spawn: Callable[[Callable[[], object], Filling], None] | None = None,
+        spawn: Callable[[Callable[[], object]], None] | None = None,
     ) -> str | Filling | None:  # fmt: skip
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(f"size must be a byte count, not {size!r}")
@@ -443,7 +443,7 @@ class ShardCache:
                         return self._download(state, step.entry, fetch, checksum, demand)
                     filling = self._fill(state, step.entry)
                     spawn(functools.partial(self._download, state, step.entry, fetch, checksum,
-                                            demand, filling), filling)  # fmt: skip
+                                            demand, filling))  # fmt: skip
                     return filling
                 if step.outcome == "skip":
                     return None

@@ -132,8 +132,7 @@ class Remotes:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._prefetcher: Prefetcher | None = None
-        # Downloads of shards read as they arrive, with their progress.
-        self._downloads: list[tuple[threading.Thread, Filling]] = []
+        self._downloads: list[threading.Thread] = []  # of shards read as they arrive
 
     @property
     def prefetcher(self) -> Prefetcher:
@@ -193,7 +192,7 @@ class Remotes:
                                       checksum=self._checksum(url, remote),
                                       spawn=self._spawn)  # fmt: skip
 
-    def _spawn(self, download: Callable[[], object], filling: Filling) -> None:
+    def _spawn(self, download: Callable[[], object]) -> None:
         def run() -> None:
             try:
                 download()
@@ -203,9 +202,9 @@ class Remotes:
                 log.info("fastio: download failed (%s); its reads go to the store", error)
 
         with self._lock:
-            self._downloads = [item for item in self._downloads if item[0].is_alive()]
+            self._downloads = [thread for thread in self._downloads if thread.is_alive()]
             thread = threading.Thread(target=run, name="fastio-download", daemon=True)
-            self._downloads.append((thread, filling))
+            self._downloads.append(thread)
         thread.start()
 
     def settle(self) -> None:
@@ -398,7 +397,7 @@ class Remotes:
         self.stop_downloads()
         with self._lock:
             downloads, self._downloads = self._downloads, []
-        for thread, _ in downloads:  # they end at their next range
+        for thread in downloads:  # they end at their next range
             thread.join()
         if self._prefetcher is not None:
             self._prefetcher.close()
