@@ -44,7 +44,7 @@ from fastio.plan._assignment import part_bounds
 from fastio.plan._cursor import EpochCursor, Start
 from fastio.plan._ledger import EpochLedger
 from fastio.plan._part import make_part
-from fastio.plan._participant import Participant, current_rank
+from fastio.plan._participant import Participant, current_rank, current_worker
 from fastio.plan._resume import (
     STATE_VERSION,
     check_plan,
@@ -276,7 +276,12 @@ class Dataset(_Base):
     def reader(self) -> Reader:
         """This process's reader (made on first use, and anew after :meth:`close`)."""
         if self._reader is None or self._reader.closed:
-            self._reader = Reader(self.spec.reader, storage_options=self.storage_options,
+            settings = self.spec.reader
+            workers = current_worker()[1]
+            if workers > 1:  # the workers share the link: each holds its share in flight
+                share = max(settings.memory_budget, settings.remote_memory_budget // workers)
+                settings = settings.replace(remote_memory_budget=share)
+            self._reader = Reader(settings, storage_options=self.storage_options,
                                   cache=self.cache)  # fmt: skip
             if self._tuning is not None:
                 self._tuning.close()
