@@ -276,16 +276,17 @@ class Dataset(_Base):
     def reader(self) -> Reader:
         """This process's reader (made on first use, and anew after :meth:`close`)."""
         if self._reader is None or self._reader.closed:
-            settings = self.spec.reader
-            workers = current_worker()[1]
-            if workers > 1:  # the workers share the link: each holds its share in flight
-                share = max(settings.memory_budget, settings.remote_memory_budget // workers)
-                settings = settings.replace(remote_memory_budget=share)
-            self._reader = Reader(settings, storage_options=self.storage_options,
+            self._reader = Reader(self.spec.reader, storage_options=self.storage_options,
                                   cache=self.cache)  # fmt: skip
             if self._tuning is not None:
                 self._tuning.close()
             self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)
+        # DataLoader workers share the link: each holds its share of the
+        # remote budget (a reader inherited through fork included).
+        settings = self.spec.reader
+        share = max(settings.memory_budget, settings.remote_memory_budget // current_worker()[1])
+        if self._reader.remote_memory_budget != share:
+            self._reader.remote_memory_budget = share
         return self._reader
 
     def __getstate__(self) -> dict[str, Any]:

@@ -69,7 +69,7 @@ _BATCH_CHUNKS = 256
 READ_AHEAD_FACTOR = 2
 READ_AHEAD_MIN_BYTES = 4 << 20
 # Reads a remote stream keeps in flight until its first chunk is handed over.
-_REMOTE_START_PIECES = 2
+_REMOTE_START_PIECES = 1
 _MAX_QUEUED_PIECES = 4096
 # Share of the memory budget that the sync hand-off may hold.
 _HANDOFF_SHARE = 4
@@ -224,6 +224,17 @@ class Reader:
         that the shares of a node's workers never add up to more than their
         bases), at least one."""
         return self._request_limit
+
+    @property
+    def remote_memory_budget(self) -> int:
+        """Bytes remote reads may hold (see ReaderSettings); may change while
+        the reader runs (a DataLoader worker takes its share)."""
+        return self._settings.remote_memory_budget
+
+    @remote_memory_budget.setter
+    def remote_memory_budget(self, value: int) -> None:
+        self._settings = self._settings.replace(remote_memory_budget=value)
+        self._kick()
 
     @property
     def read_size(self) -> int:
@@ -744,7 +755,7 @@ class Reader:
                 local = piece.file is not None and not remote
                 if queue and local and not stream.started and not pool.has_free(size):
                     break
-                # A remote stream's first piece goes ahead nearly alone: fresh
+                # A remote stream's first piece goes ahead alone: fresh
                 # connections that start together share the link (and the
                 # round trips of their slow start) and would all finish late.
                 if queue and remote and not stream.started and len(queue) >= _REMOTE_START_PIECES:

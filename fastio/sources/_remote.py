@@ -1,10 +1,11 @@
-"""Byte ranges of remote objects through fsspec, for the reader.
+"""Byte ranges of remote objects, for the reader.
 
 A URL with a protocol (``http://``, ``s3://``, ``gs://``, ``memory://``, chained
-``simplecache::s3://``) is read by fsspec; ``file://`` and plain paths stay on
-the native engine. Async filesystems run their requests on fsspec's own event
-loop thread, many at once (the reader's ``outstanding_requests``), each of at
-most ``read_size`` bytes; synchronous-only filesystems run on a thread pool of
+``simplecache::s3://``) is found through fsspec; ``file://`` and plain paths
+stay on the native engine. Plain HTTP ranges go through fastio's own client
+(fastio.sources._http), on threads of their own. Other async filesystems run
+their requests on fsspec's own event loop thread, many at once (the reader's
+``outstanding_requests``); synchronous-only filesystems run on a thread pool of
 that size. Filesystems are made per process (after a fork, anew), so
 DataLoader workers never share a client with their parent.
 
@@ -260,15 +261,18 @@ class Remotes:
         self, url: str, file: Download, ranges: list[tuple[int, int]], in_flight: int
     ) -> None:
         """Through fastio's HTTP client: ``in_flight`` ranges on the pool's
-        threads at once, written in order."""
+        threads at once, written in order. The first goes alone: a reader
+        following the download waits for it, and requests sent together
+        reach the server in any order."""
         assert self._http_pool is not None
         stopping = self.prefetcher.stopping
         cancelled = threading.Event()
         pending: deque[tuple[bytearray, Future[tuple[int, OSError | None]]]] = deque()
         upcoming = iter(ranges)
+        first = True
         try:
             while True:
-                while len(pending) < in_flight and not stopping.is_set():
+                while len(pending) < (1 if first else in_flight) and not stopping.is_set():
                     offset, length = next(upcoming, (-1, 0))
                     if offset < 0:
                         break
@@ -293,6 +297,7 @@ class Remotes:
                 if error is not None:
                     raise error
                 file.write(memoryview(data)[:count])
+                first = False
         finally:
             cancelled.set()  # requests still running end at their next receive
             for _, future in pending:
