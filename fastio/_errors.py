@@ -23,6 +23,7 @@ __all__ = [
     "EngineFallbackWarning",
     "FastIOError",
     "FastIOWarning",
+    "HTTPStatusError",
     "IndexFileError",
     "MissingExtraError",
     "RangeIgnoredError",
@@ -153,6 +154,15 @@ class ReaderClosedError(FastIOError, ValueError):
 class RangeIgnoredError(FastIOError, OSError):
     """The server answered a ranged request with other bytes than asked (it
     ignores ``Range``): reading on would deliver wrong data."""
+
+
+class HTTPStatusError(FastIOError, OSError):
+    """An HTTP server answered a ranged read with a status other than the
+    bytes asked for; ``status`` is the HTTP status (a 5xx or 429 is retried)."""
+
+    def __init__(self, status: int, reason: str, url: str) -> None:
+        super().__init__(errno.EIO, f"HTTP {status} {reason}".rstrip(), url)
+        self.status = status
 
 
 class DownloadCancelled(FastIOError):

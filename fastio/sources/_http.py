@@ -28,25 +28,19 @@ from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from fastio import _native
+from fastio._errors import HTTPStatusError, RangeIgnoredError
 
-__all__ = ["HTTPStatusError", "RangeClient", "usable"]
+__all__ = ["RangeClient", "range_ignored", "usable"]
 
 _HEAD_LIMIT = 64 << 10  # the most a response's status line and headers may take
 _REDIRECTS = 5
 _SAFE_PATH = "/%:@!$&'()*+,;=-._~"  # what a request target may hold unquoted
 
 
-class HTTPStatusError(OSError):
-    """An answer other than the bytes asked for; ``status`` is its HTTP status."""
-
-    def __init__(self, status: int, reason: str, url: str) -> None:
-        super().__init__(errno.EIO, f"HTTP {status} {reason}".rstrip(), url)
-        self.status = status
-
-
-class _ServerClosed(ConnectionError):
-    """A reused connection ended before any byte of the answer: the server
-    closed it while idle. The request is sent again on a fresh connection."""
+# What _exchange returns when a reused connection ended before any byte of
+# the answer: the server closed it while idle, and the request is sent again
+# on a fresh connection (not counted as a retry).
+_STALE = object()
 
 
 def usable(fs: Any) -> bool:
@@ -126,12 +120,13 @@ class RangeClient:
             try:
                 result = self._exchange(connection, request, url, offset, length, into, deadline,
                                         cancelled)  # fmt: skip
-            except _ServerClosed:
-                self._drop(connection)
-                continue  # an idle connection the server had closed: once more, on a fresh one
             except BaseException:
                 self._drop(connection)
                 raise
+            if result is _STALE:
+                self._drop(connection)
+                continue  # an idle connection the server had closed: once more, on a fresh one
+            assert isinstance(result, int | str)
             return urljoin(url, result) if isinstance(result, str) else result
 
     def _request(self, target: str, netloc: str, offset: int, length: int) -> bytes:
@@ -179,16 +174,19 @@ class RangeClient:
     def _exchange(
         self, connection: _Connection, request: bytes, url: str, offset: int, length: int,
         into: memoryview, deadline: float, cancelled: threading.Event | None,
-    ) -> int | str:  # fmt: skip
+    ) -> int | str | object:  # fmt: skip
         sock = connection.sock
         sock.settimeout(_remaining(deadline))
         try:
             sock.sendall(request)
         except (BrokenPipeError, ConnectionResetError):
             if connection.reused:
-                raise _ServerClosed() from None
+                return _STALE
             raise
-        status, reason, headers, filled, held = _read_head(connection, deadline)
+        head = _read_head(connection, deadline)
+        if head is None:
+            return _STALE
+        status, reason, headers, filled, held = head
         if 300 <= status < 400 and status != 304 and "location" in headers:
             _discard(connection, headers, filled, held, deadline)
             self._release(connection)
@@ -196,9 +194,7 @@ class RangeClient:
         if status not in (200, 206):
             raise HTTPStatusError(status, reason, url)
         if status == 200 and offset > 0:
-            from fastio.sources._remote import _range_ignored
-
-            raise _range_ignored(url, offset, length, int(headers.get("content-length", -1)))
+            raise range_ignored(url, offset, length, int(headers.get("content-length", -1)))
         if status == 206:
             _check_content_range(headers.get("content-range", ""), url, offset)
         if "chunked" in headers.get("transfer-encoding", "").lower():
@@ -206,9 +202,7 @@ class RangeClient:
                                   url)  # fmt: skip
         announced = int(headers["content-length"]) if "content-length" in headers else None
         if announced is not None and announced > length:
-            from fastio.sources._remote import _range_ignored
-
-            raise _range_ignored(url, offset, length, announced)
+            raise range_ignored(url, offset, length, announced)
         body = length if announced is None else announced
         early = filled - held  # body bytes that came with the head
         if early > body:
@@ -245,9 +239,10 @@ def _remaining(deadline: float) -> float:
 
 def _read_head(
     connection: _Connection, deadline: float
-) -> tuple[int, str, dict[str, str], int, int]:
+) -> tuple[int, str, dict[str, str], int, int] | None:
     """Status, reason, headers (names lowercased), the bytes now in
-    ``connection.head`` and where the body starts in them."""
+    ``connection.head`` and where the body starts in them; None when a
+    reused connection ends before the answer's first byte."""
     sock, head = connection.sock, connection.head
     view = memoryview(head)
     filled = 0
@@ -257,11 +252,11 @@ def _read_head(
             count = sock.recv_into(view[filled:])
         except ConnectionResetError:
             if connection.reused and filled == 0:
-                raise _ServerClosed() from None
+                return None
             raise
         if count == 0:
             if connection.reused and filled == 0:
-                raise _ServerClosed()
+                return None
             raise ConnectionResetError(errno.ECONNRESET, "the server closed the connection")
         filled += count
         end = head.find(b"\r\n\r\n", 0, filled)
@@ -324,3 +319,13 @@ def _check_content_range(value: str, url: str, offset: int) -> None:
     if unit.strip().lower() != "bytes" or not start.isdigit() or int(start) != offset:
         raise HTTPStatusError(206, f"the answer starts elsewhere (Content-Range {value!r}, "
                                    f"asked from {offset})", url)  # fmt: skip
+
+
+def range_ignored(url: str, offset: int, length: int, got: int) -> RangeIgnoredError:
+    return RangeIgnoredError(
+        errno.EIO,
+        f"asked for {length} bytes at offset {offset}, got {got}: the server "
+        "ignores Range requests (reading whole objects per request would be wrong "
+        "and slow; use a server that supports Range)",
+        url,
+    )

@@ -29,6 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from fastio._errors import DownloadCancelled, RangeIgnoredError
+from fastio.sources._http import range_ignored
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
 if TYPE_CHECKING:
@@ -550,7 +551,7 @@ async def _http_read_into(
         fs._raise_not_found_for_status(response, url)
         announced = response.content_length
         if announced is not None and announced > length:
-            raise _range_ignored(url, offset, length, announced)
+            raise range_ignored(url, offset, length, announced)
         content = response.content
         filled = 0
         while True:
@@ -559,24 +560,14 @@ async def _http_read_into(
                 return filled
             end = filled + len(chunk)
             if end > length:
-                raise _range_ignored(url, offset, length, end)
+                raise range_ignored(url, offset, length, end)
             into[filled:end] = chunk
             filled = end
 
 
-def _range_ignored(url: str, offset: int, length: int, got: int) -> RangeIgnoredError:
-    return RangeIgnoredError(
-        errno.EIO,
-        f"asked for {length} bytes at offset {offset}, got {got}: the server "
-        "ignores Range requests (reading whole objects per request would be wrong "
-        "and slow; use a server that supports Range)",
-        url,
-    )
-
-
 def _checked(data: bytes, url: str, offset: int, length: int) -> bytes:
     if len(data) > length:
-        raise _range_ignored(url, offset, length, len(data))
+        raise range_ignored(url, offset, length, len(data))
     return bytes(data)
 
 
