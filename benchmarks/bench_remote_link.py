@@ -26,6 +26,8 @@ touching every sample (a wrong sample count or payload total fails the run):
   shuffle=False)`` on a never-seen dataset: a fresh ``XDG_CACHE_HOME`` and
   ``index_dir`` per run, so no index exists anywhere (what a user meets first);
 * fastio indexed: the same with the indexes already built (untimed, once);
+* fastio on aiohttp: fastio default with plain HTTP left to fsspec's aiohttp
+  client (``FASTIO_HTTP_CLIENT=aiohttp``) instead of fastio's own;
 * fastio obstore, fastio obstore indexed (only with ``--methods``): fastio
   default and indexed with the reader's remote source swapped for the obstore
   prototype in obstore_remote.py.
@@ -84,6 +86,7 @@ METHODS = {
     "fastio tune=True": "fastio",
     "fastio cache": "fastio",
     "fastio indexed": "fastio",
+    "fastio on aiohttp": "fastio",
     # Not run unless asked (--methods): fastio's reader on obstore_remote.py's prototype.
     "fastio obstore": "fastio",
     "fastio obstore indexed": "fastio",
@@ -94,6 +97,7 @@ FASTIO_OPTIONS: dict[str, dict[str, Any]] = {
     "fastio tune=True": {"tune": True},
     "fastio cache": {"cache": True},
     "fastio indexed": {"indexed": True},
+    "fastio on aiohttp": {"aiohttp": True},
     "fastio obstore": {"obstore": True},
     "fastio obstore indexed": {"obstore": True, "indexed": True},
 }
@@ -246,6 +250,8 @@ def child(spec_path: str) -> None:
             import fastio
 
             assert fastio.Dataset  # a lazy attribute: this imports it
+            if FASTIO_OPTIONS[spec["method"]].get("aiohttp"):
+                os.environ["FASTIO_HTTP_CLIENT"] = "aiohttp"
             if FASTIO_OPTIONS[spec["method"]].get("obstore"):
                 import obstore_remote
 

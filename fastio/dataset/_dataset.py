@@ -44,7 +44,7 @@ from fastio.plan._assignment import part_bounds
 from fastio.plan._cursor import EpochCursor, Start
 from fastio.plan._ledger import EpochLedger
 from fastio.plan._part import make_part
-from fastio.plan._participant import Participant, current_rank
+from fastio.plan._participant import Participant, current_rank, current_worker
 from fastio.plan._resume import (
     STATE_VERSION,
     check_plan,
@@ -281,6 +281,12 @@ class Dataset(_Base):
             if self._tuning is not None:
                 self._tuning.close()
             self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)
+        # DataLoader workers share the link: each holds its share of the
+        # remote budget (a reader inherited through fork included).
+        settings = self.spec.reader
+        share = max(settings.memory_budget, settings.remote_memory_budget // current_worker()[1])
+        if self._reader.remote_memory_budget != share:
+            self._reader.remote_memory_budget = share
         return self._reader
 
     def __getstate__(self) -> dict[str, Any]:

@@ -63,6 +63,10 @@ class BufferPool:
         self._lent: deque[AlignedBuffer] = deque()
         self._lent_bytes = 0
 
+    def raise_limit(self, limit: int) -> None:
+        """Lets the pool keep up to ``limit`` bytes (never lowers it)."""
+        self._limit = max(self._limit, limit)
+
     @property
     def mapped_bytes(self) -> int:
         """Bytes of the regions whose buffers the pool holds, lends or has handed out."""

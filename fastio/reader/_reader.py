@@ -14,7 +14,9 @@ Memory is bounded by ``memory_budget``: bytes of buffers in flight, completed bu
 not yet taken, taken by the consumer but not yet released (released when it
 asks for the next data), and released but still viewed (a batch waiting in a
 sync hand-off, a chunk a decoder holds on to). When the budget is full no new
-read starts: backpressure from a slow consumer reaches storage.
+read starts: backpressure from a slow consumer reaches storage. Remote reads
+may fill up to ``remote_memory_budget`` if that is larger: each waits a
+network round trip, so a link needs more bytes in flight than a disk.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ _BATCH_SHARE = 16
 # handing from thread to thread (see benchmarks/bench_read.py).
 READ_AHEAD_FACTOR = 2
 READ_AHEAD_MIN_BYTES = 4 << 20
+# Reads a remote stream keeps in flight until its first chunk is handed over.
+_REMOTE_START_PIECES = 1
 _MAX_QUEUED_PIECES = 4096
 # Share of the memory budget that the sync hand-off may hold.
 _HANDOFF_SHARE = 4
@@ -229,6 +233,17 @@ class Reader:
         that the shares of a node's workers never add up to more than their
         bases), at least one."""
         return self._request_limit
+
+    @property
+    def remote_memory_budget(self) -> int:
+        """Bytes remote reads may hold (see ReaderSettings); may change while
+        the reader runs (a DataLoader worker takes its share)."""
+        return self._settings.remote_memory_budget
+
+    @remote_memory_budget.setter
+    def remote_memory_budget(self, value: int) -> None:
+        self._settings = self._settings.replace(remote_memory_budget=value)
+        self._kick()
 
     @property
     def read_size(self) -> int:
@@ -723,6 +738,8 @@ class Reader:
         settings = self._settings
         limit = self._request_limit
         budget = settings.memory_budget
+        # Remote reads wait a round trip each: they may hold more.
+        remote_budget = max(budget, settings.remote_memory_budget)
         inflight, pool = self._inflight, self._pool
         # Buffers already released but still viewed by the consumer hold
         # memory too: counted, the budget bounds every buffer alive.
@@ -749,7 +766,8 @@ class Reader:
                 # A stream with nothing queued takes one piece over the budget:
                 # the budget may be held by another stream whose consumer waits
                 # for this one (an index read while a shard streams).
-                if held and held + size > budget and queue:
+                remote = piece.file is not None and piece.file.fd < 0
+                if held and held + size > (remote_budget if remote else budget) and queue:
                     throttled = True
                     break
                 # Until its first batch is out, a stream reads local files ahead
@@ -757,8 +775,13 @@ class Reader:
                 # cost milliseconds (huge pages compacted), and the first chunk
                 # is handed over only once this fill ends. (Remote reads take
                 # longer than that: they all start at once, as before.)
-                local = piece.file is not None and piece.file.fd >= 0
+                local = piece.file is not None and not remote
                 if queue and local and not stream.started and not pool.has_free(size):
+                    break
+                # A remote stream's first piece goes ahead alone: fresh
+                # connections that start together share the link (and the
+                # round trips of their slow start) and would all finish late.
+                if queue and remote and not stream.started and len(queue) >= _REMOTE_START_PIECES:
                     break
                 stream.lookahead = None
                 buffer = pool.take(piece.length)
@@ -766,7 +789,7 @@ class Reader:
                 tag = self._next_tag
                 self._next_tag = tag + 1
                 assert piece.file is not None
-                if piece.file.fd < 0:
+                if remote:
                     self._start_remote(piece, buffer, tag)
                 else:
                     engine.submit(piece.file.fd, memoryview(buffer)[: piece.length], piece.offset,
@@ -793,6 +816,7 @@ class Reader:
     def _start_remote(self, piece: Request, buffer: Any, tag: int) -> None:
         """A remote read as a task on this loop; it completes like an engine read."""
         assert self._loop is not None
+        self._pool.raise_limit(self._settings.remote_memory_budget)
         followed = piece.file if isinstance(piece.file, FollowedFile) else None
         task = self._loop.create_task(self._remote_read(piece.path, piece.offset, piece.length,
                                                         buffer, tag, followed))  # fmt: skip

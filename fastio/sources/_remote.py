@@ -1,10 +1,11 @@
-"""Byte ranges of remote objects through fsspec, for the reader.
+"""Byte ranges of remote objects, for the reader.
 
 A URL with a protocol (``http://``, ``s3://``, ``gs://``, ``memory://``, chained
-``simplecache::s3://``) is read by fsspec; ``file://`` and plain paths stay on
-the native engine. Async filesystems run their requests on fsspec's own event
-loop thread, many at once (the reader's ``outstanding_requests``), each of at
-most ``read_size`` bytes; synchronous-only filesystems run on a thread pool of
+``simplecache::s3://``) is found through fsspec; ``file://`` and plain paths
+stay on the native engine. Plain HTTP ranges go through fastio's own client
+(fastio.sources._http), on threads of their own. Other async filesystems run
+their requests on fsspec's own event loop thread, many at once (the reader's
+``outstanding_requests``); synchronous-only filesystems run on a thread pool of
 that size. Filesystems are made per process (after a fork, anew), so
 DataLoader workers never share a client with their parent.
 
@@ -23,10 +24,12 @@ import hashlib
 import logging
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from fastio._errors import DownloadCancelled, RangeIgnoredError
+from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     from fastio.cache._files import Download
     from fastio.cache._filling import Filling
     from fastio.cache._prefetch import Prefetcher
+    from fastio.sources._http import RangeClient
     from fastio.spec._reader import ReaderSettings
 
 __all__ = [
@@ -133,6 +137,8 @@ class Remotes:
         self._pool: ThreadPoolExecutor | None = None
         self._prefetcher: Prefetcher | None = None
         self._downloads: list[threading.Thread] = []  # of shards read as they arrive
+        self._http: RangeClient | None = None
+        self._http_pool: ThreadPoolExecutor | None = None
 
     @property
     def prefetcher(self) -> Prefetcher:
@@ -238,6 +244,9 @@ class Remotes:
                                  max(self.settings.read_size, _DOWNLOAD_STEP))  # fmt: skip
         in_flight = max(1, self.settings.outstanding_requests // max(1, self.prefetcher.count))
         stopping = self.prefetcher.stopping
+        if url.startswith("http://") and self._http_usable(fs):
+            self._download_http(url, file, ranges, in_flight)
+            return
         if getattr(fs, "async_impl", False) and in_flight > 1:
             from fsspec.asyn import get_loop, sync
 
@@ -247,6 +256,52 @@ class Remotes:
             if stopping.is_set():
                 raise DownloadCancelled(f"{url}: the reader closed during the download")
             file.write(self._read_sync(fs, path, url, offset, length))
+
+    def _download_http(
+        self, url: str, file: Download, ranges: list[tuple[int, int]], in_flight: int
+    ) -> None:
+        """Through fastio's HTTP client: ``in_flight`` ranges on the pool's
+        threads at once, written in order. The first goes alone: a reader
+        following the download waits for it, and requests sent together
+        reach the server in any order."""
+        assert self._http_pool is not None
+        stopping = self.prefetcher.stopping
+        cancelled = threading.Event()
+        pending: deque[tuple[bytearray, Future[tuple[int, OSError | None]]]] = deque()
+        upcoming = iter(ranges)
+        first = True
+        try:
+            while True:
+                while len(pending) < (1 if first else in_flight) and not stopping.is_set():
+                    offset, length = next(upcoming, (-1, 0))
+                    if offset < 0:
+                        break
+                    data = bytearray(length)
+                    future = self._http_pool.submit(self._get_into, url, offset, length,
+                                                    memoryview(data), cancelled)  # fmt: skip
+                    pending.append((data, future))
+                if not pending:
+                    if stopping.is_set():
+                        raise DownloadCancelled(f"{url}: the reader closed during the download")
+                    break
+                data, future = pending[0]
+                while True:  # a close must not wait out a slow request
+                    try:
+                        count, error = future.result(timeout=_CANCEL_POLL_SECONDS)
+                        break
+                    except FutureTimeout:
+                        if stopping.is_set():
+                            closed = f"{url}: the reader closed during the download"
+                            raise DownloadCancelled(closed) from None
+                pending.popleft()
+                if error is not None:
+                    raise error
+                file.write(memoryview(data)[:count])
+                first = False
+        finally:
+            cancelled.set()  # requests still running end at their next receive
+            for _, future in pending:
+                future.cancel()
 
     async def _download_async(
         self, fs: Any, path: str, url: str, file: Download, ranges: list[tuple[int, int]],
@@ -287,26 +342,75 @@ class Remotes:
     async def read_into(self, url: str, offset: int, length: int, buffer: Any) -> int:
         """``length`` bytes of ``url`` from ``offset`` into ``buffer`` (writable,
         at least ``length`` long), retried as the settings say; returns how many
-        arrived. HTTP(S) bodies go from the socket's chunks straight into
-        ``buffer``: no joined copy of the body on the way."""
+        arrived. Plain HTTP goes through fastio's own client (see
+        fastio.sources._http): the body is received into ``buffer`` on a
+        thread of its own, without the GIL; other HTTP(S) through aiohttp,
+        copied from the socket's chunks into ``buffer``."""
         fs, path = self.filesystem(url)
-        if _is_http(fs):
+        # The view keeps the buffer exported until the request ends, so a
+        # read cancelled here never has its buffer reused while another
+        # thread may still write into it (the pool holds exported buffers back).
+        view = memoryview(buffer)[:length]
+        if url.startswith("http://") and self._http_usable(fs):
+            cancelled = threading.Event()
+            assert self._http_pool is not None
+            future = self._http_pool.submit(self._get_into, url, offset, length, view, cancelled)
+            try:
+                count, error = await asyncio.wrap_future(future)
+            except asyncio.CancelledError:
+                cancelled.set()  # the request ends at its next receive
+                raise
+        elif _is_http(fs):
             from fsspec.asyn import get_loop
 
-            # The view keeps the buffer exported until the request ends, so a
-            # read cancelled here never has its buffer reused while fsspec's
-            # loop may still write into it (the pool holds exported buffers back).
-            view = memoryview(buffer)[:length]
             future = asyncio.run_coroutine_threadsafe(
                 self._read_async(fs, path, url, offset, length, view), get_loop()
             )
             count, error = await asyncio.wrap_future(future)
-            if error is not None:
-                raise error
-            return int(count)
-        data = await self.read(url, offset, length)
-        memoryview(buffer)[: len(data)] = data
-        return len(data)
+        else:
+            data = await self.read(url, offset, length)
+            view[: len(data)] = data
+            return len(data)
+        if error is not None:
+            raise error
+        return int(count)
+
+    def _http_usable(self, fs: Any) -> bool:
+        """Whether fastio's HTTP client serves ``fs``'s plain-HTTP reads; makes
+        the client and its threads on first use."""
+        if self._http is not None:
+            return True
+        from fastio.sources._http import RangeClient, usable
+
+        if not usable(fs):
+            return False
+        with self._lock:
+            if self._http is None:
+                self._http_pool = ThreadPoolExecutor(MAX_OUTSTANDING_REQUESTS,
+                                                     thread_name_prefix="fastio-http")  # fmt: skip
+                self._http = RangeClient(fs.kwargs.get("headers"))
+        return True
+
+    def _get_into(
+        self, url: str, offset: int, length: int, into: memoryview, cancelled: threading.Event
+    ) -> tuple[int, OSError | None]:
+        """On a thread of the HTTP pool: one range into ``into``, retried as
+        the settings say. Returns the count and the error rather than raising
+        it, as ``_read_async`` does."""
+        from tenacity import Retrying, retry_if_exception
+
+        assert self._http is not None
+        policy = self._policy()
+        policy["retry"] = retry_if_exception(lambda e: _transient(e) and not cancelled.is_set())
+        attempts, timeout = 0, self.settings.request_timeout
+        try:
+            for attempt in Retrying(**policy):
+                with attempt:
+                    attempts += 1
+                    count = self._http.get_into(url, offset, length, into, timeout, cancelled)
+            return count, None
+        except Exception as error:
+            return 0, _final(error, url, offset, length, attempts)
 
     async def read(self, url: str, offset: int, length: int) -> bytes:
         """``length`` bytes of ``url`` from ``offset``, retried as the settings say."""
@@ -405,6 +509,11 @@ class Remotes:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._http is not None:
+            self._http.close()  # requests still in flight fail at once
+        if self._http_pool is not None:
+            self._http_pool.shutdown(wait=True, cancel_futures=True)
+            self._http_pool = None
 
 
 def _growing_ranges(size: int, first: int, step: int) -> list[tuple[int, int]]:

@@ -59,6 +59,12 @@ class ReaderSettings:
         32 * MiB, "Bytes that reads in flight plus data read ahead but not yet consumed may hold.",
         "size", low=MIN_READ_SIZE, high=1 << 50,
     )  # fmt: skip
+    remote_memory_budget: int = knob(
+        128 * MiB, "Bytes remote reads may hold, when more than memory_budget (a link with 20 ms "
+        "round trips needs about this much to carry 1 GB/s); a Dataset's DataLoader workers "
+        "share it.", "size",
+        low=MIN_READ_SIZE, high=1 << 50,
+    )  # fmt: skip
     coalesce_gap: int = knob(
         4 * KiB, "Neighbouring small ranges of one file closer than this are read as one request.",
         "size", low=0, high=MAX_READ_SIZE,

@@ -11,7 +11,7 @@ import pytest
 
 import fastio
 from fastio.reader._requests import REMOTE_FIRST_BYTES, REMOTE_REQUEST_BYTES
-from tests.servers import RangeServer
+from tests.servers import RangeServer, wait_for
 
 READ_SIZE = 64 << 10
 
@@ -90,3 +90,51 @@ def test_local_files_keep_read_size_reads(blob) -> None:
     got, requests = read(str(path), [(0, None)])
     assert got == data
     assert requests == -(-len(data) // READ_SIZE)
+
+
+def test_remote_reads_fill_the_remote_budget_and_no_more(tmp_path) -> None:
+    data = random.Random(5).randbytes(40 << 20)
+    (tmp_path / "big.bin").write_bytes(data)
+    server = RangeServer(tmp_path).start()
+    budget, remote_budget = 2 << 20, 16 << 20
+    try:
+        with fastio.Reader(memory_budget=budget, remote_memory_budget=remote_budget,
+                           outstanding_requests=64) as reader:  # fmt: skip
+            stream = iter(reader.stream([fastio.ByteRange(server.url("big.bin"), 0)]))
+            first = next(stream)  # the stream has started: its read-ahead opens
+            server.faults.hold_after = server.faults.requests  # answer nothing more for now
+            peak = 0
+
+            def holds_more_than_the_local_budget() -> bool:
+                nonlocal peak
+                stats = reader.stats()
+                peak = max(peak, stats.buffered_bytes)  # in flight and read ahead
+                return stats.inflight_bytes > 2 * budget
+
+            wait_for(holds_more_than_the_local_budget)
+            assert peak <= remote_budget + REMOTE_REQUEST_BYTES
+            server.faults.hold_after = None
+            got = bytes(first.data) + b"".join(bytes(c.data) for c in stream)
+    finally:
+        server.stop()
+    assert got == data
+
+
+def test_dataloader_workers_share_the_remote_budget(tmp_path) -> None:
+    torch_data = pytest.importorskip("torch.utils.data")
+
+    class Budgets(torch_data.IterableDataset):
+        def __init__(self, dataset: fastio.Dataset) -> None:
+            self.dataset = dataset
+
+        def __iter__(self):
+            yield self.dataset.reader.remote_memory_budget
+
+    (tmp_path / "a.tar").write_bytes(b"\0" * 1024)
+    dataset = fastio.Dataset([str(tmp_path / "a.tar")], remote_memory_budget="128MiB",
+                             memory_budget="8MiB", index_dir=str(tmp_path / "index"))  # fmt: skip
+    for workers, share in ((2, 64 << 20), (32, 8 << 20)):
+        loader = torch_data.DataLoader(Budgets(dataset), batch_size=None, num_workers=workers)
+        assert list(loader) == [share] * workers
+    assert dataset.reader.remote_memory_budget == 128 << 20  # one process: all of it
+    dataset.close()

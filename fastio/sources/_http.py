@@ -1,0 +1,337 @@
+"""Ranged HTTP/1.1 GETs on blocking sockets, each body received straight into
+the reader's buffer.
+
+Why not aiohttp (what fsspec's HTTP filesystem uses): it receives every
+response on one event-loop thread, in 64 KiB callbacks that parse, buffer and
+hand over each chunk under the GIL. At a few hundred MB/s that thread is the
+limit, and the GIL it holds is the one the training loop needs. Here each
+request runs on a thread of its own, and ``socket.recv_into`` writes the body
+into the destination buffer with the GIL released: the kernel's copy is the
+only copy, and many requests receive in parallel.
+
+A connection is kept alive and reused for the next request to the same host.
+A reused connection the server has closed meanwhile is replaced once at no
+cost to the request's retries. Plain ``http://`` only: HTTPS, proxies and
+authentication stay with fsspec (see :func:`usable`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import threading
+import time
+from typing import Any
+from urllib.parse import quote, urljoin, urlsplit
+
+__all__ = ["HTTPStatusError", "RangeClient", "usable"]
+
+_HEAD_LIMIT = 64 << 10  # the most a response's status line and headers may take
+_REDIRECTS = 5
+_SAFE_PATH = "/%:@!$&'()*+,;=-._~"  # what a request target may hold unquoted
+# A thread waiting for a body wakes when this many bytes are ready (or the
+# body's end): a slow link otherwise wakes it, and takes the GIL, per packet.
+_RECEIVE_LOW_WATER = 256 << 10
+
+
+class HTTPStatusError(OSError):
+    """An answer other than the bytes asked for; ``status`` is its HTTP status."""
+
+    def __init__(self, status: int, reason: str, url: str) -> None:
+        super().__init__(errno.EIO, f"HTTP {status} {reason}".rstrip(), url)
+        self.status = status
+
+
+class _ServerClosed(ConnectionError):
+    """A reused connection ended before any byte of the answer: the server
+    closed it while idle. The request is sent again on a fresh connection."""
+
+
+def usable(fs: Any) -> bool:
+    """Whether ``fs`` (fsspec's HTTP filesystem) asks nothing of its requests
+    this client does not do: plain HTTP, no client options (authentication,
+    proxies, TLS settings, cookies), request options at most ``headers``.
+    Setting ``FASTIO_HTTP_CLIENT=aiohttp`` keeps every request on fsspec."""
+    if os.environ.get("FASTIO_HTTP_CLIENT", "").lower() == "aiohttp":
+        return False
+    if type(fs).__name__ != "HTTPFileSystem" or not type(fs).__module__.startswith("fsspec."):
+        return False
+    if getattr(fs, "client_kwargs", None) or set(getattr(fs, "kwargs", {})) - {"headers"}:
+        return False
+    headers = fs.kwargs.get("headers") or {}
+    return all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+
+
+class _Connection:
+    __slots__ = ("head", "host", "reused", "sock")
+
+    def __init__(self, host: tuple[str, int], timeout: float) -> None:
+        self.host = host
+        self.sock = socket.create_connection(host, timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # No SO_RCVBUF: setting it turns off the kernel's tuning of the
+        # receive window, which grows to what the link's round trip needs.
+        self.head = bytearray(_HEAD_LIMIT)
+        self.reused = False
+
+
+class RangeClient:
+    """Keep-alive connections to HTTP servers, shared by the threads of one
+    reader in one process. ``get_into`` is blocking and thread-safe; ``close``
+    ends the requests in flight (their sockets are shut down) and every idle
+    connection."""
+
+    def __init__(self, headers: dict[str, str] | None = None) -> None:
+        self.headers = dict(headers or {})
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._active: set[_Connection] = set()
+        self._closed = False
+        self._pid = os.getpid()
+
+    def get_into(
+        self, url: str, offset: int, length: int, into: memoryview, timeout: float,
+        cancelled: threading.Event | None = None,
+    ) -> int:  # fmt: skip
+        """``length`` bytes of ``url`` from ``offset`` into ``into``; returns
+        how many arrived (fewer only at the object's end). Raises
+        HTTPStatusError for an answer other than the range (``status`` set),
+        RangeIgnoredError for more bytes than asked, TimeoutError when no byte
+        comes for ``timeout`` seconds or the whole request takes longer, and
+        ConnectionError (or another OSError) when the connection fails."""
+        deadline = time.monotonic() + timeout
+        for _ in range(_REDIRECTS + 1):
+            location = self._attempt(url, offset, length, into, deadline, cancelled)
+            if isinstance(location, int):
+                return location
+            url = location
+        raise HTTPStatusError(310, "too many redirects", url)
+
+    def _attempt(
+        self, url: str, offset: int, length: int, into: memoryview, deadline: float,
+        cancelled: threading.Event | None,
+    ) -> int | str:  # fmt: skip
+        """One request; the count of bytes received, or where a redirect points."""
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"{url}: only http:// URLs are read by this client")
+        host = (parts.hostname, parts.port or 80)
+        target = quote(parts.path or "/", safe=_SAFE_PATH) + (f"?{parts.query}" if parts.query
+                                                              else "")  # fmt: skip
+        request = self._request(target, parts.netloc, offset, length)
+        while True:
+            connection = self._connection(host, deadline)
+            try:
+                result = self._exchange(connection, request, url, offset, length, into, deadline,
+                                        cancelled)  # fmt: skip
+            except _ServerClosed:
+                self._drop(connection)
+                continue  # an idle connection the server had closed: once more, on a fresh one
+            except BaseException:
+                self._drop(connection)
+                raise
+            return urljoin(url, result) if isinstance(result, str) else result
+
+    def _request(self, target: str, netloc: str, offset: int, length: int) -> bytes:
+        lines = [f"GET {target} HTTP/1.1", f"Host: {netloc}",
+                 f"Range: bytes={offset}-{offset + length - 1}", "Accept-Encoding: identity",
+                 "User-Agent: fastio"]  # fmt: skip
+        lines += [f"{name}: {value}" for name, value in self.headers.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def _connection(self, host: tuple[str, int], deadline: float) -> _Connection:
+        with self._lock:
+            if self._closed:
+                raise ConnectionAbortedError(errno.ECONNABORTED, "the reader is closed")
+            if self._pid != os.getpid():  # a forked child never uses its parent's sockets
+                self._idle.clear()
+                self._active.clear()
+                self._pid = os.getpid()
+            idle = self._idle.get(host)
+            connection = idle.pop() if idle else None
+        if connection is None:
+            connection = _Connection(host, _remaining(deadline))
+        else:
+            connection.reused = True
+        with self._lock:
+            self._active.add(connection)
+            closed = self._closed
+        if closed:  # close() ran meanwhile and did not see this one
+            raise ConnectionAbortedError(errno.ECONNABORTED, "the reader is closed")
+        return connection
+
+    def _release(self, connection: _Connection) -> None:
+        """Back to the idle list after a complete answer."""
+        with self._lock:
+            self._active.discard(connection)
+            if not self._closed:
+                self._idle.setdefault(connection.host, []).append(connection)
+                return
+        connection.sock.close()
+
+    def _drop(self, connection: _Connection) -> None:
+        with self._lock:
+            self._active.discard(connection)
+        connection.sock.close()
+
+    def _exchange(
+        self, connection: _Connection, request: bytes, url: str, offset: int, length: int,
+        into: memoryview, deadline: float, cancelled: threading.Event | None,
+    ) -> int | str:  # fmt: skip
+        sock = connection.sock
+        sock.settimeout(_remaining(deadline))
+        try:
+            sock.sendall(request)
+        except (BrokenPipeError, ConnectionResetError):
+            if connection.reused:
+                raise _ServerClosed() from None
+            raise
+        status, reason, headers, filled, held = _read_head(connection, deadline)
+        if 300 <= status < 400 and status != 304 and "location" in headers:
+            _discard(connection, headers, filled, held, deadline)
+            self._release(connection)
+            return headers["location"]
+        if status not in (200, 206):
+            raise HTTPStatusError(status, reason, url)
+        if status == 200 and offset > 0:
+            from fastio.sources._remote import _range_ignored
+
+            raise _range_ignored(url, offset, length, int(headers.get("content-length", -1)))
+        if status == 206:
+            _check_content_range(headers.get("content-range", ""), url, offset)
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            raise HTTPStatusError(status, "a chunked answer to a range request (unsupported)",
+                                  url)  # fmt: skip
+        announced = int(headers["content-length"]) if "content-length" in headers else None
+        if announced is not None and announced > length:
+            from fastio.sources._remote import _range_ignored
+
+            raise _range_ignored(url, offset, length, announced)
+        body = length if announced is None else announced
+        early = filled - held  # body bytes that came with the head
+        if early > body:
+            raise HTTPStatusError(status, "more bytes than the answer announced", url)
+        into[:early] = connection.head[held:filled]
+        count = _receive(sock, into, early, body, deadline, cancelled, until_close=announced
+                         is None)  # fmt: skip
+        if announced is None or headers.get("connection", "").lower() == "close":
+            self._drop(connection)
+        else:
+            self._release(connection)
+        return count
+
+    def close(self) -> None:
+        """End every connection; requests in flight fail with a connection error."""
+        with self._lock:
+            self._closed = True
+            connections = [c for idle in self._idle.values() for c in idle]
+            self._idle.clear()
+            active = list(self._active)
+        for connection in active:
+            with contextlib.suppress(OSError):  # already closed by its thread
+                connection.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
+        for connection in connections:
+            connection.sock.close()
+
+
+def _remaining(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(errno.ETIMEDOUT, "the request timed out")
+    return left
+
+
+def _read_head(
+    connection: _Connection, deadline: float
+) -> tuple[int, str, dict[str, str], int, int]:
+    """Status, reason, headers (names lowercased), the bytes now in
+    ``connection.head`` and where the body starts in them."""
+    sock, head = connection.sock, connection.head
+    view = memoryview(head)
+    filled = 0
+    while True:
+        sock.settimeout(_remaining(deadline))
+        try:
+            count = sock.recv_into(view[filled:])
+        except ConnectionResetError:
+            if connection.reused and filled == 0:
+                raise _ServerClosed() from None
+            raise
+        if count == 0:
+            if connection.reused and filled == 0:
+                raise _ServerClosed()
+            raise ConnectionResetError(errno.ECONNRESET, "the server closed the connection")
+        filled += count
+        end = head.find(b"\r\n\r\n", 0, filled)
+        if end >= 0:
+            break
+        if filled == len(head):
+            raise ConnectionError(errno.EPROTO, "the answer's headers are too long")
+    lines = bytes(head[:end]).decode("latin-1").split("\r\n")
+    status_line = lines[0].split(" ", 2)
+    if (len(status_line) < 2 or not status_line[0].startswith("HTTP/")
+            or not status_line[1].isdigit()):  # fmt: skip
+        raise ConnectionError(errno.EPROTO, f"not an HTTP answer: {lines[0][:80]!r}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    reason = status_line[2] if len(status_line) > 2 else ""
+    return int(status_line[1]), reason, headers, filled, end + 4
+
+
+def _receive(
+    sock: socket.socket, into: memoryview, filled: int, body: int, deadline: float,
+    cancelled: threading.Event | None, until_close: bool,
+) -> int:  # fmt: skip
+    """Receives the body into ``into[filled:body]``; returns its length. The
+    GIL is released while each ``recv_into`` waits and copies."""
+    low_water = 1
+    while filled < body:
+        if cancelled is not None and cancelled.is_set():
+            raise ConnectionAbortedError(errno.ECONNABORTED, "the read was cancelled")
+        wanted = min(body - filled, _RECEIVE_LOW_WATER)
+        if wanted != low_water:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, wanted)
+            low_water = wanted
+        sock.settimeout(_remaining(deadline))
+        count = sock.recv_into(into[filled:body])
+        if count == 0:
+            if until_close:
+                return filled
+            raise ConnectionResetError(
+                errno.ECONNRESET, f"the connection closed after {filled} of {body} bytes"
+            )
+        filled += count
+    if low_water != 1:  # the next answer's head is read byte by byte as it comes
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+    if until_close:  # more than asked, and no length said so: the server ignores Range
+        sock.settimeout(_remaining(deadline))
+        if sock.recv_into(bytearray(1)):
+            raise ConnectionError(errno.EPROTO, "the answer is longer than the range asked")
+    return filled
+
+
+def _discard(
+    connection: _Connection, headers: dict[str, str], filled: int, held: int, deadline: float
+) -> None:
+    """Reads past a redirect's body, so the connection can serve the next request."""
+    left = int(headers.get("content-length", "0") or 0) - (filled - held)
+    scratch = memoryview(connection.head)
+    while left > 0:
+        connection.sock.settimeout(_remaining(deadline))
+        count = connection.sock.recv_into(scratch[: min(left, len(scratch))])
+        if count == 0:
+            raise ConnectionResetError(errno.ECONNRESET, "the server closed the connection")
+        left -= count
+
+
+def _check_content_range(value: str, url: str, offset: int) -> None:
+    """A 206 must answer from the offset asked."""
+    unit, _, spec = value.partition(" ")
+    start = spec.split("-", 1)[0]
+    if unit.strip().lower() != "bytes" or not start.isdigit() or int(start) != offset:
+        raise HTTPStatusError(206, f"the answer starts elsewhere (Content-Range {value!r}, "
+                                   f"asked from {offset})", url)  # fmt: skip

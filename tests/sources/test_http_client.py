@@ -1,0 +1,291 @@
+"""fastio's own HTTP client (fastio.sources._http), the path plain-HTTP reads
+and shard downloads take: bodies received straight into the reader's buffers,
+keep-alive connections reused, and what real servers do that a client must
+take in stride (idle connections closed without notice, redirects, headers
+the user set, answers shorter than asked at an object's end)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import random
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+import fastio
+from fastio.sources import _http
+from fastio.sources._remote import Remotes
+from fastio.spec import ReaderSettings
+from tests.servers import RangeServer
+
+DATA = random.Random(7).randbytes(3 << 20)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive unless an answer says otherwise
+    server: _Server
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        server = self.server
+        server.requests += 1
+        server.seen_headers.append(dict(self.headers))
+        server.connections[self.client_address] += 1
+        if self.path.startswith("/moved"):
+            self.send_response(302)
+            self.send_header("Location", "/data")
+            self.send_header("Content-Length", "5")
+            self.end_headers()
+            self.wfile.write(b"moved")
+            return
+        start, end = self.headers["Range"].removeprefix("bytes=").split("-")
+        body = DATA[int(start) : int(end) + 1]
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{int(start) + len(body) - 1}/{len(DATA)}")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        if server.close_after_answer:  # as servers do at their idle timeout, without notice
+            self.close_connection = True
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests = 0
+        self.seen_headers: list[dict[str, str]] = []
+        self.connections: Counter[tuple[str, int]] = Counter()
+        self.close_after_answer = False
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/{path}"
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    running = _Server()
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+    yield running
+    running.shutdown()
+    running.server_close()
+    thread.join(10)
+
+
+def _read(remotes: Remotes, url: str, offset: int, length: int) -> bytes:
+    buffer = bytearray(length)
+    count = asyncio.run(remotes.read_into(url, offset, length, buffer))
+    return bytes(buffer[:count])
+
+
+def test_ranges_arrive_byte_for_byte_over_one_kept_alive_connection(server: _Server) -> None:
+    remotes = Remotes(ReaderSettings(retries=0), {})
+    try:
+        rng = random.Random(1)
+        for _ in range(40):
+            offset = rng.randrange(len(DATA))
+            length = rng.randrange(1, 600_000)
+            assert (
+                _read(remotes, server.url("data"), offset, length) == DATA[offset : offset + length]
+            )
+    finally:
+        remotes.close()
+    assert server.requests == 40
+    assert len(server.connections) == 1  # one after the other: the connection is reused
+
+
+def test_an_idle_connection_the_server_closed_is_replaced_without_a_retry(
+    server: _Server,
+) -> None:
+    server.close_after_answer = True
+    remotes = Remotes(ReaderSettings(retries=0), {})  # a retry would fail the read
+    try:
+        for offset in (0, 1000, 2_000_000):
+            assert _read(remotes, server.url("data"), offset, 5000) == DATA[offset : offset + 5000]
+    finally:
+        remotes.close()
+    assert server.requests == 3
+    assert len(server.connections) == 3
+
+
+def test_a_range_past_the_end_returns_what_the_object_holds(server: _Server) -> None:
+    remotes = Remotes(ReaderSettings(), {})
+    try:
+        assert _read(remotes, server.url("data"), len(DATA) - 100, 4096) == DATA[-100:]
+    finally:
+        remotes.close()
+
+
+def test_redirects_are_followed_on_the_same_connection(server: _Server) -> None:
+    remotes = Remotes(ReaderSettings(retries=0), {})
+    try:
+        assert _read(remotes, server.url("moved"), 10, 1000) == DATA[10:1010]
+    finally:
+        remotes.close()
+    assert server.requests == 2
+    assert len(server.connections) == 1
+
+
+def test_headers_in_storage_options_are_sent(server: _Server) -> None:
+    options = {"headers": {"Authorization": "Bearer token-1", "X-Job": "fastio"}}
+    remotes = Remotes(ReaderSettings(), options)
+    try:
+        assert _read(remotes, server.url("data"), 0, 100) == DATA[:100]
+        assert remotes._http is not None  # served by fastio's client, not aiohttp
+    finally:
+        remotes.close()
+    assert server.seen_headers[-1]["Authorization"] == "Bearer token-1"
+    assert server.seen_headers[-1]["X-Job"] == "fastio"
+
+
+def test_client_options_and_the_switch_keep_requests_on_aiohttp(
+    server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for options in ({"client_kwargs": {"trust_env": True}}, {}):
+        if not options:
+            monkeypatch.setenv("FASTIO_HTTP_CLIENT", "aiohttp")
+        remotes = Remotes(ReaderSettings(), options)
+        try:
+            assert _read(remotes, server.url("data"), 5, 50) == DATA[5:55]
+            assert remotes._http is None
+        finally:
+            remotes.close()
+
+
+def test_a_cancelled_read_ends_its_request_and_keeps_its_buffer_until_then(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "blob").write_bytes(DATA)
+    server = RangeServer(tmp_path).start()
+    server.faults.stalls, server.faults.stall_seconds = 1, 30.0
+    remotes = Remotes(ReaderSettings(retries=0, request_timeout=60), {})
+    buffer = bytearray(4096)
+
+    async def cancel_one() -> None:
+        task = asyncio.ensure_future(remotes.read_into(server.url("blob"), 0, 4096, buffer))
+        while server.faults.requests == 0:  # the request is on its way: the stall holds it
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(cancel_one())
+        with pytest.raises(BufferError):  # the request still holds a view of it
+            buffer.extend(b"x")
+    finally:
+        remotes.close()  # shuts the stalled request's socket: no wait for the stall
+        server.stop()
+    gc.collect()  # the cancelled task's traceback holds its frame in a cycle
+    buffer.extend(b"x")  # released once the request ended
+
+
+def test_closing_ends_requests_in_flight(tmp_path: Path) -> None:
+    (tmp_path / "blob").write_bytes(DATA)
+    server = RangeServer(tmp_path).start()
+    server.faults.stalls, server.faults.stall_seconds = 1, 30.0
+    remotes = Remotes(ReaderSettings(retries=3, request_timeout=60), {})
+    outcome: list[BaseException | bytes] = []
+
+    def read() -> None:
+        try:
+            outcome.append(_read(remotes, server.url("blob"), 0, 4096))
+        except BaseException as error:
+            outcome.append(error)
+
+    reading = threading.Thread(target=read)
+    try:
+        reading.start()
+        while server.faults.requests == 0:
+            reading.join(0.01)
+        remotes.close()
+        reading.join(20)
+        assert not reading.is_alive()
+    finally:
+        server.stop()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], OSError), outcome
+    assert server.faults.requests == 1  # no retry after the close
+
+
+def test_an_epoch_over_http_equals_the_local_one(tmp_path: Path) -> None:
+    import webdataset
+
+    rng = random.Random(3)
+    for shard in range(3):
+        with webdataset.TarWriter(str(tmp_path / f"s{shard}.tar")) as sink:
+            for key in range(40):
+                sink.write(
+                    {"__key__": f"{shard}-{key}", "bin": rng.randbytes(rng.randrange(1, 90_000))}
+                )
+    local = [str(tmp_path / f"s{shard}.tar") for shard in range(3)]
+    server = RangeServer(tmp_path).start()
+    try:
+        remote = [server.url(f"s{shard}.tar") for shard in range(3)]
+        knobs = {"shuffle": False, "read_size": 64 << 10}
+        with fastio.Dataset(local, index_dir=str(tmp_path / "a"), **knobs) as dataset:
+            expected = [(s["__key__"], s["bin"]) for s in dataset]
+        with fastio.Dataset(remote, index_dir=str(tmp_path / "b"), **knobs) as dataset:
+            got = [(s["__key__"], s["bin"]) for s in dataset]
+            assert dataset.reader._remotes._http is not None
+    finally:
+        server.stop()
+    assert got == expected
+    assert len(got) == 120
+
+
+def test_a_forked_child_opens_its_own_connections(server: _Server) -> None:
+    client = _http.RangeClient()
+    buffer = bytearray(100)
+    assert client.get_into(server.url("data"), 0, 100, memoryview(buffer), 10) == 100
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        ok = client.get_into(server.url("data"), 100, 100, memoryview(buffer), 10) == 100
+        os.write(write, b"1" if ok and bytes(buffer) == DATA[100:200] else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert client.get_into(server.url("data"), 200, 100, memoryview(buffer), 10) == 100
+    assert bytes(buffer) == DATA[200:300]
+    client.close()
+    assert len(server.connections) == 2  # the parent's, kept; the child's own
+    with pytest.raises(ConnectionAbortedError):
+        client.get_into(server.url("data"), 0, 1, memoryview(buffer), 10)
+
+
+def test_a_server_that_is_not_http_is_a_clear_error() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        connection.recv(65536)
+        connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+        connection.close()
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    client = _http.RangeClient()
+    try:
+        with pytest.raises(ConnectionError, match="not an HTTP answer"):
+            client.get_into(f"http://127.0.0.1:{listener.getsockname()[1]}/x", 0, 10,
+                            memoryview(bytearray(10)), 10)  # fmt: skip
+    finally:
+        client.close()
+        listener.close()
+        thread.join(10)
