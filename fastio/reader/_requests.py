@@ -268,7 +268,7 @@ def plan_requests(
                 ):
                     group = candidate
                     continue
-                yield from _split(stream, file, delivery, read_size, ramp)
+                yield from _split(stream, files, file, delivery, read_size, ramp)
         if group is not None:
             pending, group = ramp.took(group.piece(stream)), None
             yield pending
@@ -278,30 +278,39 @@ def plan_requests(
 
 
 def _split(
-    stream: Any, file: OpenFile, delivery: Delivery, read_size: Callable[[], int], ramp: _Ramp
-) -> Iterator[Request]:
+    stream: Any, files: FileTable, file: OpenFile, delivery: Delivery,
+    read_size: Callable[[], int], ramp: _Ramp,
+) -> Iterator[Request]:  # fmt: skip
     """Pieces of one range larger than a read. Consumes the caller's file
-    reference for the first piece and takes one more for each further piece.
+    reference for the first piece and takes one more for each further piece,
+    before the piece ahead of it is handed out: that piece may be read and
+    release its reference before the next is planned, and a file whose count
+    reached zero is idle (or, for a download read as it arrives, let go).
     Remote pieces grow along the ``ramp`` (see the module)."""
     shard_index, range_index, path, offset, _, length, _, end_of_shard = delivery
     end = offset + length
     direct = file.direct
     position = align_down(offset) if direct else offset
     request_end_limit = align_up(end) if direct else end
-    first = True
-    while position < end:
-        size = ramp.limit(file, read_size())
-        request_end = min(position + size, request_end_limit)
-        data_start, data_end = max(position, offset), min(request_end, end)
-        if not first:
-            file.refs += 1
-        first = False
-        last = data_end == end
-        part = (
-            shard_index, range_index, path, data_start, data_start - position,
-            data_end - data_start, last, last and end_of_shard,
-        )  # fmt: skip
-        yield ramp.took(Request(
-            stream, file, path, position, request_end - position, [part], data_end - position
-        ))  # fmt: skip
-        position = request_end
+    ahead = False  # whether a reference is held for a piece not yet handed out
+    try:
+        while position < end:
+            size = ramp.limit(file, read_size())
+            request_end = min(position + size, request_end_limit)
+            data_start, data_end = max(position, offset), min(request_end, end)
+            last = data_end == end
+            if not last:
+                file.refs += 1  # the next piece's
+            ahead = not last
+            part = (
+                shard_index, range_index, path, data_start, data_start - position,
+                data_end - data_start, last, last and end_of_shard,
+            )  # fmt: skip
+            yield ramp.took(Request(
+                stream, file, path, position, request_end - position, [part], data_end - position
+            ))  # fmt: skip
+            ahead = False  # the next piece takes it
+            position = request_end
+    finally:
+        if ahead:  # the stream closed with pieces left unplanned
+            files.release(file)

@@ -5,9 +5,10 @@ Why not aiohttp (what fsspec's HTTP filesystem uses): it receives every
 response on one event-loop thread, in 64 KiB callbacks that parse, buffer and
 hand over each chunk under the GIL. At a few hundred MB/s that thread is the
 limit, and the GIL it holds is the one the training loop needs. Here each
-request runs on a thread of its own, and ``socket.recv_into`` writes the body
-into the destination buffer with the GIL released: the kernel's copy is the
-only copy, and many requests receive in parallel.
+request runs on a thread of its own, and one native call per body
+(``_native.receive_into``) receives it into the destination buffer with the
+GIL released throughout: the kernel's copy is the only copy, and many
+requests receive in parallel.
 
 A connection is kept alive and reused for the next request to the same host.
 A reused connection the server has closed meanwhile is replaced once at no
@@ -26,14 +27,13 @@ import time
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
+from fastio import _native
+
 __all__ = ["HTTPStatusError", "RangeClient", "usable"]
 
 _HEAD_LIMIT = 64 << 10  # the most a response's status line and headers may take
 _REDIRECTS = 5
 _SAFE_PATH = "/%:@!$&'()*+,;=-._~"  # what a request target may hold unquoted
-# A thread waiting for a body wakes when this many bytes are ready (or the
-# body's end): a slow link otherwise wakes it, and takes the GIL, per packet.
-_RECEIVE_LOW_WATER = 256 << 10
 
 
 class HTTPStatusError(OSError):
@@ -286,32 +286,21 @@ def _receive(
     sock: socket.socket, into: memoryview, filled: int, body: int, deadline: float,
     cancelled: threading.Event | None, until_close: bool,
 ) -> int:  # fmt: skip
-    """Receives the body into ``into[filled:body]``; returns its length. The
-    GIL is released while each ``recv_into`` waits and copies."""
-    low_water = 1
-    while filled < body:
-        if cancelled is not None and cancelled.is_set():
-            raise ConnectionAbortedError(errno.ECONNABORTED, "the read was cancelled")
-        wanted = min(body - filled, _RECEIVE_LOW_WATER)
-        if wanted != low_water:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, wanted)
-            low_water = wanted
-        sock.settimeout(_remaining(deadline))
-        count = sock.recv_into(into[filled:body])
-        if count == 0:
-            if until_close:
-                return filled
-            raise ConnectionResetError(
-                errno.ECONNRESET, f"the connection closed after {filled} of {body} bytes"
-            )
-        filled += count
-    if low_water != 1:  # the next answer's head is read byte by byte as it comes
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
-    if until_close:  # more than asked, and no length said so: the server ignores Range
+    """Receives the body into ``into[filled:body]``; returns its length. One
+    native call receives it all with the GIL released (a Python loop would
+    take the GIL back for every few packets, from the training loop too)."""
+    if cancelled is not None and cancelled.is_set():
+        raise ConnectionAbortedError(errno.ECONNABORTED, "the read was cancelled")
+    end = _native.receive_into(sock.fileno(), into, filled, body, _remaining(deadline))
+    if end < body and not until_close:
+        raise ConnectionResetError(
+            errno.ECONNRESET, f"the connection closed after {end} of {body} bytes"
+        )
+    if until_close and end == body:  # no length was given: the answer must end here
         sock.settimeout(_remaining(deadline))
         if sock.recv_into(bytearray(1)):
             raise ConnectionError(errno.EPROTO, "the answer is longer than the range asked")
-    return filled
+    return end
 
 
 def _discard(
