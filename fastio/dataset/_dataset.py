@@ -751,7 +751,8 @@ class Dataset(_Base):
         shard = int(np.searchsorted(bases, number, side="right")) - 1
         sample = number - int(bases[shard])
         read = Read(0, Run(shard, sample, sample + 1, 0), sample, sample + 1)
-        for _, decoded, _ in self._reads.execute([read], False, ErrorPolicy("raise")):
+        for _, samples in self._reads.execute([read], False, ErrorPolicy("raise")):
+            decoded = list(samples)  # to its end: a read cut short raises
             return decoded[0]
         raise IndexError(number)  # unreachable: execute yields once or raises
 

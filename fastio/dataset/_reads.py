@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from fastio.plan._windows import Run, Window
     from fastio.reader._reader import Reader
 
-__all__ = ["SKIPPED", "Read", "SampleReads", "located"]
+__all__ = ["SKIPPED", "Read", "ReadSamples", "SampleReads", "located"]
 
 
 class _Skipped:
@@ -37,6 +37,26 @@ class _Skipped:
 
 
 SKIPPED = _Skipped()
+_END = object()
+
+
+class ReadSamples:
+    """One read's samples (:data:`SKIPPED` in a damaged record's place), in
+    order, decoded as they are taken: iterable once. ``count`` is the places
+    they filled so far. None is held beyond the sample handed out: a read of
+    a whole shard decoded into a list first held megabytes of fresh payload
+    copies, which cost the cache misses and page faults of a working set
+    that size, more than the decoding itself
+    (``benchmarks/bench_tfrecord_cpu.py``)."""
+
+    __slots__ = ("count", "samples")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.samples: Iterator[Any] = iter(())
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.samples
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +126,12 @@ class SampleReads:
 
     def execute(
         self, reads: list[Read], columnar: bool, policy: ErrorPolicy | None = None
-    ) -> Iterator[tuple[Read, Any, int]]:
-        """Every read decoded, in order: (read, decoded, count). A failing read
-        goes through the error policy (``policy``, else the dataset's); a failed
-        stream restarts after it."""
+    ) -> Iterator[tuple[Read, Any]]:
+        """Every read decoded, in order: (read, decoded), decoded a list of
+        columnar parts (``columnar``) or :class:`ReadSamples`, to be taken
+        before the next read. A failing read goes through the error policy
+        (``policy``, else the dataset's) where it fails (after the samples
+        before the failure); a failed stream restarts after it."""
         policy = policy or self.policy
         planned = [self.layouts[r.run.shard].ranges(r.start, r.stop) for r in reads]
         shards = [Shard(tuple(ranges), whole=self.layouts[r.run.shard].meta.get("whole", False))
@@ -119,7 +141,7 @@ class SampleReads:
             failing = self.failing.get(reads[k].run.shard)
             if failing is not None:
                 policy.failure(failing, reads[k].stop - reads[k].start, "shard skipped")
-                yield reads[k], [], 0
+                yield reads[k], _nothing(columnar)
                 k += 1
                 continue
             stop = next((i for i in range(k, len(reads)) if reads[i].run.shard in self.failing),
@@ -130,18 +152,23 @@ class SampleReads:
                 for position, group in groupby(guarded, key=attrgetter("shard")):
                     index = k + position
                     while expected < index:  # reads that produced no bytes
-                        yield reads[expected], [], 0
+                        yield reads[expected], _nothing(columnar)
                         expected += 1
-                    decoded, count, damaged, error = self._decode(
-                        reads[index], group, columnar, planned[index][1])  # fmt: skip
-                    for record in damaged:  # in their places among the samples: one each
-                        policy.failure(record, 1, "damaged record skipped")
-                    if guarded.failed_at == position:  # the read itself failed midway
-                        error = guarded.failure
-                    if error is not None:
-                        lost = reads[index].stop - reads[index].start - count
-                        policy.failure(error, lost, "read failed")
-                    yield reads[index], decoded, count
+                    read, first = reads[index], planned[index][1]
+                    if columnar:
+                        parts, count, damaged, error = self._parts(read, group, first)
+                        for record in damaged:  # in their places among the rows: one each
+                            policy.failure(record, 1, "damaged record skipped")
+                        if guarded.failed_at == position:  # the read itself failed midway
+                            error = guarded.failure
+                        if error is not None:
+                            policy.failure(error, read.stop - read.start - count, "read failed")
+                        yield read, parts
+                    else:
+                        samples = ReadSamples()
+                        samples.samples = self._samples(read, group, first, policy, samples,
+                                                        guarded, position)  # fmt: skip
+                        yield read, samples
                     expected = index + 1
             finally:
                 guarded.close()
@@ -149,48 +176,68 @@ class SampleReads:
                 failed = k + guarded.failed_at
                 if failed >= expected:  # failed before delivering any of its bytes
                     while expected < failed:
-                        yield reads[expected], [], 0
+                        yield reads[expected], _nothing(columnar)
                         expected += 1
                     read = reads[failed]
                     policy.failure(guarded.failure, read.stop - read.start, "read failed")
-                    yield read, [], 0
+                    yield read, _nothing(columnar)
                     expected = failed + 1
             else:
                 while expected < stop:
-                    yield reads[expected], [], 0
+                    yield reads[expected], _nothing(columnar)
                     expected += 1
             k = expected
 
-    def _decode(
-        self, read: Read, chunks: Iterable[Any], columnar: bool, first: int
-    ) -> tuple[Any, int, list[Exception], Exception | None]:
-        """Decoded samples (a list, or a list of columnar parts) of ``read``,
-        whose bytes decode from sample ``first`` on; how many places they
-        fill; the damaged records the format stepped over (a DecodeError it
-        gives in a record's place, :data:`SKIPPED` there in what is
-        returned); and the error that cut the read short."""
+    def _samples(
+        self, read: Read, chunks: Iterable[Any], first: int, policy: ErrorPolicy,
+        taken: ReadSamples, guarded: Guarded, position: int,
+    ) -> Iterator[Any]:  # fmt: skip
+        """The samples of ``read`` (whose bytes, the stream's ``position``-th
+        shard, decode from sample ``first`` on), counted in ``taken``; a
+        damaged record the format stepped over (a DecodeError it gives in a
+        record's place) goes through ``policy`` and comes as :data:`SKIPPED`,
+        and so, after the samples before it, does an error that cuts the read
+        short."""
+        layout = self.layouts[read.run.shard]
+        skip, want = read.start - first, read.stop - read.start
+        decoded = islice(_in_places(self.format.samples(chunks, layout), layout),
+                         skip, skip + want)  # fmt: skip
+        error: Exception | None = None
+        while True:
+            try:
+                sample = next(decoded, _END)
+            except (DecodeError, OSError) as failure:
+                error = located(failure, layout)
+                break
+            if sample is _END:
+                break
+            if isinstance(sample, DecodeError):
+                policy.failure(located(sample, layout), 1, "damaged record skipped")
+                sample = SKIPPED
+            taken.count += 1
+            yield sample
+        if error is None and taken.count < want:
+            error = TruncatedShardError(
+                f"holds {skip + taken.count} samples from {first} on, the index says "
+                f"{skip + want} (the shard changed after it was indexed?)",
+                layout.url, -1, first + skip + taken.count,
+            )  # fmt: skip
+        if guarded.failed_at == position:  # the read itself failed midway
+            error = guarded.failure
+        if error is not None:
+            policy.failure(error, want - taken.count, "read failed")
+
+    def _parts(
+        self, read: Read, chunks: Iterable[Any], first: int
+    ) -> tuple[list[Any], int, list[Exception], Exception | None]:
+        """Columnar parts of ``read``, whose bytes decode from sample ``first``
+        on; how many rows they hold; the damaged records the format stepped
+        over (a DecodeError it gives in a record's place, :data:`SKIPPED`
+        there in what is returned); and the error that cut the read short."""
         layout = self.layouts[read.run.shard]
         skip, want = read.start - first, read.stop - read.start
         damaged: list[Exception] = []
         error: Exception | None = None
-        if not columnar:
-            samples: list[Any] = []
-            try:
-                decoded = _in_places(self.format.samples(chunks, layout), layout)
-                for sample in islice(decoded, skip, skip + want):
-                    if isinstance(sample, DecodeError):
-                        damaged.append(located(sample, layout))
-                        sample = SKIPPED
-                    samples.append(sample)
-            except (DecodeError, OSError) as failure:
-                error = located(failure, layout)
-            if error is None and len(samples) < want:
-                error = TruncatedShardError(
-                    f"holds {skip + len(samples)} samples from {first} on, the index says "
-                    f"{skip + want} (the shard changed after it was indexed?)",
-                    layout.url, -1, first + skip + len(samples),
-                )  # fmt: skip
-            return samples, len(samples), damaged, error
         parts: list[Any] = []
         rows = 0
         try:
@@ -215,6 +262,11 @@ class SampleReads:
                 layout.url, -1, read.start + got,
             )  # fmt: skip
         return parts, got, damaged, error
+
+
+def _nothing(columnar: bool) -> Any:
+    """What a read that produced no bytes decodes to."""
+    return [] if columnar else ReadSamples()
 
 
 def _in_places(decoded: Iterable[Any], layout: Layout) -> Iterator[Any]:

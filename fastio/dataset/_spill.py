@@ -61,7 +61,7 @@ class ShuffleSpill:
         return not columnar and nbytes > self.memory
 
     def window(
-        self, decoded: Iterable[tuple[int, list[Any]]], count: int, sequence: np.ndarray,
+        self, decoded: Iterable[tuple[int, Iterable[Any]]], count: int, sequence: np.ndarray,
         nbytes: int,
     ) -> Iterator[Any]:  # fmt: skip
         """The window's samples in ``sequence`` order (positions in the window),

@@ -63,27 +63,27 @@ def read_part(
         end = int(starts[index + 1])
         if order is None and not columnar:  # stored order: stream as decoded
             expected = begin
-            for read, decoded, count in its_reads:
+            for read, samples in its_reads:
                 cursor.pass_over(read.at - expected)  # samples a failure lost
-                for sample in decoded:
+                for sample in samples:
                     if sample is SKIPPED:  # a damaged record
                         cursor.pass_over(1)
                         continue
                     cursor.deliver_one()
                     yield sample
-                expected = read.at + count
+                expected = read.at + samples.count
             cursor.move_to(end)
             continue
         if order is None and columnar:  # stored order: a unit per read, as decoded
-            for read, decoded, _ in its_reads:
+            for read, decoded in its_reads:
                 size = read.stop - read.start
                 position = int(starts[index]) + read.at
-                yield _columnar_window(iter([(read, decoded, size)]), size, np.arange(size), True,
+                yield _columnar_window(iter([(read, decoded)]), size, np.arange(size), True,
                                        position, position + size, origin=read.at)  # fmt: skip
             continue
         sequence = order[begin:] if order is not None else np.arange(begin, window.count)
         if spill is not None and spill.applies(window.nbytes, columnar):
-            placed = ((read.at, decoded) for read, decoded, _ in its_reads)
+            placed = ((read.at, samples) for read, samples in its_reads)
             for sample in spill.window(placed, window.count, sequence, window.nbytes):
                 if sample is SPILL_MISSING:
                     cursor.pass_over(1)
@@ -97,8 +97,9 @@ def read_part(
             continue
         # Collect the window (the shuffle buffer), then deliver it in its order.
         slots: list[Any] = [_MISSING] * window.count
-        for read, decoded, count in its_reads:
-            slots[read.at : read.at + count] = decoded
+        for read, samples in its_reads:
+            decoded = list(samples)
+            slots[read.at : read.at + len(decoded)] = decoded
         for slot in sequence:
             sample = slots[slot]
             slots[slot] = None  # the buffer shrinks as it is delivered
@@ -121,7 +122,7 @@ def _columnar_window(
     """A window's table, the rows to deliver, their positions, the position
     after it (of the window's samples from ``origin`` on)."""
     parts: list[tuple[int, Any]] = []
-    for read, decoded, _ in its_reads:
+    for read, decoded in its_reads:
         at = read.at - origin
         for part in decoded:
             if part is not SKIPPED:  # a damaged record's row stays empty

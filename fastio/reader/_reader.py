@@ -56,8 +56,17 @@ __all__ = ["Reader"]
 log = logging.getLogger("fastio")
 
 _EMPTY = memoryview(b"")
-# Chunks handed over per batch (the sync hand-off moves batches, not chunks).
+# Chunks handed over per batch (the sync hand-off moves batches, not chunks),
+# and bytes: at most 1/_BATCH_SHARE of the memory budget (at least one
+# piece). A consumer keeps the buffers of a whole batch until it asks for the
+# next, and the hand-off holds a quarter of the budget: batches of all that
+# was ready (up to the read-ahead window) left room for one batch in the
+# hand-off and little read-ahead, and on cached data the consumer waited
+# for the reader's next burst (a third of its time at 110 KB records,
+# benchmarks/bench_tfrecord_cpu.py); smaller batches keep several between
+# the two threads.
 _BATCH_CHUNKS = 256
+_BATCH_SHARE = 16
 # Bytes a stream may have queued (in flight plus read ahead): READ_AHEAD_FACTOR
 # times what outstanding_requests reads of read_size hold (of the stream's
 # largest piece where that is larger: remote pieces grow past read_size), and at least
@@ -603,11 +612,18 @@ class Reader:
         head if needed); an empty list at the end. Raises the head's error."""
         self._release_delivered(stream)
         queue = stream.queue
+        read_after = False  # the reads this call skipped start once the batch is out
         while True:
             if self._closed:
                 raise ReaderClosedError("I/O operation on a closed reader")
             if self._failure is not None:
                 raise self._failure
+            if queue and queue[0].done:
+                # What is ready goes first: on cached data a pump reads up to
+                # the whole read-ahead window inline (milliseconds), and a
+                # consumer that has run dry would wait for all of it.
+                read_after = True
+                break
             self._pump()
             if self._failure is not None:  # this pump failed: nothing would wake the wait
                 raise self._failure
@@ -624,7 +640,9 @@ class Reader:
                 if stream.count_wait:
                     self._wait_seconds += time.perf_counter() - started
         chunks: list[Chunk] = []
-        while queue and queue[0].done and len(chunks) < _BATCH_CHUNKS:
+        batch_bytes, most_bytes = 0, self._settings.memory_budget // _BATCH_SHARE
+        while (queue and queue[0].done and len(chunks) < _BATCH_CHUNKS
+               and batch_bytes < most_bytes):  # fmt: skip
             piece = queue[0]
             if piece.error is not None:
                 if chunks:
@@ -640,6 +658,7 @@ class Reader:
             else:
                 view = memoryview(piece.buffer)
                 stream.queued_bytes -= len(piece.buffer)
+                batch_bytes += len(piece.buffer)
             for (
                 shard,
                 rng,
@@ -656,6 +675,10 @@ class Reader:
             stream.delivered.append(piece)
         self._chunks_delivered += len(chunks)
         stream.started = True
+        if read_after:
+            # Reads the window has room for run while the batch waits for room
+            # in a hand-off, or while an async consumer works through it.
+            asyncio.get_running_loop().call_soon(self._pump)
         return chunks
 
     # ---- the scheduler ---------------------------------------------------------------

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 import fastio
-from tests.shards import key_of, write
+from tests.shards import check_sample, key_of, write
 
 
 def damage_tar(written) -> tuple[str, int, int]:
@@ -120,6 +120,24 @@ def test_checksum_damage_after_indexing_is_caught_while_reading(tmp_path) -> Non
     lost = skipping.stats()["skipped"]
     assert lost >= 1
     assert len(got) + lost == len(written.samples)
+
+
+def test_samples_before_the_damage_come_before_the_error(tmp_path) -> None:
+    """Under raise, the damaged shard's intact samples before the damaged
+    record reach the consumer first, as written: samples leave as decoded."""
+    written = write("tfrecord", tmp_path, shards=3, per_shard=15)
+    dataset = fastio.Dataset(written.pattern, shuffle=False)  # indexed while intact
+    stat = os.stat(written.urls[2])
+    url, offset, record = damage_tfrecord(written)
+    os.utime(url, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    delivered = []
+    with pytest.raises(fastio.CorruptRecordError) as caught:
+        delivered.extend(dataset)
+    assert (caught.value.url, caught.value.offset) == (url, offset)
+    before = sum(dataset.counts[:2]) + record
+    assert [key_of("tfrecord", s) for s in delivered] == list(range(before))
+    for sample, row in zip(delivered, written.samples, strict=False):
+        check_sample("tfrecord", sample, row)
 
 
 def test_corrupt_parquet_footer(tmp_path) -> None:
