@@ -19,7 +19,8 @@ ever waits.
 
 Release, on every path: the main process unlinks the file when it first reads
 from it (both keep it open; the memory goes when both have closed it), a worker
-empties its ring as it exits, the main process closes rings whose worker is gone
+empties its ring as it exits (unless a payload is still being written into it:
+then the memory goes with the process), the main process closes rings whose worker is gone
 when it meets a new one, and files of workers killed before the main process
 read from them are swept by the next process that names a ring
 (:func:`fastio.shared.shared_path`).
@@ -30,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import struct
 import sys
 from multiprocessing import util
 from multiprocessing.reduction import ForkingPickler
@@ -44,6 +46,7 @@ __all__ = ["MIN_HANDED", "HandedBytes", "hand_off", "in_dataloader_worker"]
 MIN_HANDED = 16 << 10  # smaller payloads pickle faster than a ring write and a pread
 _HEADER = 4096  # the read mark (int64) in the first page; payloads after it
 _ALIGN = 64  # payload starts, so Arrow buffers read back are aligned
+_MARK = struct.Struct("=q")  # the read mark as the worker's int64 view of it reads it
 KIND = "handoff"
 
 
@@ -117,10 +120,17 @@ class _Ring:
         if self.fd < 0:
             return
         self.read_mark = np.zeros(1, np.int64)
-        with contextlib.suppress(BufferError):  # a view still held keeps the map
+        try:
             self.map.close()
-        with contextlib.suppress(OSError):
-            os.ftruncate(self.fd, 0)
+        except BufferError:
+            # A view is still held: a batch being pickled on the result
+            # queue's feeder thread while the worker exits. Cutting the file
+            # now would kill that write with SIGBUS; its pages go with the
+            # process instead.
+            pass
+        else:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, 0)
         os.close(self.fd)
         self.fd = -1
         remove_owned(self.path, self.owner)
@@ -197,17 +207,12 @@ class _Attached:
     def __init__(self, path: str) -> None:
         self.owner = owner_of(path)
         self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        self.header = mmap.mmap(self.fd, _HEADER)
-        self.read_mark = np.frombuffer(self.header, np.int64, 1)
         self.capacity = os.fstat(self.fd).st_size - _HEADER
         # From now on the open descriptors keep it: no path left to leak.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
     def close(self) -> None:
-        self.read_mark = np.zeros(1, np.int64)
-        with contextlib.suppress(BufferError):
-            self.header.close()
         os.close(self.fd)
 
     def read(self, start: int, length: int) -> bytes:
@@ -215,14 +220,19 @@ class _Attached:
         offset = _HEADER + start % self.capacity
         payload = os.pread(self.fd, length, offset)
         self._check(len(payload), length, offset)
-        self.read_mark[0] = start + length
+        self._mark(start + length)
         return payload
 
     def read_into(self, target: Any, start: int, length: int) -> None:
         """Copy the payload at ``start`` into ``target``, marked read."""
         offset = _HEADER + start % self.capacity
         self._check(os.preadv(self.fd, [target], offset), length, offset)
-        self.read_mark[0] = start + length
+        self._mark(start + length)
+
+    def _mark(self, position: int) -> None:
+        # Written, not stored through a mapping: an exiting worker empties
+        # its file, and a store into a mapped page past the end is SIGBUS.
+        os.pwrite(self.fd, _MARK.pack(position), 0)
 
     def _check(self, got: int, length: int, offset: int) -> None:
         if got != length:  # its worker emptied it: it was killed or told to exit

@@ -8,6 +8,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pyarrow as pa
@@ -142,3 +144,34 @@ def test_a_loader_dropped_mid_epoch_leaves_nothing_in_dev_shm(written) -> None:
     gc.collect()
     gone(pids)
     assert rings_of(pids) == []
+
+
+_EXIT_WHILE_WRITING = """
+import os
+from fastio.shared import _handoff
+ring = _handoff._Ring(1 << 20)
+view = ring.view(0, 4096)  # a payload being written, as a queue's feeder thread does at exit
+ring.close()  # the worker's exit
+view[:] = b"x" * 4096
+print("written")
+"""
+
+
+def test_a_worker_exiting_while_a_payload_is_written_is_not_killed() -> None:
+    done = subprocess.run([sys.executable, "-c", _EXIT_WHILE_WRITING], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, f"exit {done.returncode} (SIGBUS is -7): {done.stderr}"
+    assert done.stdout.strip() == "written"
+
+
+def test_the_main_process_marks_a_ring_its_worker_emptied_without_a_fault() -> None:
+    ring = _handoff._Ring(1 << 20)
+    ring.view(0, 8)[:] = b"payload!"
+    attached = _handoff._Attached(ring.path)
+    try:
+        assert attached.read(0, 8) == b"payload!"
+        assert int(ring.read_mark[0]) == 8  # the worker sees the mark
+        ring.close()  # the worker exits and empties the file
+        attached._mark(16)  # a store through a mapping here would be SIGBUS
+    finally:
+        attached.close()
