@@ -40,7 +40,7 @@ from fastio._errors import EngineFallbackWarning, ReaderClosedError
 from fastio.reader._buffers import BufferPool, bucket_size
 from fastio.reader._files import FileTable, FollowedFile
 from fastio.reader._ranges import Chunk, ShardLike
-from fastio.reader._requests import Request, plan_requests
+from fastio.reader._requests import Request, is_remote_file, plan_requests
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
 from fastio.reader._sync import Handoff, LoopThread
 from fastio.sources._remote import Remotes, is_remote, local_path, version_number
@@ -77,8 +77,6 @@ _BATCH_SHARE = 16
 # handing from thread to thread (see benchmarks/bench_read.py).
 READ_AHEAD_FACTOR = 2
 READ_AHEAD_MIN_BYTES = 4 << 20
-# Reads a remote stream keeps in flight until its first chunk is handed over.
-_REMOTE_START_PIECES = 1
 _MAX_QUEUED_PIECES = 4096
 # Share of the memory budget that the sync hand-off may hold.
 _HANDOFF_SHARE = 4
@@ -766,29 +764,25 @@ class Reader:
                 # A stream with nothing queued takes one piece over the budget:
                 # the budget may be held by another stream whose consumer waits
                 # for this one (an index read while a shard streams).
-                remote = piece.file is not None and piece.file.fd < 0
+                assert piece.file is not None
+                remote = is_remote_file(piece.file)
                 if held and held + size > (remote_budget if remote else budget) and queue:
                     throttled = True
                     break
-                # Until its first batch is out, a stream reads local files ahead
-                # only into buffers already mapped: mapping a fresh region can
-                # cost milliseconds (huge pages compacted), and the first chunk
-                # is handed over only once this fill ends. (Remote reads take
-                # longer than that: they all start at once, as before.)
-                local = piece.file is not None and not remote
-                if queue and local and not stream.started and not pool.has_free(size):
-                    break
-                # A remote stream's first piece goes ahead alone: fresh
+                # Until its first batch is out, a stream reads ahead of its
+                # first piece only locally, into buffers already mapped:
+                # mapping a fresh region can cost milliseconds (huge pages
+                # compacted), and the first chunk is handed over only once
+                # this fill ends. A remote first piece goes alone: fresh
                 # connections that start together share the link (and the
                 # round trips of their slow start) and would all finish late.
-                if queue and remote and not stream.started and len(queue) >= _REMOTE_START_PIECES:
+                if queue and not stream.started and (remote or not pool.has_free(size)):
                     break
                 stream.lookahead = None
                 buffer = pool.take(piece.length)
                 size = len(buffer)  # may be a larger free one: count what is held
                 tag = self._next_tag
                 self._next_tag = tag + 1
-                assert piece.file is not None
                 if remote:
                     self._start_remote(piece, buffer, tag)
                 else:

@@ -244,31 +244,43 @@ class Remotes:
         ranges = _growing_ranges(size, min(self.settings.read_size, _DOWNLOAD_FIRST),
                                  max(self.settings.read_size, _DOWNLOAD_STEP))  # fmt: skip
         in_flight = max(1, self.settings.outstanding_requests // max(1, self.prefetcher.count))
-        stopping = self.prefetcher.stopping
+        cancelled = threading.Event()  # ends fastio's HTTP requests still running
+        submit: Callable[[int, int], Future[tuple[Any, OSError | None]]]
         if url.startswith("http://") and self._http_usable(fs):
-            self._download_http(url, file, ranges, in_flight)
-            return
-        if getattr(fs, "async_impl", False) and in_flight > 1:
-            from fsspec.asyn import get_loop, sync
+            assert self._http_pool is not None
+            pool = self._http_pool
 
-            sync(get_loop(), self._download_async, fs, path, url, file, ranges, in_flight)
-            return
-        for offset, length in ranges:
-            if stopping.is_set():
-                raise DownloadCancelled(f"{url}: the reader closed during the download")
-            file.write(self._read_sync(fs, path, url, offset, length))
+            def submit(offset: int, length: int) -> Future[tuple[Any, OSError | None]]:
+                return pool.submit(self._get_range, url, offset, length, cancelled)
 
-    def _download_http(
-        self, url: str, file: Download, ranges: list[tuple[int, int]], in_flight: int
-    ) -> None:
-        """Through fastio's HTTP client: ``in_flight`` ranges on the pool's
-        threads at once, written in order. The first goes alone: a reader
-        following the download waits for it, and requests sent together
-        reach the server in any order."""
-        assert self._http_pool is not None
+        elif getattr(fs, "async_impl", False) and in_flight > 1:
+            from fsspec.asyn import get_loop
+
+            def submit(offset: int, length: int) -> Future[tuple[Any, OSError | None]]:
+                return asyncio.run_coroutine_threadsafe(
+                    self._read_async(fs, path, url, offset, length), get_loop())  # fmt: skip
+
+        else:
+            for offset, length in ranges:
+                if self.prefetcher.stopping.is_set():
+                    raise DownloadCancelled(f"{url}: the reader closed during the download")
+                file.write(self._read_sync(fs, path, url, offset, length))
+            return
+        try:
+            self._download_ranges(url, file, ranges, in_flight, submit)
+        finally:
+            cancelled.set()
+
+    def _download_ranges(
+        self, url: str, file: Download, ranges: list[tuple[int, int]], in_flight: int,
+        submit: Callable[[int, int], Future[tuple[Any, OSError | None]]],
+    ) -> None:  # fmt: skip
+        """``in_flight`` of ``ranges`` requested at once (``submit(offset,
+        length)`` starts one: its future gives the bytes and the error), written
+        in order. The first goes alone: a reader following the download waits
+        for it, and requests sent together reach the server in any order."""
         stopping = self.prefetcher.stopping
-        cancelled = threading.Event()
-        pending: deque[tuple[bytearray, Future[tuple[int, OSError | None]]]] = deque()
+        pending: deque[Future[tuple[Any, OSError | None]]] = deque()
         upcoming = iter(ranges)
         first = True
         try:
@@ -277,18 +289,14 @@ class Remotes:
                     offset, length = next(upcoming, (-1, 0))
                     if offset < 0:
                         break
-                    data = bytearray(length)
-                    future = self._http_pool.submit(self._get_into, url, offset, length,
-                                                    memoryview(data), cancelled)  # fmt: skip
-                    pending.append((data, future))
+                    pending.append(submit(offset, length))
                 if not pending:
                     if stopping.is_set():
                         raise DownloadCancelled(f"{url}: the reader closed during the download")
                     break
-                data, future = pending[0]
                 while True:  # a close must not wait out a slow request
                     try:
-                        count, error = future.result(timeout=_CANCEL_POLL_SECONDS)
+                        data, error = pending[0].result(timeout=_CANCEL_POLL_SECONDS)
                         break
                     except FutureTimeout:
                         if stopping.is_set():
@@ -297,44 +305,11 @@ class Remotes:
                 pending.popleft()
                 if error is not None:
                     raise error
-                file.write(memoryview(data)[:count])
+                file.write(data)
                 first = False
         finally:
-            cancelled.set()  # requests still running end at their next receive
-            for _, future in pending:
+            for future in pending:
                 future.cancel()
-
-    async def _download_async(
-        self, fs: Any, path: str, url: str, file: Download, ranges: list[tuple[int, int]],
-        in_flight: int,
-    ) -> None:  # fmt: skip
-        """On fsspec's loop: ``in_flight`` ranges requested at once, written in order."""
-        pending: deque[asyncio.Task[tuple[bytes, OSError | None]]] = deque()
-        upcoming = iter(ranges)
-        stopping = self.prefetcher.stopping
-        try:
-            while True:
-                while len(pending) < in_flight and not stopping.is_set():
-                    offset, length = next(upcoming, (-1, 0))
-                    if offset < 0:
-                        break
-                    pending.append(asyncio.ensure_future(
-                        self._read_async(fs, path, url, offset, length)))  # fmt: skip
-                if not pending:
-                    if stopping.is_set():
-                        raise DownloadCancelled(f"{url}: the reader closed during the download")
-                    break
-                while not pending[0].done():  # a close must not wait out a slow request
-                    await asyncio.wait({pending[0]}, timeout=_CANCEL_POLL_SECONDS)
-                    if stopping.is_set():
-                        raise DownloadCancelled(f"{url}: the reader closed during the download")
-                data, error = pending.popleft().result()
-                if error is not None:
-                    raise error
-                file.write(data)
-        finally:
-            for task in pending:
-                task.cancel()
 
     def forget(self, url: str) -> None:
         """Drop what is known of ``url`` (after an error: it may have changed)."""
@@ -391,6 +366,14 @@ class Remotes:
                                                      thread_name_prefix="fastio-http")  # fmt: skip
                 self._http = RangeClient(fs.kwargs.get("headers"))
         return True
+
+    def _get_range(
+        self, url: str, offset: int, length: int, cancelled: threading.Event
+    ) -> tuple[memoryview, OSError | None]:
+        """:meth:`_get_into` a fresh buffer: the bytes that arrived and the error."""
+        data = memoryview(bytearray(length))
+        count, error = self._get_into(url, offset, length, data, cancelled)
+        return data[:count], error
 
     def _get_into(
         self, url: str, offset: int, length: int, into: memoryview, cancelled: threading.Event
