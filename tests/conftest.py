@@ -38,9 +38,7 @@ class ResourceSnapshot:
         self.tasks = thread_ids()
         self.python_threads = set(threading.enumerate())
 
-    def assert_released(
-        self, timeout: float = 5.0, pooled_connections: bool = False, sockets: bool = True
-    ) -> None:
+    def assert_released(self, timeout: float = 5.0, sockets: bool = True) -> None:
         # A joined thread can stay listed in /proc for a moment while the kernel
         # finishes its exit, and io_uring's kernel workers exit asynchronously:
         # wait for the new threads to go rather than race them. Threads are
@@ -49,8 +47,8 @@ class ResourceSnapshot:
         deadline = time.monotonic() + timeout
         while thread_ids() - self.tasks and time.monotonic() < deadline:
             time.sleep(0.01)
-        # At most as many: an HTTP client's idle connections (an earlier test's,
-        # or this one's with pooled_connections) may close meanwhile.
+        # At most as many: an HTTP client's idle connections (an earlier
+        # test's, or this one's) may close meanwhile.
         if sockets:  # else the caller checks the descriptors it cares about itself
             assert open_fds() <= self.fds, "file descriptors leaked"
         assert not thread_ids() - self.tasks, "native threads leaked"

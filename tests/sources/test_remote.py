@@ -300,7 +300,7 @@ def test_closing_mid_epoch_stops_prefetches_and_leaves_no_partial_files(
     # Threads gone, and no download's file left open (sockets are fsspec's
     # client's, shared by the process: its pool keeps idle connections, and the
     # server's side of held requests closes as they end).
-    resources.assert_released(pooled_connections=True, sockets=False)
+    resources.assert_released(sockets=False)
     assert [name for name in _open_files() if "/.tmp-" in name] == []
 
 
