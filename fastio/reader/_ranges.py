@@ -33,7 +33,7 @@ class Shard:
     ``direct`` overrides the reader's O_DIRECT setting for this shard's files
     (True, False or ``"auto"``: see :class:`fastio.ReaderSettings`).
     ``whole``: each range of a local file is read in one piece, however much
-    larger than ``read_size``, while its buffer fits in a quarter of the memory
+    larger than ``read_size``, while its buffer fits in half of the memory
     budget, so that it arrives as one chunk (a decoder that needs a range
     contiguous then takes that chunk as it is, instead of copying pieces
     together); larger ranges are split as usual.

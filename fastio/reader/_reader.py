@@ -566,7 +566,7 @@ class Reader:
         settings = self._settings
         stream.plan = plan_requests(
             stream, shards, self._files, settings.direct,
-            lambda: self._settings.read_size, settings.coalesce_gap, settings.memory_budget // 4,
+            lambda: self._settings.read_size, settings.coalesce_gap, settings.memory_budget // 2,
         )  # fmt: skip
         self._streams.append(stream)
         return stream

@@ -150,19 +150,19 @@ class ReaderContract:
         assert stats.bytes_read >= stats.bytes_delivered == sum(len(corpus[p]) for p in paths)
 
     @pytest.mark.parametrize("direct", [False, True])
-    def test_whole_ranges_arrive_as_one_chunk_within_a_quarter_of_the_budget(
+    def test_whole_ranges_arrive_as_one_chunk_within_half_of_the_budget(
         self, make_file, direct
     ) -> None:
-        path, data = make_file(3 << 20)
-        fits = ByteRange(path, 1001, 900_000)  # its buffer: 1 MiB, a quarter of 4 MiB
-        too_large = ByteRange(path, 1 << 20, 2 << 20)
+        path, data = make_file(5 << 20)
+        fits = ByteRange(path, 1001, 1_900_000)  # its buffer: 2 MiB, half of 4 MiB
+        too_large = ByteRange(path, 2 << 20, (2 << 20) + 4096)  # a 4 MiB buffer
         shards = [Shard((fits, too_large), whole=True, direct=direct), Shard((fits,))]
         with self.reader(read_size=65_536, memory_budget=4 << 20) as reader:
             chunks = list(reader.stream(shards))
-        assert join_by_shard(chunks, 2) == [data[1001:901_001] + data[1 << 20 : 3 << 20],
-                                            data[1001:901_001]]  # fmt: skip
+        assert join_by_shard(chunks, 2) == [data[1001:1_901_001] + data[2 << 20 : (4 << 20) + 4096],
+                                            data[1001:1_901_001]]  # fmt: skip
         whole_one = [c for c in chunks if (c.shard, c.range) == (0, 0)]
-        assert [len(c.data) for c in whole_one] == [900_000]
+        assert [len(c.data) for c in whole_one] == [1_900_000]
         assert all(len(c.data) <= 65_536 for c in chunks if (c.shard, c.range) != (0, 0))
 
     def test_auto_direct_reads_cold_files_with_o_direct_and_warm_ones_cached(
