@@ -11,7 +11,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -35,11 +35,12 @@ def timed_pass(
 
 
 def main(
-    description: str, script: str, methods: Sequence[str], peer: str,
+    description: str, script: str, methods: Sequence[str], peer: str | Mapping[str, str],
     child: Callable[[str, str], dict[str, float]],
 ) -> None:  # fmt: skip
     """The command line: ``--case-dir``, ``--repeats``, ``--methods``; a
-    ``--child`` run is one method's timed pass, printed as JSON."""
+    ``--child`` run is one method's timed pass, printed as JSON. ``peer``:
+    the method every other is compared with, or each method's own."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--case-dir", required=True)
     parser.add_argument("--repeats", type=int, default=3)
@@ -60,11 +61,13 @@ def main(
             results[method].append(json.loads(done.stdout.strip().splitlines()[-1]))
     medians = {m: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
                for m, runs in results.items()}  # fmt: skip
-    reference = medians.get(peer)
+    peers = peer if isinstance(peer, Mapping) else dict.fromkeys(medians, peer)
     width = max(len(m) for m in medians) + 2
-    print(f"{'method':{width}s} {'samples/s':>10s} {'main us':>8s} {'proc us':>8s}  vs {peer}")
+    against = peer if isinstance(peer, str) else "its peer"
+    print(f"{'method':{width}s} {'samples/s':>10s} {'main us':>8s} {'proc us':>8s}  vs {against}")
     for method, m in medians.items():
         ratios = ""
+        reference = medians.get(peers.get(method, ""))
         if reference:
             ratios = (f"{m['rate'] / reference['rate']:.2f}x rate, "
                       f"{reference['thread_us'] / m['thread_us']:.2f}x main CPU, "

@@ -1,0 +1,75 @@
+"""Parquet and Arrow IPC: fastio's ``.batches(256)`` beside pyarrow's readers, as CPU per row.
+
+    python benchmarks/bench_tables_cpu.py --case-dir /path/to/large-7273x110000
+
+``--case-dir`` is one case of the datasets ``benchmarks/bench_datasets.py``
+writes (it holds ``manifest.json`` and ``parquet/`` and ``arrow/`` copies).
+fastio reads each copy as a Dataset's ``.batches(256)``: batches of exactly
+256 rows, across row groups and files. pyarrow reads each file on its own:
+``ParquetFile.iter_batches(256)`` and ``ipc.open_file(...).get_batch(i)``, which
+yield a file's rows as they are (a file of 113 rows gives one batch of 113).
+Every batch's ``data`` column lengths are summed, as a consumer would touch it.
+
+Wall-clock rates swing on a shared machine; CPU time per row does much less,
+and the thread split says which thread a change relieves. Every run is a
+fresh process that reads the files once untimed first (warm page cache) and
+times the next pass (a fresh Dataset, as a new epoch's would be); methods run
+in a rotated order for ``--repeats`` rounds; medians are printed with each
+fastio method's ratio to pyarrow's reader of the same files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from _cpu_per_sample import main, timed_pass
+
+METHODS = ("fastio parquet", "pyarrow parquet", "fastio arrow", "pyarrow ipc")
+PEERS = {"fastio parquet": "pyarrow parquet", "pyarrow parquet": "pyarrow parquet",
+         "fastio arrow": "pyarrow ipc", "pyarrow ipc": "pyarrow ipc"}  # fmt: skip
+BATCH = 256
+
+
+def _count(batches: Iterator[Any]) -> int:
+    import pyarrow.compute as pc
+
+    rows = 0
+    for batch in batches:
+        rows += batch.num_rows
+        pc.sum(pc.binary_length(batch.column("data")))
+    return rows
+
+
+def _ipc_batches(path: str) -> Iterator[Any]:
+    import pyarrow.ipc
+
+    with pyarrow.ipc.open_file(path) as reader:
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+
+
+def _rows(method: str, paths: list[str], url: str) -> int:
+    if method.startswith("fastio"):
+        import fastio
+
+        with fastio.Dataset(url, format=method.split()[1], shuffle=False) as ds:
+            return _count(ds.batches(BATCH))
+    if method == "pyarrow parquet":
+        import pyarrow.parquet as pq
+
+        return _count(b for p in paths for b in pq.ParquetFile(p).iter_batches(batch_size=BATCH))
+    return _count(b for p in paths for b in _ipc_batches(p))
+
+
+def child(method: str, case_dir: str) -> dict[str, float]:
+    manifest = json.loads(Path(case_dir, "manifest.json").read_text())
+    copy = manifest["copies"]["parquet" if "parquet" in method else "arrow"]
+    return timed_pass(lambda: _rows(method, copy["paths"], copy["url"]),
+                      manifest["case"]["samples"], "rows")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(__doc__.split("\n")[0], __file__, METHODS, PEERS, child)
