@@ -13,6 +13,7 @@ called from here rather than wrapping the items.
 from __future__ import annotations
 
 import random
+import sys
 import time
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
@@ -92,6 +93,9 @@ def deliver(
                     mark, idle = back, 0.0
                     next_tick = back + interval
         finally:
-            observer.finish(max(clock() - mark - idle, 0.0))
+            # An iteration left open at exit is closed while the interpreter
+            # tears its modules down: its last counters have no reader then.
+            if not sys.is_finalizing():
+                observer.finish(max(clock() - mark - idle, 0.0))
     finally:
         end()

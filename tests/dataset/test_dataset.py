@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -239,3 +241,19 @@ def test_tar_batches_spanning_reads_and_shards_equal_the_samples(tmp_path) -> No
         for extension in ("bin", "cls", "txt"):
             value = sample.get(extension)
             assert row[extension] == (None if value is None else bytes(value))
+
+
+def test_a_loop_left_at_its_first_sample_ends_quietly_with_the_process(tmp_path) -> None:
+    written = write("webdataset", tmp_path / "data", shards=2, per_shard=8)
+    script = (
+        "import sys, fastio\n"
+        "dataset = fastio.Dataset(sys.argv[1:], shuffle=False)\n"
+        "iterator = iter(dataset)\n"
+        "print(next(iterator)['__key__'])\n"  # left open: closed as the interpreter ends
+    )
+    done = subprocess.run([sys.executable, "-c", script, *written.urls],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    first = {"__key__": done.stdout.strip()}
+    assert key_of("webdataset", first) == written.samples[0]["key"]
+    assert done.stderr == ""
