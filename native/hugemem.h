@@ -26,9 +26,13 @@ typedef struct fio_region {
 
 /* Maps at least `size` bytes, huge-page aligned, advised for huge pages if
  * `huge` (faulting a huge page in may first reclaim or compact 2 MiB of
- * memory: milliseconds where the page cache fills memory).
+ * memory: milliseconds where the page cache fills memory), its pages faulted
+ * in at once if `populate` (else on first use, by whoever writes them).
  * Returns 0 or a negative errno. */
-int fio_region_map(fio_region *region, size_t size, int huge);
+int fio_region_map(fio_region *region, size_t size, int huge, int populate);
 void fio_region_unmap(fio_region *region);
+/* Faults in the pages under [data, data + len) for writing, as a region
+ * mapped with `populate` has them (no-op where the kernel cannot). */
+void fio_prefault(void *data, size_t len);
 
 #endif

@@ -267,7 +267,17 @@ class Reader:
 
         workers = min(len(remote), self._settings.outstanding_requests)
         with ThreadPoolExecutor(workers, thread_name_prefix="fastio-stat") as pool:
-            list(pool.map(stat, remote))
+            asked = pool.map(stat, remote)
+            self._loop_thread()  # started while the answers travel: the first read needs it
+            list(asked)
+
+    def _loop_thread(self) -> LoopThread:
+        """The background loop that serves :meth:`stream`, started on first use."""
+        with self._lock:
+            if self._background is None:
+                self._background = LoopThread()
+                _with_background_loops.add(self)
+            return self._background
 
     @property
     def cache(self) -> ShardCache | None:
@@ -483,11 +493,7 @@ class Reader:
         background event loop and hands over chunks in batches. A share of the
         memory budget is set aside for the batches waiting in the hand-off."""
         self._check_usable()
-        with self._lock:
-            if self._background is None:
-                self._background = LoopThread()
-                _with_background_loops.add(self)
-            background = self._background
+        background = self._loop_thread()
         loop = background.loop
         # The hand-off's batches view buffers already given back to the pool:
         # they count against the budget as lent bytes, not as a reserve.
@@ -779,7 +785,7 @@ class Reader:
                 if queue and not stream.started and (remote or not pool.has_free(size)):
                     break
                 stream.lookahead = None
-                buffer = pool.take(piece.length)
+                buffer = pool.take(piece.length, populate=not remote)
                 size = len(buffer)  # may be a larger free one: count what is held
                 tag = self._next_tag
                 self._next_tag = tag + 1

@@ -7,8 +7,9 @@ cdef extern from "hugemem.h" nogil:
         char *data
         size_t size
 
-    int fio_region_map(fio_region *region, size_t size, int huge)
+    int fio_region_map(fio_region *region, size_t size, int huge, int populate)
     void fio_region_unmap(fio_region *region)
+    void fio_prefault(void *data, size_t len)
 
 
 cdef class Region:

@@ -1,7 +1,8 @@
 # Read buffers: aligned memory that exposes the buffer protocol and counts the
 # views alive, carved from huge-page-advised regions.
 cimport cython
-from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
+from cpython.buffer cimport (PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES, PyBUF_WRITABLE,
+                             PyBuffer_Release, PyObject_GetBuffer)
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free
 from posix.stdlib cimport posix_memalign
@@ -17,8 +18,10 @@ cdef class Region:
     """A huge-page-advised memory mapping that :class:`AlignedBuffer` objects are
     carved from; unmapped when the last buffer referring to it is gone."""
 
-    def __cinit__(self, size_t size, bint huge=True):
-        cdef int rc = fio_region_map(&self._region, size, huge)
+    def __cinit__(self, size_t size, bint huge=True, bint populate=True):
+        cdef int rc
+        with nogil:  # faulting in a region can take milliseconds: other threads go on
+            rc = fio_region_map(&self._region, size, huge, populate)
         if rc < 0:
             raise MemoryError(f"cannot map {size} bytes: {os.strerror(-rc)}")
 
@@ -29,19 +32,35 @@ cdef class Region:
         return self._region.size
 
 
+def prefault(object buffer):
+    """Fault in the pages of writable ``buffer`` now, without the GIL: what a
+    region mapped with ``populate`` does up front, done where the memory is
+    about to be written (a thread waiting for the network) rather than where
+    it is handed out."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE)
+    try:
+        with nogil:
+            fio_prefault(view.buf, <size_t>view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
 HUGE_PAGE = FIO_HUGE_PAGE
 """Size of the transparent huge pages read buffers are carved from."""
 
 
-def allocate_buffers(Py_ssize_t size, Py_ssize_t count, bint huge=True):
+def allocate_buffers(Py_ssize_t size, Py_ssize_t count, bint huge=True, bint populate=True):
     """``count`` buffers of ``size`` bytes (a multiple of 4096) carved from one
     huge-page-advised region, so each is physically contiguous where the kernel
     grants huge pages (see native/hugemem.h for why reads care); with
-    ``huge=False``, from ordinary pages (quicker to map when memory is full)."""
+    ``huge=False``, from ordinary pages (quicker to map when memory is full).
+    With ``populate`` (the default) the pages are faulted in now; without,
+    by the first write into them."""
     if size <= 0 or size % DIRECT_ALIGNMENT or count <= 0:
         raise ValueError(f"need a positive multiple of {DIRECT_ALIGNMENT} bytes and count, "
                          f"not {size} x {count}")
-    region = Region(size * count, huge)
+    region = Region(size * count, huge, populate)
     return [AlignedBuffer(size, DIRECT_ALIGNMENT, region, index * size)
             for index in range(count)]
 

@@ -245,3 +245,27 @@ def test_views_in_garbage_cycles_are_collected_safely() -> None:
         cycle.append(cycle)
         del buffers, cycle
         gc.collect()
+
+
+def _resident_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_buffers_mapped_without_faulting_are_faulted_in_by_prefault() -> None:
+    """Remote reads take buffers whose pages are faulted in by the thread
+    that receives into them (prefault), not by the reader's loop when it maps
+    them: the memory is the same, only who pays for it moves."""
+    from fastio._native import allocate_buffers, prefault
+
+    size = 32 << 20
+    [buffer] = allocate_buffers(size, 1, populate=False)
+    view = memoryview(buffer)
+    view[:5] = b"first"  # one page touched
+    before = _resident_bytes()
+    prefault(view)
+    assert _resident_bytes() - before >= size // 2  # the rest is resident now
+    assert bytes(view[:5]) == b"first"  # and nothing written was changed
+    view[-5:] = b"lasts"
+    assert bytes(view[-5:]) == b"lasts"
+    with pytest.raises(BufferError):
+        prefault(b"read-only bytes")
