@@ -62,10 +62,18 @@ class ShardLayouts:
         """Record shards' indexes, where known (what a dataset index is made of)."""
         self.sizes: list[int] = []
         self.stamps: list[tuple[int, int, int]] = []  # size, version, change stamp
-        reader().prefetch_info(self.urls)  # remote objects: one round trip for all
+        if self.record_format is not None and any(is_remote(url) for url in self.urls[:1]):
+            # The dataset index is asked for while the shards' sizes are: one
+            # round trip for both, not one after the other.
+            with ThreadPoolExecutor(1, thread_name_prefix="fastio-index") as pool:
+                asked = pool.submit(self._dataset_index, index, storage_options)
+                reader().prefetch_info(self.urls)  # remote objects: one round trip for all
+                known = asked.result()
+        else:
+            reader().prefetch_info(self.urls)
+            known = self._dataset_index(index, storage_options)
         if cache is not None:  # shards without an index are read in this order
             cache.plan(self.urls)
-        known = self._dataset_index(index, storage_options)
         records = self.record_format
         kept = not known and index is None and records is not None
         if kept and records is not None:  # what an earlier dataset over these shards left

@@ -157,6 +157,22 @@ class RangeClient:
             raise ConnectionAbortedError(errno.ECONNABORTED, "the reader is closed")
         return connection
 
+    def connect_ahead(self, url: str, timeout: float) -> None:
+        """Open a connection to ``url``'s server and keep it idle for a request
+        to come: connecting costs a round trip that a first read would wait
+        for. A server that cannot be reached now is left for that read to report."""
+        parts = urlsplit(url)
+        if not parts.hostname:
+            return
+        with self._lock:
+            if self._closed:
+                return
+        try:
+            connection = _Connection((parts.hostname, parts.port or 80), timeout)
+        except OSError:
+            return
+        self._release(connection)
+
     def _release(self, connection: _Connection) -> None:
         """Back to the idle list after a complete answer."""
         with self._lock:

@@ -19,6 +19,7 @@ never silently accepted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import logging
@@ -29,6 +30,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from fastio._errors import DownloadCancelled, RangeIgnoredError
+from fastio._native import prefault
 from fastio.sources._http import range_ignored
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
@@ -64,6 +66,8 @@ _DOWNLOAD_FIRST = 256 << 10
 # The most an HTTP response buffers in aiohttp before the socket is paused.
 _READ_BUFFER_LIMIT = 8 << 20
 _CANCEL_POLL_SECONDS = 0.05  # how soon a running download notices its reader closed
+_WARM_SECONDS = 5.0  # the longest a request thread started ahead waits for its siblings
+_CONNECT_AHEAD_SECONDS = 2.0
 
 _TRANSIENT_ERRNOS = frozenset(
     {errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.EPIPE, errno.ETIMEDOUT,
@@ -140,6 +144,7 @@ class Remotes:
         self._downloads: list[threading.Thread] = []  # of shards read as they arrive
         self._http: RangeClient | None = None
         self._http_pool: ThreadPoolExecutor | None = None
+        self._warming: threading.Barrier | None = None
 
     @property
     def prefetcher(self) -> Prefetcher:
@@ -170,6 +175,8 @@ class Remotes:
         if cached is not None:
             return cached
         fs, path = self.filesystem(url)
+        if url.startswith("http://"):
+            self._http_usable(fs, url)  # its threads start while the size is asked
         try:
             info = fs.info(path)
         except OSError as error:
@@ -246,7 +253,7 @@ class Remotes:
         in_flight = max(1, self.settings.outstanding_requests // max(1, self.prefetcher.count))
         cancelled = threading.Event()  # ends fastio's HTTP requests still running
         submit: Callable[[int, int], Future[tuple[Any, OSError | None]]]
-        if url.startswith("http://") and self._http_usable(fs):
+        if url.startswith("http://") and self._http_usable(fs, url):
             assert self._http_pool is not None
             pool = self._http_pool
 
@@ -327,7 +334,7 @@ class Remotes:
         # read cancelled here never has its buffer reused while another
         # thread may still write into it (the pool holds exported buffers back).
         view = memoryview(buffer)[:length]
-        if url.startswith("http://") and self._http_usable(fs):
+        if url.startswith("http://") and self._http_usable(fs, url):
             cancelled = threading.Event()
             assert self._http_pool is not None
             future = self._http_pool.submit(self._get_into, url, offset, length, view, cancelled)
@@ -351,9 +358,9 @@ class Remotes:
             raise error
         return int(count)
 
-    def _http_usable(self, fs: Any) -> bool:
+    def _http_usable(self, fs: Any, url: str) -> bool:
         """Whether fastio's HTTP client serves ``fs``'s plain-HTTP reads; makes
-        the client and its threads on first use."""
+        the client and its threads (connected to ``url``'s server) on first use."""
         if self._http is not None:
             return True
         from fastio.sources._http import RangeClient, usable
@@ -365,7 +372,38 @@ class Remotes:
                 self._http_pool = ThreadPoolExecutor(MAX_OUTSTANDING_REQUESTS,
                                                      thread_name_prefix="fastio-http")  # fmt: skip
                 self._http = RangeClient(fs.kwargs.get("headers"))
+                self._warm_http_threads(self._http_pool, self._http, url)
         return True
+
+    def _warm_http_threads(self, pool: ThreadPoolExecutor, client: RangeClient, url: str
+                           ) -> None:  # fmt: skip
+        """Start, on a thread of its own, the request threads a window of
+        reads keeps busy, each with a connection to ``url``'s server. The pool
+        starts a thread per request that finds none idle, and starting one
+        waits until it runs (it must take the GIL from the threads
+        receiving): the reader's loop, submitting its first window of
+        requests, waited for them one by one while the link sat idle (40-190
+        ms on a 20 ms link), and each request then waited a round trip to
+        connect. Started while the sizes are asked, they are ready when the
+        reads come."""
+        count = min(self.settings.outstanding_requests, MAX_OUTSTANDING_REQUESTS)
+        barrier = self._warming = threading.Barrier(count)
+        # A server slow to accept is left to the reads: close() waits for these.
+        timeout = min(self.settings.request_timeout, _CONNECT_AHEAD_SECONDS)
+
+        def meet() -> None:  # held until ``count`` threads run it: each is a thread of its own
+            with contextlib.suppress(threading.BrokenBarrierError):
+                client.connect_ahead(url, timeout)
+                barrier.wait(timeout=_WARM_SECONDS)
+
+        def start() -> None:
+            import tenacity  # noqa: F401  (the requests' retries: imported here, not by the first)
+
+            with contextlib.suppress(RuntimeError):  # the pool shut down meanwhile
+                for _ in range(count):
+                    pool.submit(meet)
+
+        threading.Thread(target=start, name="fastio-http-warm", daemon=True).start()
 
     def _get_range(
         self, url: str, offset: int, length: int, cancelled: threading.Event
@@ -384,6 +422,10 @@ class Remotes:
         from tenacity import Retrying, retry_if_exception
 
         assert self._http is not None
+        # The reader maps remote buffers without faulting them in (its loop
+        # would wait for tens of MiB to be zeroed before its next request):
+        # this thread does it, in one call, while the request is on its way.
+        prefault(into)
         policy = self._policy()
         policy["retry"] = retry_if_exception(lambda e: _transient(e) and not cancelled.is_set())
         attempts, timeout = 0, self.settings.request_timeout
@@ -493,6 +535,8 @@ class Remotes:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._warming is not None:
+            self._warming.abort()  # threads still starting return at once
         if self._http is not None:
             self._http.close()  # requests still in flight fail at once
         if self._http_pool is not None:

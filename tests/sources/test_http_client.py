@@ -35,6 +35,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
+    def do_HEAD(self) -> None:  # what fsspec (aiohttp) asks for an object's size
+        self.server.asking_sizes.add(self.client_address)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(DATA)))
+        self.send_header("ETag", '"data"')
+        self.end_headers()
+
     def do_GET(self) -> None:
         server = self.server
         server.requests += 1
@@ -67,6 +74,12 @@ class _Server(ThreadingHTTPServer):
         self.seen_headers: list[dict[str, str]] = []
         self.connections: Counter[tuple[str, int]] = Counter()
         self.close_after_answer = False
+        self.accepted = 0
+        self.asking_sizes: set[tuple[str, int]] = set()
+
+    def verify_request(self, request: object, client_address: object) -> bool:
+        self.accepted += 1  # every connection, whether it asks for anything or not
+        return True
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/{path}"
@@ -90,7 +103,7 @@ def _read(remotes: Remotes, url: str, offset: int, length: int) -> bytes:
 
 
 def test_ranges_arrive_byte_for_byte_over_one_kept_alive_connection(server: _Server) -> None:
-    remotes = Remotes(ReaderSettings(retries=0), {})
+    remotes = Remotes(ReaderSettings(retries=0, outstanding_requests=1), {})
     try:
         rng = random.Random(1)
         for _ in range(40):
@@ -289,3 +302,37 @@ def test_a_server_that_is_not_http_is_a_clear_error() -> None:
         client.close()
         listener.close()
         thread.join(10)
+
+
+def test_asking_a_size_readies_a_window_of_connected_request_threads(server: _Server) -> None:
+    """The first read of a never-seen dataset follows the sizes of its
+    objects: while they are asked, the threads of a window of requests start,
+    each connecting to the server, so the reads neither wait for threads to
+    start nor for connections to open."""
+    window = 4
+    remotes = Remotes(ReaderSettings(retries=0, outstanding_requests=window), {})
+    url = server.url("data")
+    try:
+        assert remotes.stat(url).size == len(DATA)
+        ahead = 0
+        for _ in range(1000):  # they start on threads of their own
+            ahead = server.accepted - len(server.asking_sizes)  # aiohttp's own are not ours
+            if ahead >= window:
+                break
+            threading.Event().wait(0.01)
+        assert ahead == window
+        assert server.requests == 0  # connected, nothing read yet
+        names = [t.name for t in threading.enumerate() if t.name.startswith("fastio-http")]
+        assert len(names) >= window
+        readers = [threading.Thread(target=_read, args=(remotes, url, i << 20, 1 << 20))
+                   for i in range(window)]  # fmt: skip
+        for thread in readers:
+            thread.start()
+        for thread in readers:
+            thread.join(30)
+        assert server.requests == window
+        # The reads took the connections made ahead.
+        assert server.accepted - len(server.asking_sizes) == window
+    finally:
+        remotes.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("fastio-http")]
