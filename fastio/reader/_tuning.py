@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fastio._errors import import_extra
+from fastio.reader._requests import REMOTE_REQUEST_BYTES
+from fastio.sources._remote import is_remote
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 from fastio.spec._tuner import MAX_TUNED_READ_SIZE, MIN_TUNED_READ_SIZE, TunerSettings
 
@@ -62,12 +64,30 @@ log = logging.getLogger("fastio")
 # defaults measures better.
 _MIN_TRIALS = 3
 _PATIENCE = 3
+# A remote reader's one knob has a single step from the defaults: the
+# defaults twice and that step decide it.
+_REMOTE_PATIENCE = 2
 
 
 def budget_for(settings: ReaderSettings, options: TunerSettings) -> int:
     if options.memory_budget is not None:
         return options.memory_budget
     return max(settings.memory_budget // 2, MIN_TUNED_READ_SIZE)
+
+
+def remote_space(settings: ReaderSettings) -> SearchSpace:
+    """The live knob of a reader of remote objects: ``outstanding_requests``
+    alone, from the reader's setting up to what ``remote_memory_budget``
+    holds of full-size remote pieces. Remote pieces grow to
+    REMOTE_REQUEST_BYTES whatever ``read_size`` is, so it is not a knob
+    there; and every request waits a round trip before its first byte, so
+    fewer requests than the defaults only lose (measured over a 20 ms link:
+    8 requests 0.88x of 16), which a job's first epoch would pay for."""
+    low = settings.outstanding_requests
+    high = max(2 * low, settings.remote_memory_budget // REMOTE_REQUEST_BYTES)
+    knob = tuners_api.IntKnob("outstanding_requests", low, min(high, MAX_OUTSTANDING_REQUESTS),
+                              log=True)  # fmt: skip
+    return tuners_api.SearchSpace((knob,), ())
 
 
 def reader_space(budget: int) -> SearchSpace:
@@ -112,6 +132,7 @@ class ReaderTuning:
         options: TunerSettings,
         study_name: str,
         on_decision: Callable[[Decision], None] | None = None,
+        remote: bool = False,
     ) -> None:
         # The tuners import optuna when a study opens: say which extra it takes
         # first, without importing it here (the study opens on the tuner's
@@ -120,8 +141,13 @@ class ReaderTuning:
             import_extra("optuna", "tuning")
         self.reader = reader
         self.options = options
-        self.budget = budget_for(reader.settings, options)
-        self.space = reader_space(self.budget)
+        self.remote = remote and reader.settings.outstanding_requests < MAX_OUTSTANDING_REQUESTS
+        if self.remote:
+            self.budget = reader.settings.remote_memory_budget
+            self.space = remote_space(reader.settings)
+        else:
+            self.budget = budget_for(reader.settings, options)
+            self.space = reader_space(self.budget)
         self._study_name = study_name
         self._tuner: OnlineTuner | None = None
         self._on_decision = on_decision
@@ -145,11 +171,10 @@ class ReaderTuning:
     def _make(self) -> OnlineTuner:
         if self._tuner is None:
             options, settings = self.options, self.reader.settings
-            initial = {
-                "outstanding_requests": settings.outstanding_requests,
-                "read_size": min(max(settings.read_size, MIN_TUNED_READ_SIZE),
-                                 MAX_TUNED_READ_SIZE),
-            }  # fmt: skip
+            initial = {"outstanding_requests": settings.outstanding_requests}
+            if not self.remote:
+                initial["read_size"] = min(max(settings.read_size, MIN_TUNED_READ_SIZE),
+                                           MAX_TUNED_READ_SIZE)  # fmt: skip
             window = tuners_api.MeasurementWindow(
                 min_seconds=options.window_seconds,
                 min_bytes=options.window_bytes,
@@ -164,14 +189,15 @@ class ReaderTuning:
                 self.space, initial, apply=self._apply, window=window, seed=options.seed,
                 storage=options.storage, study_name=self._study_name,
                 max_trials=options.max_trials, min_trials=min(_MIN_TRIALS, options.max_trials),
-                patience=_PATIENCE, keep_initial=True,
+                patience=_REMOTE_PATIENCE if self.remote else _PATIENCE, keep_initial=True,
             )  # fmt: skip
         return self._tuner
 
     def _apply(self, config: dict[str, Any]) -> None:
         if self.reader.closed:
             return
-        self.reader.read_size = config["read_size"]
+        if "read_size" in config:
+            self.reader.read_size = config["read_size"]
         self.reader.outstanding_requests = config["outstanding_requests"]
 
     def tick(self) -> Decision | None:
@@ -259,4 +285,5 @@ def attach(reader: Reader, settings: TunerSettings, urls: Sequence[str]) -> Read
     or None when tuning is not enabled."""
     if not settings.enabled:
         return None
-    return ReaderTuning(reader, settings, storage_fingerprint(urls)).start()
+    remote = bool(urls) and all(is_remote(url) for url in urls)
+    return ReaderTuning(reader, settings, storage_fingerprint(urls), remote=remote).start()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import fastio
-from fastio.reader._tuning import ReaderTuning, reader_space, storage_fingerprint
+from fastio.reader._tuning import ReaderTuning, attach, reader_space, storage_fingerprint
 from fastio.spec import TunerSettings
 
 MiB = 1 << 20
@@ -210,3 +210,36 @@ def test_epoch_one_tuning_settles_early_and_never_below_the_defaults(name: str, 
     assert (reader.outstanding_requests, reader.read_size) == (
         chosen["outstanding_requests"], chosen["read_size"],
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "gain"),
+    [
+        ("more requests measure worse", lambda c: 0.85 if c["outstanding_requests"] > 16 else 1.0),
+        ("more requests are better", lambda c: 1.3 if c["outstanding_requests"] > 16 else 1.0),
+    ],
+)
+def test_a_remote_readers_tuning_never_goes_below_the_defaults_requests(name: str, gain: Any
+                                                                        ) -> None:  # fmt: skip
+    """Over a link, every request waits a round trip before its first byte and
+    remote pieces grow whatever read_size is: a remote dataset's tuner moves
+    outstanding_requests alone, from the defaults up, and with nothing to
+    gain it settles after the defaults twice and one step."""
+    urls = ["http://storage.invalid/a.tar", "http://storage.invalid/b.tar"]
+    with fastio.Reader() as reader:
+        tuning = attach(reader, TunerSettings(enabled=True, tick_seconds=3600), urls)
+        assert tuning is not None
+        assert tuning.remote
+        decisions = settle(tuning, lambda c: 100e6 * gain(c))
+        tuning.close()
+    tried = [d.config for d in decisions]
+    assert all(set(c) == {"outstanding_requests"} for c in tried), name
+    assert min(c["outstanding_requests"] for c in tried) == 16  # never fewer than the defaults
+    settled = next(d for d in decisions if d.next_phase == "settled")
+    if gain({"outstanding_requests": 32}) > 1.0:
+        assert settled.next_config["outstanding_requests"] > 16, name
+    else:
+        assert settled.next_config == {"outstanding_requests": 16}, name
+        assert settled.window <= 3
+    assert reader.outstanding_requests == settled.next_config["outstanding_requests"]
+    assert reader.read_size == fastio.ReaderSettings().read_size  # not a remote knob
