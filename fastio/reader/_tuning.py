@@ -75,18 +75,25 @@ def budget_for(settings: ReaderSettings, options: TunerSettings) -> int:
     return max(settings.memory_budget // 2, MIN_TUNED_READ_SIZE)
 
 
-def remote_space(settings: ReaderSettings) -> SearchSpace:
+def remote_budget_for(settings: ReaderSettings, options: TunerSettings) -> int:
+    if options.memory_budget is not None:
+        return options.memory_budget
+    return settings.remote_memory_budget
+
+
+def remote_space(settings: ReaderSettings, budget: int) -> SearchSpace | None:
     """The live knob of a reader of remote objects: ``outstanding_requests``
-    alone, from the reader's setting up to what ``remote_memory_budget``
-    holds of full-size remote pieces. Remote pieces grow to
+    alone, from the reader's setting up to what ``budget`` holds of
+    full-size remote pieces (None when that is no more). Remote pieces grow to
     REMOTE_REQUEST_BYTES whatever ``read_size`` is, so it is not a knob
     there; and every request waits a round trip before its first byte, so
     fewer requests than the defaults only lose (measured over a 20 ms link:
     8 requests 0.88x of 16), which a job's first epoch would pay for."""
     low = settings.outstanding_requests
-    high = max(2 * low, settings.remote_memory_budget // REMOTE_REQUEST_BYTES)
-    knob = tuners_api.IntKnob("outstanding_requests", low, min(high, MAX_OUTSTANDING_REQUESTS),
-                              log=True)  # fmt: skip
+    high = min(budget // REMOTE_REQUEST_BYTES, MAX_OUTSTANDING_REQUESTS)
+    if high <= low:
+        return None
+    knob = tuners_api.IntKnob("outstanding_requests", low, high, log=True)
     return tuners_api.SearchSpace((knob,), ())
 
 
@@ -141,10 +148,12 @@ class ReaderTuning:
             import_extra("optuna", "tuning")
         self.reader = reader
         self.options = options
-        self.remote = remote and reader.settings.outstanding_requests < MAX_OUTSTANDING_REQUESTS
-        if self.remote:
-            self.budget = reader.settings.remote_memory_budget
-            self.space = remote_space(reader.settings)
+        budget = remote_budget_for(reader.settings, options)
+        space = remote_space(reader.settings, budget) if remote else None
+        # A remote reader without room for more requests tunes both knobs.
+        self.remote = space is not None
+        if space is not None:
+            self.budget, self.space = budget, space
         else:
             self.budget = budget_for(reader.settings, options)
             self.space = reader_space(self.budget)

@@ -32,8 +32,9 @@ class TunerSettings:
     )  # fmt: skip
     memory_budget: int | None = knob(
         None,
-        "Bytes in flight (outstanding requests x read size) the tuner may use; unset: half "
-        "the reader's memory_budget.",
+        "Bytes in flight (outstanding requests x read size; for remote objects, requests x "
+        "4 MiB) the tuner may use; unset: half the reader's memory_budget (for remote objects, "
+        "remote_memory_budget).",
         "size", low=MIN_TUNED_READ_SIZE, optional=True,
     )  # fmt: skip
     window_seconds: float = knob(0.4, "Seconds of traffic per measurement (after the warm-up).",

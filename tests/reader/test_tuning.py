@@ -243,3 +243,23 @@ def test_a_remote_readers_tuning_never_goes_below_the_defaults_requests(name: st
         assert settled.window <= 3
     assert reader.outstanding_requests == settled.next_config["outstanding_requests"]
     assert reader.read_size == fastio.ReaderSettings().read_size  # not a remote knob
+
+
+def test_a_remote_tuners_budget_bounds_its_requests() -> None:
+    """``tune={'memory_budget': ...}`` bounds a remote tuner's requests of 4
+    MiB; with no room above the defaults, it tunes both knobs as a local one."""
+    urls = ["http://storage.invalid/a.tar"]
+    with fastio.Reader() as reader:
+        roomy = ReaderTuning(reader, TunerSettings(memory_budget=96 << 20), "fastio-test-roomy",
+                             remote=True)  # fmt: skip
+        assert roomy.remote
+        assert roomy.space.names == ["outstanding_requests"]
+        [knob] = roomy.space.knobs
+        assert (knob.low, knob.high) == (16, 24)
+        roomy.close()
+        tight = attach(reader, TunerSettings(enabled=True, tick_seconds=3600,
+                                             memory_budget=64 << 20), urls)  # fmt: skip
+        assert tight is not None
+        assert not tight.remote
+        assert tight.space.names == ["outstanding_requests", "read_size"]
+        tight.close()
