@@ -38,7 +38,10 @@ not timed. Methods run in a seeded shuffled order in each of ``--repeats``
 rounds; tables give medians and ratios to parallel curl, and for tune=True
 how many runs' tuners settled within the epoch and how far into it (the share
 of the epoch's bytes delivered by then). MB/s counts the tar
-files' bytes. The machine's load average is recorded beside every run. Results
+files' bytes. The machine's load average is recorded beside every run, and
+so is CPU time over the timed epoch: the client's (curl's included) and the
+whole machine's busy time (/proc/stat), which says how much of the cores the
+link and the server take. Results
 go to benchmarks/results/ as JSON (and a plot with ``--plot``). Needs root (ip
 netns, tc, TUN), nginx (apt-get install nginx-light), curl, ping (iputils-ping), cc.
 """
@@ -256,9 +259,12 @@ def child(spec_path: str) -> None:
                 import obstore_remote
 
                 obstore_remote.install()
+        machine, client = machine_busy_seconds(), process_and_children_cpu()
         clock = {"started": time.perf_counter()}
         samples, payload, details = RUNS[kind](spec, FASTIO_OPTIONS.get(spec["method"], {}), clock)
         clock["ended"] = time.perf_counter()
+        machine = machine_busy_seconds() - machine
+        client = process_and_children_cpu() - client
     except Exception as error:  # reported as the run's failure, with where it happened
         print(
             json.dumps(
@@ -274,6 +280,8 @@ def child(spec_path: str) -> None:
         "payload": payload,
         "seconds": clock["ended"] - clock["started"],
         "first_sample_seconds": clock["first"] - clock["started"],
+        "epoch_cpu_seconds": client,
+        "machine_cpu_seconds": machine,
         "details": details,
     }
     if "opened" in clock:
@@ -293,6 +301,9 @@ class Cell:
     first_sample_seconds: list[float] = field(default_factory=list)
     requests: list[int] = field(default_factory=list)  # HTTP requests nginx answered
     cpu_seconds: list[float] = field(default_factory=list)  # the client's, all threads
+    # Over the timed epoch: the client's CPU, and the whole machine's busy CPU.
+    epoch_cpu_seconds: list[float] = field(default_factory=list)
+    machine_cpu_seconds: list[float] = field(default_factory=list)
     load: list[float] = field(default_factory=list)  # 1-minute load average at the end
     details: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -302,6 +313,20 @@ class Cell:
 
     def first_sample(self) -> float | None:
         return statistics.median(self.first_sample_seconds) if self.first_sample_seconds else None
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine spent busy so far (/proc/stat:
+    all but idle and iowait): the client, the delay line, nginx and the
+    kernel's network work alike."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def process_and_children_cpu() -> float:
+    """CPU seconds of this process and its waited-for children (curl's)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime + children_cpu()
 
 
 def children_cpu() -> float:
@@ -419,6 +444,8 @@ def measure_condition(
                 cell.first_sample_seconds.append(report["first_sample_seconds"])
                 cell.requests.append(served_requests(base) - requests_before - 1)
                 cell.cpu_seconds.append(children_cpu() - cpu_before)
+                cell.epoch_cpu_seconds.append(report["epoch_cpu_seconds"])
+                cell.machine_cpu_seconds.append(report["machine_cpu_seconds"])
                 cell.load.append(os.getloadavg()[0])
                 cell.details.append(report["details"])
                 line = (
@@ -525,7 +552,8 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
         )
         print(
             f"{'method':22} {'first sample s':>14} {'MB/s':>7} {'x curl':>7} "
-            f"{'requests':>8} {'CPU s':>6} {'load':>5} {'runs':>4}  tuner settled"
+            f"{'requests':>8} {'CPU s':>6} {'epoch CPU s':>14} {'load':>5} {'runs':>4}  "
+            "tuner settled"
         )
         for cell in rows:
             mb = cell.mb_per_s()
@@ -538,10 +566,16 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
                 f"{cell.method:22} {first:14.2f} {mb:7.1f} {share} "
                 f"{statistics.median(cell.requests):8.0f} "
                 f"{statistics.median(cell.cpu_seconds):6.1f} "
+                f"{epoch_cpu(cell):>14} "
                 f"{statistics.median(cell.load):5.1f} {len(cell.seconds):4}  {settling(cell)}"
             )
         if limit_first is not None:
             print("curl's first sample is its first byte; x curl: MB/s over parallel curl's")
+        print(
+            f"epoch CPU s: the client's / the whole machine's (every process and the kernel, "
+            f"of {os.cpu_count()} cores) over the timed epoch; CPU s: the client's process, "
+            "imports included"
+        )
         if any(settling(c) for c in rows):
             print(
                 "tuner settled: runs whose tuner settled within the epoch, and the median "
@@ -550,6 +584,13 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
         failed = sum(len(c.failures) for c in rows)
         if failed:
             print(f"{failed} failed runs (see the JSON)")
+
+
+def epoch_cpu(cell: Cell) -> str:
+    if not cell.epoch_cpu_seconds:
+        return "-"
+    return (f"{statistics.median(cell.epoch_cpu_seconds):.1f} / "
+            f"{statistics.median(cell.machine_cpu_seconds):.1f}")  # fmt: skip
 
 
 def settling(cell: Cell) -> str:
