@@ -62,7 +62,7 @@ class ShardLayouts:
         """Record shards' indexes, where known (what a dataset index is made of)."""
         self.sizes: list[int] = []
         self.stamps: list[tuple[int, int, int]] = []  # size, version, change stamp
-        if self.record_format is not None and any(is_remote(url) for url in self.urls[:1]):
+        if self.urls and is_remote(self.urls[0]):
             # The dataset index is asked for while the shards' sizes are: one
             # round trip for both, not one after the other.
             with ThreadPoolExecutor(1, thread_name_prefix="fastio-index") as pool:

@@ -159,10 +159,7 @@ class SampleReads:
                         parts, count, damaged, error = self._parts(read, group, first)
                         for record in damaged:  # in their places among the rows: one each
                             policy.failure(record, 1, "damaged record skipped")
-                        if guarded.failed_at == position:  # the read itself failed midway
-                            error = guarded.failure
-                        if error is not None:
-                            policy.failure(error, read.stop - read.start - count, "read failed")
+                        _cut_short(policy, error, guarded, position, read.stop - read.start - count)
                         yield read, parts
                     else:
                         samples = ReadSamples()
@@ -222,10 +219,7 @@ class SampleReads:
                 f"{skip + want} (the shard changed after it was indexed?)",
                 layout.url, -1, first + skip + taken.count,
             )  # fmt: skip
-        if guarded.failed_at == position:  # the read itself failed midway
-            error = guarded.failure
-        if error is not None:
-            policy.failure(error, want - taken.count, "read failed")
+        _cut_short(policy, error, guarded, position, want - taken.count)
 
     def _parts(
         self, read: Read, chunks: Iterable[Any], first: int
@@ -262,6 +256,17 @@ class SampleReads:
                 layout.url, -1, read.start + got,
             )  # fmt: skip
         return parts, got, damaged, error
+
+
+def _cut_short(
+    policy: ErrorPolicy, error: Exception | None, guarded: Guarded, position: int, lost: int
+) -> None:
+    """A read's failure through ``policy``: the stream's own (the
+    ``position``-th shard's read failed midway), else its decoding's, if any."""
+    if guarded.failed_at == position:
+        error = guarded.failure
+    if error is not None:
+        policy.failure(error, lost, "read failed")
 
 
 def _nothing(columnar: bool) -> Any:

@@ -175,8 +175,7 @@ class Remotes:
         if cached is not None:
             return cached
         fs, path = self.filesystem(url)
-        if url.startswith("http://"):
-            self._http_usable(fs, url)  # its threads start while the size is asked
+        self._http_usable(fs, url)  # for plain HTTP, its threads start while the size is asked
         try:
             info = fs.info(path)
         except OSError as error:
@@ -253,7 +252,7 @@ class Remotes:
         in_flight = max(1, self.settings.outstanding_requests // max(1, self.prefetcher.count))
         cancelled = threading.Event()  # ends fastio's HTTP requests still running
         submit: Callable[[int, int], Future[tuple[Any, OSError | None]]]
-        if url.startswith("http://") and self._http_usable(fs, url):
+        if self._http_usable(fs, url):
             assert self._http_pool is not None
             pool = self._http_pool
 
@@ -334,7 +333,7 @@ class Remotes:
         # read cancelled here never has its buffer reused while another
         # thread may still write into it (the pool holds exported buffers back).
         view = memoryview(buffer)[:length]
-        if url.startswith("http://") and self._http_usable(fs, url):
+        if self._http_usable(fs, url):
             cancelled = threading.Event()
             assert self._http_pool is not None
             future = self._http_pool.submit(self._get_into, url, offset, length, view, cancelled)
@@ -359,8 +358,11 @@ class Remotes:
         return int(count)
 
     def _http_usable(self, fs: Any, url: str) -> bool:
-        """Whether fastio's HTTP client serves ``fs``'s plain-HTTP reads; makes
-        the client and its threads (connected to ``url``'s server) on first use."""
+        """Whether fastio's HTTP client serves ``url`` (plain HTTP, through
+        ``fs``); makes the client and its threads (connected to ``url``'s
+        server) on first use."""
+        if not url.startswith("http://"):
+            return False
         if self._http is not None:
             return True
         from fastio.sources._http import RangeClient, usable
