@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -84,6 +85,10 @@ class RangeClient:
         self._active: set[_Connection] = set()
         self._closed = False
         self._pid = os.getpid()
+        # A client dropped unclosed (its reader collected with a dataset's
+        # cycle) closes its connections before the collector finalizes them
+        # one by one, each with an "unclosed socket" warning.
+        self._finalizer = weakref.finalize(self, _close_idle, self._idle, self._lock)
 
     def get_into(
         self, url: str, offset: int, length: int, into: memoryview, timeout: float,
@@ -141,6 +146,8 @@ class RangeClient:
             if self._closed:
                 raise ConnectionAbortedError(errno.ECONNABORTED, "the reader is closed")
             if self._pid != os.getpid():  # a forked child never uses its parent's sockets
+                for inherited in [c for idle in self._idle.values() for c in idle]:
+                    inherited.sock.close()  # the child's copy; the parent's stays open
                 self._idle.clear()
                 self._active.clear()
                 self._pid = os.getpid()
@@ -236,14 +243,19 @@ class RangeClient:
         """End every connection; requests in flight fail with a connection error."""
         with self._lock:
             self._closed = True
-            connections = [c for idle in self._idle.values() for c in idle]
-            self._idle.clear()
             active = list(self._active)
         for connection in active:
             with contextlib.suppress(OSError):  # already closed by its thread
                 connection.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
-        for connection in connections:
-            connection.sock.close()
+        self._finalizer()
+
+
+def _close_idle(idle: dict[tuple[str, int], list[_Connection]], lock: threading.Lock) -> None:
+    with lock:
+        connections = [c for held in idle.values() for c in held]
+        idle.clear()
+    for connection in connections:
+        connection.sock.close()
 
 
 def _remaining(deadline: float) -> float:
