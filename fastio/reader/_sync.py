@@ -59,24 +59,36 @@ class LoopThread:
 
     def call(self, function: Callable[[], T]) -> T:
         """Run ``function`` on the loop thread and return its result here
-        (directly, if the loop is not running: nothing else can touch it then)."""
+        (directly, if the loop is not running: nothing else can touch it then;
+        and so if the loop closes, winding down, without running it)."""
         if self.on_loop_thread() or not self.loop.is_running():
             return function()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return  # the caller ran it itself
             try:
                 future.set_result(function())
             except BaseException as error:
                 future.set_exception(error)
 
-        self.loop.call_soon_threadsafe(run)
+        try:
+            self.loop.call_soon_threadsafe(run)
+        except RuntimeError:  # closed meanwhile
+            return function()
+        while not concurrent.futures.wait([future], timeout=_LOOP_CHECK).done:
+            # A loop stopping for good runs what is queued before its last
+            # turn ends; a call queued after that is dropped when it closes.
+            if (self.loop.is_closed() or not self.thread.is_alive()) and future.cancel():
+                return function()
         return future.result()
 
     def stop(self) -> None:
         if self.loop.is_closed():
             return
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        with contextlib.suppress(RuntimeError):  # closed meanwhile
+            self.loop.call_soon_threadsafe(self.loop.stop)
         if threading.current_thread() is not self.thread:
             self.thread.join()
 

@@ -16,8 +16,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
+
+from tests.servers import wait_for
 
 PRELUDE = """
 import gc, os, sys, threading
@@ -118,3 +121,33 @@ def test_a_stream_whose_loop_stopped_before_its_reading_ran_does_not_hang(tmp_pa
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split(" ", 1)[0].strip() in ("RAISED", "DELIVERED"), result.stdout
+
+
+def test_a_call_the_closing_loop_drops_runs_on_the_caller() -> None:
+    """A loop winding down (its thread's last turn, as at interpreter exit)
+    may close with a call still queued: the caller (a reader closing) does
+    not wait for it forever, it runs the call itself."""
+    from fastio.reader._sync import LoopThread
+
+    background = LoopThread("test-loop")
+    loop = background.loop
+    queued: list[object] = []
+    # Queued, never run: as a callback that comes after the loop's last turn.
+    loop.call_soon_threadsafe = lambda *args: queued.append(args)  # type: ignore[method-assign]
+    ran_on: list[str] = []
+    outcome: list[str] = []
+
+    def call() -> None:
+        outcome.append(background.call(lambda: ran_on.append(threading.current_thread().name)
+                                       or "done"))  # fmt: skip
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    wait_for(lambda: queued)  # the call is queued and its caller waits
+    del loop.call_soon_threadsafe
+    background.stop()  # the loop stops, its thread closes it
+    caller.join(30)
+    assert not caller.is_alive(), "the call waited for a loop that closed without running it"
+    assert outcome == ["done"]
+    assert ran_on == [caller.name]
+    assert loop.is_closed()
