@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,10 @@ class Faults:
     bytes_served: int = 0  # body bytes of successful data answers
     gets: Counter[str] = field(default_factory=Counter)  # data requests by name
     served: Counter[str] = field(default_factory=Counter)  # body bytes by name
+    asked: list[tuple[str, int, int]] = field(default_factory=list)  # (name, offset, length)
     hold_after: int | None = None  # data requests past this many wait until it is None
+    # Data requests for which hold(name, offset) is true wait until it is None.
+    hold: Callable[[str, int], bool] | None = None
 
     def take(self, name: str) -> bool:
         count = getattr(self, name)
@@ -118,7 +122,10 @@ class RangeServer:
             end = int(end_text) + 1 if end_text else len(data)
             if start >= len(data):
                 raise web.HTTPRequestRangeNotSatisfiable()
+            while faults.hold is not None and faults.hold(name, start):
+                await asyncio.sleep(0.005)
             body = data[start:end]
+            faults.asked.append((name, start, len(body)))
             status = 206
             headers["Content-Range"] = f"bytes {start}-{start + len(body) - 1}/{len(data)}"
         if faults.take("drops"):

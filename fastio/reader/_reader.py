@@ -40,7 +40,7 @@ from fastio._errors import EngineFallbackWarning, ReaderClosedError
 from fastio.reader._buffers import BufferPool, bucket_size
 from fastio.reader._files import FileTable, FollowedFile
 from fastio.reader._ranges import Chunk, ShardLike
-from fastio.reader._requests import Request, is_remote_file, plan_requests
+from fastio.reader._requests import REMOTE_START_BYTES, Request, is_remote_file, plan_requests
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
 from fastio.reader._sync import Handoff, LoopThread
 from fastio.sources._remote import Remotes, is_remote, local_path, version_number
@@ -102,7 +102,7 @@ class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
     __slots__ = ("closed", "count_wait", "delivered", "exhausted", "largest", "lookahead", "plan",
-                 "queue", "queued_bytes", "started", "waiter")  # fmt: skip
+                 "queue", "queued_bytes", "started", "waiter", "warm")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
         self.plan: Iterator[Request] = iter(())
@@ -116,6 +116,7 @@ class _Stream:
         self.closed = False
         self.count_wait = count_wait
         self.started = False  # whether the consumer has had a batch yet
+        self.warm = False  # whether its first remote pieces (REMOTE_START_BYTES) are in
 
     def next_piece(self) -> Request | None:
         if self.lookahead is None and not self.exhausted:
@@ -779,11 +780,19 @@ class Reader:
                 # first piece only locally, into buffers already mapped:
                 # mapping a fresh region can cost milliseconds (huge pages
                 # compacted), and the first chunk is handed over only once
-                # this fill ends. A remote first piece goes alone: fresh
-                # connections that start together share the link (and the
-                # round trips of their slow start) and would all finish late.
-                if queue and not stream.started and (remote or not pool.has_free(size)):
+                # this fill ends.
+                if queue and not stream.started and not remote and not pool.has_free(size):
                     break
+                # Remotely, the small first pieces of the climb go together
+                # (what a first sample needs), and the rest once they are in:
+                # started with them, on fresh connections, larger pieces take
+                # the link's bandwidth (and a rate limiter's drops, recovered
+                # only by a retransmission timeout) from the first sample.
+                if (remote and queue and not stream.warm
+                        and stream.queued_bytes + size > REMOTE_START_BYTES):  # fmt: skip
+                    if not all(p.done for p in queue):
+                        break
+                    stream.warm = True
                 stream.lookahead = None
                 buffer = pool.take(piece.length, populate=not remote)
                 size = len(buffer)  # may be a larger free one: count what is held

@@ -13,8 +13,10 @@ much of the time (and short flows lose their tails to a rate limiter's drops,
 recovered only by a retransmission timeout). A stream's first remote piece is
 small (``read_size``, at most ``REMOTE_FIRST_BYTES``), so that the first sample
 does not wait for TCP to climb to a full piece; each further one may be twice
-the last (at least ``read_size``) up to ``REMOTE_REQUEST_BYTES``, whether it is
-part of a long range or neighbouring short ranges coalesced.
+the last, up to ``REMOTE_REQUEST_BYTES`` (or ``read_size``, if larger), whether
+it is part of a long range or neighbouring short ranges coalesced. The pieces
+of the climb go out together, each on a connection of its own, so the first
+bytes of a stream arrive as fast as TCP's first round trips carry them.
 
 Problems found while planning (missing file, range past the end of a file)
 become failed pieces at their place in the order, so the consumer receives
@@ -36,7 +38,15 @@ if TYPE_CHECKING:
 
     from fastio.reader._files import Direct, FileTable, OpenFile
 
-__all__ = ["REMOTE_FIRST_BYTES", "REMOTE_REQUEST_BYTES", "Delivery", "Request", "plan_requests"]
+__all__ = [
+    "REMOTE_FIRST_BYTES",
+    "REMOTE_REQUEST_BYTES",
+    "REMOTE_START_BYTES",
+    "REMOTE_UNSPLIT_BYTES",
+    "Delivery",
+    "Request",
+    "plan_requests",
+]
 
 # The size remote pieces grow to (unless read_size is larger): measured over a
 # 20 ms link (benchmarks/bench_remote_link.py), 4 MiB requests with the
@@ -44,9 +54,19 @@ __all__ = ["REMOTE_FIRST_BYTES", "REMOTE_REQUEST_BYTES", "Delivery", "Request", 
 # half of it; larger ones gained nothing and hold more memory per request.
 REMOTE_REQUEST_BYTES = 4 << 20
 # The first piece of a long remote range: on a fresh or idle connection TCP
-# starts at 10 packets and doubles per round trip, so 1 MiB takes about 7
-# round trips and 256 KiB (a typical first sample and then some) about 5.
-REMOTE_FIRST_BYTES = 256 << 10
+# starts at 10 packets (about 14 KiB) and doubles per round trip, so 256 KiB
+# takes 5 round trips. Pieces of 16, 32 and 64 KiB, sent together on three
+# connections, carry a 110 KB sample in 3: its first sample 40 ms sooner over
+# a 20 ms link.
+REMOTE_FIRST_BYTES = 16 << 10
+# A remote range no longer than this is one request even where the ramp would
+# split it: split, it would arrive at most one round trip sooner, at three
+# requests for one sample (object stores bill, and throttle, by request).
+REMOTE_UNSPLIT_BYTES = 128 << 10
+# What a remote stream asks for before its first bytes are in: the first
+# pieces of the climb (16 + 32 + 64 + 128 KiB), sent together; the rest wait
+# until they have arrived.
+REMOTE_START_BYTES = 256 << 10
 
 # (shard, range, path, file offset, start in the piece's buffer, length,
 #  end of range, end of shard)
@@ -84,7 +104,7 @@ class _Ramp:
             return read_limit(file, read_size)
         if not self.last:
             return min(read_size, REMOTE_FIRST_BYTES)
-        return min(max(self.last * 2, read_size), max(read_size, REMOTE_REQUEST_BYTES))
+        return min(self.last * 2, max(read_size, REMOTE_REQUEST_BYTES))
 
     def took(self, piece: Request) -> Request:
         if piece.file is not None and is_remote_file(piece.file):
@@ -261,9 +281,11 @@ def plan_requests(
                     yield pending
                 candidate = _Group(file, offset, delivery)
                 # A range longer than a read is split, however large remote
-                # pieces may grow; short ones may share a piece up to the limit.
+                # pieces may grow, and so is a remote one longer than the ramp
+                # allows, but for a short one (a sample read on its own is one
+                # request); short ones may share a piece up to the limit.
                 span = candidate.span(offset + length)
-                if span <= min(limit, read_limit(file, read_size())) or (
+                if span <= min(max(limit, REMOTE_UNSPLIT_BYTES), read_limit(file, read_size())) or (
                     shard.whole and not is_remote_file(file) and bucket_size(span) <= whole_limit
                 ):
                     group = candidate

@@ -5,12 +5,20 @@ once, and local files keep ``read_size`` reads."""
 
 from __future__ import annotations
 
+import itertools
 import random
+import threading
+import time
 
 import pytest
 
 import fastio
-from fastio.reader._requests import REMOTE_FIRST_BYTES, REMOTE_REQUEST_BYTES
+from fastio.reader._requests import (
+    REMOTE_FIRST_BYTES,
+    REMOTE_REQUEST_BYTES,
+    REMOTE_START_BYTES,
+    REMOTE_UNSPLIT_BYTES,
+)
 from tests.servers import RangeServer, wait_for
 
 READ_SIZE = 64 << 10
@@ -32,16 +40,16 @@ def read(url: str, ranges: list[tuple[int, int | None]]) -> tuple[bytes, int]:
         return got, reader.stats().requests
 
 
-def growing(size: int) -> list[int]:
+def growing(size: int, first: int = min(READ_SIZE, REMOTE_FIRST_BYTES)) -> list[int]:
     """The request sizes of a remote range of ``size`` bytes."""
-    sizes, step = [], READ_SIZE
+    sizes, step = [], first
     while sum(sizes) < size:
         sizes.append(min(step, size - sum(sizes)))
         step = min(step * 2, REMOTE_REQUEST_BYTES)
     return sizes
 
 
-def test_a_long_range_grows_from_read_size_and_is_asked_for_once(blob) -> None:
+def test_a_long_range_grows_from_a_small_first_request_and_is_asked_for_once(blob) -> None:
     server, data, _ = blob
     got, requests = read(server.url("blob.bin"), [(0, None)])
     assert got == data
@@ -53,15 +61,59 @@ def test_a_long_range_grows_from_read_size_and_is_asked_for_once(blob) -> None:
 @pytest.mark.parametrize("read_size", [READ_SIZE, 4 * REMOTE_FIRST_BYTES])
 def test_the_first_request_of_a_range_is_small(blob, read_size) -> None:
     server, data, _ = blob
-    server.faults.hold_after = 1  # only the first request is answered until released
     with fastio.Reader(read_size=read_size, outstanding_requests=4) as reader:
-        stream = iter(reader.stream([fastio.ByteRange(server.url("blob.bin"), 100)]))
-        first = next(stream)
-        assert bytes(first.data) == data[100 : 100 + len(first.data)]
-        assert server.faults.bytes_served == min(read_size, REMOTE_FIRST_BYTES)
+        got = b"".join(bytes(c.data) for c in reader.stream(
+            [fastio.ByteRange(server.url("blob.bin"), 100)]))  # fmt: skip
+    assert got == data[100:]
+    first = [length for _, offset, length in server.faults.asked if offset == 100]
+    assert first == [min(read_size, REMOTE_FIRST_BYTES)]
+
+
+def test_a_sample_read_alone_is_one_request_and_a_longer_range_climbs(blob) -> None:
+    """Random access reads one sample per stream: it goes as one request
+    (three small ones would bring it at most one round trip sooner, at three
+    times the requests an object store bills). A longer range climbs from a
+    small first request, so its first bytes do not wait for TCP's climb."""
+    server, data, _ = blob
+    url = server.url("blob.bin")
+    with fastio.Reader(read_size=1 << 20, outstanding_requests=4) as reader:
+        got = b"".join(bytes(c.data) for c in reader.stream(
+            [fastio.ByteRange(url, 5000, REMOTE_UNSPLIT_BYTES)]))  # fmt: skip
+        assert got == data[5000 : 5000 + REMOTE_UNSPLIT_BYTES]
+        assert server.faults.gets["blob.bin"] == 1
+        length = 4 * REMOTE_UNSPLIT_BYTES
+        got = b"".join(bytes(c.data) for c in reader.stream([fastio.ByteRange(url, 0, length)]))
+        assert got == data[:length]
+    climb = growing(length, REMOTE_FIRST_BYTES)
+    assert climb[0] == REMOTE_FIRST_BYTES
+    assert len(climb) > 3
+    assert server.faults.gets["blob.bin"] == 1 + len(climb)
+    assert server.faults.served["blob.bin"] == REMOTE_UNSPLIT_BYTES + length
+
+
+def test_the_first_requests_go_together_and_the_rest_once_they_are_in(blob) -> None:
+    """A stream's first sample may span several of the climb's first (small)
+    requests: they go out together. Larger ones wait until those have
+    arrived: started with them, they would share the link with the first
+    sample's bytes."""
+    server, data, _ = blob
+    server.faults.hold_after = 0  # every request waits until released
+    climb = growing(len(data), REMOTE_FIRST_BYTES)
+    start = [n for n in itertools.accumulate(climb) if n <= REMOTE_START_BYTES]
+    assert len(start) >= 3  # a 110 KB sample's worth
+    with fastio.Reader(read_size=1 << 20, outstanding_requests=16) as reader:
+        stream = iter(reader.stream([fastio.ByteRange(server.url("blob.bin"), 0)]))
+        first: list[bytes] = []
+        taker = threading.Thread(target=lambda: first.append(bytes(next(stream).data)))
+        taker.start()
+        wait_for(lambda: server.faults.requests == len(start))
+        time.sleep(0.3)  # time enough for more requests to go, if they would
+        assert server.faults.requests == len(start)
         server.faults.hold_after = None
+        taker.join(10)
         rest = b"".join(bytes(c.data) for c in stream)
-    assert bytes(first.data) + rest == data[100:]
+    assert first[0] + rest == data
+    assert server.faults.gets["blob.bin"] == len(climb)
 
 
 def test_short_neighbouring_ranges_share_requests_that_grow(blob) -> None:
@@ -71,12 +123,13 @@ def test_short_neighbouring_ranges_share_requests_that_grow(blob) -> None:
     got, requests = read(server.url("blob.bin"), ranges)
     assert got == data[: len(ranges) * sample]
     assert server.faults.served["blob.bin"] == len(got)  # nothing twice
-    # The first request holds one sample, each next one up to twice the last's
-    # bytes (at least read_size), up to REMOTE_REQUEST_BYTES.
+    # The first request holds one sample (shorter than a read, it is not
+    # split), each next one up to twice the last's bytes, up to
+    # REMOTE_REQUEST_BYTES.
+    assert REMOTE_FIRST_BYTES < sample < READ_SIZE
     expected, largest, left = 0, 0, len(ranges)
     while left:
-        limit = READ_SIZE if not largest else min(max(2 * largest, READ_SIZE),
-                                                  REMOTE_REQUEST_BYTES)  # fmt: skip
+        limit = REMOTE_FIRST_BYTES if not largest else min(2 * largest, REMOTE_REQUEST_BYTES)
         taken = min(left, max(1, limit // sample))
         left -= taken
         largest = max(largest, taken * sample)
@@ -101,7 +154,9 @@ def test_remote_reads_fill_the_remote_budget_and_no_more(tmp_path) -> None:
         with fastio.Reader(memory_budget=budget, remote_memory_budget=remote_budget,
                            outstanding_requests=64) as reader:  # fmt: skip
             stream = iter(reader.stream([fastio.ByteRange(server.url("big.bin"), 0)]))
-            first = next(stream)  # the stream has started: its read-ahead opens
+            first = [bytes(next(stream).data)]
+            while len(first[-1]) < REMOTE_REQUEST_BYTES // 2:  # the climb's first pieces are in:
+                first.append(bytes(next(stream).data))  # its read-ahead opens
             server.faults.hold_after = server.faults.requests  # answer nothing more for now
             peak = 0
 
@@ -109,12 +164,12 @@ def test_remote_reads_fill_the_remote_budget_and_no_more(tmp_path) -> None:
                 nonlocal peak
                 stats = reader.stats()
                 peak = max(peak, stats.buffered_bytes)  # in flight and read ahead
-                return stats.inflight_bytes > 2 * budget
+                return stats.buffered_bytes > 2 * budget
 
             wait_for(holds_more_than_the_local_budget)
             assert peak <= remote_budget + REMOTE_REQUEST_BYTES
             server.faults.hold_after = None
-            got = bytes(first.data) + b"".join(bytes(c.data) for c in stream)
+            got = b"".join(first) + b"".join(bytes(c.data) for c in stream)
     finally:
         server.stop()
     assert got == data
