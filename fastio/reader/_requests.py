@@ -56,8 +56,8 @@ REMOTE_REQUEST_BYTES = 4 << 20
 # The first piece of a long remote range: on a fresh or idle connection TCP
 # starts at 10 packets (about 14 KiB) and doubles per round trip, so 256 KiB
 # takes 5 round trips. Pieces of 16, 32 and 64 KiB, sent together on three
-# connections, carry a 110 KB sample in 3: its first sample 40 ms sooner over
-# a 20 ms link.
+# connections, carry a 110 KB sample in 3 (over a 20 ms link the first sample
+# came 15 ms sooner: the rest of its wait is not TCP's climb).
 REMOTE_FIRST_BYTES = 16 << 10
 # A remote range no longer than this is one request even where the ramp would
 # split it: split, it would arrive at most one round trip sooner, at three
