@@ -40,7 +40,13 @@ from fastio._errors import EngineFallbackWarning, ReaderClosedError
 from fastio.reader._buffers import BufferPool, bucket_size
 from fastio.reader._files import FileTable, FollowedFile
 from fastio.reader._ranges import Chunk, ShardLike
-from fastio.reader._requests import REMOTE_START_BYTES, Request, is_remote_file, plan_requests
+from fastio.reader._requests import (
+    REMOTE_START_BYTES,
+    Request,
+    climbs,
+    is_remote_file,
+    plan_requests,
+)
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
 from fastio.reader._sync import Handoff, LoopThread
 from fastio.sources._remote import Remotes, is_remote, local_path, version_number
@@ -780,15 +786,17 @@ class Reader:
                 # first piece only locally, into buffers already mapped:
                 # mapping a fresh region can cost milliseconds (huge pages
                 # compacted), and the first chunk is handed over only once
-                # this fill ends.
-                if queue and not stream.started and not remote and not pool.has_free(size):
+                # this fill ends; a download followed goes one piece first.
+                climbing = climbs(piece.file)
+                if (queue and not stream.started and not climbing
+                        and (remote or not pool.has_free(size))):  # fmt: skip
                     break
                 # Remotely, the small first pieces of the climb go together
                 # (what a first sample needs), and the rest once they are in:
                 # started with them, on fresh connections, larger pieces take
                 # the link's bandwidth (and a rate limiter's drops, recovered
                 # only by a retransmission timeout) from the first sample.
-                if (remote and queue and not stream.warm
+                if (climbing and queue and not stream.warm
                         and stream.queued_bytes + size > REMOTE_START_BYTES):  # fmt: skip
                     if not all(p.done for p in queue):
                         break

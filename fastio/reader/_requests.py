@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from fastio._errors import TruncatedFileError
 from fastio._native import DIRECT_ALIGNMENT
 from fastio.reader._buffers import bucket_size
+from fastio.reader._files import FollowedFile
 from fastio.reader._ranges import ShardLike, as_shard
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ __all__ = [
     "REMOTE_UNSPLIT_BYTES",
     "Delivery",
     "Request",
+    "climbs",
     "plan_requests",
 ]
 
@@ -67,6 +69,10 @@ REMOTE_UNSPLIT_BYTES = 128 << 10
 # pieces of the climb (16 + 32 + 64 + 128 KiB), sent together; the rest wait
 # until they have arrived.
 REMOTE_START_BYTES = 256 << 10
+# A shard the cache downloads is read as its download's ranges arrive: the
+# download meets TCP's climb (its first range is 256 KiB at most), and the
+# reader's pieces of it start at that size, the first alone, as they followed it.
+FOLLOWED_FIRST_BYTES = 256 << 10
 
 # (shard, range, path, file offset, start in the piece's buffer, length,
 #  end of range, end of shard)
@@ -86,6 +92,13 @@ def is_remote_file(file: OpenFile) -> bool:
     return file.fd < 0
 
 
+def climbs(file: OpenFile) -> bool:
+    """Whether ``file``'s pieces climb from REMOTE_FIRST_BYTES, the first ones
+    together: a remote object read with requests of its own (not a download
+    the reader follows)."""
+    return is_remote_file(file) and not isinstance(file, FollowedFile)
+
+
 def read_limit(file: OpenFile, read_size: int) -> int:
     return align_up(read_size) if file.direct else read_size
 
@@ -102,9 +115,11 @@ class _Ramp:
         """The largest next piece of ``file``."""
         if not is_remote_file(file):
             return read_limit(file, read_size)
+        climbing = climbs(file)
         if not self.last:
-            return min(read_size, REMOTE_FIRST_BYTES)
-        return min(self.last * 2, max(read_size, REMOTE_REQUEST_BYTES))
+            return min(read_size, REMOTE_FIRST_BYTES if climbing else FOLLOWED_FIRST_BYTES)
+        grown = self.last * 2 if climbing else max(self.last * 2, read_size)
+        return min(grown, max(read_size, REMOTE_REQUEST_BYTES))
 
     def took(self, piece: Request) -> Request:
         if piece.file is not None and is_remote_file(piece.file):
@@ -285,7 +300,8 @@ def plan_requests(
                 # allows, but for a short one (a sample read on its own is one
                 # request); short ones may share a piece up to the limit.
                 span = candidate.span(offset + length)
-                if span <= min(max(limit, REMOTE_UNSPLIT_BYTES), read_limit(file, read_size())) or (
+                unsplit = max(limit, REMOTE_UNSPLIT_BYTES) if climbs(file) else limit
+                if span <= min(unsplit, read_limit(file, read_size())) or (
                     shard.whole and not is_remote_file(file) and bucket_size(span) <= whole_limit
                 ):
                     group = candidate
