@@ -33,6 +33,7 @@ from fastio._native import DIRECT_ALIGNMENT
 from fastio.reader._buffers import bucket_size
 from fastio.reader._files import FollowedFile
 from fastio.reader._ranges import ShardLike, as_shard
+from fastio.sources._remote import DOWNLOAD_FIRST_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -69,10 +70,6 @@ REMOTE_UNSPLIT_BYTES = 128 << 10
 # pieces of the climb (16 + 32 + 64 + 128 KiB), sent together; the rest wait
 # until they have arrived.
 REMOTE_START_BYTES = 256 << 10
-# A shard the cache downloads is read as its download's ranges arrive: the
-# download meets TCP's climb (its first range is 256 KiB at most), and the
-# reader's pieces of it start at that size, the first alone, as they followed it.
-FOLLOWED_FIRST_BYTES = 256 << 10
 
 # (shard, range, path, file offset, start in the piece's buffer, length,
 #  end of range, end of shard)
@@ -117,7 +114,10 @@ class _Ramp:
             return read_limit(file, read_size)
         climbing = climbs(file)
         if not self.last:
-            return min(read_size, REMOTE_FIRST_BYTES if climbing else FOLLOWED_FIRST_BYTES)
+            # A shard the cache downloads is read as its download's ranges
+            # arrive: the download meets TCP's climb, and the reader's pieces
+            # of it start at the download's first range, the first alone.
+            return min(read_size, REMOTE_FIRST_BYTES if climbing else DOWNLOAD_FIRST_BYTES)
         grown = self.last * 2 if climbing else max(self.last * 2, read_size)
         return min(grown, max(read_size, REMOTE_REQUEST_BYTES))
 

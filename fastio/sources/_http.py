@@ -146,9 +146,8 @@ class RangeClient:
             if self._closed:
                 raise ConnectionAbortedError(errno.ECONNABORTED, "the reader is closed")
             if self._pid != os.getpid():  # a forked child never uses its parent's sockets
-                for inherited in [c for idle in self._idle.values() for c in idle]:
+                for inherited in _taken(self._idle):
                     inherited.sock.close()  # the child's copy; the parent's stays open
-                self._idle.clear()
                 self._active.clear()
                 self._pid = os.getpid()
             idle = self._idle.get(host)
@@ -252,10 +251,16 @@ class RangeClient:
 
 def _close_idle(idle: dict[tuple[str, int], list[_Connection]], lock: threading.Lock) -> None:
     with lock:
-        connections = [c for held in idle.values() for c in held]
-        idle.clear()
+        connections = _taken(idle)
     for connection in connections:
         connection.sock.close()
+
+
+def _taken(idle: dict[tuple[str, int], list[_Connection]]) -> list[_Connection]:
+    """Every idle connection, emptying ``idle`` (its lock held)."""
+    connections = [c for held in idle.values() for c in held]
+    idle.clear()
+    return connections
 
 
 def _remaining(deadline: float) -> float:

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from fastio.spec._reader import ReaderSettings
 
 __all__ = [
+    "DOWNLOAD_FIRST_BYTES",
     "RemoteFile",
     "Remotes",
     "is_remote",
@@ -62,7 +63,7 @@ _DOWNLOAD_STEP = 4 << 20
 # doubling up to the step: a reader following the download (see
 # fastio.cache._filling) gets its first sample after a small first answer,
 # as from its own first remote read.
-_DOWNLOAD_FIRST = 256 << 10
+DOWNLOAD_FIRST_BYTES = 256 << 10
 # The most an HTTP response buffers in aiohttp before the socket is paused.
 _READ_BUFFER_LIMIT = 8 << 20
 _CANCEL_POLL_SECONDS = 0.05  # how soon a running download notices its reader closed
@@ -247,7 +248,7 @@ class Remotes:
         several in flight (``outstanding_requests`` shared by the prefetches)."""
         fs, path = self.filesystem(url)
         size = self.stat(url).size
-        ranges = _growing_ranges(size, min(self.settings.read_size, _DOWNLOAD_FIRST),
+        ranges = _growing_ranges(size, min(self.settings.read_size, DOWNLOAD_FIRST_BYTES),
                                  max(self.settings.read_size, _DOWNLOAD_STEP))  # fmt: skip
         in_flight = max(1, self.settings.outstanding_requests // max(1, self.prefetcher.count))
         cancelled = threading.Event()  # ends fastio's HTTP requests still running
