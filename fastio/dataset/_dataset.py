@@ -278,6 +278,10 @@ class Dataset(_Base):
         if self._reader is None or self._reader.closed:
             self._reader = Reader(self.spec.reader, storage_options=self.storage_options,
                                   cache=self.cache)  # fmt: skip
+            # A window (the shuffle buffer, plus the unit that crosses its end)
+            # of Arrow record batches decoded in place keeps its reader buffers,
+            # each up to twice its bytes (buffers come in powers of two).
+            self._reader.consumer_holds = 2 * self.spec.shuffle.buffer
             if self._tuning is not None:
                 self._tuning.close()
             self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)

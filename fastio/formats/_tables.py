@@ -31,9 +31,9 @@ __all__ = ["ArrowFormat", "ParquetFormat", "TableWriter"]
 class _RangeFile:
     """A read-only file of ``size`` bytes of which only some ranges are known:
     what pyarrow reads of a Parquet or Arrow file is fetched by fastio's reader
-    first and served from here, as views of the fetched bytes (the reader's
-    buffers were copied once, into them; pyarrow wraps a view without another
-    copy). pyarrow reads a column chunk or a record batch message in one read,
+    first and served from here, as views of the fetched bytes (a reader's
+    buffer, or one copy of the chunks of a range that came in several;
+    pyarrow wraps a view without another copy). pyarrow reads a column chunk or a record batch message in one read,
     the very range fetched for it; a read across neighbouring ranges is joined
     for that read alone. A read outside the known ranges is a bug in the range
     planning, reported as such rather than silently re-read."""
@@ -104,9 +104,11 @@ def _unit_pieces(
     come (``lengths``: the ranges the layout planned, by offset), the one
     copy of the fetched bytes. The pool reuses what earlier units freed:
     fresh memory for every unit would cost a page fault and a zeroing per
-    4 KiB, as much as the copy itself. With ``views`` (a decoder that copies
-    what it keeps, so the reader's buffer is lent only while it decodes), a
-    range that came in one chunk is that chunk, uncopied. A range of unknown
+    4 KiB, as much as the copy itself. With ``views``, a range that came in
+    one chunk is that chunk, uncopied: the reader's buffer is lent for as long
+    as what is decoded from it lives (briefly where the decoder copies, as
+    pyarrow's Parquet reader does; an Arrow batch decoded in place holds it
+    until the batch goes, and the reader reuses it then). A range of unknown
     length is joined at its end. ``unit_of`` names the unit of a range by
     its offset; a range of no unit alone (an Arrow dictionary, read with
     every batch) belongs to the unit it is read with."""
@@ -480,7 +482,8 @@ class ArrowFormat(_ColumnFile):
         meta = {"unit_ranges": spans.__getitem__, "tail": (start, tail),
                 "batch_offsets": [o for o, _, _ in batches],
                 "lengths": _planned_lengths(spans),
-                "unit_of": _units_by_offset(spans, shared=len(extra))}  # fmt: skip
+                "unit_of": _units_by_offset(spans, shared=len(extra)),
+                "whole": True}  # fmt: skip
         meta["head"] = schema_head
         import pyarrow as pa
 
@@ -503,8 +506,9 @@ class ArrowFormat(_ColumnFile):
         """Each record batch of the read, decoded as soon as its bytes are in.
         Where the layout knows the schema (a file without dictionaries), a
         batch is decoded from its own bytes: its arrays are views of the
-        buffer they were fetched into, no further copy; else pyarrow's file
-        reader serves it, dictionaries and all."""
+        buffer they were fetched into, no further copy (a local batch is read
+        whole, into one reader buffer: the read is the one copy); else
+        pyarrow's file reader serves it, dictionaries and all."""
         import pyarrow as pa
 
         schema = layout.meta["schema"]
@@ -516,7 +520,8 @@ class ArrowFormat(_ColumnFile):
             if schema is None:
                 file = _RangeFile(layout.url, layout.size, known)
                 handle = pa.ipc.open_file(pa.PythonFile(file))
-            for i, pieces in _unit_pieces(chunks, layout.meta["lengths"], layout.meta["unit_of"]):
+            planned = layout.meta["lengths"], layout.meta["unit_of"]
+            for i, pieces in _unit_pieces(chunks, *planned, views=True):
                 if i < 0 or offsets[i] not in pieces:
                     continue  # bytes of no record batch the read planned
                 at, record = offsets[i], i

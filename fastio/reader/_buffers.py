@@ -49,14 +49,17 @@ class BufferPool:
     ``limit``) bounds the buffers taken, so the pool's whole footprint stays
     near the budget rather than the budget plus idle regions of every size.
     Lent buffers stay counted (their memory lives on); past twice ``limit``
-    bytes of them, the oldest are forgotten, left to the garbage collector.
-    A consumer slower than the reader keeps about ``limit`` bytes lent (the
-    reader stops taking buffers there), and a buffer forgotten then would
-    be replaced by a freshly mapped one: the slack keeps them reused.
+    bytes of them, plus what the consumer says it holds (``held``: a shuffle
+    window of batches decoded in place), the oldest are forgotten, left to
+    the garbage collector. A consumer slower than the reader keeps about
+    ``limit`` bytes lent (the reader stops taking buffers there), and a
+    buffer forgotten then would be replaced by a freshly mapped one: the
+    slack keeps them reused.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, held: int = 0) -> None:
         self._limit = limit
+        self.held = held
         self._free: dict[int, list[AlignedBuffer]] = {}
         self._idle_members: dict[int, int] = {}  # region -> its buffers now idle
         self._mapped_bytes = 0  # regions mapped and not yet released
@@ -114,7 +117,7 @@ class BufferPool:
             self._reclaim_lent()
             self._lent.append(buffer)
             self._lent_bytes += len(buffer)
-            while self._lent_bytes > 2 * self._limit:
+            while self._lent_bytes > 2 * self._limit + self.held:
                 forgotten = self._lent.popleft()
                 self._lent_bytes -= len(forgotten)
                 # Its region now never becomes wholly idle here: the pool keeps

@@ -251,6 +251,17 @@ class Reader:
         self._kick()
 
     @property
+    def consumer_holds(self) -> int:
+        """Bytes of chunk views the consumer may keep past the next chunk (a
+        shuffle window of record batches decoded in place): the buffers under
+        them are reused once it lets go, rather than replaced by fresh ones."""
+        return self._pool.held
+
+    @consumer_holds.setter
+    def consumer_holds(self, value: int) -> None:
+        self._pool.held = value
+
+    @property
     def read_size(self) -> int:
         return self._settings.read_size
 

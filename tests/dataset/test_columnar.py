@@ -4,6 +4,7 @@ groups and files, with column selection and shuffle."""
 
 from __future__ import annotations
 
+import gc
 import random
 from pathlib import Path
 
@@ -69,7 +70,7 @@ CASES = [("parquet", False), ("arrow", False), ("arrow", True)]
 
 
 @pytest.mark.parametrize(("format_name", "dictionary"), CASES)
-@pytest.mark.parametrize("batch_size", [1, 5, 13, 200])
+@pytest.mark.parametrize("batch_size", [1, 5, GROUP_ROWS, 13, 200])
 def test_batches_of_any_size_are_pyarrows_rows(tmp_path, format_name, dictionary, batch_size):
     pattern, _ = _write(tmp_path, format_name, dictionary)
     expected = _pyarrow_reads(tmp_path, format_name)
@@ -83,6 +84,29 @@ def test_batches_of_any_size_are_pyarrows_rows(tmp_path, format_name, dictionary
     )
     got = pa.Table.from_batches(batches)
     assert got.equals(expected.cast(got.schema) if dictionary else expected)
+
+
+def test_an_arrow_record_batch_is_decoded_where_the_reader_read_it(tmp_path):
+    """A local record batch is read whole and decoded in place: a batch of
+    its rows holds no Arrow memory of its own (the one copy is the read),
+    and it outlives the dataset, its bytes intact."""
+    rows, size = 50, 8 << 10
+    table = pa.table({"data": [bytes([i]) * size for i in range(4 * rows)]})
+    path = tmp_path / "part.arrow"
+    with pa.ipc.new_file(path, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=rows):
+            writer.write_batch(batch)
+    kept = []
+    with fastio.Dataset(str(path), shuffle=False) as dataset:
+        base = pa.total_allocated_bytes()  # the table written
+        for batch in dataset.batches(rows):
+            kept.append(batch)
+            # Arrow memory allocated while the batches are kept: not their bytes.
+            assert pa.total_allocated_bytes() - base < rows * size // 2
+    del dataset
+    gc.collect()
+    assert len(kept) == 4
+    assert pa.Table.from_batches(kept).equals(table)
 
 
 @pytest.mark.parametrize(("format_name", "dictionary"), CASES)
