@@ -10,7 +10,12 @@ DIRECT_ALIGNMENT: int
 HUGE_PAGE: int
 
 def resident_fraction(
-    fd: int, offset: int, length: int, probes: int = 16, window: int = 1 << 20
+    fd: int,
+    offset: int,
+    length: int,
+    probes: int = 16,
+    window: int = 1 << 20,
+    mapped: bool = False,
 ) -> float: ...
 def prefault(buffer: Buffer) -> None: ...
 def allocate_buffers(

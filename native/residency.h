@@ -3,21 +3,25 @@
  * between buffered reads (cached data, served at memory speed) and O_DIRECT
  * (cold data, read at the device's speed without a copy through the cache).
  *
- * mincore() on a read-only shared mapping of the file answers for its pages
- * exactly and touches nothing: no page is faulted in, no read-ahead starts
- * (preadv2 with RWF_NOWAIT, the other probe, may start read-ahead of what it
- * asks about).
+ * cachestat(2) (Linux 6.5) answers from the page cache without a mapping;
+ * before it, mincore() on a read-only shared mapping of the file answers for
+ * its pages exactly. Neither touches anything: no page is faulted in, no
+ * read-ahead starts (preadv2 with RWF_NOWAIT, the other probe, may start
+ * read-ahead of what it asks about).
  */
 #ifndef FASTIO_RESIDENCY_H
 #define FASTIO_RESIDENCY_H
 
 #include <stdint.h>
 
+/* Probe with mincore() even where cachestat(2) is there. */
+#define FIO_RESIDENT_MAPPED 1
+
 /* Pages of bytes offset..offset+length of `fd` that are in the page cache, of
  * at most `probes` windows of `window` bytes spread evenly over that span (the
  * whole span when it is no larger). Sets *probed to the pages looked at.
  * Returns 0 or a negative errno (ENODEV: the file cannot be mapped). */
 int fio_resident_pages(int fd, uint64_t offset, uint64_t length, unsigned probes,
-                       uint64_t window, uint64_t *resident, uint64_t *probed);
+                       uint64_t window, int flags, uint64_t *resident, uint64_t *probed);
 
 #endif

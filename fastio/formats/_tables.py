@@ -33,10 +33,11 @@ class _RangeFile:
     what pyarrow reads of a Parquet or Arrow file is fetched by fastio's reader
     first and served from here, as views of the fetched bytes (a reader's
     buffer, or one copy of the chunks of a range that came in several;
-    pyarrow wraps a view without another copy). pyarrow reads a column chunk or a record batch message in one read,
-    the very range fetched for it; a read across neighbouring ranges is joined
-    for that read alone. A read outside the known ranges is a bug in the range
-    planning, reported as such rather than silently re-read."""
+    pyarrow wraps a view without another copy). pyarrow reads a column chunk
+    or a record batch message in one read, the very range fetched for it; a
+    read across neighbouring ranges is joined for that read alone. A read
+    outside the known ranges is a bug in the range planning, reported as such
+    rather than silently re-read."""
 
     mode = "rb"
 
@@ -262,6 +263,14 @@ def _footer(
     return size, start, tail, footer_length
 
 
+def _head_ranges(url: str, size: int, batches: list[tuple[int, int, int]]) -> list[Any]:
+    """An Arrow file's head (its schema message) and its record batches'
+    headers: the two shards of the read that lays it out."""
+    first = ByteRange(url, 0, min(size, 64 << 10))
+    heads = [ByteRange(url, offset, meta) for offset, meta, _ in batches]
+    return [first, heads] if heads else [first]
+
+
 class _ColumnFile(ShardFormat):
     """A file format of columns, with column selection."""
 
@@ -446,35 +455,78 @@ def _message_rows(data: bytes) -> int:
     return 0 if length_at is None else int(struct.unpack_from("<q", message, length_at)[0])
 
 
+_ArrowBlocks = tuple[int, int, bytes, list[tuple[int, int, int]], list[tuple[int, int, int]]]
+
+
 class ArrowFormat(_ColumnFile):
     """Arrow IPC files read by record batch through fastio's reader, with column selection."""
 
     name = "arrow"
 
-    def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
-        size, start, tail, footer_length = _footer(
-            reader, url, "an Arrow IPC", _ARROW_MAGIC, 8, self._known_tail(url)
-        )
+    def __init__(self, columns: Sequence[str] | None = None) -> None:
+        super().__init__(columns)
+        self._heads: dict[str, tuple[bytes, dict[int, bytes]]] = {}
+
+    def prefetch(self, reader: Reader, urls: Sequence[str]) -> None:
+        # After the footers, each file's schema and record batch headers,
+        # again in one stream for the group: one wait, not one per file.
+        super().prefetch(reader, urls)
+        self._heads = {}
+        planned: list[tuple[str, list[Any]]] = []
+        for url in urls:
+            known = self._prefetched.get(url)
+            if known is None:
+                continue
+            try:
+                size, start, tail, batches, _ = self._blocks(reader, url, known)
+            except (DecodeError, OSError):
+                continue  # its layout reads it again and reports what is wrong
+            self._prefetched[url] = (size, start, tail)
+            planned.append((url, _head_ranges(url, size, batches)))
+        shards = [Shard(tuple(r) if isinstance(r, list) else (r,))
+                  for _, ranges in planned for r in ranges]  # fmt: skip
+        owner = [(url, kind) for url, ranges in planned for kind in range(len(ranges))]
+        got: dict[tuple[str, int], list[Chunk]] = {}
+        try:
+            for chunk in reader.stream(shards):
+                got.setdefault(owner[chunk.shard], []).append(chunk)
+        except OSError:
+            return  # the files are read one by one, each reporting its own failure
+        for url, _ in planned:
+            head = b"".join(bytes(c.data) for c in got.get((url, 0), ()))
+            self._heads[url] = (head, gather(got.get((url, 1), ())))
+
+    def _blocks(
+        self, reader: Reader, url: str, known: tuple[int, int, bytes] | None
+    ) -> _ArrowBlocks:
+        """(size, tail start, tail, record batch blocks, dictionary blocks)."""
+        size, start, tail, footer_length = _footer(reader, url, "an Arrow IPC", _ARROW_MAGIC, 8,
+                                                   known)  # fmt: skip
         footer = tail[len(tail) - 10 - footer_length : len(tail) - 10]
         try:
             batches = _arrow_blocks(footer, 3)
             dictionaries = _arrow_blocks(footer, 2)
         except struct.error:
             raise DecodeError("Arrow footer is damaged", url, size - 10 - footer_length) from None
-        heads = [ByteRange(url, offset, meta) for offset, meta, _ in batches]
-        # The schema message at the start of the file (served to pyarrow from
-        # here) and the batches' headers, in one stream: one wait, not two.
-        first = ByteRange(url, 0, min(size, 64 << 10))
-        chunks = list(reader.stream([first, heads] if heads else [first]))
-        schema_head = b"".join(bytes(c.data) for c in chunks if c.shard == 0)
-        rows = []
-        if heads:
+        return size, start, tail, batches, dictionaries
+
+    def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
+        size, start, tail, batches, dictionaries = self._blocks(reader, url, self._known_tail(url))
+        fetched = self._heads.pop(url, None)
+        if fetched is not None:
+            schema_head, pieces = fetched
+        else:
+            # The schema message at the start of the file (served to pyarrow
+            # from here) and the batches' headers, in one stream: one wait, not two.
+            chunks = list(reader.stream(_head_ranges(url, size, batches)))
+            schema_head = b"".join(bytes(c.data) for c in chunks if c.shard == 0)
             pieces = gather(c for c in chunks if c.shard == 1)
-            for offset, _, _ in batches:
-                try:
-                    rows.append(_message_rows(pieces[offset]))
-                except (struct.error, ValueError, KeyError):
-                    raise DecodeError("Arrow record batch header is damaged", url, offset) from None
+        rows = []
+        for offset, _, _ in batches:
+            try:
+                rows.append(_message_rows(pieces[offset]))
+            except (struct.error, ValueError, KeyError):
+                raise DecodeError("Arrow record batch header is damaged", url, offset) from None
         extra = [ByteRange(url, o, m + b) for o, m, b in dictionaries]
         spans = [[ByteRange(url, o, m + b), *extra] for o, m, b in batches]
         bounds = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)]).astype(np.int64)

@@ -33,8 +33,9 @@ cdef extern from "engine.h" nogil:
 
 
 cdef extern from "residency.h" nogil:
+    int FIO_RESIDENT_MAPPED
     int fio_resident_pages(int fd, uint64_t offset, uint64_t length, unsigned probes,
-                           uint64_t window, uint64_t *resident, uint64_t *probed)
+                           uint64_t window, int flags, uint64_t *resident, uint64_t *probed)
 
 
 cdef class Engine:

@@ -187,15 +187,18 @@ cdef class Engine:
 
 
 def resident_fraction(int fd, uint64_t offset, uint64_t length, unsigned probes=16,
-                      uint64_t window=1 << 20):
+                      uint64_t window=1 << 20, bint mapped=False):
     """The share (0.0..1.0) of the sampled pages of bytes ``offset`` to
     ``offset + length`` of ``fd`` that the page cache holds: ``probes`` windows
-    of ``window`` bytes spread over the span (all of it when smaller). Raises
-    OSError where the file cannot be mapped (a pipe, some special files)."""
+    of ``window`` bytes spread over the span (all of it when smaller), asked
+    of cachestat(2), else (before Linux 6.5, or with ``mapped``) of mincore(2)
+    over a mapping of the file. Raises OSError where the file has no page
+    cache to ask about (a pipe, some special files)."""
     cdef uint64_t resident = 0, probed = 0
     cdef int rc
+    cdef int flags = FIO_RESIDENT_MAPPED if mapped else 0
     with nogil:
-        rc = fio_resident_pages(fd, offset, length, probes, window, &resident, &probed)
+        rc = fio_resident_pages(fd, offset, length, probes, window, flags, &resident, &probed)
     if rc < 0:
         _raise_errno(rc, "cannot tell what the page cache holds")
     return resident / probed if probed else 1.0

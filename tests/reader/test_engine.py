@@ -269,3 +269,29 @@ def test_buffers_mapped_without_faulting_are_faulted_in_by_prefault() -> None:
     assert bytes(view[-5:]) == b"lasts"
     with pytest.raises(BufferError):
         prefault(b"read-only bytes")
+
+
+@pytest.mark.parametrize(("probes", "window"), [(32, 64 << 10), (4, 1 << 20), (1, 8 << 20)])
+def test_what_the_page_cache_holds_is_the_same_asked_either_way(tmp_path: Path, probes, window):
+    """cachestat(2) and mincore(2) over a mapping count the same pages: a file
+    evicted, then its first quarter read back (with no read-ahead, which
+    cachestat counts while it is still being read and mincore only once it
+    is in), holds none and then that share, whichever is asked."""
+    from fastio._native import resident_fraction
+
+    size = 8 << 20
+    path = tmp_path / "data"
+    write_random_file(path, size, 5)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        cold = [resident_fraction(fd, 0, size, probes, window, mapped=m) for m in (False, True)]
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        os.pread(fd, size // 4, 0)
+        warm = [resident_fraction(fd, 0, size, probes, window, mapped=m) for m in (False, True)]
+    finally:
+        os.close(fd)
+    assert cold == [0.0, 0.0]
+    assert warm[0] == warm[1]
+    assert 0.2 <= warm[0] < 0.5
