@@ -483,6 +483,8 @@ class ArrowFormat(_ColumnFile):
                 continue  # its layout reads it again and reports what is wrong
             self._prefetched[url] = (size, start, tail)
             planned.append((url, _head_ranges(url, size, batches)))
+        if not planned:
+            return
         shards = [Shard(tuple(r) if isinstance(r, list) else (r,))
                   for _, ranges in planned for r in ranges]  # fmt: skip
         owner = [(url, kind) for url, ranges in planned for kind in range(len(ranges))]

@@ -109,6 +109,39 @@ def test_an_arrow_record_batch_is_decoded_where_the_reader_read_it(tmp_path):
     assert pa.Table.from_batches(kept).equals(table)
 
 
+@pytest.mark.parametrize("format_name", ["parquet", "arrow"])
+def test_laying_out_many_files_waits_for_a_few_reads_not_one_per_file(
+    tmp_path, monkeypatch, format_name
+):
+    """Footers (and an Arrow file's schema and batch headers after them) are
+    read for a group of files in one stream each."""
+    from fastio.reader._reader import Reader
+
+    files = 12
+    for number in range(files):
+        table = _table(number * 5, 5, dictionary=False)
+        path = tmp_path / f"part-{number:02d}.{format_name}"
+        if format_name == "parquet":
+            pq.write_table(table, path)
+        else:
+            with pa.ipc.new_file(path, table.schema) as writer:
+                writer.write_table(table)
+    streams = []
+    stream = Reader.stream
+
+    def counted(self, shards, *args, **kwargs):  # the real stream, counted
+        streams.append(len(list(shards)) if isinstance(shards, list) else 1)
+        return stream(self, shards, *args, **kwargs)
+
+    monkeypatch.setattr(Reader, "stream", counted)
+    with fastio.Dataset(str(tmp_path / f"part-{{00..{files - 1}}}.{format_name}"),
+                        shuffle=False) as dataset:  # fmt: skip
+        assert len(dataset) == 5 * files
+        assert len(streams) <= 2
+        rows = [row for batch in dataset.batches(7) for row in batch.to_pylist()]
+    assert len(rows) == 5 * files
+
+
 @pytest.mark.parametrize(("format_name", "dictionary"), CASES)
 def test_samples_and_selected_columns_are_pyarrows(tmp_path, format_name, dictionary):
     pattern, _ = _write(tmp_path, format_name, dictionary)
