@@ -19,6 +19,8 @@ beside the tfrecord package's reader and tf.data.TFRecordDataset (per record
 and ``.batch(1024)``); fastio over the Parquet copy (``.batches(256)``,
 samples) beside pyarrow ``ParquetFile.iter_batches(256)``; the same over the
 Arrow IPC copy beside pyarrow's ``ipc.open_file`` reader (every record batch);
+both pyarrow readers also with their batches cut to exactly 256 rows across
+files, as fastio's are (``pyarrow 256``, ``pyarrow ipc 256``);
 and the hardware:
 fio reading the tar files sequentially (io_uring, 16 x 1 MiB; cold: O_DIRECT,
 also from hugetlbfs buffers; warm: also psync) and a plain Python read loop.
@@ -48,12 +50,13 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench_read import drop_caches, hugetlbfs, run_python
+from bench_tables_cpu import rebatched
 
 from fastio.cli._gen import DatasetPlan, write_dataset
 
@@ -369,34 +372,41 @@ def tfrecord_package(copies: dict[str, Any]) -> tuple[int, int | None]:
     return samples, payload
 
 
-def pyarrow_batches(copies: dict[str, Any], batch_size: int = BATCH) -> tuple[int, int | None]:
+def _pyarrow_rows(batches: Iterator[Any], exact: int | None) -> tuple[int, int | None]:
+    """Touch every batch; with ``exact``, cut into batches of that many rows
+    across files first, as fastio's ``.batches(n)`` are."""
     import pyarrow.compute as pc
+
+    samples = payload = 0
+    for batch in rebatched(batches, exact) if exact else batches:
+        first_sample()
+        samples += batch.num_rows
+        payload += pc.sum(pc.binary_length(batch.column("data"))).as_py()
+    return samples, payload
+
+
+def pyarrow_batches(
+    copies: dict[str, Any], batch_size: int = BATCH, exact: bool = False
+) -> tuple[int, int | None]:
     import pyarrow.parquet as pq
 
-    samples = payload = 0
-    for path in copies["parquet"]["paths"]:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
-            first_sample()
-            samples += batch.num_rows
-            payload += pc.sum(pc.binary_length(batch.column("data"))).as_py()
-    return samples, payload
+    batches = (batch for path in copies["parquet"]["paths"]
+               for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size))  # fmt: skip
+    return _pyarrow_rows(batches, batch_size if exact else None)
 
 
-def pyarrow_ipc_batches(copies: dict[str, Any]) -> tuple[int, int | None]:
+def pyarrow_ipc_batches(copies: dict[str, Any], exact: int | None = None) -> tuple[int, int | None]:
     """pyarrow's own Arrow IPC file reader, every record batch (read from the
     file, not memory-mapped: fastio reads the bytes too)."""
-    import pyarrow.compute as pc
     import pyarrow.ipc
 
-    samples = payload = 0
-    for path in copies["arrow"]["paths"]:
-        with pyarrow.ipc.open_file(path) as reader:
-            for i in range(reader.num_record_batches):
-                batch = reader.get_batch(i)
-                first_sample()
-                samples += batch.num_rows
-                payload += pc.sum(pc.binary_length(batch.column("data"))).as_py()
-    return samples, payload
+    def batches() -> Iterator[Any]:
+        for path in copies["arrow"]["paths"]:
+            with pyarrow.ipc.open_file(path) as reader:
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
+
+    return _pyarrow_rows(batches(), exact)
 
 
 @dataclass(frozen=True)
@@ -484,6 +494,8 @@ METHODS = [
         imports="webdataset",
     ),
     Method("pyarrow", "parquet", lambda c: pyarrow_batches(c, LOADER_BATCH)),
+    # pyarrow's batches cut to exactly 256 rows across files, as fastio's are.
+    Method("pyarrow 256", "parquet", lambda c: pyarrow_batches(c, LOADER_BATCH, exact=True)),
     # Arrow IPC: fastio's .batches(256) and samples beside pyarrow's file reader.
     Method(
         "fastio arrow",
@@ -495,6 +507,7 @@ METHODS = [
         "fastio arrow samples", "arrow", lambda c: fastio_samples(c, "arrow"), imports="webdataset"
     ),
     Method("pyarrow ipc", "arrow", pyarrow_ipc_batches),
+    Method("pyarrow ipc 256", "arrow", lambda c: pyarrow_ipc_batches(c, LOADER_BATCH)),
     Method("fio", "webdataset", None),
     # fio's default (malloc) buffers read the page cache at ~2.6 GB/s here, its
     # hugetlbfs ones at ~14 GB/s: the best of its variants is the reference.
@@ -765,6 +778,18 @@ def targets(cells: list[Cell]) -> list[dict[str, Any]]:
                 rate(case, "warm", "pyarrow ipc", "samples"),
             )
             for case in ("large", "small")
+        ),
+        # Like for like: pyarrow's batches cut to 256 rows across files too.
+        *(
+            (
+                f"{case}, warm: fastio {name} .batches(256) >= pyarrow's, cut to 256 rows",
+                1.0,
+                rate(case, "warm", ours, "samples"),
+                rate(case, "warm", peer, "samples"),
+            )
+            for case in ("large", "small")
+            for name, ours, peer in (("Parquet", "fastio parquet", "pyarrow 256"),
+                                     ("Arrow IPC", "fastio arrow", "pyarrow ipc 256"))
         ),
         *(
             (

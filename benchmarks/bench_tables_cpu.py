@@ -7,7 +7,9 @@ writes (it holds ``manifest.json`` and ``parquet/`` and ``arrow/`` copies).
 fastio reads each copy as a Dataset's ``.batches(256)``: batches of exactly
 256 rows, across row groups and files. pyarrow reads each file on its own:
 ``ParquetFile.iter_batches(256)`` and ``ipc.open_file(...).get_batch(i)``, which
-yield a file's rows as they are (a file of 113 rows gives one batch of 113).
+yield a file's rows as they are (a file of 113 rows gives one batch of 113);
+and the same cut into batches of exactly 256 rows across files (``... 256``),
+as a training loop that wants equal batches does with them (:func:`rebatched`).
 Every batch's ``data`` column lengths are summed, as a consumer would touch it.
 
 Wall-clock rates swing on a shared machine; CPU time per row does much less,
@@ -27,10 +29,33 @@ from typing import Any
 
 from _cpu_per_sample import main, timed_pass
 
-METHODS = ("fastio parquet", "pyarrow parquet", "fastio arrow", "pyarrow ipc")
+METHODS = ("fastio parquet", "pyarrow parquet", "pyarrow parquet 256",
+           "fastio arrow", "pyarrow ipc", "pyarrow ipc 256")  # fmt: skip
 PEERS = {"fastio parquet": "pyarrow parquet", "pyarrow parquet": "pyarrow parquet",
-         "fastio arrow": "pyarrow ipc", "pyarrow ipc": "pyarrow ipc"}  # fmt: skip
+         "pyarrow parquet 256": "pyarrow parquet", "fastio arrow": "pyarrow ipc",
+         "pyarrow ipc": "pyarrow ipc", "pyarrow ipc 256": "pyarrow ipc"}  # fmt: skip
 BATCH = 256
+
+
+def rebatched(batches: Iterator[Any], size: int) -> Iterator[Any]:
+    """Record batches of exactly ``size`` rows (the last may be short) from
+    batches of any size: a batch within one is a zero-copy slice, one across
+    several is copied together once (what fastio's ``.batches(size)`` does)."""
+    import pyarrow as pa
+
+    carry: list[Any] = []
+    rows = 0
+    for batch in batches:
+        carry.append(batch)
+        rows += batch.num_rows
+        while rows >= size:
+            table = pa.Table.from_batches(carry)
+            head = table.slice(0, size)
+            yield head.to_batches()[0] if head.column(0).num_chunks == 1 else (
+                head.combine_chunks().to_batches()[0])  # fmt: skip
+            carry, rows = table.slice(size).to_batches(), rows - size
+    if rows:
+        yield pa.Table.from_batches(carry).combine_chunks().to_batches()[0]
 
 
 def _count(batches: Iterator[Any]) -> int:
@@ -57,11 +82,13 @@ def _rows(method: str, paths: list[str], url: str) -> int:
 
         with fastio.Dataset(url, format=method.split()[1], shuffle=False) as ds:
             return _count(ds.batches(BATCH))
-    if method == "pyarrow parquet":
+    if method.startswith("pyarrow parquet"):
         import pyarrow.parquet as pq
 
-        return _count(b for p in paths for b in pq.ParquetFile(p).iter_batches(batch_size=BATCH))
-    return _count(b for p in paths for b in _ipc_batches(p))
+        batches = (b for p in paths for b in pq.ParquetFile(p).iter_batches(batch_size=BATCH))
+    else:
+        batches = (b for p in paths for b in _ipc_batches(p))
+    return _count(rebatched(batches, BATCH) if method.endswith(" 256") else batches)
 
 
 def child(method: str, case_dir: str) -> dict[str, float]:
