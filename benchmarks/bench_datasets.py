@@ -788,8 +788,10 @@ def targets(cells: list[Cell]) -> list[dict[str, Any]]:
                 rate(case, "warm", peer, "samples"),
             )
             for case in ("large", "small")
-            for name, ours, peer in (("Parquet", "fastio parquet", "pyarrow 256"),
-                                     ("Arrow IPC", "fastio arrow", "pyarrow ipc 256"))
+            for name, ours, peer in (
+                ("Parquet", "fastio parquet", "pyarrow 256"),
+                ("Arrow IPC", "fastio arrow", "pyarrow ipc 256"),
+            )
         ),
         *(
             (
