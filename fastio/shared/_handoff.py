@@ -13,9 +13,13 @@ travels; the main process reads it back with one ``pread`` into the object the
 in-process path gives (``bytes``, a ``pyarrow.RecordBatch``) and advances the
 ring's read mark, which frees the space. The main process reads a worker's
 payloads in the order the worker pickled them (one queue, in order), so the
-ring needs no more bookkeeping than that mark. A payload that does not fit
-(the main process is behind by a whole ring) is pickled as before: nothing
-ever waits.
+ring needs no more bookkeeping than that mark. A payload of at least
+:data:`MIN_APART` bytes that does not fit (larger than the ring, or the main
+process behind by a whole ring: a DataLoader prefetches several batches of
+tens of MiB) goes in a file of its own, which the main process maps and
+unlinks: an Arrow batch is read from that mapping in place, with no copy on
+the main process's side. A smaller one is pickled as before: nothing ever
+waits.
 
 Release, on every path: the main process unlinks the file when it first reads
 from it (both keep it open; the memory goes when both have closed it), a worker
@@ -23,7 +27,9 @@ empties its ring as it exits (unless a payload is still being written into it:
 then the memory goes with the process), the main process closes rings whose worker is gone
 when it meets a new one, and files of workers killed before the main process
 read from them are swept by the next process that names a ring
-(:func:`fastio.shared.shared_path`).
+(:func:`fastio.shared.shared_path`). A payload's own file is unlinked by the
+main process as it maps it (the memory goes with the batch read from it), or,
+never read (the loader dropped), by its worker as it exits.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ from fastio.shared._mapped import owner_of, remove_owned, shared_path
 __all__ = ["MIN_HANDED", "HandedBytes", "hand_off", "in_dataloader_worker"]
 
 MIN_HANDED = 16 << 10  # smaller payloads pickle faster than a ring write and a pread
+# A file of its own costs a few system calls on each side: worth it for a
+# payload that would otherwise cross the pipe 64 KiB at a time.
+MIN_APART = 1 << 20
 _HEADER = 4096  # the read mark (int64) in the first page; payloads after it
 _ALIGN = 64  # payload starts, so Arrow buffers read back are aligned
 _MARK = struct.Struct("=q")  # the read mark as the worker's int64 view of it reads it
@@ -136,11 +145,46 @@ class _Ring:
         remove_owned(self.path, self.owner)
 
 
+class _Apart:
+    """Files of this worker's payloads that did not fit its ring, each written
+    whole (by ``write``, not through a mapping: an exit cannot cut a write
+    short into a SIGBUS) and unlinked by the main process as it reads it.
+    The ones still there when the worker exits were never read: removed then,
+    and payloads pickled from then on (a queue's feeder thread may still be
+    pickling)."""
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self.paths: set[str] = set()
+        self.closed = False
+        util.Finalize(self, self.close, exitpriority=10)
+
+    def make(self) -> tuple[str, int] | None:
+        """A new file (its path and a descriptor open for writing), or None
+        once the worker is exiting."""
+        if self.closed:
+            return None
+        # The main process unlinked the ones it read: what is left is in flight.
+        self.paths = {path for path in self.paths if os.path.exists(path)}
+        path = shared_path(KIND)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self.paths.add(path)
+        return path, fd
+
+    def close(self) -> None:
+        self.closed = True
+        for path in self.paths:
+            remove_owned(path, self.owner)
+        self.paths.clear()
+
+
 class _Handoff:
-    """This worker process's ring, made at its first payload."""
+    """This worker process's ring, made at its first payload, and the files of
+    payloads that do not fit it."""
 
     capacity = 0
     ring: _Ring | None = None
+    apart: _Apart | None = None
 
     def reserve(self, length: int) -> tuple[_Ring, int] | None:
         if length < MIN_HANDED or length > self.capacity:
@@ -150,6 +194,15 @@ class _Handoff:
             ring = self.ring = _Ring(self.capacity)  # the first, or after a fork
         start = ring.reserve(length)
         return None if start is None else (ring, start)
+
+    def file_of_its_own(self, length: int) -> tuple[str, int] | None:
+        """A file for a payload the ring did not take (None: pickle it)."""
+        if length < MIN_APART or not self.capacity:
+            return None
+        apart = self.apart
+        if apart is None or apart.owner != os.getpid():
+            apart = self.apart = _Apart()  # the first, or after a fork
+        return apart.make()
 
 
 _handoff = _Handoff()
@@ -169,11 +222,21 @@ def hand_off(capacity: int, arrow: bool = False) -> None:
 
 def _reduce_bytes(payload: HandedBytes) -> tuple[Any, ...]:
     taken = _handoff.reserve(len(payload))
-    if taken is None:
+    if taken is not None:
+        ring, start = taken
+        ring.view(start, len(payload))[:] = payload
+        return _bytes_from_ring, (ring.path, start, len(payload))
+    made = _handoff.file_of_its_own(len(payload))
+    if made is None:
         return bytes, (bytes(payload),)
-    ring, start = taken
-    ring.view(start, len(payload))[:] = payload
-    return _bytes_from_ring, (ring.path, start, len(payload))
+    path, fd = made
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return _bytes_apart, (path, len(payload))
 
 
 def _reduce_record_batch(batch: Any) -> tuple[Any, ...]:
@@ -183,11 +246,17 @@ def _reduce_record_batch(batch: Any) -> tuple[Any, ...]:
     _write_stream(measure, batch)
     length = measure.size()
     taken = _handoff.reserve(length)
-    if taken is None:
+    if taken is not None:
+        ring, start = taken
+        _write_stream(pa.FixedSizeBufferWriter(pa.py_buffer(ring.view(start, length))), batch)
+        return _record_batch_from_ring, (ring.path, start, length)
+    made = _handoff.file_of_its_own(length)
+    if made is None:
         return batch.__reduce__()  # type: ignore[no-any-return]
-    ring, start = taken
-    _write_stream(pa.FixedSizeBufferWriter(pa.py_buffer(ring.view(start, length))), batch)
-    return _record_batch_from_ring, (ring.path, start, length)
+    path, fd = made
+    with open(fd, "wb", buffering=0, closefd=True) as sink:
+        _write_stream(pa.PythonFile(sink, mode="w"), batch)
+    return _record_batch_apart, (path, length)
 
 
 def _write_stream(sink: Any, batch: Any) -> None:
@@ -286,3 +355,51 @@ def _record_batch_from_ring(path: str, start: int, length: int) -> Any:
     buffer = pa.allocate_buffer(length)
     _ring(path).read_into(buffer, start, length)
     return pa.ipc.open_stream(buffer).read_next_batch()
+
+
+def _opened_apart(path: str, length: int) -> int:
+    """A payload's own file, opened and unlinked (the descriptor keeps it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise BrokenPipeError(
+            f"a DataLoader worker's payload of {length} bytes is gone ({path}: its worker, "
+            f"pid {owner_of(path)}, exited before it was read)"
+        ) from None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    size = os.fstat(fd).st_size
+    if size != length:
+        os.close(fd)
+        raise BrokenPipeError(
+            f"a DataLoader worker's payload file {path} holds {size} of {length} bytes"
+        )
+    return fd
+
+
+def _bytes_apart(path: str, length: int) -> bytes:
+    fd = _opened_apart(path, length)
+    try:
+        payload = bytearray(length)
+        view, at = memoryview(payload), 0
+        while at < length:
+            got = os.preadv(fd, [view[at:]], at)
+            if not got:
+                raise BrokenPipeError(f"{path}: {at} of {length} bytes")
+            at += got
+        return bytes(payload)
+    finally:
+        os.close(fd)
+
+
+def _record_batch_apart(path: str, length: int) -> Any:
+    """The batch read in place from its file's mapping: its buffers keep the
+    mapping (and the file's memory) alive, and let it go with the batch."""
+    import pyarrow as pa
+
+    fd = _opened_apart(path, length)
+    try:
+        mapped = mmap.mmap(fd, length, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    return pa.ipc.open_stream(pa.py_buffer(mapped)).read_next_batch()

@@ -135,15 +135,59 @@ def test_a_killed_worker_leaves_nothing_in_dev_shm(written) -> None:
     assert not attached_owners() & pids
 
 
-def test_a_loader_dropped_mid_epoch_leaves_nothing_in_dev_shm(written) -> None:
-    dataset = fastio.Dataset(written.pattern, seed=3)
-    batches = iter(DataLoader(dataset.batches(4), batch_size=None, num_workers=2))
+def handoff_mappings() -> list[tuple[int, int]]:
+    """Address ranges of this process's mappings of (unlinked) hand-off files."""
+    spans = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if f"fastio-{_handoff.KIND}-" in line:
+                start, end = (int(x, 16) for x in line.split()[0].split("-"))
+                spans.append((start, end))
+    return spans
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["ring", "files of their own"])
+def test_a_loader_dropped_mid_epoch_leaves_nothing_in_dev_shm(written, monkeypatch, apart):
+    if apart:  # batches of 16 (about 120 KB) do not fit the ring: each in a file
+        monkeypatch.setattr(_handoff, "MIN_APART", 32 << 10)
+    small_ring = {"handoff_memory": 64 << 10} if apart else {}
+    dataset = fastio.Dataset(written.pattern, seed=3, **small_ring)
+    batches = iter(DataLoader(dataset.batches(16 if apart else 4), batch_size=None, num_workers=2))
     next(batches)
     pids = {worker.pid for worker in batches._workers}  # type: ignore[attr-defined]
     del batches
     gc.collect()
     gone(pids)
     assert rings_of(pids) == []
+    assert handoff_mappings() == []
+
+
+def test_a_batch_the_ring_cannot_hold_is_read_in_place_from_a_file_of_its_own(
+    written, monkeypatch
+) -> None:
+    """A batch larger than the ring crosses in a file of its own, which the
+    main process maps and reads the batch from without a copy: its buffers
+    lie in that mapping, which goes (file and all) with the batches."""
+    monkeypatch.setattr(_handoff, "MIN_APART", 32 << 10)
+    with fastio.Dataset(written.pattern, shuffle=False) as dataset:
+        expected = rows_of(list(dataset.batches(16)))
+    dataset = fastio.Dataset(written.pattern, seed=3, handoff_memory=64 << 10)
+    batches = iter(DataLoader(dataset.batches(16), batch_size=None, num_workers=2))
+    got = [next(batches)]
+    pids = {worker.pid for worker in batches._workers}  # type: ignore[attr-defined]
+    got.extend(batches)
+    spans = handoff_mappings()
+    in_place = [b for b in got
+                if any(start <= b.column("bin").buffers()[2].address < end
+                       for start, end in spans)]  # fmt: skip
+    assert in_place, "no batch was read from a file of its own"
+    assert rows_of(got) == expected
+    del batches
+    gone(pids)
+    assert rings_of(pids) == []  # unlinked as read: only the mappings hold them
+    del got, in_place
+    gc.collect()
+    assert handoff_mappings() == []
 
 
 _EXIT_WHILE_WRITING = """
