@@ -208,8 +208,45 @@ def _column(pa: Any, values: list[Any]) -> Any:
                 np.cumsum(lengths, out=offsets[1:])
                 items = pa.array(flat.astype(_LIST_VALUES[dtype], copy=False))
                 return pa.ListArray.from_arrays(pa.array(offsets), items)
+    if type(first) is list:
+        column = _bytes_lists(pa, values)
+        if column is not None:
+            return column
     return pa.array([value.tolist() if isinstance(value, np.ndarray) else value
                      for value in values])  # fmt: skip
+
+
+def _bytes_lists(pa: Any, values: list[Any]) -> Any:
+    """A column of lists of bytes (tf.train.Example's bytes features) as
+    ``from_pylist`` types it (``list<binary>``), its bytes copied once into
+    one buffer of Arrow's pool. ``pa.array`` grows its buffer as it goes:
+    copied again at each doubling, into fresh memory, 3x the time at 110 KB
+    values. None where a value is not a list of bytes, all of them empty (the
+    type is then ``list<null>``), or past 2 GiB (32-bit offsets)."""
+    if not all(type(value) is list for value in values):
+        return None
+    flat = [item for value in values for item in value]
+    if not flat or not all(type(item) is bytes for item in flat):
+        return None
+    sizes = np.fromiter((len(item) for item in flat), np.int64, len(flat))
+    total = int(sizes.sum())
+    if total >= 1 << 31:
+        return None
+    data = pa.allocate_buffer(total)
+    target = memoryview(data).cast("B") if total else None
+    at = 0
+    for item, size in zip(flat, sizes.tolist(), strict=True):
+        if size:
+            assert target is not None
+            target[at : at + size] = item
+            at += size
+    offsets = np.zeros(len(flat) + 1, np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    items = pa.Array.from_buffers(pa.binary(), len(flat), [None, pa.py_buffer(offsets), data])
+    counts = np.zeros(len(values) + 1, np.int32)
+    np.cumsum(np.fromiter((len(value) for value in values), np.int64, len(values)),
+              out=counts[1:])  # fmt: skip
+    return pa.ListArray.from_arrays(pa.array(counts), items)
 
 
 def _plain(sample: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 import fastio
 from fastio._native import scan_tfrecords
 from fastio.formats import TFRecordWriter, example_parts
-from fastio.formats._layout import _plain
+from fastio.formats._layout import _plain, batch_of
 from tests.formats.test_tfrecord import write_examples
 
 
@@ -45,6 +45,24 @@ def test_example_batches_equal_the_samples(tmp_path, shards: list[str], verify: 
     expected = as_batch(samples)
     assert joined.schema == expected.schema
     assert joined.equals(expected)
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        [[b"a", b""], [], [b"xyz" * 40_000]],  # bytes features, some empty
+        [[b""], [b""]],  # every value empty
+        [[], []],  # no values at all: list<null>
+        [["text"], ["more"]],  # not bytes: as pyarrow infers
+        [[1, 2], [3]],
+    ],
+)
+def test_a_batch_of_lists_is_typed_as_pyarrow_infers_it(column) -> None:
+    samples = [{"feature": value, "n": len(value)} for value in column]
+    got = batch_of(samples)
+    expected = as_batch(samples)
+    assert got.schema == expected.schema
+    assert got.equals(expected)
 
 
 def test_a_record_that_is_not_an_example_costs_itself(tmp_path) -> None:
