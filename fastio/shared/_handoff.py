@@ -39,13 +39,17 @@ import mmap
 import os
 import struct
 import sys
+import threading
 from multiprocessing import util
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fastio.shared._mapped import owner_of, remove_owned, shared_path
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["MIN_HANDED", "HandedBytes", "hand_off", "in_dataloader_worker"]
 
@@ -156,24 +160,40 @@ class _Apart:
     def __init__(self) -> None:
         self.owner = os.getpid()
         self.paths: set[str] = set()
-        self.closed = False
+        self.closed = threading.Event()  # set by the exit, seen by the feeder thread
         util.Finalize(self, self.close, exitpriority=10)
 
-    def make(self) -> tuple[str, int] | None:
-        """A new file (its path and a descriptor open for writing), or None
-        once the worker is exiting."""
-        if self.closed:
+    def write(self, fill: Callable[[int], None]) -> str | None:
+        """The path of a new file that ``fill`` wrote (given a descriptor open
+        for writing), or None: the worker is exiting, or the file could not be
+        made or written (/dev/shm full), and the payload is pickled instead.
+        A failed pickle would lose the batch, and the main process would wait
+        for it for ever."""
+        if self.closed.is_set():
             return None
         # The main process unlinked the ones it read: what is left is in flight.
         self.paths = {path for path in self.paths if os.path.exists(path)}
         path = shared_path(KIND)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
         self.paths.add(path)
-        return path, fd
+        try:
+            fill(fd)
+        except OSError:
+            remove_owned(path, self.owner)
+            return None
+        finally:
+            os.close(fd)
+        if self.closed.is_set():  # the exit's clean-up ran while this was written
+            remove_owned(path, self.owner)
+            return None
+        return path
 
     def close(self) -> None:
-        self.closed = True
-        for path in self.paths:
+        self.closed.set()
+        for path in list(self.paths):  # the queue's feeder thread may be adding one
             remove_owned(path, self.owner)
         self.paths.clear()
 
@@ -191,18 +211,23 @@ class _Handoff:
             return None
         ring = self.ring
         if ring is None or ring.owner != os.getpid() or ring.capacity != self.capacity:
-            ring = self.ring = _Ring(self.capacity)  # the first, or after a fork
+            try:
+                ring = self.ring = _Ring(self.capacity)  # the first, or after a fork
+            except OSError:  # no shared memory to be had: pickle, rather than lose the batch
+                self.capacity = 0
+                return None
         start = ring.reserve(length)
         return None if start is None else (ring, start)
 
-    def file_of_its_own(self, length: int) -> tuple[str, int] | None:
-        """A file for a payload the ring did not take (None: pickle it)."""
+    def file_of_its_own(self, length: int, fill: Callable[[int], None]) -> str | None:
+        """A file that ``fill`` wrote a payload the ring did not take into
+        (None: pickle it)."""
         if length < MIN_APART or not self.capacity:
             return None
         apart = self.apart
         if apart is None or apart.owner != os.getpid():
             apart = self.apart = _Apart()  # the first, or after a fork
-        return apart.make()
+        return apart.write(fill)
 
 
 _handoff = _Handoff()
@@ -226,16 +251,15 @@ def _reduce_bytes(payload: HandedBytes) -> tuple[Any, ...]:
         ring, start = taken
         ring.view(start, len(payload))[:] = payload
         return _bytes_from_ring, (ring.path, start, len(payload))
-    made = _handoff.file_of_its_own(len(payload))
-    if made is None:
-        return bytes, (bytes(payload),)
-    path, fd = made
-    try:
+
+    def fill(fd: int) -> None:
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
+
+    path = _handoff.file_of_its_own(len(payload), fill)
+    if path is None:
+        return bytes, (bytes(payload),)
     return _bytes_apart, (path, len(payload))
 
 
@@ -250,12 +274,14 @@ def _reduce_record_batch(batch: Any) -> tuple[Any, ...]:
         ring, start = taken
         _write_stream(pa.FixedSizeBufferWriter(pa.py_buffer(ring.view(start, length))), batch)
         return _record_batch_from_ring, (ring.path, start, length)
-    made = _handoff.file_of_its_own(length)
-    if made is None:
+
+    def fill(fd: int) -> None:
+        with open(fd, "wb", buffering=0, closefd=False) as sink:
+            _write_stream(pa.PythonFile(sink, mode="w"), batch)
+
+    path = _handoff.file_of_its_own(length, fill)
+    if path is None:
         return batch.__reduce__()  # type: ignore[no-any-return]
-    path, fd = made
-    with open(fd, "wb", buffering=0, closefd=True) as sink:
-        _write_stream(pa.PythonFile(sink, mode="w"), batch)
     return _record_batch_apart, (path, length)
 
 

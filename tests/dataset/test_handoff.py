@@ -190,6 +190,24 @@ def test_a_batch_the_ring_cannot_hold_is_read_in_place_from_a_file_of_its_own(
     assert handoff_mappings() == []
 
 
+def test_a_payload_whose_file_cannot_be_made_is_pickled_not_lost(
+    written, monkeypatch, tmp_path
+) -> None:
+    """Where a file of its own (or the ring) cannot be made (/dev/shm full,
+    or here a folder that is not there), the batch is pickled as before:
+    every one arrives (a pickling failure would drop it, and the loader
+    would wait)."""
+    monkeypatch.setattr(_handoff, "MIN_APART", 32 << 10)
+    monkeypatch.setattr(_handoff, "shared_path", lambda kind: str(tmp_path / "gone" / kind))
+    with fastio.Dataset(written.pattern, shuffle=False) as dataset:
+        expected = rows_of(list(dataset.batches(16)))
+    dataset = fastio.Dataset(written.pattern, seed=3, handoff_memory=64 << 10)
+    got = list(DataLoader(dataset.batches(16), batch_size=None, num_workers=2, timeout=60))
+    got += list(DataLoader(dataset.batches(2), batch_size=None, num_workers=2, timeout=60))
+    assert rows_of(got) == sorted(expected * 2, key=lambda r: r["__key__"])
+    assert handoff_mappings() == []
+
+
 _EXIT_WHILE_WRITING = """
 import os
 from fastio.shared import _handoff
