@@ -77,7 +77,8 @@ class SplitSettings:
     handoff_memory: int = knob(
         32 * MiB,
         "Shared memory through which each DataLoader worker hands samples' bytes and Arrow "
-        "batches to the main process, instead of pickling them through its queue (0: pickle).",
+        "batches to the main process, instead of pickling them through its queue (0: pickle); "
+        "a payload of 1 MiB or more that does not fit goes in a file of its own.",
         "size", low=0, keyword="handoff_memory",
     )  # fmt: skip
 
