@@ -82,12 +82,17 @@ class BufferPool:
         self._reclaim_lent()
         return self._lent_bytes
 
-    def take(self, nbytes: int, populate: bool = True) -> AlignedBuffer:
+    def take(self, nbytes: int, populate: bool = True, huge: bool = True) -> AlignedBuffer:
         """A buffer of at least ``nbytes`` (its length may be larger: count
         that). A region mapped for it is faulted in now with ``populate``;
         without, by the first write (a remote read's data arrives over many
         milliseconds, on a thread of its own: faulting in tens of MiB up
-        front would hold up the reader's loop before its next request)."""
+        front would hold up the reader's loop before its next request). A
+        region is advised for huge pages only with ``huge`` (what O_DIRECT
+        reads want, see native/hugemem.h): a copy out of the page cache gains
+        little from them, and with memory fragmented by a full page cache,
+        mapping 16 MiB in huge pages took up to 66 ms (the first pass over a
+        dataset of 12 MB record batches mapped seven such buffers)."""
         size = bucket_size(nbytes)
         buffer = self._take_free(size)
         if buffer is None and self._lent:
@@ -100,7 +105,7 @@ class BufferPool:
         # for the kernel to reclaim 2 MiB of page cache (10-25 ms measured with
         # memory full of cached data), and the first read waits for it.
         first = not self._mapped_bytes
-        fresh = allocate_buffers(size, max(1, HUGE_PAGE // size), huge=not first,
+        fresh = allocate_buffers(size, max(1, HUGE_PAGE // size), huge=huge and not first,
                                  populate=populate)  # fmt: skip
         self._mapped_bytes += _region_bytes(size)
         for spare in fresh[1:]:

@@ -813,7 +813,11 @@ class Reader:
                         break
                     stream.warm = True
                 stream.lookahead = None
-                buffer = pool.take(piece.length, populate=not remote)
+                # Huge pages for O_DIRECT (one device segment a read) and for
+                # remote receives (a fault a 2 MiB page, not 512, as data
+                # streams in); a page-cache copy gains little from them.
+                huge = remote or bool(piece.direct)
+                buffer = pool.take(piece.length, populate=not remote, huge=huge)
                 size = len(buffer)  # may be a larger free one: count what is held
                 tag = self._next_tag
                 self._next_tag = tag + 1

@@ -576,6 +576,43 @@ def test_views_a_consumer_says_it_holds_come_back_for_reuse(tmp_path: Path, monk
     assert _mapped_while_holding(tmp_path, monkeypatch, hold, declared=hold) <= 24 << 20
 
 
+def _advised_huge(address: int) -> bool:
+    """Whether the mapping holding ``address`` is advised for huge pages."""
+    start = end = 0
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+            elif head == "VmFlags:" and start <= address < end:
+                return "hg" in line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_buffers_are_huge_pages_for_direct_reads_only(tmp_path: Path, direct: bool) -> None:
+    """O_DIRECT reads get buffers advised for huge pages (one device segment
+    a read); reads through the page cache get ordinary pages, which map
+    quickly whatever the page cache has done to free memory."""
+    import numpy as np
+
+    path = tmp_path / "data"
+    data = random.Random(5).randbytes(24 << 20)
+    path.write_bytes(data)
+    if direct:
+        evict(str(path))
+    advised = []
+    with Reader(direct=direct, read_size=1 << 20, outstanding_requests=8) as reader:
+        got = bytearray()
+        for chunk in reader.stream([str(path)]):
+            got += chunk.data
+            address = np.frombuffer(chunk.data, np.uint8).ctypes.data
+            advised.append(_advised_huge(address))
+    assert bytes(got) == data
+    # The pool's first region is ordinary pages either way (see BufferPool.take).
+    assert any(advised) if direct else not any(advised)
+
+
 def test_a_failure_to_map_buffers_reaches_the_consumer(tmp_path: Path, monkeypatch) -> None:
     """Mapping memory for read buffers can fail (no memory left): the stream
     raises that error to its consumer instead of waiting for reads that never
