@@ -465,38 +465,40 @@ class ArrowFormat(_ColumnFile):
 
     def __init__(self, columns: Sequence[str] | None = None) -> None:
         super().__init__(columns)
-        self._heads: dict[str, tuple[bytes, dict[int, bytes]]] = {}
+        # By file: its footer's blocks, schema message and batch headers.
+        self._heads: dict[str, tuple[_ArrowBlocks, bytes, dict[int, bytes]]] = {}
 
     def prefetch(self, reader: Reader, urls: Sequence[str]) -> None:
         # After the footers, each file's schema and record batch headers,
         # again in one stream for the group: one wait, not one per file.
         super().prefetch(reader, urls)
         self._heads = {}
-        planned: list[tuple[str, list[Any]]] = []
+        planned: list[tuple[str, _ArrowBlocks, list[Any]]] = []
         for url in urls:
             known = self._prefetched.get(url)
             if known is None:
                 continue
             try:
-                size, start, tail, batches, _ = self._blocks(reader, url, known)
+                blocks = self._blocks(reader, url, known)
             except (DecodeError, OSError):
                 continue  # its layout reads it again and reports what is wrong
+            size, start, tail, batches, _ = blocks
             self._prefetched[url] = (size, start, tail)
-            planned.append((url, _head_ranges(url, size, batches)))
+            planned.append((url, blocks, _head_ranges(url, size, batches)))
         if not planned:
             return
         shards = [Shard(tuple(r) if isinstance(r, list) else (r,))
-                  for _, ranges in planned for r in ranges]  # fmt: skip
-        owner = [(url, kind) for url, ranges in planned for kind in range(len(ranges))]
+                  for _, _, ranges in planned for r in ranges]  # fmt: skip
+        owner = [(url, kind) for url, _, ranges in planned for kind in range(len(ranges))]
         got: dict[tuple[str, int], list[Chunk]] = {}
         try:
             for chunk in reader.stream(shards):
                 got.setdefault(owner[chunk.shard], []).append(chunk)
         except OSError:
             return  # the files are read one by one, each reporting its own failure
-        for url, _ in planned:
+        for url, blocks, _ in planned:
             head = b"".join(bytes(c.data) for c in got.get((url, 0), ()))
-            self._heads[url] = (head, gather(got.get((url, 1), ())))
+            self._heads[url] = (blocks, head, gather(got.get((url, 1), ())))
 
     def _blocks(
         self, reader: Reader, url: str, known: tuple[int, int, bytes] | None
@@ -513,11 +515,12 @@ class ArrowFormat(_ColumnFile):
         return size, start, tail, batches, dictionaries
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
-        size, start, tail, batches, dictionaries = self._blocks(reader, url, self._known_tail(url))
+        known = self._known_tail(url)
         fetched = self._heads.pop(url, None)
-        if fetched is not None:
-            schema_head, pieces = fetched
+        if fetched is not None:  # read ahead with the group's
+            (size, start, tail, batches, dictionaries), schema_head, pieces = fetched
         else:
+            size, start, tail, batches, dictionaries = self._blocks(reader, url, known)
             # The schema message at the start of the file (served to pyarrow
             # from here) and the batches' headers, in one stream: one wait, not two.
             chunks = list(reader.stream(_head_ranges(url, size, batches)))

@@ -57,9 +57,9 @@ class BufferPool:
     slack keeps them reused.
     """
 
-    def __init__(self, limit: int, held: int = 0) -> None:
+    def __init__(self, limit: int) -> None:
         self._limit = limit
-        self.held = held
+        self.held = 0
         self._free: dict[int, list[AlignedBuffer]] = {}
         self._idle_members: dict[int, int] = {}  # region -> its buffers now idle
         self._mapped_bytes = 0  # regions mapped and not yet released
