@@ -134,14 +134,45 @@ void fio_columns_free(fio_column_out *columns, size_t count)
         fio_buffer_free(columns[index].validity);
         fio_buffer_free(columns[index].offsets);
         fio_buffer_free(columns[index].data);
+        fio_buffer_free(columns[index].item_offsets);
         columns[index].validity = columns[index].offsets = columns[index].data = NULL;
+        columns[index].item_offsets = NULL;
     }
+}
+
+/* A list<binary>, list<int64> or list<double> column, its items one child. */
+static int export_list(struct ArrowSchema *schema, struct ArrowArray *array, int64_t rows,
+                       fio_column_out *column)
+{
+    static const char *item_formats[] = {"z", "l", "g"};
+    int binary = column->item_kind == FIO_ITEM_BINARY;
+    int rc = schema_node(schema, "+l", column->name, strlen(column->name), ARROW_FLAG_NULLABLE,
+                         1);
+    if (!rc)
+        rc = schema_node(schema->children[0], item_formats[column->item_kind], "item", 4,
+                         ARROW_FLAG_NULLABLE, 0);
+    if (rc)
+        return rc;
+    rc = array_node(array, rows, column->null_count, 2, column->validity, column->offsets, NULL,
+                    1);
+    column->validity = column->offsets = NULL;
+    if (rc)
+        return rc;
+    rc = array_node(array->children[0], column->item_count, 0, binary ? 3 : 2, NULL,
+                    binary ? column->item_offsets : column->data,
+                    binary ? column->data : NULL, 0);
+    if (!binary)
+        fio_buffer_free(column->item_offsets);
+    column->item_offsets = column->data = NULL;
+    return rc;
 }
 
 static int export_column(struct ArrowSchema *schema, struct ArrowArray *array, int64_t rows,
                          fio_column_out *column)
 {
     static const char *formats[] = {"z", "u", "i"};
+    if (column->kind == FIO_COLUMN_LIST)
+        return export_list(schema, array, rows, column);
     int rc = schema_node(schema, formats[column->kind], column->name, strlen(column->name),
                          ARROW_FLAG_NULLABLE, 0);
     if (rc)

@@ -48,12 +48,18 @@ struct ArrowArray {
 
 #endif
 
-enum fio_column_kind { FIO_COLUMN_BINARY, FIO_COLUMN_STRING, FIO_COLUMN_DICTIONARY };
+enum fio_column_kind { FIO_COLUMN_BINARY, FIO_COLUMN_STRING, FIO_COLUMN_DICTIONARY, FIO_COLUMN_LIST };
+
+/* The items of a FIO_COLUMN_LIST column. */
+enum fio_item_kind { FIO_ITEM_BINARY, FIO_ITEM_INT64, FIO_ITEM_DOUBLE };
 
 /* A column ready to export. Its buffers are the export's once fio_export_columns
  * runs (or freed by it). A FIO_COLUMN_DICTIONARY column is dictionary-encoded:
  * `offsets` holds each row's int32 index (owned) into the `dictionary_count`
- * strings of `data` that `dictionary_offsets` delimit (neither owned). */
+ * strings of `data` that `dictionary_offsets` delimit (neither owned). A
+ * FIO_COLUMN_LIST column's `offsets` delimit each row's run of its
+ * `item_count` items (int32, rows + 1): binary strings that `item_offsets`
+ * delimit in `data`, or int64s or doubles in `data`. */
 typedef struct fio_column_out {
     const char *name;
     int kind;
@@ -62,6 +68,9 @@ typedef struct fio_column_out {
     size_t data_length;
     const int32_t *dictionary_offsets;
     size_t dictionary_count;
+    int item_kind;
+    int64_t item_count;
+    void *item_offsets;
 } fio_column_out;
 
 /* Frees the buffers of `count` columns (not a FIO_COLUMN_DICTIONARY's strings). */

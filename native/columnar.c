@@ -13,7 +13,8 @@ void fio_records_free(fio_records *records)
     memset(records, 0, sizeof *records);
 }
 
-static int add_piece(fio_records *records, const uint8_t *data, uint64_t length, int joins)
+static int add_piece(fio_records *records, const uint8_t *data, uint64_t length,
+                     uint64_t position, int joins)
 {
     if (fio_grow((void **)&records->pieces, &records->capacity, records->count + 1,
              sizeof(fio_piece)))
@@ -21,15 +22,16 @@ static int add_piece(fio_records *records, const uint8_t *data, uint64_t length,
     fio_piece *piece = &records->pieces[records->count++];
     piece->data = data;
     piece->length = length;
+    piece->position = position;
     piece->joins = joins;
     records->bytes += length;
     records->rows += !joins;
     return 0;
 }
 
-int fio_tfrecord_collect(const uint8_t *buf, size_t len, int verify, uint64_t max_bytes,
-                         fio_records *out, size_t *rows, size_t *consumed, size_t *needed,
-                         int *full, fio_frame_error *error)
+int fio_tfrecord_collect(const uint8_t *buf, size_t len, uint64_t base, int verify,
+                         uint64_t max_bytes, fio_records *out, size_t *rows, size_t *consumed,
+                         size_t *needed, int *full, fio_frame_error *error)
 {
     fio_record found[FRAME_STEP];
     size_t pos = 0, step_consumed = 0;
@@ -54,7 +56,8 @@ int fio_tfrecord_collect(const uint8_t *buf, size_t len, int verify, uint64_t ma
                 error->kind = FIO_FRAME_OK;
                 return 0;
             }
-            add_piece(out, buf + pos + found[index].offset, found[index].length, 0);
+            add_piece(out, buf + pos + found[index].offset, found[index].length,
+                      base + pos + found[index].offset - 12, 0);
             (*rows)++;
         }
         if (error->kind)
@@ -86,8 +89,8 @@ int fio_lines_collect(const uint8_t *buf, size_t len, const uint8_t *prefix,
             *full = 1;
             break;
         }
-        if ((carried && add_piece(out, prefix, carried, 0)) ||
-            add_piece(out, buf + pos, end - pos, carried > 0))
+        if ((carried && add_piece(out, prefix, carried, 0, 0)) ||
+            add_piece(out, buf + pos, end - pos, 0, carried > 0))
             return -ENOMEM;
         (*rows)++;
         carried = 0;
@@ -127,4 +130,14 @@ int fio_records_export(fio_records *records, const char *name, struct ArrowSchem
     if (!rc)
         records->count = records->rows = records->bytes = 0;
     return rc;
+}
+
+fio_records *fio_records_detach(fio_records *records)
+{
+    fio_records *moved = malloc(sizeof *moved);
+    if (!moved)
+        return NULL;
+    *moved = *records;
+    memset(records, 0, sizeof *records);
+    return moved;
 }

@@ -31,7 +31,8 @@
 typedef struct fio_piece {
     const uint8_t *data;
     uint64_t length;
-    int joins; /* continues the record of the piece before */
+    uint64_t position; /* of a TFRecord's header in its shard */
+    int joins;         /* continues the record of the piece before */
 } fio_piece;
 
 typedef struct fio_records {
@@ -43,14 +44,14 @@ typedef struct fio_records {
 
 void fio_records_free(fio_records *records);
 
-/* Adds every complete TFRecord at the start of `buf` (as fio_tfrecord_scan
- * frames them) to `out`, up to `max_bytes` of record data in `out` in all:
+/* Adds every complete TFRecord at the start of `buf` (shard offset `base`; as
+ * fio_tfrecord_scan frames them) to `out`, up to `max_bytes` of record data in `out` in all:
  * `*full` is set when the scan stopped there rather than at the end of the
  * buffer, an incomplete record or a checksum mismatch. `*rows` counts the
  * records added. Returns 0, or -ENOMEM. */
-int fio_tfrecord_collect(const uint8_t *buf, size_t len, int verify, uint64_t max_bytes,
-                         fio_records *out, size_t *rows, size_t *consumed, size_t *needed,
-                         int *full, fio_frame_error *error);
+int fio_tfrecord_collect(const uint8_t *buf, size_t len, uint64_t base, int verify,
+                         uint64_t max_bytes, fio_records *out, size_t *rows, size_t *consumed,
+                         size_t *needed, int *full, fio_frame_error *error);
 
 /* Adds the lines of `buf` (without their newlines) to `out`; the first one
  * begins with `prefix` (the start of a line cut by earlier buffers). With
@@ -65,6 +66,41 @@ int fio_lines_collect(const uint8_t *buf, size_t len, const uint8_t *prefix,
  * `name`, and empties `records`. Returns 0 or -ENOMEM (records kept). */
 int fio_records_export(fio_records *records, const char *name, struct ArrowSchema *schema,
                        struct ArrowArray *array);
+
+/* ---- tf.train.Example features ---- */
+
+/* fio_examples_gather's answer for records it cannot type as
+ * pyarrow.RecordBatch.from_pylist types their parsed features. */
+#define FIO_EXAMPLES_UNTYPED 1
+
+/* Where the first record of `records` from `first` on that is not a
+ * tf.train.Example is (`*bad`, with `*what` saying why; records->count for
+ * none): one that does not parse, or gives a feature name that is not UTF-8.
+ * Returns 0 or -ENOMEM. */
+int fio_examples_check(const fio_records *records, size_t first, size_t *bad, const char **what);
+
+/* Rows first..first + rows of a collection of records. */
+typedef struct fio_records_span {
+    const fio_records *records;
+    size_t first, rows;
+} fio_records_span;
+
+/* Exports the rows of `spans` (whole TFRecords, as fio_tfrecord_collect
+ * gathers them, each checked by fio_examples_check), in order, parsed as
+ * tf.train.Example, as a record batch: one column per feature name, in the
+ * order of first sight, list<binary>, list<int64> or list<double> (float32s
+ * widened, as Python floats are), null where a record lacks the feature; each
+ * value copied once. Returns 0, -ENOMEM, or FIO_EXAMPLES_UNTYPED (nothing
+ * exported) for a feature of two kinds, one without a value list, a name
+ * given twice in one record or with a NUL in it, or a column past int32
+ * offsets. */
+int fio_examples_gather(const fio_records_span *spans, size_t span_count,
+                        struct ArrowSchema *schema, struct ArrowArray *array);
+
+/* Moves the records of `records` into a new collection (NULL without memory,
+ * `records` unchanged) and empties `records`. fio_records_free, then free(),
+ * the new one. */
+fio_records *fio_records_detach(fio_records *records);
 
 /* ---- WebDataset tar ---- */
 

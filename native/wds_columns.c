@@ -91,53 +91,6 @@ size_t fio_wds_rows(const fio_wds *wds)
     return wds->row_count;
 }
 
-static int utf8_valid(const uint8_t *text, size_t length)
-{
-    size_t index = 0;
-    while (index < length) {
-        uint8_t lead = text[index];
-        size_t extra;
-        uint32_t point;
-        if (lead < 0x80) {
-            index++;
-            continue;
-        }
-        if (lead >= 0xc2 && lead <= 0xdf) {
-            extra = 1;
-            point = lead & 0x1f;
-        } else if (lead >= 0xe0 && lead <= 0xef) {
-            extra = 2;
-            point = lead & 0x0f;
-        } else if (lead >= 0xf0 && lead <= 0xf4) {
-            extra = 3;
-            point = lead & 0x07;
-        } else {
-            return 0;
-        }
-        if (length - index <= extra)
-            return 0;
-        for (size_t k = 1; k <= extra; k++) {
-            if ((text[index + k] & 0xc0) != 0x80)
-                return 0;
-            point = (point << 6) | (text[index + k] & 0x3f);
-        }
-        if (extra == 2 && (point < 0x800 || (point >= 0xd800 && point <= 0xdfff)))
-            return 0; /* overlong, or a surrogate */
-        if (extra == 3 && (point < 0x10000 || point > 0x10ffff))
-            return 0;
-        index += extra + 1;
-    }
-    return 1;
-}
-
-static uint64_t fnv1a(const uint8_t *bytes, size_t length)
-{
-    uint64_t hash = 0xcbf29ce484222325ull;
-    for (size_t index = 0; index < length; index++)
-        hash = (hash ^ bytes[index]) * 0x100000001b3ull;
-    return hash;
-}
-
 static void table_insert(uint32_t *table, size_t size, uint64_t hash, uint32_t entry)
 {
     size_t mask = size - 1, index = hash & mask;
@@ -150,7 +103,7 @@ static void table_insert(uint32_t *table, size_t size, uint64_t hash, uint32_t e
  * cannot name a column (not UTF-8, or with a NUL), or -ENOMEM. */
 static int intern(fio_wds *wds, const uint8_t *extension, size_t length, uint32_t *slot)
 {
-    uint64_t hash = fnv1a(extension, length);
+    uint64_t hash = fio_fnv1a(extension, length);
     size_t mask = wds->table_size - 1;
     for (size_t index = hash & mask; wds->table[index]; index = (index + 1) & mask) {
         wds_slot *known = &wds->slots[wds->table[index] - 1];
@@ -160,7 +113,7 @@ static int intern(fio_wds *wds, const uint8_t *extension, size_t length, uint32_
             return 0;
         }
     }
-    if (!utf8_valid(extension, length) || memchr(extension, 0, length))
+    if (!fio_utf8_valid(extension, length) || memchr(extension, 0, length))
         return 1;
     if (fio_grow((void **)&wds->slots, &wds->slot_capacity, wds->slot_count + 1, sizeof(wds_slot)))
         return -ENOMEM;
@@ -250,8 +203,8 @@ static int key_equal(const wds_key *a, const wds_key *b)
 
 static int key_valid(const wds_key *key)
 {
-    return utf8_valid(key->prefix, key->prefix_length) &&
-           utf8_valid(key->name, key->key_length);
+    return fio_utf8_valid(key->prefix, key->prefix_length) &&
+           fio_utf8_valid(key->name, key->key_length);
 }
 
 /* Ends the open sample: a row, unless it would take a column past max_bytes
@@ -592,7 +545,7 @@ int fio_wds_gather(const fio_wds_span *spans, size_t span_count, const char *url
             /* Rows without this extension before this one: empty, null. */
             for (; filled[column] < row; filled[column]++)
                 offsets[filled[column] + 1] = (int32_t)gathered[column];
-            memcpy((uint8_t *)out->data + gathered[column], member->data, member->size);
+            fio_copy_value((uint8_t *)out->data + gathered[column], member->data, member->size);
             gathered[column] += member->size;
             offsets[row + 1] = (int32_t)gathered[column];
             if (out->validity)
@@ -601,6 +554,7 @@ int fio_wds_gather(const fio_wds_span *spans, size_t span_count, const char *url
         }
         base += wds->slot_count;
     }
+    fio_copy_done();
     for (size_t column = 2; column < count; column++)
         for (; filled[column] < rows; filled[column]++)
             ((int32_t *)columns[column].offsets)[filled[column] + 1] = (int32_t)gathered[column];

@@ -1,5 +1,5 @@
 """Columnar batches of a dataset: a window's parts (Arrow tables, numpy
-arrays, or tar samples not copied yet) joined, gathered in the window's order
+arrays, or samples not copied yet) joined, gathered in the window's order
 and cut into batches of exactly the batch size, one Python object per batch."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio.formats._parts import TarPart
+from fastio.formats._parts import Part
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -41,8 +41,8 @@ def assemble(parts: list[tuple[int, Any]], count: int) -> tuple[Any, np.ndarray]
 def _concat(parts: list[Any]) -> Any:
     if not parts:
         return None
-    if isinstance(parts[0], TarPart):
-        return TarPart.join(parts)
+    if isinstance(parts[0], Part):
+        return type(parts[0]).join(parts)
     if isinstance(parts[0], np.ndarray):
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
     import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
@@ -72,7 +72,7 @@ def _take(table: Any, rows: np.ndarray | range) -> Any:
 def _as_batch(table: Any) -> Any:
     if isinstance(table, np.ndarray):
         return table
-    if isinstance(table, TarPart):
+    if isinstance(table, Part):
         table = table.batch()
     import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
 

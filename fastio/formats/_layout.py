@@ -172,8 +172,9 @@ class ShardFormat(abc.ABC):
 
 
 def batch_of(samples: list[Any]) -> Any:
-    """Samples as one ``pyarrow.RecordBatch`` (a column per key of the first
-    dict, None where a sample lacks it; or one column ``value``), typed as
+    """Samples as one ``pyarrow.RecordBatch`` (a column per key, in the order
+    the samples first give them, None where a sample lacks it; or one column
+    ``value``), typed as
     ``pyarrow.RecordBatch.from_pylist`` infers them (numpy arrays as lists of
     their values). Built a column at a time: one Python object per sample and
     key. Raises :class:`~fastio.MissingExtraError` without pyarrow."""
@@ -181,7 +182,7 @@ def batch_of(samples: list[Any]) -> Any:
 
     if not samples or not all(type(sample) is dict for sample in samples):
         return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
-    names = list(samples[0])
+    names = list(dict.fromkeys(name for sample in samples for name in sample))
     columns = [_column(pa, [sample.get(name) for sample in samples]) for name in names]
     return pa.RecordBatch.from_arrays(columns, names)
 

@@ -1,7 +1,8 @@
-"""WebDataset samples that a tar collector found but did not copy yet: parts
-that the dataset slices and joins as it cuts batches, gathered natively into
-each batch once, so that a sample's bytes are copied once on their way from
-the read buffers into the batch, however many reads and shards it spans.
+"""Samples that a collector found but did not copy yet (WebDataset samples
+of tar members, tf.train.Example records): parts that the dataset slices and
+joins as it cuts batches, gathered natively into each batch once, so that a
+sample's bytes are copied once on their way from the read buffers into the
+batch, however many reads and shards it spans.
 
 The buffers the samples lie in stay referenced until the part is gathered or
 dropped: they count against the reader's memory budget as lent buffers.
@@ -9,64 +10,83 @@ dropped: they count against the reader's memory budget as lent buffers.
 
 from __future__ import annotations
 
+import abc
 from typing import TYPE_CHECKING, Any
 
-from fastio._native import gather_tar
+from fastio._native import gather_examples, gather_tar
+from fastio.formats._layout import batch_of
 from fastio.formats._reassemble import arrow
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import numpy as np
+    from typing_extensions import Self
 
     from fastio._native import TarRows
 
-__all__ = ["TarPart"]
-
-# (samples, first row, rows, shard URL)
-Span = tuple["TarRows", int, int, str]
+__all__ = ["ExamplePart", "Part", "TarPart"]
 
 
-class TarPart:
-    """Rows of one or more collections of tar samples, in order."""
+class Part(abc.ABC):
+    """Rows of one or more collections, in order: ``spans`` of (collection,
+    first row, rows, what else the collection's rows need)."""
 
     __slots__ = ("num_rows", "spans")
 
-    def __init__(self, spans: Sequence[Span]) -> None:
+    def __init__(self, spans: Sequence[tuple[Any, ...]]) -> None:
         self.spans = tuple(spans)
-        self.num_rows = sum(rows for _, _, rows, _ in self.spans)
+        self.num_rows = sum(span[2] for span in self.spans)
 
     @classmethod
-    def of(cls, samples: TarRows, url: str) -> TarPart:
-        return cls([(samples, 0, samples.num_rows, url)])
-
-    @classmethod
-    def join(cls, parts: Sequence[TarPart]) -> TarPart:
-        spans: list[Span] = []
+    def join(cls, parts: Sequence[Self]) -> Self:
+        spans: list[tuple[Any, ...]] = []
         for part in parts:
             for span in part.spans:
-                if spans and spans[-1][0] is span[0] and spans[-1][1] + spans[-1][2] == span[1]:
-                    samples, first, rows, url = spans[-1]
-                    spans[-1] = (samples, first, rows + span[2], url)
+                last = spans[-1] if spans else None
+                if last is not None and last[0] is span[0] and last[1] + last[2] == span[1]:
+                    spans[-1] = (last[0], last[1], last[2] + span[2], *last[3:])
                 else:
                     spans.append(span)
         return cls(spans)
 
-    def slice(self, offset: int, length: int) -> TarPart:
+    def slice(self, offset: int, length: int) -> Self:
         """Rows ``offset..offset + length``, as ``pyarrow.RecordBatch.slice``."""
-        spans: list[Span] = []
+        spans: list[tuple[Any, ...]] = []
         skip, want = offset, length
-        for samples, first, rows, url in self.spans:
+        for span in self.spans:
+            rows = span[2]
             if want <= 0:
                 break
             if skip >= rows:
                 skip -= rows
                 continue
             taken = min(rows - skip, want)
-            spans.append((samples, first + skip, taken, url))
+            spans.append((span[0], span[1] + skip, taken, *span[3:]))
             want -= taken
             skip = 0
-        return TarPart(spans)
+        return type(self)(spans)
+
+    @abc.abstractmethod
+    def batch(self) -> Any:
+        """The rows gathered into one batch."""
+
+    def combine_chunks(self) -> Any:
+        """The rows gathered, for gathers in another order (:meth:`batch`)."""
+        return self.batch()
+
+    def take(self, rows: np.ndarray) -> Any:
+        return self.batch().take(rows)
+
+
+class TarPart(Part):
+    """Rows of tar sample collections: spans of (samples, first row, rows, shard URL)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, samples: TarRows, url: str) -> TarPart:
+        return cls([(samples, 0, samples.num_rows, url)])
 
     def batch(self) -> Any:
         """The rows as one ``pyarrow.RecordBatch`` (each sample's bytes copied
@@ -84,9 +104,23 @@ class TarPart:
                       for s, f, r, u in self.spans]  # fmt: skip
             return pa.concat_tables(tables, promote_options="default")
 
-    def combine_chunks(self) -> Any:
-        """The rows gathered, for gathers in another order (:meth:`batch`)."""
-        return self.batch()
 
-    def take(self, rows: np.ndarray) -> Any:
-        return self.batch().take(rows)
+class ExamplePart(Part):
+    """Rows of tf.train.Example records, each checked to be one: spans of
+    (records, first row, rows, shard URL)."""
+
+    __slots__ = ()
+
+    def batch(self) -> Any:
+        """The rows as one ``pyarrow.RecordBatch``, a list column per feature
+        (each value copied once); where the features cannot be typed natively
+        (a feature of two kinds and the like), as ``batch_of`` types the
+        parsed records."""
+        from fastio.formats._tfrecord import parse_example
+
+        pa = arrow()
+        gathered = gather_examples([span[:3] for span in self.spans])
+        if gathered is not None:
+            return pa.record_batch(gathered)
+        return batch_of([parse_example(record) for records, first, rows, _ in self.spans
+                         for _, record in records.records(first, rows)])  # fmt: skip

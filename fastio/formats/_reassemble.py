@@ -135,7 +135,8 @@ def framed(
 # scan(data, base, final) collects the complete records at the start of `data`
 # (at shard offset `base`; `final`: nothing follows) and answers what it took,
 # with an error to raise after the records before it. take() -> the records
-# collected so far as a batch, or None.
+# collected so far as a batch, or None, or a list of batches and errors (each in
+# the place of a record).
 CollectScan = Callable[[Any, int, bool], "tuple[Collected, Exception | None]"]
 Take = Callable[[], Any]
 
@@ -154,7 +155,9 @@ def too_large(url: str, base: int, max_bytes: int) -> DecodeError:
 
 def _taken(take: Take) -> Iterator[pa.RecordBatch]:
     batch = take()
-    if batch is not None:
+    if type(batch) is list:  # batches, and errors in the places of records
+        yield from batch
+    elif batch is not None:
         yield batch
 
 

@@ -17,6 +17,7 @@ from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
 from fastio._native import RecordColumns, crc32c, scan_tfrecords
 from fastio._native import parse_example as _parse_example
 from fastio.formats._index import Locator
+from fastio.formats._parts import ExamplePart
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter
 from fastio.reader._ranges import ByteRange
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TFRecordFormat",
     "TFRecordWriter",
+    "columns_examples",
     "columns_tfrecord",
     "decode_tfrecord",
     "example_parts",
@@ -206,6 +208,55 @@ def columns_tfrecord(
     return batched(chunks, url, scan, take)
 
 
+def columns_examples(
+    chunks: Iterable[Chunk],
+    url: str,
+    verify: bool = True,
+    *,
+    parts: bool = False,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
+) -> Iterator[Any]:
+    """The examples that :func:`decode_tfrecord` parses, as record batches of a
+    list column per feature, made natively from the records where they lie
+    (each value copied once): typed as ``RecordBatch.from_pylist`` types the
+    parsed examples, except that a feature keeps its kind's type where all its
+    lists are empty (from_pylist: ``list<null>``), and that a feature the
+    first record lacks is a column too. With ``parts``, :class:`ExamplePart`
+    instead, gathered into a batch once the dataset has cut it. A record that
+    is not an example comes as its DecodeError in its place; framing errors as
+    :func:`columns_tfrecord` raises them."""
+    collector = RecordColumns("record")
+    count = 0  # records before the current scan, for record indices
+
+    def scan(data: Any, base: int, final: bool) -> tuple[Collected, Exception | None]:
+        nonlocal count
+        found = collector.tfrecord(data, verify, max_batch_bytes, base)
+        count += found.records
+        problem: Exception | None = _checksum_problem(found.error, url, base, count)
+        if problem is None and found.full and not collector.rows:
+            problem = too_large(url, base, max_batch_bytes)
+        return found, problem
+
+    def take() -> list[Any]:
+        rows = collector.detach_examples()
+        if rows is None:
+            return []
+        items: list[Any] = []
+        start = 0
+        for row, offset, why in rows.check():
+            if row > start:
+                items.append(ExamplePart([(rows, start, row - start, url)]))
+            items.append(DecodeError(f"not a tf.train.Example: {why}", url, offset))
+            start = row + 1
+        if start < rows.num_rows:
+            items.append(ExamplePart([(rows, start, rows.num_rows - start, url)]))
+        if not parts:
+            return [item.batch() if isinstance(item, ExamplePart) else item for item in items]
+        return items
+
+    return batched(chunks, url, scan, take)
+
+
 # ---- tf.train.Example (protobuf wire format) ------------------------------------
 
 _INT64 = np.dtype(np.int64)
@@ -295,9 +346,16 @@ class TFRecordFormat(RecordFormat):
                     for o, n in zip(offsets, lengths, strict=True)]  # fmt: skip
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        decompressed = self._decompressed(chunks, layout)
         if self.example:
-            return super().batches(chunks, layout)
-        return columns_tfrecord(self._decompressed(chunks, layout), layout.url, self.verify)
+            return columns_examples(decompressed, layout.url, self.verify)
+        return columns_tfrecord(decompressed, layout.url, self.verify)
+
+    def parts(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        if self.example:
+            return columns_examples(self._decompressed(chunks, layout), layout.url, self.verify,
+                                    parts=True)  # fmt: skip
+        return self.batches(chunks, layout)
 
 
 # ---- writing ------------------------------------------------------------------------

@@ -13,18 +13,41 @@ cdef extern from "columnar.h" nogil:
 
     void fio_export_release(ArrowSchema *schema, ArrowArray *array)
 
+    ctypedef struct fio_piece:
+        const unsigned char *data
+        uint64_t length
+        uint64_t position
+        int joins
+
     ctypedef struct fio_records:
+        fio_piece *pieces
+        size_t count
         size_t rows
+        uint64_t bytes
 
     void fio_records_free(fio_records *records)
-    int fio_tfrecord_collect(const unsigned char *buf, size_t len, int verify, uint64_t max_bytes,
-                             fio_records *out, size_t *rows, size_t *consumed, size_t *needed,
-                             int *full, fio_frame_error *error)
+    int fio_tfrecord_collect(const unsigned char *buf, size_t len, uint64_t base, int verify,
+                             uint64_t max_bytes, fio_records *out, size_t *rows,
+                             size_t *consumed, size_t *needed, int *full,
+                             fio_frame_error *error)
     int fio_lines_collect(const unsigned char *buf, size_t len, const unsigned char *prefix,
                           size_t prefix_length, int final, uint64_t max_bytes,
                           fio_records *out, size_t *rows, size_t *consumed, int *full)
     int fio_records_export(fio_records *records, const char *name, ArrowSchema *schema,
                            ArrowArray *array)
+
+    int FIO_EXAMPLES_UNTYPED
+    int fio_examples_check(const fio_records *records, size_t first, size_t *bad,
+                           const char **what)
+
+    ctypedef struct fio_records_span:
+        const fio_records *records
+        size_t first
+        size_t rows
+
+    int fio_examples_gather(const fio_records_span *spans, size_t span_count,
+                            ArrowSchema *schema, ArrowArray *array)
+    fio_records *fio_records_detach(fio_records *records)
 
     ctypedef struct fio_wds:
         pass
@@ -90,5 +113,11 @@ cdef class TarColumns(Collector):
 
 cdef class TarRows:
     cdef fio_wds *_wds
+    cdef list _held
+    cdef readonly Py_ssize_t num_rows
+
+
+cdef class ExampleRows:
+    cdef fio_records *_records
     cdef list _held
     cdef readonly Py_ssize_t num_rows

@@ -110,9 +110,11 @@ cdef class RecordColumns(Collector):
         return self._records.rows
 
     def tfrecord(self, object data, bint verify=True,
-                 unsigned long long max_bytes=FIO_COLUMN_MAX_BYTES):
+                 unsigned long long max_bytes=FIO_COLUMN_MAX_BYTES,
+                 unsigned long long base=0):
         """Collect the complete TFRecords at the start of ``data`` (framed and
-        checked as :func:`scan_tfrecords` does).
+        checked as :func:`scan_tfrecords` does; ``base``: the shard offset of
+        ``data``, which :meth:`take_examples` names a record by).
 
         Returns a :class:`Collected`, whose ``error`` is that of
         :func:`scan_tfrecords`. Runs without the GIL.
@@ -127,8 +129,8 @@ cdef class RecordColumns(Collector):
         try:
             with nogil:
                 rc = fio_tfrecord_collect(<const unsigned char *>buffer.buf, <size_t>buffer.len,
-                                          verify, max_bytes, &self._records, &rows, &consumed,
-                                          &needed, &full, &error)
+                                          base, verify, max_bytes, &self._records, &rows,
+                                          &consumed, &needed, &full, &error)
         finally:
             PyBuffer_Release(&buffer)
         self._collected(rc, rows, view)
@@ -183,6 +185,22 @@ cdef class RecordColumns(Collector):
         batch.num_rows = rows
         self._held.clear()
         return batch
+
+    def detach_examples(self):
+        """The TFRecords collected since the last take as :class:`ExampleRows`,
+        not copied yet (they keep the buffers they came from), or None without
+        any; the collector goes on empty."""
+        cdef ExampleRows part
+        if not self._records.count:
+            return None
+        part = ExampleRows.__new__(ExampleRows)
+        part._records = fio_records_detach(&self._records)
+        if part._records == NULL:
+            raise MemoryError()
+        part._held = self._held
+        part.num_rows = part._records.count
+        self._held = []
+        return part
 
 
 cdef class TarColumns(Collector):
@@ -352,3 +370,83 @@ def gather_tar(list spans, list urls):
     finally:
         free(native_spans)
         free(url_offsets)
+
+
+cdef list _records_of(fio_records *records, size_t first, size_t rows):
+    cdef size_t index
+    cdef fio_piece *piece
+    found = []
+    for index in range(first, first + rows):
+        piece = &records.pieces[index]
+        found.append((piece.position, (<const char *>piece.data)[:piece.length]))
+    return found
+
+
+cdef class ExampleRows:
+    """TFRecords a :class:`RecordColumns` collected, where they lie in the
+    buffers it kept: :func:`gather_examples` parses them into a batch."""
+
+    def __dealloc__(self):
+        if self._records != NULL:
+            fio_records_free(self._records)
+            free(self._records)
+
+    def check(self):
+        """The records that are not ``tf.train.Example``: (row, its header's
+        shard offset, why) each, in order."""
+        cdef size_t first = 0, bad = 0
+        cdef const char *what = NULL
+        cdef int rc = 0
+        found = []
+        while first < self._records.count:
+            with nogil:
+                rc = fio_examples_check(self._records, first, &bad, &what)
+            if rc < 0:
+                raise MemoryError()
+            if bad >= self._records.count:
+                break
+            found.append((bad, self._records.pieces[bad].position, what.decode()))
+            first = bad + 1
+        return found
+
+    def records(self, Py_ssize_t first, Py_ssize_t rows):
+        """Rows ``first..first + rows`` as (header offset, a copy of the bytes)."""
+        if first < 0 or rows < 0 or first + rows > self.num_rows:
+            raise IndexError(f"rows {first}..{first + rows} of {self.num_rows}")
+        return _records_of(self._records, first, rows)
+
+
+def gather_examples(list spans):
+    """One :class:`ArrowBatch` of ``spans``, ``(ExampleRows, first_row, rows)``
+    each, in order, every row checked as an example: columns as
+    ``fio_examples_gather`` makes them. Each value is copied once,
+    without the GIL. None where the features cannot be typed here (a feature
+    of two kinds and the like: see ``fio_examples_export``)."""
+    cdef ArrowBatch batch
+    cdef ExampleRows part
+    cdef size_t count = len(spans), index, total = 0
+    cdef fio_records_span *native_spans
+    cdef int rc = 0
+    native_spans = <fio_records_span *>calloc(count + 1, sizeof(fio_records_span))
+    if native_spans == NULL:
+        raise MemoryError()
+    try:
+        for index in range(count):
+            part, first_row, rows = spans[index]
+            if first_row < 0 or rows < 0 or first_row + rows > part.num_rows:
+                raise IndexError(f"rows {first_row}..{first_row + rows} of {part.num_rows}")
+            native_spans[index].records = part._records
+            native_spans[index].first = first_row
+            native_spans[index].rows = rows
+            total += rows
+        batch = ArrowBatch()
+        with nogil:
+            rc = fio_examples_gather(native_spans, count, batch._schema, batch._array)
+    finally:
+        free(native_spans)
+    if rc < 0:
+        raise MemoryError()
+    if rc == FIO_EXAMPLES_UNTYPED:
+        return None
+    batch.num_rows = total
+    return batch

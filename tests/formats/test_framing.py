@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tfrecord.writer import TFRecordWriter
 
+from fastio import DecodeError
 from fastio._native import (
     RecordColumns,
     TarColumns,
@@ -24,6 +25,9 @@ from fastio._native import (
     scan_tfrecords,
     split_lines,
 )
+from fastio.formats import TFRecordWriter as FastioTFRecordWriter
+from tests.formats.chunks import chunk_of, chunked
+from tests.formats.test_tfrecord import KINDS, encode_values, wire_field
 
 
 def test_crc32c_check_value() -> None:
@@ -301,3 +305,122 @@ def test_native_batch_is_handed_over_once() -> None:
     tar = TarColumns()
     assert tar.scan(b"\0" * 1024).at_end
     assert tar.take("u") is None
+
+
+# ---- tf.train.Example columns -------------------------------------------------------
+
+# Each name keeps one kind across records (a name of two kinds cannot be typed
+# by pyarrow either), and some records lack some names.
+FEATURE_KINDS = {"image": "bytes", "label": "int64", "weights": "float", "名前": "bytes"}
+FEATURE_VALUES = {
+    "bytes": st.lists(st.binary(max_size=40_000) | st.binary(max_size=3), max_size=3),
+    "int64": st.lists(st.integers(-(2**63), 2**63 - 1), max_size=4),
+    "float": st.lists(st.floats(width=32, allow_nan=False), max_size=4),
+}
+
+
+@st.composite
+def example_records(draw) -> bytes:
+    """A tf.train.Example of some of FEATURE_KINDS's names, in any order, values
+    packed or not; or (now and then) a record that is not an example."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.sampled_from([b"\xff\xff\xff", b"\x0a\x05\x0a\x03\x0a\x01\x80"]))
+    names = draw(st.permutations(list(FEATURE_KINDS)))[: draw(st.integers(0, 4))]
+    entries = []
+    for name in names:
+        kind = FEATURE_KINDS[name]
+        values = encode_values(kind, draw(FEATURE_VALUES[kind]), draw(st.booleans()))
+        feature = wire_field(KINDS[kind], 2, values)
+        entry = wire_field(1, 2, name.encode()) + wire_field(2, 2, feature)
+        entries.append(wire_field(1, 2, entry))
+    return wire_field(1, 2, b"".join(entries))
+
+
+def _expected_row(record: bytes) -> dict | None:
+    from fastio.formats import parse_example
+
+    try:
+        parsed = parse_example(record)
+    except DecodeError:
+        return None
+    return {name: value if isinstance(value, list) else value.tolist()
+            for name, value in parsed.items()}  # fmt: skip
+
+
+@given(records=st.lists(example_records(), max_size=12), data=st.data())
+@settings(max_examples=150, deadline=None)
+def test_example_columns_hold_what_each_record_parses_to(records, data) -> None:
+    from fastio.formats._tfrecord import columns_examples
+
+    buffer = io.BytesIO()
+    with FastioTFRecordWriter(buffer) as writer:
+        for record in records:
+            writer.write(record)
+    shard = buffer.getvalue()
+    cuts = data.draw(st.lists(st.integers(0, len(shard)), max_size=4))
+    parts = data.draw(st.booleans())
+    found = list(columns_examples(chunked(shard, cuts), "<memory>", parts=parts))
+    got: list[dict | None] = []
+    for item in found:
+        if isinstance(item, DecodeError):
+            got.append(None)
+            continue
+        batch = item.batch() if parts else item
+        batch.validate(full=True)
+        for name in batch.schema.names:
+            kind = FEATURE_KINDS[name]
+            item_type = {"bytes": pa.binary(), "int64": pa.int64(), "float": pa.float64()}[kind]
+            assert batch.schema.field(name).type == pa.list_(item_type)
+        got += [{k: v for k, v in row.items() if v is not None} for row in batch.to_pylist()]
+    assert got == [_expected_row(record) for record in records]
+    offsets, at = [], 0
+    for record in records:
+        offsets.append(at)
+        at += 16 + len(record)
+    errors = [item.offset for item in found if isinstance(item, DecodeError)]
+    assert errors == [o for o, r in zip(offsets, records, strict=True) if _expected_row(r) is None]
+
+
+def test_example_columns_of_parts_join_across_collections() -> None:
+    from fastio.formats._parts import ExamplePart
+    from fastio.formats._tfrecord import columns_examples, example_parts
+
+    buffer = io.BytesIO()
+    with FastioTFRecordWriter(buffer) as writer:
+        for number in range(10):
+            features = {"label": number} if number % 3 else {"data": bytes([number]) * 20_000}
+            writer.write(*example_parts(features))
+    shard = buffer.getvalue()
+    parts = list(columns_examples(chunked(shard, [len(shard) // 3, 2 * len(shard) // 3]),
+                                  "<memory>", parts=True))  # fmt: skip
+    assert len(parts) == 3
+    assert all(isinstance(p, ExamplePart) for p in parts)
+    joined = ExamplePart.join(parts)
+    assert joined.num_rows == 10
+    batch = joined.slice(2, 6).batch()
+    assert batch.schema.names == ["label", "data"]  # the first record has no label
+    assert batch.column("label").to_pylist() == [[2], None, [4], [5], None, [7]]
+    assert batch.column("data").to_pylist() == [None, [bytes([3]) * 20_000], None, None,
+                                               [bytes([6]) * 20_000], None]  # fmt: skip
+
+
+def test_example_features_pyarrow_cannot_type_natively_are_typed_as_it_would() -> None:
+    from fastio.formats._layout import batch_of
+    from fastio.formats._tfrecord import columns_examples, parse_example
+
+    def entry(name: bytes, feature: bytes) -> bytes:
+        return wire_field(1, 2, wire_field(1, 2, name) + wire_field(2, 2, feature))
+
+    bytes_feature = wire_field(1, 2, wire_field(1, 2, b"abc"))
+    records = [
+        wire_field(1, 2, entry(b"x", bytes_feature)),
+        wire_field(1, 2, entry(b"x", b"")),  # a Feature without a value list: []
+        wire_field(1, 2, entry(b"x", bytes_feature) + entry(b"x", bytes_feature)),  # twice
+    ]
+    buffer = io.BytesIO()
+    with FastioTFRecordWriter(buffer) as writer:
+        for record in records:
+            writer.write(record)
+    [batch] = list(columns_examples([chunk_of(buffer.getvalue())], "<memory>"))
+    assert batch.equals(batch_of([parse_example(record) for record in records]))
+    assert batch.column("x").to_pylist() == [[b"abc"], [], [b"abc"]]

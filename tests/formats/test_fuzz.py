@@ -1,6 +1,7 @@
 """Seeded mutations of small valid shards, read through a whole dataset:
 never a crash, never a hang, only the documented exceptions (FastIOError and
-OSError subclasses) under ``raise``, and nothing at all under ``skip``.
+OSError subclasses) under ``raise``, and nothing at all under ``skip``, read
+as samples and, where the format makes them natively, as batches.
 
 Each format runs in a subprocess with a time limit, so that a crash in
 native code or a hang fails its case instead of the suite; a hang dumps the
@@ -35,6 +36,8 @@ options = {**written.options, "shuffle": False, "fairness": False}
 original = Path(written.urls[0]).read_bytes()
 suffix = written.urls[0].split("-0000", 1)[1]
 rng = random.Random(kind)
+# Every other pair of rounds reads batches where the format makes them natively.
+batched = format_name in ("tfrecord", "webdataset")
 
 
 def mutate(data: bytes) -> bytes:
@@ -62,11 +65,11 @@ def mutate(data: bytes) -> bytes:
     return bytes(data)
 
 
-def read(paths: list[Path], policy: str) -> None:
+def read(paths: list[Path], policy: str, batches: bool) -> None:
     dataset = fastio.Dataset([str(path) for path in paths], **options, on_error=policy,
                              index_dir=folder / "index")  # fmt: skip
     try:
-        for _ in dataset:
+        for _ in dataset.batches(3) if batches else dataset:
             pass
     finally:
         dataset.close()
@@ -84,7 +87,7 @@ for first in range(0, count, 4):
             continue
         faulthandler.dump_traceback_later(60, exit=True)  # a hang: the stacks, then out
         try:
-            read(group, policy)
+            read(group, policy, batched and first // 4 % 4 >= 2)
         except (fastio.FastIOError, OSError) as error:
             if policy != "raise":
                 print(f"{kind} mutations {first}..: {error!r} escaped {policy}")

@@ -1,0 +1,364 @@
+/* tf.train.Example records as feature columns, as columnar.h declares them. */
+#define _GNU_SOURCE
+#include "columnar_internal.h"
+
+#include <string.h>
+
+/* A feature column: its name (in the first record that gives it), its kind,
+ * and what its rows hold in all, for sizing the buffers. */
+typedef struct example_slot {
+    const uint8_t *name;
+    size_t length;
+    uint64_t hash;
+    int kind;         /* enum fio_feature_kind */
+    size_t last_row;  /* the row that gave it last, plus one */
+    uint64_t values;  /* items in all */
+    uint64_t bytes;   /* at most this many bytes of binary items */
+    size_t present;   /* rows that give it */
+    uint64_t filled;  /* items written (second pass) */
+    uint64_t written; /* bytes written (second pass) */
+    fio_column_out column;
+} example_slot;
+
+typedef struct examples {
+    example_slot *slots;
+    size_t slot_count, slot_capacity;
+    uint32_t *table; /* open addressing over the slots: index + 1, or 0 for empty */
+    size_t table_size;
+    fio_feature *features; /* of every row, in order */
+    uint32_t *feature_slots;
+    size_t feature_count, feature_capacity, slot_index_capacity;
+    size_t *row_ends; /* features of rows 0..row end before row_ends[row] */
+    size_t row_capacity;
+    uint64_t most_values; /* in one feature */
+} examples;
+
+static void examples_free(examples *ex)
+{
+    for (size_t slot = 0; slot < ex->slot_count; slot++)
+        fio_columns_free(&ex->slots[slot].column, 1);
+    free(ex->slots);
+    free(ex->table);
+    free(ex->features);
+    free(ex->feature_slots);
+    free(ex->row_ends);
+}
+
+static void slot_insert(uint32_t *table, size_t size, uint64_t hash, uint32_t entry)
+{
+    size_t mask = size - 1, index = hash & mask;
+    while (table[index])
+        index = (index + 1) & mask;
+    table[index] = entry;
+}
+
+/* The slot of a feature name, made on first sight. Returns 0, 1 for a name
+ * that is not UTF-8, 2 for one with a NUL (it cannot name a column here), or
+ * -ENOMEM. */
+static int slot_of(examples *ex, const uint8_t *name, size_t length, uint32_t *slot)
+{
+    uint64_t hash = fio_fnv1a(name, length);
+    if (ex->table_size) {
+        size_t mask = ex->table_size - 1;
+        for (size_t index = hash & mask; ex->table[index]; index = (index + 1) & mask) {
+            example_slot *known = &ex->slots[ex->table[index] - 1];
+            if (known->hash == hash && known->length == length &&
+                !memcmp(known->name, name, length)) {
+                *slot = ex->table[index] - 1;
+                return 0;
+            }
+        }
+    }
+    if (!fio_utf8_valid(name, length))
+        return 1;
+    if (memchr(name, 0, length))
+        return 2;
+    if (fio_grow((void **)&ex->slots, &ex->slot_capacity, ex->slot_count + 1,
+                 sizeof(example_slot)))
+        return -ENOMEM;
+    if ((ex->slot_count + 1) * 2 > ex->table_size) {
+        size_t size = ex->table_size ? ex->table_size * 2 : 64;
+        uint32_t *table = calloc(size, sizeof *table);
+        if (!table)
+            return -ENOMEM;
+        for (size_t known = 0; known < ex->slot_count; known++)
+            slot_insert(table, size, ex->slots[known].hash, (uint32_t)known + 1);
+        free(ex->table);
+        ex->table = table;
+        ex->table_size = size;
+    }
+    example_slot *fresh = &ex->slots[ex->slot_count];
+    memset(fresh, 0, sizeof *fresh);
+    fresh->name = name;
+    fresh->length = length;
+    fresh->hash = hash;
+    *slot = (uint32_t)ex->slot_count++;
+    slot_insert(ex->table, ex->table_size, hash, *slot + 1);
+    return 0;
+}
+
+/* First pass: every row's features, checked, and each column's sizes. Stops
+ * at the first record that is not an example (*bad). Returns 0, -ENOMEM or
+ * FIO_EXAMPLES_UNTYPED. */
+static int survey(examples *ex, const fio_piece *const *list, size_t count, int check_only,
+                  size_t *rows, int *bad, const char **what)
+{
+    int untyped = 0;
+    if (fio_grow((void **)&ex->row_ends, &ex->row_capacity, count + 1, sizeof(size_t)) ||
+        fio_grow((void **)&ex->features, &ex->feature_capacity, 4 * count, sizeof(fio_feature)))
+        return -ENOMEM;
+    for (size_t row = 0; row < count; row++) {
+        const fio_piece *record = list[row];
+        size_t room = ex->feature_capacity - ex->feature_count;
+        int64_t found = fio_example_features(record->data, record->length,
+                                             ex->features + ex->feature_count, room, what);
+        if (found > (int64_t)room) {
+            if (fio_grow((void **)&ex->features, &ex->feature_capacity,
+                         ex->feature_count + (size_t)found, sizeof(fio_feature)))
+                return -ENOMEM;
+            found = fio_example_features(record->data, record->length,
+                                         ex->features + ex->feature_count, (size_t)found, what);
+        }
+        if (found < 0) {
+            *bad = 1;
+            *rows = row;
+            return 0;
+        }
+        if (fio_grow((void **)&ex->feature_slots, &ex->slot_index_capacity,
+                     ex->feature_count + (size_t)found, sizeof(uint32_t)))
+            return -ENOMEM;
+        for (size_t index = ex->feature_count; index < ex->feature_count + (size_t)found; index++) {
+            const fio_feature *feature = &ex->features[index];
+            uint32_t slot;
+            int rc = slot_of(ex, record->data + feature->name_offset, feature->name_length, &slot);
+            if (rc == 1) {
+                *what = "a feature name is not UTF-8";
+                *bad = 1;
+                *rows = row;
+                return 0;
+            }
+            if (rc < 0)
+                return rc;
+            if (rc || untyped) { /* a name with a NUL: typed as from_pylist types it */
+                if (!check_only)
+                    return FIO_EXAMPLES_UNTYPED;
+                untyped = 1;
+                continue;
+            }
+            example_slot *column = &ex->slots[slot];
+            /* A name twice in a record, a Feature without a value list, or
+             * one name of two kinds: typed as from_pylist types them. */
+            if (column->last_row == row + 1 || feature->kind == FIO_FEATURE_NONE ||
+                (column->kind && column->kind != feature->kind)) {
+                if (!check_only)
+                    return FIO_EXAMPLES_UNTYPED;
+                untyped = 1;
+                continue;
+            }
+            column->kind = feature->kind;
+            column->last_row = row + 1;
+            column->present++;
+            column->values += feature->count;
+            column->bytes += feature->list_length;
+            if (feature->count > ex->most_values)
+                ex->most_values = feature->count;
+            if ((column->values > FIO_COLUMN_MAX_BYTES || column->bytes > FIO_COLUMN_MAX_BYTES) &&
+                !check_only)
+                return FIO_EXAMPLES_UNTYPED; /* past int32 offsets */
+            ex->feature_slots[index] = slot;
+        }
+        ex->feature_count += (size_t)found;
+        ex->row_ends[row] = ex->feature_count;
+    }
+    *rows = count;
+    return 0;
+}
+
+static int allocate(examples *ex, size_t rows)
+{
+    for (size_t slot = 0; slot < ex->slot_count; slot++) {
+        example_slot *column = &ex->slots[slot];
+        fio_column_out *out = &column->column;
+        out->name = NULL; /* set at export: the names need their NULs */
+        out->kind = FIO_COLUMN_LIST;
+        out->null_count = (int64_t)(rows - column->present);
+        out->item_count = (int64_t)column->values;
+        out->offsets = fio_buffer_alloc((rows + 1) * sizeof(int32_t));
+        if (out->null_count)
+            out->validity = fio_buffer_zeroed((rows + 7) / 8);
+        switch (column->kind) {
+        case FIO_FEATURE_BYTES:
+            out->item_kind = FIO_ITEM_BINARY;
+            out->item_offsets = fio_buffer_alloc((column->values + 1) * sizeof(int32_t));
+            out->data = fio_buffer_alloc(column->bytes);
+            if (out->item_offsets)
+                ((int32_t *)out->item_offsets)[0] = 0;
+            break;
+        case FIO_FEATURE_INT64:
+            out->item_kind = FIO_ITEM_INT64;
+            out->data = fio_buffer_alloc(column->values * sizeof(int64_t));
+            break;
+        default:
+            out->item_kind = FIO_ITEM_DOUBLE;
+            out->data = fio_buffer_alloc(column->values * sizeof(double));
+            break;
+        }
+        if (!out->offsets || (out->null_count && !out->validity) || !out->data ||
+            (column->kind == FIO_FEATURE_BYTES && !out->item_offsets))
+            return -ENOMEM;
+        ((int32_t *)out->offsets)[0] = 0;
+    }
+    return 0;
+}
+
+/* Second pass: each row's values copied into its columns. */
+static int fill(examples *ex, const fio_piece *const *list, size_t rows)
+{
+    size_t scratch = ex->most_values > 1 ? (size_t)ex->most_values : 1;
+    fio_record *strings = malloc(scratch * sizeof *strings);
+    float *floats = malloc(scratch * sizeof *floats);
+    if (!strings || !floats) {
+        free(strings);
+        free(floats);
+        return -ENOMEM;
+    }
+    size_t feature = 0;
+    for (size_t row = 0; row < rows; row++) {
+        const uint8_t *record = list[row]->data;
+        for (; feature < ex->row_ends[row]; feature++) {
+            const fio_feature *found = &ex->features[feature];
+            example_slot *column = &ex->slots[ex->feature_slots[feature]];
+            fio_column_out *out = &column->column;
+            if (out->validity)
+                ((uint8_t *)out->validity)[row / 8] |= (uint8_t)(1u << (row % 8));
+            if (column->kind == FIO_FEATURE_BYTES) {
+                int32_t *ends = (int32_t *)out->item_offsets + column->filled + 1;
+                uint8_t *data = out->data;
+                fio_feature_bytes(record, found, strings);
+                for (uint64_t item = 0; item < found->count; item++) {
+                    fio_copy_value(data + column->written, record + strings[item].offset,
+                                   strings[item].length);
+                    column->written += strings[item].length;
+                    ends[item] = (int32_t)column->written;
+                }
+            } else if (column->kind == FIO_FEATURE_INT64) {
+                fio_feature_int64s(record, found, (int64_t *)out->data + column->filled);
+            } else {
+                double *values = (double *)out->data + column->filled;
+                fio_feature_floats(record, found, floats);
+                for (uint64_t item = 0; item < found->count; item++)
+                    values[item] = floats[item]; /* as Python floats: doubles */
+            }
+            column->filled += found->count;
+        }
+        for (size_t slot = 0; slot < ex->slot_count; slot++) {
+            example_slot *column = &ex->slots[slot];
+            ((int32_t *)column->column.offsets)[row + 1] = (int32_t)column->filled;
+        }
+    }
+    fio_copy_done();
+    free(strings);
+    free(floats);
+    return 0;
+}
+
+/* Exports the `count` records of `list` as a record batch (see
+ * fio_examples_gather), as far as the first that is not an example: `*rows`
+ * exported, `*bad` set where one stopped it. */
+static int export_list(const fio_piece *const *list, size_t count, struct ArrowSchema *schema,
+                       struct ArrowArray *array, size_t *rows, int *bad, const char **what)
+{
+    examples ex;
+    memset(&ex, 0, sizeof ex);
+    *rows = 0;
+    *bad = 0;
+    int rc = survey(&ex, list, count, 0, rows, bad, what);
+    if (!rc && *rows)
+        rc = allocate(&ex, *rows);
+    if (!rc && *rows)
+        rc = fill(&ex, list, *rows);
+    char **names = NULL;
+    fio_column_out *columns = NULL;
+    if (!rc && *rows) {
+        names = calloc(ex.slot_count ? ex.slot_count : 1, sizeof *names);
+        columns = calloc(ex.slot_count ? ex.slot_count : 1, sizeof *columns);
+        rc = names && columns ? 0 : -ENOMEM;
+        for (size_t slot = 0; !rc && slot < ex.slot_count; slot++) {
+            example_slot *column = &ex.slots[slot];
+            names[slot] = strndup((const char *)column->name, column->length);
+            if (!names[slot]) {
+                rc = -ENOMEM;
+                break;
+            }
+            columns[slot] = column->column;
+            columns[slot].name = names[slot];
+            memset(&column->column, 0, sizeof column->column); /* the export's now */
+        }
+        if (!rc)
+            rc = fio_export_columns((int64_t)*rows, columns, ex.slot_count, schema, array);
+        else if (columns)
+            fio_columns_free(columns, ex.slot_count);
+    }
+    if (names)
+        for (size_t slot = 0; slot < ex.slot_count; slot++)
+            free(names[slot]);
+    free(names);
+    free(columns);
+    examples_free(&ex);
+    if (rc)
+        *rows = 0;
+    return rc;
+}
+
+static const fio_piece **pieces_of(const fio_records_span *spans, size_t span_count,
+                                   size_t *count)
+{
+    *count = 0;
+    for (size_t span = 0; span < span_count; span++)
+        *count += spans[span].rows;
+    const fio_piece **list = malloc((*count ? *count : 1) * sizeof *list);
+    if (!list)
+        return NULL;
+    size_t at = 0;
+    for (size_t span = 0; span < span_count; span++)
+        for (size_t row = 0; row < spans[span].rows; row++)
+            list[at++] = &spans[span].records->pieces[spans[span].first + row];
+    return list;
+}
+
+int fio_examples_check(const fio_records *records, size_t first, size_t *bad, const char **what)
+{
+    if (first > records->count)
+        first = records->count;
+    fio_records_span whole = {records, first, records->count - first};
+    size_t count, rows = 0;
+    int found = 0;
+    const fio_piece **list = pieces_of(&whole, 1, &count);
+    if (!list)
+        return -ENOMEM;
+    examples ex;
+    memset(&ex, 0, sizeof ex);
+    int rc = survey(&ex, list, count, 1, &rows, &found, what);
+    examples_free(&ex);
+    free(list);
+    *bad = first + rows;
+    return rc;
+}
+
+int fio_examples_gather(const fio_records_span *spans, size_t span_count,
+                        struct ArrowSchema *schema, struct ArrowArray *array)
+{
+    size_t count, rows = 0;
+    int bad = 0;
+    const char *what = NULL;
+    const fio_piece **list = pieces_of(spans, span_count, &count);
+    if (!list)
+        return -ENOMEM;
+    int rc = export_list(list, count, schema, array, &rows, &bad, &what);
+    free(list);
+    if (!rc && rows < count) {
+        fio_export_release(schema, array);
+        return FIO_EXAMPLES_UNTYPED; /* checked before: cannot happen */
+    }
+    return rc;
+}
