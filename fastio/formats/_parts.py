@@ -13,8 +13,7 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
-from fastio._native import gather_examples, gather_tar
-from fastio.formats._layout import batch_of
+from fastio._native import gather_tar
 from fastio.formats._reassemble import arrow
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
 
     from fastio._native import TarRows
 
-__all__ = ["ExamplePart", "Part", "TarPart"]
+__all__ = ["Part", "TarPart"]
 
 
 class Part(abc.ABC):
@@ -103,24 +102,3 @@ class TarPart(Part):
             tables = [pa.Table.from_batches([pa.record_batch(gather_tar([(s, f, r, 0)], [u]))])
                       for s, f, r, u in self.spans]  # fmt: skip
             return pa.concat_tables(tables, promote_options="default")
-
-
-class ExamplePart(Part):
-    """Rows of tf.train.Example records, each checked to be one: spans of
-    (records, first row, rows, shard URL)."""
-
-    __slots__ = ()
-
-    def batch(self) -> Any:
-        """The rows as one ``pyarrow.RecordBatch``, a list column per feature
-        (each value copied once); where the features cannot be typed natively
-        (a feature of two kinds and the like), as ``batch_of`` types the
-        parsed records."""
-        from fastio.formats._tfrecord import parse_example
-
-        pa = arrow()
-        gathered = gather_examples([span[:3] for span in self.spans])
-        if gathered is not None:
-            return pa.record_batch(gathered)
-        return batch_of([parse_example(record) for records, first, rows, _ in self.spans
-                         for _, record in records.records(first, rows)])  # fmt: skip

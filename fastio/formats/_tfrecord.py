@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 
 from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
-from fastio._native import RecordColumns, crc32c, scan_tfrecords
+from fastio._native import RecordColumns, crc32c, gather_examples, scan_tfrecords
 from fastio._native import parse_example as _parse_example
 from fastio.formats._index import Locator
-from fastio.formats._parts import ExamplePart
+from fastio.formats._layout import batch_of
+from fastio.formats._parts import Part
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter
 from fastio.reader._ranges import ByteRange
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TFRecordFormat",
     "TFRecordWriter",
+    "ExamplePart",
     "columns_examples",
     "columns_tfrecord",
     "decode_tfrecord",
@@ -293,6 +295,25 @@ def _parsed(record: bytes | memoryview, url: str, offset: int) -> dict[str, Any]
     except ValueError as error:  # UnicodeDecodeError too: a name that is not UTF-8
         raise DecodeError(f"not a tf.train.Example: {error}", url, offset) from None
     return result
+
+
+class ExamplePart(Part):
+    """Rows of tf.train.Example records, each checked to be one: spans of
+    (records, first row, rows, shard URL)."""
+
+    __slots__ = ()
+
+    def batch(self) -> Any:
+        """The rows as one ``pyarrow.RecordBatch``, a list column per feature
+        (each value copied once); where the features cannot be typed natively
+        (a feature of two kinds and the like), as ``batch_of`` types the
+        parsed records."""
+        pa = arrow()
+        gathered = gather_examples([span[:3] for span in self.spans])
+        if gathered is not None:
+            return pa.record_batch(gathered)
+        return batch_of([parse_example(record) for records, first, rows, _ in self.spans
+                         for _, record in records.records(first, rows)])  # fmt: skip
 
 
 class TFRecordFormat(RecordFormat):

@@ -382,8 +382,7 @@ def test_example_columns_hold_what_each_record_parses_to(records, data) -> None:
 
 
 def test_example_columns_of_parts_join_across_collections() -> None:
-    from fastio.formats._parts import ExamplePart
-    from fastio.formats._tfrecord import columns_examples, example_parts
+    from fastio.formats._tfrecord import ExamplePart, columns_examples, example_parts
 
     buffer = io.BytesIO()
     with FastioTFRecordWriter(buffer) as writer:
