@@ -89,6 +89,27 @@ def test_batches_are_the_same_arrow_batches(written) -> None:
     assert attached_owners() - before, "no batch came through a ring"
 
 
+def test_example_batches_of_list_columns_are_the_same_batches(tmp_path) -> None:
+    # tf.train.Example batches are list columns (an offsets buffer and a child
+    # array per column): every buffer of them crosses.
+    examples = write("tfrecord", tmp_path, shards=3, per_shard=20)
+    options = {**examples.options, "index_dir": tmp_path / "index"}
+    with fastio.Dataset(examples.pattern, shuffle=False, **options) as dataset:
+        expected = sorted_rows(list(dataset.batches(8)), "key")
+    before = attached_owners()
+    dataset = fastio.Dataset(examples.pattern, seed=3, **options)
+    batches = list(DataLoader(dataset.batches(8), batch_size=None, num_workers=2))
+    assert all(type(batch) is pa.RecordBatch for batch in batches)
+    assert any(str(field.type).startswith("list") for field in batches[0].schema)
+    assert sorted_rows(batches, "key") == expected
+    assert [row["key"] for row in expected] == [[sample["key"]] for sample in examples.samples]
+    assert attached_owners() - before, "no batch came through a ring"
+
+
+def sorted_rows(batches: list[pa.RecordBatch], key: str) -> list[dict]:
+    return sorted((row for b in batches for row in b.to_pylist()), key=lambda r: r[key])
+
+
 def rows_of(batches: list[pa.RecordBatch]) -> list[dict]:
     # Each batch has its own dictionary of URLs: compare values, not encodings.
     return sorted((row for b in batches for row in b.to_pylist()), key=lambda r: r["__key__"])
