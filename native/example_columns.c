@@ -354,6 +354,10 @@ int fio_examples_gather(const fio_records_span *spans, size_t span_count,
     const fio_piece **list = pieces_of(spans, span_count, &count);
     if (!list)
         return -ENOMEM;
+    if (!count) { /* no rows: a batch without columns */
+        free(list);
+        return fio_export_columns(0, NULL, 0, schema, array);
+    }
     int rc = export_list(list, count, schema, array, &rows, &bad, &what);
     free(list);
     if (!rc && rows < count) {

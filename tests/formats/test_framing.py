@@ -396,6 +396,7 @@ def test_example_columns_of_parts_join_across_collections() -> None:
     assert all(isinstance(p, ExamplePart) for p in parts)
     joined = ExamplePart.join(parts)
     assert joined.num_rows == 10
+    assert joined.slice(4, 0).batch().num_rows == 0
     batch = joined.slice(2, 6).batch()
     assert batch.schema.names == ["label", "data"]  # the first record has no label
     assert batch.column("label").to_pylist() == [[2], None, [4], [5], None, [7]]
