@@ -57,6 +57,8 @@ MIN_HANDED = 16 << 10  # smaller payloads pickle faster than a ring write and a 
 # A file of its own costs a few system calls on each side: worth it for a
 # payload that would otherwise cross the pipe 64 KiB at a time.
 MIN_APART = 1 << 20
+# How long a worker's exit waits for a payload's file being written (seconds).
+_EXIT_WAIT = 10.0
 _HEADER = 4096  # the read mark (int64) in the first page; payloads after it
 _ALIGN = 64  # payload starts, so Arrow buffers read back are aligned
 _MARK = struct.Struct("=q")  # the read mark as the worker's int64 view of it reads it
@@ -161,6 +163,10 @@ class _Apart:
         self.owner = os.getpid()
         self.paths: set[str] = set()
         self.closed = threading.Event()  # set by the exit, seen by the feeder thread
+        # Held while a file is made and written: the exit waits for it, because
+        # a DataLoader worker does not join its queue's feeder thread, which
+        # would otherwise leave a file half written, and there, behind it.
+        self.writing = threading.Lock()
         util.Finalize(self, self.close, exitpriority=10)
 
     def write(self, fill: Callable[[int], None]) -> str | None:
@@ -169,33 +175,41 @@ class _Apart:
         made or written (/dev/shm full), and the payload is pickled instead.
         A failed pickle would lose the batch, and the main process would wait
         for it for ever."""
-        if self.closed.is_set():
-            return None
-        # The main process unlinked the ones it read: what is left is in flight.
-        self.paths = {path for path in self.paths if os.path.exists(path)}
-        path = shared_path(KIND)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        except OSError:
-            return None
-        self.paths.add(path)
-        try:
-            fill(fd)
-        except OSError:
-            remove_owned(path, self.owner)
-            return None
-        finally:
-            os.close(fd)
-        if self.closed.is_set():  # the exit's clean-up ran while this was written
-            remove_owned(path, self.owner)
-            return None
-        return path
+        with self.writing:
+            if self.closed.is_set():
+                return None
+            # The main process unlinked the ones it read: what is left is in flight.
+            self.paths = {path for path in self.paths if os.path.exists(path)}
+            path = shared_path(KIND)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            except OSError:
+                return None
+            self.paths.add(path)
+            try:
+                fill(fd)
+            except OSError:
+                remove_owned(path, self.owner)
+                return None
+            finally:
+                os.close(fd)
+            if self.closed.is_set():  # the exit is waiting to clean up: pickle it
+                remove_owned(path, self.owner)
+                self.paths.discard(path)
+                return None
+            return path
 
     def close(self) -> None:
         self.closed.set()
-        for path in list(self.paths):  # the queue's feeder thread may be adding one
-            remove_owned(path, self.owner)
-        self.paths.clear()
+        # A write under way ends first (bounded: a stuck one must not hold the exit).
+        acquired = self.writing.acquire(timeout=_EXIT_WAIT)
+        try:
+            for path in list(self.paths):
+                remove_owned(path, self.owner)
+            self.paths.clear()
+        finally:
+            if acquired:
+                self.writing.release()
 
 
 class _Handoff:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pyarrow as pa
@@ -258,3 +259,32 @@ def test_the_main_process_marks_a_ring_its_worker_emptied_without_a_fault() -> N
         attached._mark(16)  # a store through a mapping here would be SIGBUS
     finally:
         attached.close()
+
+
+def test_a_worker_exit_waits_for_the_file_a_payload_is_being_written_to() -> None:
+    """A DataLoader worker does not join its queue's feeder thread: an exit
+    that did not wait for a file being written would leave it in /dev/shm."""
+    apart = _handoff._Apart()
+    started, release = threading.Event(), threading.Event()
+
+    def fill(fd: int) -> None:
+        os.write(fd, b"payload")
+        started.set()
+        release.wait(30)
+
+    written: list[str | None] = []
+    writer = threading.Thread(target=lambda: written.append(apart.write(fill)))
+    writer.start()
+    assert started.wait(30)
+    [path] = apart.paths
+    closer = threading.Thread(target=apart.close)
+    closer.start()
+    closer.join(0.5)
+    assert closer.is_alive(), "the exit's clean-up did not wait for the write"
+    assert os.path.exists(path)
+    release.set()
+    closer.join(30)
+    writer.join(30)
+    assert written == [None]  # the payload is pickled instead
+    assert not os.path.exists(path)
+    assert apart.write(fill) is None  # and so is every one after the exit
