@@ -120,24 +120,23 @@ class ShardLayouts:
         """The layout of ``url`` at open, None where only a read can find it."""
         reader = self.reader()
         try:
-            size, version = reader.describe(url)
-            stamp = (size, version, reader.change_stamp(url))
+            stamp = reader.stamp(url)
         except OSError as error:
             stamp = (0, 0, 0)
             self.sizes.append(0)
             self.stamps.append(stamp)
             self.policy.shard_left_out(error, url)
             return _empty_layout(url)
-        self.sizes.append(size)
+        self.sizes.append(stamp[0])
         self.stamps.append(stamp)
         try:
-            return self._layout_at_open(reader, url, known)
+            return self._layout_at_open(reader, url, known, stamp)
         except (OSError, DecodeError) as error:
             self.policy.shard_left_out(error, url)
             return _empty_layout(url)
 
-    def _layout_at_open(self, reader: Reader, url: str, known: dict[str, ShardIndex]
-                        ) -> Layout | None:  # fmt: skip
+    def _layout_at_open(self, reader: Reader, url: str, known: dict[str, ShardIndex],
+                        stamp: tuple[int, int, int]) -> Layout | None:  # fmt: skip
         records = self.record_format
         if records is None:
             layout, problems = self.format.layout(reader, url, self.policy.tolerates)
@@ -149,7 +148,7 @@ class ShardLayouts:
         if (
             entry is not None
             and records.locator().reusable(entry.format)
-            and entry.fresh(reader, url)
+            and entry.fresh(reader, url, stamp)
         ):
             self._reused += 1
         else:
@@ -276,14 +275,12 @@ class ShardLayouts:
         reader.refresh(url for url in urls if is_remote(url))
         changed = []
         for shard, url in zip(shards, urls, strict=True):
-            size, version, change = self.stamps[shard]
             try:
-                now = reader.describe(url)
-                stamp = reader.change_stamp(url)
+                now = reader.stamp(url)
             except OSError:
                 changed.append(shard)
                 continue
-            if (now[0], now[1], stamp) != (size, version, change):
+            if now != self.stamps[shard]:
                 changed.append(shard)
         return changed
 

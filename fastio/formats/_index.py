@@ -139,12 +139,13 @@ class ShardIndex:
         [index] = DatasetIndex.read(Path(path).read_bytes(), str(path)).shards
         return index
 
-    def fresh(self, reader: Reader, url: str) -> bool:
-        """Whether ``url`` still holds what this index describes (see the module)."""
-        size, version = reader.describe(url)
+    def fresh(self, reader: Reader, url: str, stamp: tuple[int, int, int] | None = None) -> bool:
+        """Whether ``url`` still holds what this index describes (see the
+        module); ``stamp``: what :meth:`Reader.stamp` answered for it just now."""
+        size, version, change = stamp if stamp is not None else reader.stamp(url)
         if (size, version) != (self.size, self.version):
             return False
-        if is_remote(url) or (self.change and reader.change_stamp(url) == self.change):
+        if is_remote(url) or (self.change and change == self.change):
             return True
         # Rewritten in place with the times kept, or copied with them (cp -p,
         # rsync -a): the content decides.
@@ -213,10 +214,10 @@ def stamped(reader: Reader, url: str, name: str, starts: Sequence[int] | np.ndar
             ends: Sequence[int] | np.ndarray) -> ShardIndex:  # fmt: skip
     """The index of ``url`` with these sample ranges, stamped with what the
     shard is now (size, version, change stamp, fingerprint)."""
-    size, version = reader.describe(url)
+    size, version, change = reader.stamp(url)
     local = not is_remote(url)
     return ShardIndex(url, name, size, version, np.asarray(starts, np.uint64),
-                      np.asarray(ends, np.uint64), reader.change_stamp(url) if local else 0,
+                      np.asarray(ends, np.uint64), change,
                       fingerprint(reader, url, size) if local else "")  # fmt: skip
 
 

@@ -313,6 +313,16 @@ class Reader:
         status = os.stat(local_path(url))
         return status.st_size, status.st_mtime_ns
 
+    def stamp(self, url: str) -> tuple[int, int, int]:
+        """:meth:`describe` and :meth:`change_stamp` together (one ``stat`` of
+        a local file): ``(size, version, change stamp)``."""
+        self._check_usable()
+        if is_remote(url):
+            remote = self._remotes.stat(url)
+            return remote.size, version_number(remote.version), 0
+        status = os.stat(local_path(url))
+        return status.st_size, status.st_mtime_ns, _change_stamp(status)
+
     def change_stamp(self, url: str) -> int:
         """A local file's inode change stamp: its inode and status-change time,
         which every rewrite moves (``cp -p`` and ``rsync -t`` keep the
@@ -320,8 +330,7 @@ class Reader:
         self._check_usable()
         if is_remote(url):
             return 0
-        status = os.stat(local_path(url))
-        return (status.st_ino * 1_000_003 + status.st_ctime_ns) & ((1 << 63) - 1)
+        return _change_stamp(os.stat(local_path(url)))
 
     def refresh(self, urls: Iterable[str]) -> None:
         """Forget what is known of remote objects' sizes and versions and ask
@@ -922,3 +931,7 @@ class Reader:
 
 def _limit(base: int, share: float) -> int:
     return min(max(int(base * share), 1), MAX_OUTSTANDING_REQUESTS)
+
+
+def _change_stamp(status: os.stat_result) -> int:
+    return (status.st_ino * 1_000_003 + status.st_ctime_ns) & ((1 << 63) - 1)
