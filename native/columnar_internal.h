@@ -78,6 +78,79 @@ static inline uint64_t fio_fnv1a(const uint8_t *bytes, size_t length)
     return hash;
 }
 
+/* Names (tar extensions, Example features) to their column slots: open
+ * addressing on the names' FNV-1a hashes, kept at most half full. An entry
+ * points at its name, which must stay put while the entry is there. */
+typedef struct fio_name_entry {
+    const uint8_t *name;
+    size_t length;
+    uint64_t hash;
+    uint32_t slot; /* plus one; 0: empty */
+} fio_name_entry;
+
+typedef struct fio_names {
+    fio_name_entry *entries;
+    size_t size, count;
+} fio_names;
+
+/* The slot `name` (of `hash`, fio_fnv1a's) was added with, or -1. */
+static inline int64_t fio_names_find(const fio_names *names, const uint8_t *name, size_t length,
+                                     uint64_t hash)
+{
+    if (!names->size)
+        return -1;
+    size_t mask = names->size - 1;
+    for (size_t index = hash & mask; names->entries[index].slot; index = (index + 1) & mask) {
+        const fio_name_entry *entry = &names->entries[index];
+        if (entry->hash == hash && entry->length == length && !memcmp(entry->name, name, length))
+            return (int64_t)entry->slot - 1;
+    }
+    return -1;
+}
+
+static inline void fio_names_place(fio_name_entry *entries, size_t size, fio_name_entry entry)
+{
+    size_t mask = size - 1, index = entry.hash & mask;
+    while (entries[index].slot)
+        index = (index + 1) & mask;
+    entries[index] = entry;
+}
+
+/* Adds `name`, not there yet, as `slot`. Returns 0 or -ENOMEM (not added). */
+static inline int fio_names_add(fio_names *names, const uint8_t *name, size_t length,
+                                uint64_t hash, uint32_t slot)
+{
+    if ((names->count + 1) * 2 > names->size) {
+        size_t size = names->size ? names->size * 2 : 64;
+        fio_name_entry *entries = calloc(size, sizeof *entries);
+        if (!entries)
+            return -ENOMEM;
+        for (size_t index = 0; index < names->size; index++)
+            if (names->entries[index].slot)
+                fio_names_place(entries, size, names->entries[index]);
+        free(names->entries);
+        names->entries = entries;
+        names->size = size;
+    }
+    fio_name_entry entry = {name, length, hash, slot + 1};
+    fio_names_place(names->entries, names->size, entry);
+    names->count++;
+    return 0;
+}
+
+static inline void fio_names_clear(fio_names *names)
+{
+    if (names->entries)
+        memset(names->entries, 0, names->size * sizeof *names->entries);
+    names->count = 0;
+}
+
+static inline void fio_names_free(fio_names *names)
+{
+    free(names->entries);
+    memset(names, 0, sizeof *names);
+}
+
 /* Copies a value into a batch's column. A batch is larger than the caches, so
  * large values go with non-temporal stores: the column's lines are written
  * without being read first (a plain copy reads each destination line from

@@ -9,7 +9,6 @@
 typedef struct example_slot {
     const uint8_t *name;
     size_t length;
-    uint64_t hash;
     int kind;         /* enum fio_feature_kind */
     size_t last_row;  /* the row that gave it last, plus one */
     uint64_t values;  /* items in all */
@@ -23,8 +22,7 @@ typedef struct example_slot {
 typedef struct examples {
     example_slot *slots;
     size_t slot_count, slot_capacity;
-    uint32_t *table; /* open addressing over the slots: index + 1, or 0 for empty */
-    size_t table_size;
+    fio_names names; /* of the slots */
     fio_feature *features; /* of every row, in order */
     uint32_t *feature_slots;
     size_t feature_count, feature_capacity, slot_index_capacity;
@@ -38,18 +36,10 @@ static void examples_free(examples *ex)
     for (size_t slot = 0; slot < ex->slot_count; slot++)
         fio_columns_free(&ex->slots[slot].column, 1);
     free(ex->slots);
-    free(ex->table);
+    fio_names_free(&ex->names);
     free(ex->features);
     free(ex->feature_slots);
     free(ex->row_ends);
-}
-
-static void slot_insert(uint32_t *table, size_t size, uint64_t hash, uint32_t entry)
-{
-    size_t mask = size - 1, index = hash & mask;
-    while (table[index])
-        index = (index + 1) & mask;
-    table[index] = entry;
 }
 
 /* The slot of a feature name, made on first sight. Returns 0, 1 for a name
@@ -58,42 +48,24 @@ static void slot_insert(uint32_t *table, size_t size, uint64_t hash, uint32_t en
 static int slot_of(examples *ex, const uint8_t *name, size_t length, uint32_t *slot)
 {
     uint64_t hash = fio_fnv1a(name, length);
-    if (ex->table_size) {
-        size_t mask = ex->table_size - 1;
-        for (size_t index = hash & mask; ex->table[index]; index = (index + 1) & mask) {
-            example_slot *known = &ex->slots[ex->table[index] - 1];
-            if (known->hash == hash && known->length == length &&
-                !memcmp(known->name, name, length)) {
-                *slot = ex->table[index] - 1;
-                return 0;
-            }
-        }
+    int64_t known = fio_names_find(&ex->names, name, length, hash);
+    if (known >= 0) {
+        *slot = (uint32_t)known;
+        return 0;
     }
     if (!fio_utf8_valid(name, length))
         return 1;
     if (memchr(name, 0, length))
         return 2;
     if (fio_grow((void **)&ex->slots, &ex->slot_capacity, ex->slot_count + 1,
-                 sizeof(example_slot)))
+                 sizeof(example_slot)) ||
+        fio_names_add(&ex->names, name, length, hash, (uint32_t)ex->slot_count))
         return -ENOMEM;
-    if ((ex->slot_count + 1) * 2 > ex->table_size) {
-        size_t size = ex->table_size ? ex->table_size * 2 : 64;
-        uint32_t *table = calloc(size, sizeof *table);
-        if (!table)
-            return -ENOMEM;
-        for (size_t known = 0; known < ex->slot_count; known++)
-            slot_insert(table, size, ex->slots[known].hash, (uint32_t)known + 1);
-        free(ex->table);
-        ex->table = table;
-        ex->table_size = size;
-    }
     example_slot *fresh = &ex->slots[ex->slot_count];
     memset(fresh, 0, sizeof *fresh);
     fresh->name = name;
     fresh->length = length;
-    fresh->hash = hash;
     *slot = (uint32_t)ex->slot_count++;
-    slot_insert(ex->table, ex->table_size, hash, *slot + 1);
     return 0;
 }
 

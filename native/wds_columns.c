@@ -23,7 +23,6 @@ typedef struct wds_member {
 typedef struct wds_slot {
     char *name; /* NUL-terminated: it names a column */
     size_t length;
-    uint64_t hash;
     uint64_t serial; /* the sample that used this slot last */
     uint64_t bytes;  /* of the samples collected for the next batch */
     size_t rows;
@@ -32,8 +31,7 @@ typedef struct wds_slot {
 struct fio_wds {
     wds_slot *slots;
     size_t slot_count, slot_capacity;
-    uint32_t *table; /* open addressing over the slots: index + 1, or 0 for empty */
-    size_t table_size;
+    fio_names names; /* of the slots */
     wds_member *members;
     size_t member_count, member_capacity;
     wds_key *keys; /* one per row */
@@ -42,23 +40,13 @@ struct fio_wds {
     uint64_t serial;
 };
 
-#define WDS_TABLE_START 64
 #define PREFETCH_DISTANCE 4096
 /* A ustar prefix (155 bytes), "/" and the 100-byte name field. */
 #define WDS_USTAR_NAME 256
 
 fio_wds *fio_wds_new(void)
 {
-    fio_wds *wds = calloc(1, sizeof *wds);
-    if (!wds)
-        return NULL;
-    wds->table = calloc(WDS_TABLE_START, sizeof *wds->table);
-    if (!wds->table) {
-        free(wds);
-        return NULL;
-    }
-    wds->table_size = WDS_TABLE_START;
-    return wds;
+    return calloc(1, sizeof(fio_wds));
 }
 
 void fio_wds_reset_columns(fio_wds *wds)
@@ -66,7 +54,7 @@ void fio_wds_reset_columns(fio_wds *wds)
     for (size_t slot = 0; slot < wds->slot_count; slot++)
         free(wds->slots[slot].name);
     wds->slot_count = 0;
-    memset(wds->table, 0, wds->table_size * sizeof *wds->table);
+    fio_names_clear(&wds->names);
 }
 
 void fio_wds_free(fio_wds *wds)
@@ -75,7 +63,7 @@ void fio_wds_free(fio_wds *wds)
         return;
     fio_wds_reset_columns(wds);
     free(wds->slots);
-    free(wds->table);
+    fio_names_free(&wds->names);
     free(wds->members);
     free(wds->keys);
     free(wds);
@@ -91,55 +79,35 @@ size_t fio_wds_rows(const fio_wds *wds)
     return wds->row_count;
 }
 
-static void table_insert(uint32_t *table, size_t size, uint64_t hash, uint32_t entry)
-{
-    size_t mask = size - 1, index = hash & mask;
-    while (table[index])
-        index = (index + 1) & mask;
-    table[index] = entry;
-}
-
 /* The slot of an extension, made on first sight. Returns 0, 1 for a name that
  * cannot name a column (not UTF-8, or with a NUL), or -ENOMEM. */
 static int intern(fio_wds *wds, const uint8_t *extension, size_t length, uint32_t *slot)
 {
     uint64_t hash = fio_fnv1a(extension, length);
-    size_t mask = wds->table_size - 1;
-    for (size_t index = hash & mask; wds->table[index]; index = (index + 1) & mask) {
-        wds_slot *known = &wds->slots[wds->table[index] - 1];
-        if (known->hash == hash && known->length == length &&
-            !memcmp(known->name, extension, length)) {
-            *slot = wds->table[index] - 1;
-            return 0;
-        }
+    int64_t known = fio_names_find(&wds->names, extension, length, hash);
+    if (known >= 0) {
+        *slot = (uint32_t)known;
+        return 0;
     }
     if (!fio_utf8_valid(extension, length) || memchr(extension, 0, length))
         return 1;
     if (fio_grow((void **)&wds->slots, &wds->slot_capacity, wds->slot_count + 1, sizeof(wds_slot)))
         return -ENOMEM;
-    if ((wds->slot_count + 1) * 2 > wds->table_size) {
-        size_t size = wds->table_size * 2;
-        uint32_t *table = calloc(size, sizeof *table);
-        if (!table)
-            return -ENOMEM;
-        for (size_t known = 0; known < wds->slot_count; known++)
-            table_insert(table, size, wds->slots[known].hash, (uint32_t)known + 1);
-        free(wds->table);
-        wds->table = table;
-        wds->table_size = size;
-    }
     char *name = malloc(length + 1);
     if (!name)
         return -ENOMEM;
     memcpy(name, extension, length);
     name[length] = 0;
+    if (fio_names_add(&wds->names, (const uint8_t *)name, length, hash,
+                      (uint32_t)wds->slot_count)) {
+        free(name);
+        return -ENOMEM;
+    }
     wds_slot *fresh = &wds->slots[wds->slot_count];
     memset(fresh, 0, sizeof *fresh);
     fresh->name = name;
     fresh->length = length;
-    fresh->hash = hash;
     *slot = (uint32_t)wds->slot_count++;
-    table_insert(wds->table, wds->table_size, hash, *slot + 1);
     return 0;
 }
 

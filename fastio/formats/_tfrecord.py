@@ -180,6 +180,25 @@ def _checksum_problem(
     return CorruptRecordError(f"{what} checksum mismatch", url, base + error.offset, count)
 
 
+def _collecting(
+    collector: RecordColumns, url: str, verify: bool, max_batch_bytes: int
+) -> Callable[[Any, int, bool], tuple[Collected, Exception | None]]:
+    """The scan :func:`batched` calls: TFRecords framed and checked into
+    ``collector``, with the error to raise after them."""
+    count = 0  # records before the current scan, for record indices
+
+    def scan(data: Any, base: int, final: bool) -> tuple[Collected, Exception | None]:
+        nonlocal count
+        found = collector.tfrecord(data, verify, max_batch_bytes, base)
+        count += found.records
+        problem: Exception | None = _checksum_problem(found.error, url, base, count)
+        if problem is None and found.full and not collector.rows:
+            problem = too_large(url, base, max_batch_bytes)
+        return found, problem
+
+    return scan
+
+
 def columns_tfrecord(
     chunks: Iterable[Chunk],
     url: str,
@@ -192,16 +211,7 @@ def columns_tfrecord(
     same errors."""
     pyarrow = arrow()
     collector = RecordColumns("record")
-    count = 0  # records before the current scan, for record indices
-
-    def scan(data: Any, base: int, final: bool) -> tuple[Collected, Exception | None]:
-        nonlocal count
-        found = collector.tfrecord(data, verify, max_batch_bytes)
-        count += found.records
-        problem: Exception | None = _checksum_problem(found.error, url, base, count)
-        if problem is None and found.full and not collector.rows:
-            problem = too_large(url, base, max_batch_bytes)
-        return found, problem
+    scan = _collecting(collector, url, verify, max_batch_bytes)
 
     def take() -> Any:
         batch = collector.take()
@@ -228,16 +238,7 @@ def columns_examples(
     is not an example comes as its DecodeError in its place; framing errors as
     :func:`columns_tfrecord` raises them."""
     collector = RecordColumns("record")
-    count = 0  # records before the current scan, for record indices
-
-    def scan(data: Any, base: int, final: bool) -> tuple[Collected, Exception | None]:
-        nonlocal count
-        found = collector.tfrecord(data, verify, max_batch_bytes, base)
-        count += found.records
-        problem: Exception | None = _checksum_problem(found.error, url, base, count)
-        if problem is None and found.full and not collector.rows:
-            problem = too_large(url, base, max_batch_bytes)
-        return found, problem
+    scan = _collecting(collector, url, verify, max_batch_bytes)
 
     def take() -> list[Any]:
         rows = collector.detach_examples()
