@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <string.h>
 #if defined(__x86_64__)
-#include <emmintrin.h>
+#include <immintrin.h>
 #endif
 
 #define CRC32C_POLY 0x82F63B78u /* reflected Castagnoli polynomial */
@@ -73,17 +73,21 @@ static uint32_t crc_multiply(uint32_t a, uint32_t b)
     return product;
 }
 
-static void crc_shift_init(void)
+static uint32_t crc_xpow(uint64_t n) /* x^n mod P, reflected as crc_multiply's operands */
 {
     uint32_t power = (uint32_t)1 << 30; /* x^1 */
     uint32_t result = (uint32_t)1 << 31; /* x^0 */
-    /* x^(8 CRC_BLOCK) by squaring: bit k of the exponent stands for x^(2^k). */
-    for (size_t exponent = 8 * CRC_BLOCK; exponent; exponent >>= 1) {
-        if (exponent & 1)
+    for (; n; n >>= 1) {
+        if (n & 1)
             result = crc_multiply(power, result);
         power = crc_multiply(power, power);
     }
-    crc_block_shift = result;
+    return result;
+}
+
+static void crc_shift_init(void)
+{
+    crc_block_shift = crc_xpow(8 * CRC_BLOCK);
 }
 
 __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t state, const uint8_t *p,
@@ -129,28 +133,135 @@ __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t state, cons
     return (uint32_t)wide;
 }
 
-static int have_sse42(void)
+/* Carry-less multiplication folding (as Intel's "Fast CRC Computation for
+ * Generic Polynomials Using PCLMULQDQ", over 512-bit lanes). A 128-bit lane A
+ * of the data stands for the polynomial A(x); the message so far is A(x)
+ * times x to the number of bits after it, and A x^d mod P can replace A x^d.
+ * Folding a lane d bits forward multiplies its two 64-bit halves by
+ * x^(d + 64 - 1) and x^(d - 1) mod P (the -1: a carry-less product of
+ * reflected operands comes out one bit short); the products, each under 96
+ * bits, xor into the lane d bits further on. What is left at the end is one
+ * 128-bit lane congruent to the message, whose CRC the crc32 instruction
+ * takes. Loads are 64 bytes wide and the multiplier keeps up with memory:
+ * about 3x the crc32 instruction on data that is not in the cache. */
+#define FOLD_GROUP 256u /* bytes: four 512-bit accumulators */
+static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
+static uint64_t fold_constants[5][2]; /* for d = 2048, 512, 384, 256, 128 bits */
+
+static void fold_init(void)
+{
+    static const uint64_t bits[5] = {8 * FOLD_GROUP, 512, 384, 256, 128};
+    for (int k = 0; k < 5; k++) {
+        /* A constant of degree < 32 in the high half of a 64-bit operand. */
+        fold_constants[k][0] = (uint64_t)crc_xpow(bits[k] + 64 - 1) << 32;
+        fold_constants[k][1] = (uint64_t)crc_xpow(bits[k] - 1) << 32;
+    }
+}
+
+#define FOLD_TARGET "sse4.2,pclmul,avx512f,avx512vl,avx512bw,vpclmulqdq"
+
+__attribute__((target(FOLD_TARGET))) static inline __m512i fold512(__m512i lanes, __m512i k,
+                                                                   __m512i onto)
+{
+    __m512i low = _mm512_clmulepi64_epi128(lanes, k, 0x00);
+    __m512i high = _mm512_clmulepi64_epi128(lanes, k, 0x11);
+    return _mm512_ternarylogic_epi64(low, high, onto, 0x96); /* low ^ high ^ onto */
+}
+
+__attribute__((target(FOLD_TARGET))) static inline __m128i fold128(__m128i lane, int k)
+{
+    __m128i constant = _mm_loadu_si128((const __m128i *)fold_constants[k]);
+    return _mm_xor_si128(_mm_clmulepi64_si128(lane, constant, 0x00),
+                         _mm_clmulepi64_si128(lane, constant, 0x11));
+}
+
+__attribute__((target(FOLD_TARGET))) static uint32_t crc_fold(uint32_t state, const uint8_t *p,
+                                                              size_t len)
+{
+    if (len < FOLD_GROUP)
+        return crc_sse42(state, p, len);
+    pthread_once(&fold_once, fold_init);
+    __m512i group = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)fold_constants[0]));
+    __m512i z0 = _mm512_loadu_si512(p), z1 = _mm512_loadu_si512(p + 64);
+    __m512i z2 = _mm512_loadu_si512(p + 128), z3 = _mm512_loadu_si512(p + 192);
+    /* The state joins the message's first 32 bits (reflected CRCs allow it). */
+    z0 = _mm512_xor_si512(z0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)state)));
+    p += FOLD_GROUP;
+    len -= FOLD_GROUP;
+    while (len >= FOLD_GROUP) {
+        z0 = fold512(z0, group, _mm512_loadu_si512(p));
+        z1 = fold512(z1, group, _mm512_loadu_si512(p + 64));
+        z2 = fold512(z2, group, _mm512_loadu_si512(p + 128));
+        z3 = fold512(z3, group, _mm512_loadu_si512(p + 192));
+        p += FOLD_GROUP;
+        len -= FOLD_GROUP;
+    }
+    __m512i next = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)fold_constants[1]));
+    z1 = fold512(z0, next, z1);
+    z2 = fold512(z1, next, z2);
+    z3 = fold512(z2, next, z3);
+    /* z3's four lanes are consecutive: the first three fold onto the last. */
+    __m128i lane = _mm512_extracti32x4_epi32(z3, 3);
+    lane = _mm_xor_si128(lane, fold128(_mm512_extracti32x4_epi32(z3, 0), 2));
+    lane = _mm_xor_si128(lane, fold128(_mm512_extracti32x4_epi32(z3, 1), 3));
+    lane = _mm_xor_si128(lane, fold128(_mm512_extracti32x4_epi32(z3, 2), 4));
+    for (; len >= 16; p += 16, len -= 16)
+        lane = _mm_xor_si128(fold128(lane, 4), _mm_loadu_si128((const __m128i *)p));
+    uint64_t wide = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(lane));
+    wide = __builtin_ia32_crc32di(wide, (uint64_t)_mm_extract_epi64(lane, 1));
+    while (len--)
+        wide = __builtin_ia32_crc32qi((uint32_t)wide, *p++);
+    return (uint32_t)wide;
+}
+#endif
+
+int fio_crc32c_supported(int kernel)
+{
+    switch (kernel) {
+    case FIO_CRC_AUTO:
+    case FIO_CRC_PORTABLE:
+        return 1;
+#if defined(__x86_64__)
+    case FIO_CRC_SSE42:
+        return __builtin_cpu_supports("sse4.2");
+    case FIO_CRC_FOLD:
+        return __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul") &&
+               __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("vpclmulqdq");
+#endif
+    default:
+        return 0;
+    }
+}
+
+static int best_kernel(void)
 {
     static int cached = -1;
     if (cached < 0)
-        cached = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+        cached = fio_crc32c_supported(FIO_CRC_FOLD)    ? FIO_CRC_FOLD
+                 : fio_crc32c_supported(FIO_CRC_SSE42) ? FIO_CRC_SSE42
+                                                       : FIO_CRC_PORTABLE;
     return cached;
 }
+
+uint32_t fio_crc32c_kernel(int kernel, uint32_t crc, const void *data, size_t len)
+{
+    uint32_t state = ~crc;
+    switch (kernel == FIO_CRC_AUTO ? best_kernel() : kernel) {
+#if defined(__x86_64__)
+    case FIO_CRC_FOLD:
+        return ~crc_fold(state, data, len);
+    case FIO_CRC_SSE42:
+        return ~crc_sse42(state, data, len);
 #endif
+    default:
+        return ~crc_software(state, data, len);
+    }
+}
 
 uint32_t fio_crc32c(uint32_t crc, const void *data, size_t len)
 {
-    uint32_t state = ~crc;
-#if defined(__x86_64__)
-    if (have_sse42())
-        return ~crc_sse42(state, data, len);
-#endif
-    return ~crc_software(state, data, len);
-}
-
-uint32_t fio_crc32c_portable(uint32_t crc, const void *data, size_t len)
-{
-    return ~crc_software(~crc, data, len);
+    return fio_crc32c_kernel(FIO_CRC_AUTO, crc, data, len);
 }
 
 /* ---- TFRecord ------------------------------------------------------------------ */

@@ -15,12 +15,23 @@
 
 /* CRC-32C (Castagnoli). `crc` is the value of the bytes before `data` (0 for
  * none), so fio_crc32c(fio_crc32c(0, a), b) == fio_crc32c(0, a + b). Uses the
- * SSE4.2 instruction where the CPU has it. */
+ * fastest kernel the CPU has (enum fio_crc_kernel). */
 uint32_t fio_crc32c(uint32_t crc, const void *data, size_t len);
 
-/* The table-driven CRC-32C that CPUs without CRC instructions use; exposed so
- * tests check it on machines that would never run it otherwise. */
-uint32_t fio_crc32c_portable(uint32_t crc, const void *data, size_t len);
+/* The kernels, each selectable so tests check every one the CPU can run, not
+ * only the one it would pick. */
+enum fio_crc_kernel {
+    FIO_CRC_AUTO = 0,
+    FIO_CRC_PORTABLE = 1, /* table-driven: CPUs without CRC instructions */
+    FIO_CRC_SSE42 = 2,    /* the crc32 instruction, three streams */
+    FIO_CRC_FOLD = 3,     /* carry-less multiplication over 512-bit lanes (VPCLMULQDQ) */
+};
+
+/* Whether this CPU runs `kernel`. */
+int fio_crc32c_supported(int kernel);
+
+/* fio_crc32c by the given kernel, which must be supported. */
+uint32_t fio_crc32c_kernel(int kernel, uint32_t crc, const void *data, size_t len);
 
 typedef struct fio_record {
     uint64_t offset; /* of the record's data within the buffer */

@@ -13,7 +13,8 @@ cdef extern from "framing.h" nogil:
         uint64_t offset
 
     uint32_t fio_crc32c(uint32_t crc, const void *data, size_t len)
-    uint32_t fio_crc32c_portable(uint32_t crc, const void *data, size_t len)
+    int fio_crc32c_supported(int kernel)
+    uint32_t fio_crc32c_kernel(int kernel, uint32_t crc, const void *data, size_t len)
     size_t fio_tfrecord_scan(const unsigned char *buf, size_t len, int verify, fio_record *out,
                              size_t max_out, size_t *consumed, size_t *needed,
                              fio_frame_error *error)

@@ -241,19 +241,29 @@ def group_tar(object data, str url, object split_name, object own=None):
     return result
 
 
-def crc32c(object data, unsigned int value=0, bint portable=False):
+_CRC_KERNELS = {"auto": 0, "portable": 1, "sse42": 2, "fold": 3}
+
+
+def crc32c_kernels():
+    """The CRC-32C kernels this CPU runs (``auto`` picks the fastest)."""
+    return [name for name, kernel in _CRC_KERNELS.items() if fio_crc32c_supported(kernel)]
+
+
+def crc32c(object data, unsigned int value=0, str kernel="auto"):
     """CRC-32C (Castagnoli) of ``data``, continuing from ``value`` (the CRC of the
-    bytes before it): ``crc32c(b, crc32c(a)) == crc32c(a + b)``. ``portable``
-    forces the table-driven code that CPUs without CRC instructions run."""
+    bytes before it): ``crc32c(b, crc32c(a)) == crc32c(a + b)``. ``kernel``
+    forces one of ``crc32c_kernels()``: ``portable`` is the table-driven code
+    CPUs without CRC instructions run, ``sse42`` the crc32 instruction, ``fold``
+    carry-less multiplication over 512-bit lanes."""
     cdef Py_buffer view
     cdef uint32_t result
+    cdef int chosen = _CRC_KERNELS.get(kernel, -1)
+    if chosen < 0 or not fio_crc32c_supported(chosen):
+        raise ValueError(f"CRC-32C kernel {kernel!r} is not one of {crc32c_kernels()}")
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         with nogil:
-            if portable:
-                result = fio_crc32c_portable(value, view.buf, <size_t>view.len)
-            else:
-                result = fio_crc32c(value, view.buf, <size_t>view.len)
+            result = fio_crc32c_kernel(chosen, value, view.buf, <size_t>view.len)
     finally:
         PyBuffer_Release(&view)
     return result

@@ -21,6 +21,7 @@ from fastio._native import (
     TarColumns,
     TarMember,
     crc32c,
+    crc32c_kernels,
     scan_tar,
     scan_tfrecords,
     split_lines,
@@ -33,8 +34,12 @@ from tests.formats.test_tfrecord import KINDS, encode_values, wire_field
 def test_crc32c_check_value() -> None:
     # The standard check value of CRC-32C.
     assert crc32c(b"123456789") == 0xE3069283
-    assert crc32c(b"123456789", portable=True) == 0xE3069283
-    assert crc32c(b"") == 0
+    for kernel in crc32c_kernels():
+        assert crc32c(b"123456789", kernel=kernel) == 0xE3069283
+        assert crc32c(b"", kernel=kernel) == 0
+    assert {"auto", "portable"} <= set(crc32c_kernels())
+    with pytest.raises(ValueError, match="not one of"):
+        crc32c(b"", kernel="abacus")
 
 
 @given(data=st.binary(max_size=5000), cut=st.integers(0, 5000), offset=st.integers(0, 7))
@@ -42,20 +47,28 @@ def test_crc32c_check_value() -> None:
 def test_crc32c_matches_google_crc32c(data: bytes, cut: int, offset: int) -> None:
     view = memoryview(b"\0" * offset + data)[offset:]  # unaligned starts too
     expected = google_crc32c.value(data)
-    assert crc32c(view) == expected
-    assert crc32c(view, portable=True) == expected
     cut = min(cut, len(data))
-    assert crc32c(data[cut:], crc32c(data[:cut])) == expected
+    for kernel in crc32c_kernels():
+        assert crc32c(view, kernel=kernel) == expected
+        assert crc32c(data[cut:], crc32c(data[:cut], kernel=kernel), kernel=kernel) == expected
 
 
-@pytest.mark.parametrize("size", [12_287, 12_288, 12_289, 24_583, 110_000, (1 << 20) + 5])
-def test_crc32c_of_long_buffers_matches_google_crc32c(size: int) -> None:
-    # Past three 4 KiB blocks the hardware path runs three streams and joins them.
+@pytest.mark.parametrize("kernel", ["sse42", "fold"])
+@pytest.mark.parametrize(
+    "size", [255, 256, 257, 271, 511, 512, 12_287, 12_288, 12_289, 24_583, 110_000, (1 << 20) + 5]
+)
+def test_crc32c_of_long_buffers_matches_google_crc32c(kernel: str, size: int) -> None:
+    # Past three 4 KiB blocks the crc32 instruction runs three streams and joins
+    # them; from 256 bytes the fold kernel runs four 64-byte accumulators, then
+    # 16-byte lanes, then single bytes.
+    if kernel not in crc32c_kernels():
+        pytest.skip(f"this CPU has no {kernel} CRC-32C kernel")
     data = random.Random(size).randbytes(size)
     for offset in (0, 3):
         view = memoryview(data)[offset:]
-        assert crc32c(view) == google_crc32c.value(bytes(view))
-        assert crc32c(view[5000:], crc32c(view[:5000])) == google_crc32c.value(bytes(view))
+        expected = google_crc32c.value(bytes(view))
+        assert crc32c(view, kernel=kernel) == expected
+        assert crc32c(view[200:], crc32c(view[:200], kernel=kernel), kernel=kernel) == expected
 
 
 def write_tfrecords(path, payloads: list[bytes]) -> bytes:
