@@ -44,15 +44,24 @@ log = logging.getLogger("fastio")
 
 
 class OpenFile:
-    __slots__ = ("direct", "fd", "identity", "key", "path", "pinned_url", "refs", "size")
+    __slots__ = ("cached", "direct", "fd", "identity", "key", "path", "pinned_url", "refs", "size")
 
     def __init__(
-        self, key: tuple[str, Direct], path: str, fd: int, direct: bool, st: os.stat_result
+        self,
+        key: tuple[str, Direct],
+        path: str,
+        fd: int,
+        direct: bool,
+        st: os.stat_result,
+        cached: bool = False,
     ) -> None:
         self.key = key
         self.path = path
         self.fd = fd
         self.direct = direct
+        # Read through a page cache that held most of it when opened: its
+        # reads are memory copies, which finish as soon as they start.
+        self.cached = cached
         self.refs = 1
         self.pinned_url: str | None = None  # a shard cache copy held for this remote URL
         self.identity = _identity(st)
@@ -82,19 +91,19 @@ def _device_size(fd: int) -> int:
     return os.lseek(fd, 0, os.SEEK_END)
 
 
-def _cold(fd: int) -> bool:
-    """Whether the page cache holds too little of the regular file ``fd`` to
-    read it through the cache (an empty file, or one that cannot be mapped,
-    is read through it)."""
+def _resident(fd: int) -> bool | None:
+    """Whether the page cache holds enough of the regular file ``fd`` to read
+    it through the cache; None for an empty file or one that cannot be
+    mapped (read through the cache, but not known to be in it)."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
-        return False
+        return None
     try:
         # 32 windows of 64 KiB: a fraction of a millisecond, where whole
         # megabytes cost about one per file opened.
-        return resident_fraction(fd, 0, st.st_size, 32, 64 << 10) < RESIDENT_ENOUGH
+        return resident_fraction(fd, 0, st.st_size, 32, 64 << 10) >= RESIDENT_ENOUGH
     except OSError:
-        return False
+        return None
 
 
 def _set_direct(fd: int) -> bool:
@@ -235,11 +244,13 @@ class FileTable:
 
     def _open(self, key: tuple[str, Direct], path: str, direct: Direct) -> OpenFile:
         flags = os.O_RDONLY | os.O_CLOEXEC
+        resident: bool | None = None
         if direct == "auto":
             fd = os.open(path, flags)
             direct = False
             try:
-                direct = _cold(fd) and _set_direct(fd)
+                resident = _resident(fd)
+                direct = resident is False and _set_direct(fd)
             except BaseException:
                 os.close(fd)
                 raise
@@ -254,6 +265,11 @@ class FileTable:
                 self._warn_direct_refused(path, fd)
         else:
             fd = os.open(path, flags)
+            try:
+                resident = _resident(fd)
+            except BaseException:
+                os.close(fd)
+                raise
         file: OpenFile | None = None
         try:
             st = os.fstat(fd)
@@ -261,7 +277,7 @@ class FileTable:
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
                 raise OSError(errno.EINVAL, "not a regular file or block device", path)
-            file = OpenFile(key, path, fd, direct, st)
+            file = OpenFile(key, path, fd, direct, st, cached=not direct and bool(resident))
         finally:
             if file is None:
                 os.close(fd)

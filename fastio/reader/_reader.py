@@ -83,6 +83,14 @@ _BATCH_SHARE = 16
 # handing from thread to thread (see benchmarks/bench_read.py).
 READ_AHEAD_FACTOR = 2
 READ_AHEAD_MIN_BYTES = 4 << 20
+# Reads in flight of files the page cache holds (OpenFile.cached), at most.
+# Such a read is a memory copy that runs as soon as it starts: more of them
+# at once buy no speed, only a read-ahead window larger than the CPU's
+# caches, so the consumer meets its data cache-cold and the copies contend
+# for the same cores (110 KB records, 2 cores: 16 in flight gave 55k
+# samples/s, 2 gave 81-87k; benchmarks/bench_datasets.py). The window of a
+# stream reading such a file follows this limit, not outstanding_requests.
+CACHED_REQUESTS = 2
 _MAX_QUEUED_PIECES = 4096
 # Share of the memory budget that the sync hand-off may hold.
 _HANDOFF_SHARE = 4
@@ -183,6 +191,7 @@ class Reader:
         self._remote_done: list[tuple[int, int | BaseException]] = []
         self._pool = BufferPool(limit=settings.memory_budget)
         self._inflight: dict[int, Request] = {}
+        self._inflight_peak = 0
         self._streams: list[_Stream] = []
         self._handoffs: set[Handoff] = set()  # of running sync streams
         self._next_tag = 0
@@ -777,10 +786,13 @@ class Reader:
         held = self._held + pool.lent_bytes()
         submitted = 0
         throttled = False
+        cached_limit = min(limit, CACHED_REQUESTS)
+        cached_inflight = sum(1 for p in inflight.values() if p.file is not None and p.file.cached)
         for stream in self._streams:
             queue = stream.queue
             piece_size = max(settings.read_size, stream.largest)
             window = max(limit * piece_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
+            cached_window = max(cached_limit * piece_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
             while (
                 len(inflight) < limit
                 and stream.queued_bytes < window
@@ -793,6 +805,10 @@ class Reader:
                     stream.lookahead = None
                     queue.append(piece)
                     continue
+                cached = piece.file is not None and piece.file.cached
+                if cached and (cached_inflight >= cached_limit
+                               or stream.queued_bytes >= cached_window):  # fmt: skip
+                    break  # kept as the stream's lookahead
                 size = bucket_size(piece.length)
                 # A stream with nothing queued takes one piece over the budget:
                 # the budget may be held by another stream whose consumer waits
@@ -839,6 +855,8 @@ class Reader:
                 piece.tag = tag
                 piece.submitted_ns = time.perf_counter_ns()
                 inflight[tag] = piece
+                self._inflight_peak = max(self._inflight_peak, len(inflight))
+                cached_inflight += cached
                 self._held += size
                 held += size
                 queue.append(piece)
@@ -926,6 +944,7 @@ class Reader:
             inflight_bytes=sum(len(p.buffer) for p in list(self._inflight.values()) if p.buffer),
             buffered_bytes=self._held,
             latency_histogram=tuple(self._latency),
+            peak_inflight_requests=self._inflight_peak,
         )
 
 

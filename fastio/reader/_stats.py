@@ -48,6 +48,8 @@ class ReaderStats:
     buffered_bytes: int
     """Bytes read ahead and waiting for the consumer, plus bytes in flight."""
     latency_histogram: tuple[int, ...]
+    peak_inflight_requests: int = 0
+    """The most reads in flight at once since the reader was made."""
 
     @property
     def throughput(self) -> float:

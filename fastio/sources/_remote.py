@@ -97,13 +97,14 @@ def version_number(version: str) -> int:
 class RemoteFile:
     """A remote object as the read planner sees a file (no descriptor)."""
 
-    __slots__ = ("direct", "fd", "key", "path", "pinned_url", "refs", "size", "version")
+    __slots__ = ("cached", "direct", "fd", "key", "path", "pinned_url", "refs", "size", "version")
 
     def __init__(self, path: str, size: int, version: str) -> None:
         self.path = path
         self.key = (path, False)
         self.fd = -1
         self.direct = False
+        self.cached = False
         self.refs = 1  # the planner counts references; nothing is held open for them
         self.pinned_url: str | None = None
         self.size = size

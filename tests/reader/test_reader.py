@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import fastio
 from fastio import ByteRange, Chunk, Reader, Shard
 from fastio._native import resident_fraction
+from fastio.reader._reader import CACHED_REQUESTS
 from tests.conftest import ResourceSnapshot
 
 
@@ -179,6 +180,27 @@ class ReaderContract:
                 chunks = list(reader.stream(paths))
             assert join_by_shard(chunks, len(paths)) == contents
             assert [resident(path) for path in paths] == [cached_after] * len(paths)
+
+    @pytest.mark.parametrize(
+        ("direct", "warm", "peak"),
+        [("auto", True, CACHED_REQUESTS), (False, True, CACHED_REQUESTS), ("auto", False, 8),
+         (False, False, 8), (True, True, 8)],
+    )  # fmt: skip
+    def test_reads_of_a_file_the_page_cache_holds_are_few_at_once(
+        self, make_file, direct, warm, peak
+    ) -> None:
+        # A cached read is a memory copy: more of them in flight only spread
+        # the read-ahead past the CPU's caches. Device reads keep the depth.
+        path, data = make_file(8 << 20)
+        if warm:
+            Path(path).read_bytes()
+        else:
+            evict(path)
+        with self.reader(direct=direct, read_size=65_536, outstanding_requests=8) as reader:
+            chunks = list(reader.stream([path]))
+            stats = reader.stats()
+        assert join_by_shard(chunks, 1) == [data]
+        assert stats.peak_inflight_requests == peak
 
     def test_auto_direct_decides_per_file(self, make_file) -> None:
         (cold_path, cold_data), (warm_path, warm_data) = make_file(100_001), make_file(100_001)
