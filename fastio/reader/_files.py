@@ -32,11 +32,17 @@ if TYPE_CHECKING:
     from fastio.cache._filling import Filling, FillingReader
     from fastio.sources._remote import Remotes
 
-__all__ = ["RESIDENT_ENOUGH", "FileTable", "FollowedFile", "OpenFile"]
+__all__ = ["CACHED_ENOUGH", "RESIDENT_ENOUGH", "FileTable", "FollowedFile", "OpenFile"]
 
 RESIDENT_ENOUGH = 0.5
 """With ``direct="auto"``: the share of a file's sampled pages the page cache
 must hold for the file to be read through it."""
+
+CACHED_ENOUGH = 0.9
+"""The share of a file's sampled pages the page cache must hold for the
+file's reads to count as memory copies (``OpenFile.cached``): a file read
+through the cache with more missing waits for the device on those pages,
+which reads in flight together hide."""
 
 Direct = bool | Literal["auto"]
 
@@ -91,17 +97,17 @@ def _device_size(fd: int) -> int:
     return os.lseek(fd, 0, os.SEEK_END)
 
 
-def _resident(fd: int) -> bool | None:
-    """Whether the page cache holds enough of the regular file ``fd`` to read
-    it through the cache; None for an empty file or one that cannot be
-    mapped (read through the cache, but not known to be in it)."""
+def _residency(fd: int) -> float | None:
+    """The share of the regular file ``fd``'s sampled pages the page cache
+    holds; None for an empty file or one that cannot be mapped (read through
+    the cache, but not known to be in it)."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
         return None
     try:
         # 32 windows of 64 KiB: a fraction of a millisecond, where whole
         # megabytes cost about one per file opened.
-        return resident_fraction(fd, 0, st.st_size, 32, 64 << 10) >= RESIDENT_ENOUGH
+        return resident_fraction(fd, 0, st.st_size, 32, 64 << 10)
     except OSError:
         return None
 
@@ -244,13 +250,14 @@ class FileTable:
 
     def _open(self, key: tuple[str, Direct], path: str, direct: Direct) -> OpenFile:
         flags = os.O_RDONLY | os.O_CLOEXEC
-        resident: bool | None = None
+        residency: float | None = None
         if direct == "auto":
             fd = os.open(path, flags)
             direct = False
             try:
-                resident = _resident(fd)
-                direct = resident is False and _set_direct(fd)
+                residency = _residency(fd)
+                cold = residency is not None and residency < RESIDENT_ENOUGH
+                direct = cold and _set_direct(fd)
             except BaseException:
                 os.close(fd)
                 raise
@@ -266,7 +273,7 @@ class FileTable:
         else:
             fd = os.open(path, flags)
             try:
-                resident = _resident(fd)
+                residency = _residency(fd)
             except BaseException:
                 os.close(fd)
                 raise
@@ -277,7 +284,8 @@ class FileTable:
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
                 raise OSError(errno.EINVAL, "not a regular file or block device", path)
-            file = OpenFile(key, path, fd, direct, st, cached=not direct and bool(resident))
+            cached = not direct and residency is not None and residency >= CACHED_ENOUGH
+            file = OpenFile(key, path, fd, direct, st, cached=cached)
         finally:
             if file is None:
                 os.close(fd)
