@@ -65,8 +65,8 @@ class OpenFile:
         self.path = path
         self.fd = fd
         self.direct = direct
-        # Read through a page cache that held most of it when opened: its
-        # reads are memory copies, which finish as soon as they start.
+        # Read through a page cache that held nearly all of it when opened
+        # (CACHED_ENOUGH): its reads are memory copies, done as soon as started.
         self.cached = cached
         self.refs = 1
         self.pinned_url: str | None = None  # a shard cache copy held for this remote URL
