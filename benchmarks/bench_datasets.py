@@ -277,13 +277,13 @@ def fastio_batches_second_epoch(copies: dict[str, Any]) -> tuple[int, int | None
         return samples, payload, time.perf_counter() - started
 
 
-def fastio_batches_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
+def fastio_batches_loader(copies: dict[str, Any], rows: int = BATCH) -> tuple[int, int | None]:
     import pyarrow.compute as pc
     from torch.utils.data import DataLoader
 
     samples = payload = 0
     ds = fastio_dataset(copies)
-    for batch in DataLoader(ds.batches(BATCH), batch_size=None, num_workers=WORKERS):
+    for batch in DataLoader(ds.batches(rows), batch_size=None, num_workers=WORKERS):
         first_sample()
         samples += batch.num_rows
         payload += pc.sum(pc.binary_length(batch.column("bin"))).as_py()
@@ -464,6 +464,10 @@ METHODS = [
     ),
     Method("fastio loader", "webdataset", fastio_loader),
     Method("fastio batches loader", "webdataset", fastio_batches_loader),
+    # The batch the sample loaders collate (LOADER_BATCH): the same step size.
+    Method(
+        "fastio batches loader 256", "webdataset", lambda c: fastio_batches_loader(c, LOADER_BATCH)
+    ),
     Method("webdataset", "webdataset", webdataset_samples),
     Method("webdataset loader", "webdataset", webdataset_loader),
     Method("streaming", "mds", streaming_samples),
