@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio.shared._heap import keep_heap
 from fastio.shared._mapped import owner_of, remove_owned, shared_path
 
 if TYPE_CHECKING:
@@ -252,6 +253,8 @@ def hand_off(capacity: int, arrow: bool = False) -> None:
     ``arrow``, Arrow record batches too) to the main process through a ring of
     ``capacity`` bytes (0: pickle them as torch does)."""
     _handoff.capacity = capacity
+    if capacity:
+        keep_heap()
     ForkingPickler.register(HandedBytes, _reduce_bytes)
     if arrow:
         import pyarrow as pa
@@ -357,6 +360,7 @@ _attached: dict[str, _Attached] = {}
 def _ring(path: str) -> _Attached:
     ring = _attached.get(path)
     if ring is None:
+        keep_heap()  # payloads are read into this process's heap from now on
         _close_gone()
         ring = _attached[path] = _Attached(path)
     return ring
@@ -399,6 +403,7 @@ def _record_batch_from_ring(path: str, start: int, length: int) -> Any:
 
 def _opened_apart(path: str, length: int) -> int:
     """A payload's own file, opened and unlinked (the descriptor keeps it)."""
+    keep_heap()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

@@ -6,6 +6,7 @@ left in /dev/shm when a worker is killed or the loader is dropped mid-epoch."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import fastio
-from fastio.shared import _handoff
+from fastio.shared import _handoff, _heap
 from fastio.shared._mapped import owner_of, shared_folder
 from tests.shards import write
 
@@ -288,3 +289,59 @@ def test_a_worker_exit_waits_for_the_file_a_payload_is_being_written_to() -> Non
     assert written == [None]  # the payload is pickled instead
     assert not os.path.exists(path)
     assert apart.write(fill) is None  # and so is every one after the exit
+
+
+_HEAP_PROBE = """
+import json, os, sys
+from fastio.shared._heap import keep_heap
+
+def resident() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+kept = keep_heap() if sys.argv[1] == "keep" else False
+payloads = [bytes(110_000) for _ in range(600)]  # 66 MB, as a batch of samples is
+held = resident()
+del payloads
+print(json.dumps({"kept": kept, "given_back": held - resident()}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "env", "kept"),
+    [("keep", {}, True), ("default", {}, False),
+     ("keep", {"MALLOC_TRIM_THRESHOLD_": "131072"}, False),
+     ("keep", {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"}, False)],
+)  # fmt: skip
+def test_a_process_handing_payloads_keeps_its_heap_between_batches(how, env, kept) -> None:
+    # glibc gives a freed batch's pages back, and the next batch faults them
+    # in again; a process that hands or reads payloads keeps them, unless the
+    # user has set malloc's thresholds.
+    result = subprocess.run([sys.executable, "-c", _HEAP_PROBE, how], env={**os.environ, **env},
+                            capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    report = json.loads(result.stdout)
+    assert report["kept"] is kept
+    if kept:
+        assert report["given_back"] < 8 << 20
+    else:
+        assert report["given_back"] > 32 << 20
+
+
+class _HeapProbe(torch.utils.data.IterableDataset):
+    """fastio's samples, then whether this worker keeps its heap."""
+
+    def __init__(self, dataset: fastio.Dataset) -> None:
+        self.dataset = dataset
+
+    def __iter__(self):
+        yield from ({"bin": sample["bin"]} for sample in self.dataset)
+        yield {"kept": _heap._kept}
+
+
+def test_workers_and_the_main_process_keep_their_heaps(written, monkeypatch) -> None:
+    monkeypatch.setattr(_heap, "_kept", False)  # as if no payload had been read here yet
+    probe = _HeapProbe(fastio.Dataset(written.pattern, shuffle=False))
+    loader = DataLoader(probe, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    kept = [item["kept"] for item in loader if "kept" in item]
+    assert kept == [True, True]  # each worker, once it has handed payloads
+    assert _heap._kept  # this process, which read them
