@@ -277,6 +277,36 @@ def fastio_batches_second_epoch(copies: dict[str, Any]) -> tuple[int, int | None
         return samples, payload, time.perf_counter() - started
 
 
+def _second_epoch(loader: Any) -> tuple[int, int | None, float]:
+    """The second epoch of a DataLoader with persistent workers, timed: the
+    workers (and their readers, heaps and hand-off rings) are those of the
+    first, as in a training job's later epochs."""
+    for _ in loader:
+        pass
+    samples = payload = 0
+    started = time.perf_counter()
+    for batch in loader:
+        samples += len(batch["bin"])
+        payload += sum(len(b) for b in batch["bin"])
+    return samples, payload, time.perf_counter() - started
+
+
+def fastio_loader_second_epoch(copies: dict[str, Any]) -> tuple[int, int | None, float]:
+    from torch.utils.data import DataLoader
+
+    return _second_epoch(DataLoader(fastio_dataset(copies), batch_size=LOADER_BATCH,
+                                    num_workers=WORKERS, persistent_workers=True))  # fmt: skip
+
+
+def webdataset_loader_second_epoch(copies: dict[str, Any]) -> tuple[int, int | None, float]:
+    import webdataset
+    from torch.utils.data import DataLoader
+
+    ds = webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False)
+    return _second_epoch(DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS,
+                                    persistent_workers=True))  # fmt: skip
+
+
 def fastio_batches_loader(copies: dict[str, Any], rows: int = BATCH) -> tuple[int, int | None]:
     import pyarrow.compute as pc
     from torch.utils.data import DataLoader
@@ -470,6 +500,8 @@ METHODS = [
     ),
     Method("webdataset", "webdataset", webdataset_samples),
     Method("webdataset loader", "webdataset", webdataset_loader),
+    Method("fastio loader epoch 2", "webdataset", fastio_loader_second_epoch, ("warm",)),
+    Method("webdataset loader epoch 2", "webdataset", webdataset_loader_second_epoch, ("warm",)),
     Method("streaming", "mds", streaming_samples),
     Method("streaming loader", "mds", streaming_loader),
     Method(
