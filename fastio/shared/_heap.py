@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 __all__ = ["KEPT_TOP", "MAPPED_FROM", "keep_heap"]
 
@@ -34,6 +33,14 @@ MAPPED_FROM = 32 << 20
 _M_TRIM_THRESHOLD = -1  # malloc.h
 _M_MMAP_THRESHOLD = -3
 _USER_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
+
+
+def _glibc() -> bool:
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (ValueError, OSError):  # not a glibc system
+        return False
+
 
 _kept = False  # in this process (a forked one inherits them with the heap)
 
@@ -47,7 +54,7 @@ def keep_heap() -> bool:
         "GLIBC_TUNABLES", ""
     ):
         return False
-    if platform.libc_ver()[0] != "glibc":
+    if not _glibc():
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
