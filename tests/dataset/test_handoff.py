@@ -291,15 +291,19 @@ def test_a_worker_exit_waits_for_the_file_a_payload_is_being_written_to() -> Non
     assert apart.write(fill) is None  # and so is every one after the exit
 
 
+# The module alone, in a bare interpreter: importing fastio (numpy, torch)
+# first would leave the heap's top to whatever those imports allocated last.
 _HEAP_PROBE = """
-import json, os, sys
-from fastio.shared._heap import keep_heap
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("heap", sys.argv[2])
+heap = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(heap)
+statm = os.open("/proc/self/statm", os.O_RDONLY)
 
 def resident() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return int(os.pread(statm, 100, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-kept = keep_heap() if sys.argv[1] == "keep" else False
+kept = heap.keep_heap() if sys.argv[1] == "keep" else False
 payloads = [bytes(110_000) for _ in range(600)]  # 66 MB, as a batch of samples is
 held = resident()
 del payloads
@@ -317,8 +321,10 @@ def test_a_process_handing_payloads_keeps_its_heap_between_batches(how, env, kep
     # glibc gives a freed batch's pages back, and the next batch faults them
     # in again; a process that hands or reads payloads keeps them, unless the
     # user has set malloc's thresholds.
-    result = subprocess.run([sys.executable, "-c", _HEAP_PROBE, how], env={**os.environ, **env},
-                            capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", _HEAP_PROBE, how, _heap.__file__],
+        env={**os.environ, **env}, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
     report = json.loads(result.stdout)
     assert report["kept"] is kept
     if kept:
