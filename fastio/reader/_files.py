@@ -97,11 +97,10 @@ def _device_size(fd: int) -> int:
     return os.lseek(fd, 0, os.SEEK_END)
 
 
-def _residency(fd: int) -> float | None:
+def _residency(fd: int, st: os.stat_result) -> float | None:
     """The share of the regular file ``fd``'s sampled pages the page cache
     holds; None for an empty file or one that cannot be mapped (read through
     the cache, but not known to be in it)."""
-    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
         return None
     try:
@@ -250,33 +249,18 @@ class FileTable:
 
     def _open(self, key: tuple[str, Direct], path: str, direct: Direct) -> OpenFile:
         flags = os.O_RDONLY | os.O_CLOEXEC
-        residency: float | None = None
-        if direct == "auto":
-            fd = os.open(path, flags)
-            direct = False
-            try:
-                residency = _residency(fd)
-                cold = residency is not None and residency < RESIDENT_ENOUGH
-                direct = cold and _set_direct(fd)
-            except BaseException:
-                os.close(fd)
-                raise
-        elif direct:
+        opened_direct = False
+        if direct is True:
             try:
                 fd = os.open(path, flags | os.O_DIRECT)
+                opened_direct = True
             except OSError as error:
                 if error.errno != errno.EINVAL:
                     raise
                 fd = os.open(path, flags)
-                direct = False
                 self._warn_direct_refused(path, fd)
         else:
             fd = os.open(path, flags)
-            try:
-                residency = _residency(fd)
-            except BaseException:
-                os.close(fd)
-                raise
         file: OpenFile | None = None
         try:
             st = os.fstat(fd)
@@ -284,8 +268,12 @@ class FileTable:
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
                 raise OSError(errno.EINVAL, "not a regular file or block device", path)
-            cached = not direct and residency is not None and residency >= CACHED_ENOUGH
-            file = OpenFile(key, path, fd, direct, st, cached=cached)
+            # Through the page cache by choice ("auto" or False): how much it holds.
+            residency = None if direct is True else _residency(fd, st)
+            if direct == "auto" and residency is not None and residency < RESIDENT_ENOUGH:
+                opened_direct = _set_direct(fd)
+            cached = not opened_direct and residency is not None and residency >= CACHED_ENOUGH
+            file = OpenFile(key, path, fd, opened_direct, st, cached=cached)
         finally:
             if file is None:
                 os.close(fd)

@@ -192,6 +192,7 @@ class Reader:
         self._pool = BufferPool(limit=settings.memory_budget)
         self._inflight: dict[int, Request] = {}
         self._inflight_peak = 0
+        self._cached_inflight = 0  # of _inflight: reads of cached files (OpenFile.cached)
         self._streams: list[_Stream] = []
         self._handoffs: set[Handoff] = set()  # of running sync streams
         self._next_tag = 0
@@ -461,6 +462,7 @@ class Reader:
         self._loop = None
         self._engine = None
         self._inflight.clear()
+        self._cached_inflight = 0
         self._files.close_all()
         self._pool.clear()
         self._held = 0
@@ -757,6 +759,7 @@ class Reader:
             piece = inflight.pop(tag)
             latency[latency_bucket(now - piece.submitted_ns)] += 1
             if piece.file is not None:
+                self._cached_inflight -= piece.file.cached
                 files.release(piece.file)
             if isinstance(result, BaseException):  # a remote read's final error
                 piece.done, piece.error = True, result
@@ -787,7 +790,6 @@ class Reader:
         submitted = 0
         throttled = False
         cached_limit = min(limit, CACHED_REQUESTS)
-        cached_inflight = sum(1 for p in inflight.values() if p.file is not None and p.file.cached)
         for stream in self._streams:
             queue = stream.queue
             piece_size = max(settings.read_size, stream.largest)
@@ -806,7 +808,7 @@ class Reader:
                     queue.append(piece)
                     continue
                 cached = piece.file is not None and piece.file.cached
-                if cached and (cached_inflight >= cached_limit
+                if cached and (self._cached_inflight >= cached_limit
                                or stream.queued_bytes >= cached_window):  # fmt: skip
                     break  # kept as the stream's lookahead
                 size = bucket_size(piece.length)
@@ -856,7 +858,7 @@ class Reader:
                 piece.submitted_ns = time.perf_counter_ns()
                 inflight[tag] = piece
                 self._inflight_peak = max(self._inflight_peak, len(inflight))
-                cached_inflight += cached
+                self._cached_inflight += cached
                 self._held += size
                 held += size
                 queue.append(piece)
