@@ -66,7 +66,22 @@ def _take(table: Any, rows: np.ndarray | range) -> Any:
         return slice_rows(table, int(rows[0]), int(rows[-1]) + 1)
     if isinstance(table, np.ndarray):
         return table[rows]
+    if isinstance(table, Part):
+        return table.pick(rows)  # gathered once, when the batch is made
     return table.take(rows)
+
+
+def _gatherable(table: Any, rows: np.ndarray | range, batch_size: int) -> Any:
+    """A window's table, ready for its batches' gathers. Arrow tables of many
+    chunks are joined first (one copy) where the window makes more than two
+    batches: a take from many chunks costs about as much per chunk as the
+    join, which each further take repeats. Samples not copied yet (parts)
+    are gathered straight from their buffers, batch by batch."""
+    if isinstance(rows, range) or table is None or isinstance(table, (np.ndarray, Part)):
+        return table
+    if len(rows) > 2 * batch_size:
+        return table.combine_chunks()
+    return table
 
 
 def _as_batch(table: Any) -> Any:
@@ -100,6 +115,7 @@ def rebatch(
             if not carried:
                 cursor.move_to(end)
             continue
+        table = _gatherable(table, rows, batch_size)
         start = 0
         if carried:
             need = min(batch_size - carried, len(rows))

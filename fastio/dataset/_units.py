@@ -129,8 +129,6 @@ def _columnar_window(
                 parts.append((at, part))
             at += rows_of(part)
     table, rows_at = assemble(parts, count)
-    if not stored and not isinstance(table, np.ndarray) and table is not None:
-        table = table.combine_chunks()  # one copy; gathers from one chunk are fast
     rows = rows_at[sequence]
     present = rows >= 0
     if stored and bool(present.all()) and len(rows):

@@ -13,13 +13,14 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from fastio._native import gather_tar
 from fastio.formats._reassemble import arrow
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    import numpy as np
     from typing_extensions import Self
 
     from fastio._native import TarRows
@@ -66,16 +67,36 @@ class Part(abc.ABC):
             skip = 0
         return type(self)(spans)
 
+    def pick(self, rows: np.ndarray) -> Self:
+        """Rows ``rows`` (positions in this part), in that order, still not
+        copied: a shuffled batch is then gathered straight from the read
+        buffers, each sample's bytes copied once. Raises IndexError for a
+        row that is not there."""
+        counts = np.fromiter((span[2] for span in self.spans), np.int64, len(self.spans))
+        firsts = np.fromiter((span[1] for span in self.spans), np.int64, len(self.spans))
+        ends = np.cumsum(counts)
+        wanted = np.asarray(rows, np.int64)
+        if len(wanted) and (int(wanted.min()) < 0 or int(wanted.max()) >= self.num_rows):
+            raise IndexError(f"rows outside 0..{self.num_rows}")
+        which = np.searchsorted(ends, wanted, side="right")
+        in_collection = wanted - (ends - counts)[which] + firsts[which]
+        picked: list[tuple[Any, ...]] = []
+        for span_at, row in zip(which.tolist(), in_collection.tolist(), strict=True):
+            span = self.spans[span_at]
+            last = picked[-1] if picked else None
+            if last is not None and last[0] is span[0] and last[1] + last[2] == row:
+                picked[-1] = (last[0], last[1], last[2] + 1, *last[3:])
+            else:
+                picked.append((span[0], row, 1, *span[3:]))
+        return type(self)(picked)
+
     @abc.abstractmethod
     def batch(self) -> Any:
         """The rows gathered into one batch."""
 
-    def combine_chunks(self) -> Any:
-        """The rows gathered, for gathers in another order (:meth:`batch`)."""
-        return self.batch()
-
     def take(self, rows: np.ndarray) -> Any:
-        return self.batch().take(rows)
+        """Rows ``rows`` gathered into one batch, in that order."""
+        return self.pick(rows).batch()
 
 
 class TarPart(Part):

@@ -207,10 +207,13 @@ def test_parts_as_ranks_of_one_dataset_each_read_their_own_epoch(tmp_path) -> No
             dataset.as_rank(3, 3)
 
 
-def test_tar_batches_spanning_reads_and_shards_equal_the_samples(tmp_path) -> None:
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_tar_batches_spanning_reads_and_shards_equal_the_samples(tmp_path, shuffle) -> None:
     """Samples of about 110 KB, a dozen to a shard and read in pieces of a few
     samples: every batch of 32 gathers rows of several reads and shards, and
-    each of its rows is byte for byte the sample iteration gives."""
+    each of its rows is byte for byte the sample iteration gives. Shuffled,
+    in windows of a few samples that a batch crosses, the rows are gathered
+    in the window's order straight from the buffers they were read into."""
     import webdataset
 
     rng = np.random.default_rng(5)
@@ -227,14 +230,18 @@ def test_tar_batches_spanning_reads_and_shards_equal_the_samples(tmp_path) -> No
                 sink.write(sample)
                 number += 1
     pattern = str(tmp_path / f"big-{{0..{len(counts) - 1}}}.tar")
-    options = {"format": "webdataset", "shuffle": False, "read_size": 256 * 1024}
+    options = {"format": "webdataset", "shuffle": shuffle, "read_size": 256 * 1024,
+               "shuffle_buffer": 1_000_000, "seed": 11}  # fmt: skip
     with fastio.Dataset(pattern, **options) as dataset:
+        dataset.index()  # the planned order (a first epoch streamed has its own)
         samples = list(dataset)
     with fastio.Dataset(pattern, **options) as dataset:
         batches = list(dataset.batches(32))
     assert [batch.num_rows for batch in batches] == [32, 11]
     rows = [row for batch in batches for row in batch.to_pylist()]
     assert len(rows) == len(samples) == sum(counts)
+    keys = [sample["__key__"] for sample in samples]
+    assert (keys != sorted(keys)) == shuffle
     for row, sample in zip(rows, samples, strict=True):
         assert row["__key__"] == sample["__key__"]
         assert row["__url__"] == sample["__url__"]

@@ -9,6 +9,7 @@ import subprocess
 import tarfile
 
 import google_crc32c
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -415,6 +416,19 @@ def test_example_columns_of_parts_join_across_collections() -> None:
     assert batch.column("label").to_pylist() == [[2], None, [4], [5], None, [7]]
     assert batch.column("data").to_pylist() == [None, [bytes([3]) * 20_000], None, None,
                                                [bytes([6]) * 20_000], None]  # fmt: skip
+    # Rows picked in any order (a shuffled batch) are gathered from the
+    # collections as they are, neighbours in one span.
+    order = np.array([9, 0, 4, 5, 6, 3, 1])
+    picked = joined.pick(order)
+    collections = [part.spans[0][0] for part in parts]  # rows 0-2, 3-5, 6-9
+    assert [(collections.index(span[0]), span[1], span[2]) for span in picked.spans] == [
+        (2, 3, 1), (0, 0, 1), (1, 1, 2), (2, 0, 1), (1, 0, 1), (0, 1, 1)]  # fmt: skip
+    assert picked.batch().to_pylist() == joined.batch().take(order).to_pylist()
+    assert joined.take(order).to_pylist() == joined.batch().take(order).to_pylist()
+    assert joined.pick(np.array([], np.int64)).batch().num_rows == 0
+    for outside in ([10], [-1]):
+        with pytest.raises(IndexError):
+            joined.pick(np.array(outside))
 
 
 def test_example_features_pyarrow_cannot_type_natively_are_typed_as_it_would() -> None:
