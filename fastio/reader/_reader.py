@@ -197,6 +197,7 @@ class Reader:
         self._handoffs: set[Handoff] = set()  # of running sync streams
         self._next_tag = 0
         self._held = 0  # bytes of buffers counted against the budget
+        self._consumer_window = 0
         self._failure: BaseException | None = None  # engine failure: ends every stream
         self._started = time.perf_counter()
         self._throttled_since: float | None = None
@@ -270,6 +271,21 @@ class Reader:
     @consumer_holds.setter
     def consumer_holds(self, value: int) -> None:
         self._pool.held = value
+
+    @property
+    def consumer_window(self) -> int:
+        """Bytes of chunk views the consumer holds as its window of samples not
+        yet delivered (a shuffle buffer of samples gathered when their batch
+        is made): memory of its own budget, so up to this many bytes of lent
+        buffers do not count against ``memory_budget``, and reads go on ahead
+        while the window is delivered."""
+        return self._consumer_window
+
+    @consumer_window.setter
+    def consumer_window(self, value: int) -> None:
+        self._consumer_window = value
+        self._pool.raise_limit(self._settings.memory_budget + value)
+        self._kick()
 
     @property
     def read_size(self) -> int:
@@ -786,7 +802,7 @@ class Reader:
         inflight, pool = self._inflight, self._pool
         # Buffers already released but still viewed by the consumer hold
         # memory too: counted, the budget bounds every buffer alive.
-        held = self._held + pool.lent_bytes()
+        held = self._held + max(0, pool.lent_bytes() - self._consumer_window)
         submitted = 0
         throttled = False
         cached_limit = min(limit, CACHED_REQUESTS)

@@ -9,6 +9,7 @@ import pickle
 import random
 import subprocess
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -52,6 +53,20 @@ def expected_bytes(corpus: dict[str, bytes], shards: Sequence[Shard]) -> list[by
             parts.append(data[rng.offset : end])
         out.append(b"".join(parts))
     return out
+
+
+def settled_read_ahead(reader: Reader) -> int:
+    """Bytes read ahead of the consumer once the reader has no read in flight
+    and starts none (polled until steady, for at most a minute)."""
+    seen: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        stats = reader.stats()
+        seen.append((stats.inflight_requests, stats.buffered_bytes))
+        if len(seen) >= 3 and seen[-3:] == [(0, seen[-1][1])] * 3:
+            return seen[-1][1]
+        time.sleep(0.02)
+    raise AssertionError(f"the reader never settled: {seen[-5:]}")
 
 
 def join_by_shard(chunks: Iterable[Chunk], shard_count: int) -> list[bytes]:
@@ -207,6 +222,29 @@ class ReaderContract:
             stats = reader.stats()
         assert join_by_shard(chunks, 1) == [data]
         assert stats.peak_inflight_requests == peak
+
+    @pytest.mark.parametrize("window", [0, 4 << 20])
+    def test_views_the_consumer_holds_as_its_window_leave_the_budget_to_read_ahead(
+        self, make_file, window
+    ) -> None:
+        # A shuffle window of samples gathered only when their batch is made
+        # holds views of the reader's buffers: the shuffle buffer's memory.
+        path, data = make_file(8 << 20)
+        budget, piece = 1 << 20, 65_536
+        with self.reader(direct=True, read_size=piece, outstanding_requests=8,
+                         memory_budget=budget) as reader:  # fmt: skip
+            reader.consumer_window = window
+            stream = iter(reader.stream([path]))
+            held: list[Chunk] = []
+            while sum(chunk.data.nbytes for chunk in held) < 2 * budget:
+                held.append(next(stream))
+            ahead = settled_read_ahead(reader)
+            chunks = held + list(stream)
+        assert join_by_shard(chunks, 1) == [data]
+        if window:
+            assert ahead == budget  # the views held beyond it are the window's
+        else:
+            assert ahead <= 2 * piece  # held views count: a piece at a time
 
     def test_auto_direct_decides_per_file(self, make_file) -> None:
         (cold_path, cold_data), (warm_path, warm_data) = make_file(100_001), make_file(100_001)
