@@ -58,6 +58,7 @@ from fastio.plan._windows import Run
 from fastio.reader import _tuning
 from fastio.reader._reader import Reader
 from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
+from fastio.shared._heap import keep_heap
 from fastio.shared._inherited import freeze_inherited
 from fastio.sources._urls import expand_urls
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
@@ -282,6 +283,9 @@ class Dataset(_Base):
             # of Arrow record batches decoded in place keeps its reader buffers,
             # each up to twice its bytes (buffers come in powers of two).
             self._reader.consumer_holds = 2 * self.spec.shuffle.buffer
+            # Samples held for a window (or a batch) to be gathered are the
+            # shuffle buffer's memory, not read-ahead.
+            self._reader.consumer_window = self.spec.shuffle.buffer
             if self._tuning is not None:
                 self._tuning.close()
             self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)
@@ -595,6 +599,7 @@ class Dataset(_Base):
         self, columnar: bool, batch_size: int, drop_last: bool
     ) -> tuple[Iterator[Any], Observer | None]:
         """At the first item: the iteration's items, and what observes them."""
+        keep_heap()  # a window's payloads are allocated and freed together
         if in_dataloader_worker():
             freeze_inherited()
             capacity = self.spec.split.handoff_memory

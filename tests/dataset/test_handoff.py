@@ -351,3 +351,19 @@ def test_workers_and_the_main_process_keep_their_heaps(written, monkeypatch) -> 
     kept = [item["kept"] for item in loader if "kept" in item]
     assert kept == [True, True]  # each worker, once it has handed payloads
     assert _heap._kept  # this process, which read them
+
+
+def test_a_process_iterating_a_dataset_keeps_its_heap(written) -> None:
+    # A shuffle window's payloads are allocated together as it fills and
+    # freed together as it is delivered, like a DataLoader batch's.
+    script = (
+        "import sys, fastio\n"
+        "from fastio.shared import _heap\n"
+        "before = _heap._kept\n"
+        "with fastio.Dataset(sys.argv[1]) as dataset:\n"
+        "    next(iter(dataset))\n"
+        "print(before, _heap._kept)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, written.pattern],
+                          capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    assert done.stdout.split() == ["False", "True"]
