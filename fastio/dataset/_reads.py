@@ -125,13 +125,19 @@ class SampleReads:
         return reads
 
     def execute(
-        self, reads: list[Read], columnar: bool, policy: ErrorPolicy | None = None
+        self,
+        reads: list[Read],
+        columnar: bool,
+        policy: ErrorPolicy | None = None,
+        encoded: bool = False,
     ) -> Iterator[tuple[Read, Any]]:
         """Every read decoded, in order: (read, decoded), decoded a list of
         columnar parts (``columnar``) or :class:`ReadSamples`, to be taken
-        before the next read. A failing read goes through the error policy
-        (``policy``, else the dataset's) where it fails (after the samples
-        before the failure); a failed stream restarts after it."""
+        before the next read; with ``encoded``, samples as the format holds
+        them for a shuffle window (:meth:`finish` makes them). A failing read
+        goes through the error policy (``policy``, else the dataset's) where
+        it fails (after the samples before the failure); a failed stream
+        restarts after it."""
         policy = policy or self.policy
         planned = [self.layouts[r.run.shard].ranges(r.start, r.stop) for r in reads]
         shards = [Shard(tuple(ranges), whole=self.layouts[r.run.shard].meta.get("whole", False))
@@ -164,7 +170,7 @@ class SampleReads:
                     else:
                         samples = ReadSamples()
                         samples.samples = self._samples(read, group, first, policy, samples,
-                                                        guarded, position)  # fmt: skip
+                                                        guarded, position, encoded)  # fmt: skip
                         yield read, samples
                     expected = index + 1
             finally:
@@ -185,9 +191,19 @@ class SampleReads:
                     expected += 1
             k = expected
 
+    def finish(self, encoded: Any, read: Read, policy: ErrorPolicy | None = None) -> Any:
+        """The sample an encoded one of ``read`` is, or :data:`SKIPPED` for a
+        damaged record (through the error policy, ``policy`` else the dataset's)."""
+        layout = self.layouts[read.run.shard]
+        try:
+            return self.format.finish(encoded, layout.url)
+        except DecodeError as error:
+            (policy or self.policy).failure(located(error, layout), 1, "damaged record skipped")
+            return SKIPPED
+
     def _samples(
         self, read: Read, chunks: Iterable[Any], first: int, policy: ErrorPolicy,
-        taken: ReadSamples, guarded: Guarded, position: int,
+        taken: ReadSamples, guarded: Guarded, position: int, encoded: bool = False,
     ) -> Iterator[Any]:  # fmt: skip
         """The samples of ``read`` (whose bytes, the stream's ``position``-th
         shard, decode from sample ``first`` on), counted in ``taken``; a
@@ -197,8 +213,8 @@ class SampleReads:
         short."""
         layout = self.layouts[read.run.shard]
         skip, want = read.start - first, read.stop - read.start
-        decoded = islice(_in_places(self.format.samples(chunks, layout), layout),
-                         skip, skip + want)  # fmt: skip
+        items = (self.format.encoded if encoded else self.format.samples)(chunks, layout)
+        decoded = islice(_in_places(items, layout), skip, skip + want)
         error: Exception | None = None
         while True:
             try:

@@ -23,7 +23,7 @@ from fastio.dataset._spill import MISSING as SPILL_MISSING
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from fastio.dataset._reads import SampleReads
+    from fastio.dataset._reads import Read, SampleReads
     from fastio.dataset._spill import ShuffleSpill
     from fastio.plan._cursor import EpochCursor
     from fastio.plan._part import Part
@@ -54,7 +54,11 @@ def read_part(
         return
     planned = reads.plan(windows, first, skip, part.order)
     per_window = np.bincount([r.window for r in planned], minlength=len(windows))
-    executed = reads.execute(planned, columnar)
+    # A shuffle window in memory holds samples encoded where the format can,
+    # made as they are delivered.
+    encoded = (not columnar and spill is None and part.shuffle.enabled
+               and reads.format.encodes)  # fmt: skip
+    executed = reads.execute(planned, columnar, encoded=encoded)
     for index in range(first, len(windows)):
         window = windows[index]
         order = part.order(index)
@@ -97,12 +101,19 @@ def read_part(
             continue
         # Collect the window (the shuffle buffer), then deliver it in its order.
         slots: list[Any] = [_MISSING] * window.count
+        origins: list[Read | None] = [None] * window.count if encoded else []
         for read, samples in its_reads:
             decoded = list(samples)
             slots[read.at : read.at + len(decoded)] = decoded
+            if encoded:
+                origins[read.at : read.at + len(decoded)] = [read] * len(decoded)
         for slot in sequence:
             sample = slots[slot]
             slots[slot] = None  # the buffer shrinks as it is delivered
+            if encoded and sample is not _MISSING:
+                origin = origins[slot]
+                assert origin is not None
+                sample = reads.finish(sample, origin)
             if sample is _MISSING:
                 cursor.pass_over(1)
             else:

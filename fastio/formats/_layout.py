@@ -134,6 +134,23 @@ class ShardFormat(abc.ABC):
         it are sound) may come as its DecodeError in its place; damage it
         cannot step over is raised."""
 
+    @property
+    def encodes(self) -> bool:
+        """Whether a shuffle window holds this format's samples encoded
+        (:meth:`encoded`) until :meth:`finish` makes each as it is delivered:
+        a window of thousands of decoded samples (dicts of lists) is what the
+        garbage collector scans again at each of its passes, a window of
+        encoded records is not."""
+        return False
+
+    def encoded(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        """The samples of :meth:`samples`, encoded (where :attr:`encodes`)."""
+        return self.samples(chunks, layout)
+
+    def finish(self, encoded: Any, url: str) -> Any:
+        """The sample an item of :meth:`encoded` is. Raises the format's DecodeError."""
+        return encoded
+
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         """Columnar batches of the same samples (any sizes), in order; a
         DecodeError that :meth:`samples` gives in a record's place comes

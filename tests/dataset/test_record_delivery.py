@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -65,7 +66,36 @@ def test_a_batch_of_lists_is_typed_as_pyarrow_infers_it(column) -> None:
     assert got.equals(expected)
 
 
-def test_a_record_that_is_not_an_example_costs_itself(tmp_path) -> None:
+def _same_sample(got: dict, expected: dict) -> bool:
+    return got.keys() == expected.keys() and all(
+        np.array_equal(value, expected[name]) if isinstance(value, np.ndarray)
+        else value == expected[name]
+        for name, value in got.items()
+    )  # fmt: skip
+
+
+def test_shuffled_examples_are_the_stored_ones(tmp_path, shards: list[str]) -> None:
+    """Examples of up to 16 KiB wait in a shuffle window encoded and are
+    parsed as they are delivered, larger ones are parsed as they are read:
+    either way each is the sample stored order delivers, in the planned order."""
+    options = {"format": "tfrecord", "index_dir": tmp_path, "seed": 5,
+               "shuffle_buffer": 300_000}  # several windows  # fmt: skip
+    with fastio.Dataset(shards, shuffle=False, **options) as dataset:
+        dataset.index()
+        stored = list(dataset)
+    with fastio.Dataset(shards, shuffle=True, **options) as dataset:
+        shuffled = list(dataset)
+        order = dataset.order(0)
+    sizes = {len(sample["image"][0]) for sample in stored}
+    assert min(sizes) < 16 << 10 < max(sizes)  # both ways are taken
+    assert list(order) != sorted(order)
+    assert len(shuffled) == len(stored)
+    for got, number in zip(shuffled, order, strict=True):
+        assert _same_sample(got, stored[number])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_record_that_is_not_an_example_costs_itself(tmp_path, shuffle: bool) -> None:
     path = tmp_path / "mixed.tfrecord"
     with open(path, "wb") as file, TFRecordWriter(file) as writer:
         for number in range(30):
@@ -73,19 +103,21 @@ def test_a_record_that_is_not_an_example_costs_itself(tmp_path) -> None:
                 writer.write(b"\xff\xff not a tf.train.Example")
             else:
                 writer.write(*example_parts({"data": bytes([number]) * 1000, "label": number}))
-    with fastio.Dataset(str(path), format="tfrecord", shuffle=False, on_error="skip",
-                        index_dir=tmp_path) as dataset:  # fmt: skip
+    options = {"format": "tfrecord", "shuffle": shuffle, "index_dir": tmp_path}
+    with fastio.Dataset(str(path), on_error="skip", **options) as dataset:
         dataset.index()
         labels = [int(sample["label"][0]) for sample in dataset]
         assert dataset.stats()["skipped"] == 2
         rows = sum(batch.num_rows for batch in dataset.batches(8))
-    assert labels == [n for n in range(30) if n not in (3, 17)]
+    assert sorted(labels) == [n for n in range(30) if n not in (3, 17)]
+    assert (labels != sorted(labels)) == shuffle
     assert rows == 28
-    strict = fastio.Dataset(str(path), format="tfrecord", shuffle=False, index_dir=tmp_path)
+    strict = fastio.Dataset(str(path), **options)
     with strict, pytest.raises(fastio.DecodeError) as raised:
         list(strict)
     assert raised.value.url.endswith("mixed.tfrecord")
     assert raised.value.offset > 0
+    assert "not a tf.train.Example" in str(raised.value)
 
 
 def test_stored_order_batches_count_a_damaged_record(tmp_path, shards: list[str]) -> None:
