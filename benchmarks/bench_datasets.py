@@ -13,6 +13,9 @@ Two datasets, written once with ``fastio-bench gen`` (reused from ``--data-dir``
 Methods: fastio.Dataset per sample (default settings: ``direct="auto"``; cold
 also forced ``direct=True`` and ``False``), ``.batches(1024)`` and
 ``.batches(256)``, and in a torch DataLoader (2 workers, samples and batches);
+shuffled as training reads (``fastio shuffled``, ``fastio batches 256
+shuffled``, the TFRecord copy's alike; ``webdataset shuffled``: shard order and
+a sample buffer as large as fastio's shuffle buffer);
 webdataset.WebDataset, alone and in a DataLoader; streaming.StreamingDataset,
 alone and in a DataLoader; fastio over the TFRecord copy (samples, batches)
 beside the tfrecord package's reader and tf.data.TFRecordDataset (per record
@@ -206,7 +209,7 @@ PAYLOAD = {"webdataset": "bin", "tfrecord": "data", "parquet": "data", "arrow": 
 def fastio_dataset(copies: dict[str, Any], copy: str = "webdataset", **knobs: Any) -> Any:
     import fastio
 
-    return fastio.Dataset(copies[copy]["url"], format=copy, shuffle=False, **knobs)
+    return fastio.Dataset(copies[copy]["url"], format=copy, **{"shuffle": False, **knobs})
 
 
 def _payload_length(value: Any) -> int:
@@ -325,6 +328,24 @@ def webdataset_samples(copies: dict[str, Any]) -> tuple[int, int | None]:
 
     samples = payload = 0
     for sample in webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False):
+        first_sample()
+        samples += 1
+        payload += len(sample["bin"])
+    return samples, payload
+
+
+def webdataset_shuffled(copies: dict[str, Any]) -> tuple[int, int | None]:
+    """webdataset shuffling as fastio does by default: shard order, and a
+    buffer of as many samples as fastio's shuffle buffer holds bytes of."""
+    import webdataset
+
+    from fastio.spec._dataset import ShuffleSettings
+
+    url = copies["webdataset"]["url"]
+    case = json.loads((Path(url).parent.parent / "manifest.json").read_text())["case"]
+    buffer = max(1, ShuffleSettings().buffer // case["sample_size"])
+    samples = payload = 0
+    for sample in webdataset.WebDataset(url, shardshuffle=True, seed=0).shuffle(buffer):
         first_sample()
         samples += 1
         payload += len(sample["bin"])
@@ -484,6 +505,14 @@ METHODS = [
         lambda c: fastio_samples(c, direct=True, read_size=4 << 20),
         ("cold",),
     ),
+    # Shuffled, as training reads (fastio's default: windows of 32 MiB of samples).
+    Method("fastio shuffled", "webdataset", lambda c: fastio_samples(c, shuffle=True)),
+    Method(
+        "fastio batches 256 shuffled",
+        "webdataset",
+        lambda c: fastio_batches(c, batch=LOADER_BATCH, shuffle=True),
+    ),
+    Method("webdataset shuffled", "webdataset", webdataset_shuffled),
     Method("fastio batches", "webdataset", fastio_batches),
     Method("fastio batches 256", "webdataset", lambda c: fastio_batches(c, batch=LOADER_BATCH)),
     Method("fastio batches epoch 2", "webdataset", fastio_batches_second_epoch, ("warm",)),
@@ -511,6 +540,18 @@ METHODS = [
         "fastio tfrecord batches",
         "tfrecord",
         lambda c: fastio_batches(c, "tfrecord", LOADER_BATCH),
+        imports="webdataset",
+    ),
+    Method(
+        "fastio tfrecord shuffled",
+        "tfrecord",
+        lambda c: fastio_samples(c, "tfrecord", shuffle=True),
+        imports="webdataset",
+    ),
+    Method(
+        "fastio tfrecord batches shuffled",
+        "tfrecord",
+        lambda c: fastio_batches(c, "tfrecord", LOADER_BATCH, shuffle=True),
         imports="webdataset",
     ),
     Method("tfrecord", "tfrecord", tfrecord_package),
@@ -844,6 +885,28 @@ def targets(cells: list[Cell]) -> list[dict[str, Any]]:
                 1.0,
                 rate(case, "warm", "fastio batches 256", "samples"),
                 rate(case, "warm", "fastio", "samples"),
+            )
+            for case in ("large", "small")
+        ),
+        *(
+            (
+                f"{case}, warm, shuffled: fastio {name}.batches(256) >= per-sample iteration",
+                1.0,
+                rate(case, "warm", batches, "samples"),
+                rate(case, "warm", samples, "samples"),
+            )
+            for case in ("large", "small")
+            for name, batches, samples in (
+                ("", "fastio batches 256 shuffled", "fastio shuffled"),
+                ("TFRecord ", "fastio tfrecord batches shuffled", "fastio tfrecord shuffled"),
+            )
+        ),
+        *(
+            (
+                f"{case}, warm, shuffled: fastio samples/s >= webdataset's, shuffled alike",
+                1.0,
+                rate(case, "warm", "fastio shuffled", "samples"),
+                rate(case, "warm", "webdataset shuffled", "samples"),
             )
             for case in ("large", "small")
         ),
