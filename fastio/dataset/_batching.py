@@ -41,8 +41,10 @@ def assemble(parts: list[tuple[int, Any]], count: int) -> tuple[Any, np.ndarray]
 def _concat(parts: list[Any]) -> Any:
     if not parts:
         return None
-    if isinstance(parts[0], Part):
+    if all(isinstance(part, Part) for part in parts):
         return type(parts[0]).join(parts)
+    # Rows of a window gathered as it was and of one joined first: as Arrow.
+    parts = [part.batch() if isinstance(part, Part) else part for part in parts]
     if isinstance(parts[0], np.ndarray):
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
     import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
@@ -72,16 +74,18 @@ def _take(table: Any, rows: np.ndarray | range) -> Any:
 
 
 def _gatherable(table: Any, rows: np.ndarray | range, batch_size: int) -> Any:
-    """A window's table, ready for its batches' gathers. Arrow tables of many
-    chunks are joined first (one copy) where the window makes more than two
-    batches: a take from many chunks costs about as much per chunk as the
-    join, which each further take repeats. Samples not copied yet (parts)
-    are gathered straight from their buffers, batch by batch."""
-    if isinstance(rows, range) or table is None or isinstance(table, (np.ndarray, Part)):
+    """A window's table, ready for its batches' gathers. Where the window
+    makes at most two batches (large samples), each batch is gathered from
+    the window as it is: samples not copied yet (parts) straight from their
+    read buffers, Arrow rows from their chunks. Where it makes more (small
+    samples), the window is joined into one chunk first (one copy), since
+    then the costs of a gather per span or per chunk, which each batch would
+    pay again, outweigh the bytes."""
+    if isinstance(rows, range) or table is None or isinstance(table, np.ndarray):
         return table
-    if len(rows) > 2 * batch_size:
-        return table.combine_chunks()
-    return table
+    if len(rows) <= 2 * batch_size:
+        return table
+    return table.batch() if isinstance(table, Part) else table.combine_chunks()
 
 
 def _as_batch(table: Any) -> Any:
