@@ -263,20 +263,36 @@ def fastio_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
     return samples, payload
 
 
-def fastio_batches_second_epoch(copies: dict[str, Any]) -> tuple[int, int | None, float]:
+def fastio_batches_second_epoch(
+    copies: dict[str, Any], batch: int = BATCH, **knobs: Any
+) -> tuple[int, int | None, float]:
     """A steady-state epoch: the process's first epoch (untimed) faults in the
     reader's buffers and the column buffer pool, as a training job's first
     epoch does once; the second is timed."""
     import pyarrow.compute as pc
 
-    with fastio_dataset(copies) as ds:
-        for _ in ds.batches(BATCH):
+    with fastio_dataset(copies, **knobs) as ds:
+        for _ in ds.batches(batch):
             pass
         samples = payload = 0
         started = time.perf_counter()
-        for batch in ds.batches(BATCH):
-            samples += batch.num_rows
-            payload += pc.sum(pc.binary_length(batch.column("bin"))).as_py()
+        for columns in ds.batches(batch):
+            samples += columns.num_rows
+            payload += pc.sum(pc.binary_length(columns.column("bin"))).as_py()
+        return samples, payload, time.perf_counter() - started
+
+
+def fastio_samples_second_epoch(copies: dict[str, Any], **knobs: Any
+                                ) -> tuple[int, int | None, float]:  # fmt: skip
+    """Per sample, the second epoch of one process (see fastio_batches_second_epoch)."""
+    with fastio_dataset(copies, **knobs) as ds:
+        for _ in ds:
+            pass
+        samples = payload = 0
+        started = time.perf_counter()
+        for sample in ds:
+            samples += 1
+            payload += len(sample["bin"])
         return samples, payload, time.perf_counter() - started
 
 
@@ -513,6 +529,19 @@ METHODS = [
         lambda c: fastio_batches(c, batch=LOADER_BATCH, shuffle=True),
     ),
     Method("webdataset shuffled", "webdataset", webdataset_shuffled),
+    # Later epochs of one process, shuffled: what a training job's steady state reads.
+    Method(
+        "fastio shuffled epoch 2",
+        "webdataset",
+        lambda c: fastio_samples_second_epoch(c, shuffle=True),
+        ("warm",),
+    ),
+    Method(
+        "fastio batches 256 shuffled epoch 2",
+        "webdataset",
+        lambda c: fastio_batches_second_epoch(c, LOADER_BATCH, shuffle=True),
+        ("warm",),
+    ),
     Method("fastio batches", "webdataset", fastio_batches),
     Method("fastio batches 256", "webdataset", lambda c: fastio_batches(c, batch=LOADER_BATCH)),
     Method("fastio batches epoch 2", "webdataset", fastio_batches_second_epoch, ("warm",)),
@@ -898,6 +927,7 @@ def targets(cells: list[Cell]) -> list[dict[str, Any]]:
             for case in ("large", "small")
             for name, batches, samples in (
                 ("", "fastio batches 256 shuffled", "fastio shuffled"),
+                ("(epoch 2) ", "fastio batches 256 shuffled epoch 2", "fastio shuffled epoch 2"),
                 ("TFRecord ", "fastio tfrecord batches shuffled", "fastio tfrecord shuffled"),
             )
         ),
