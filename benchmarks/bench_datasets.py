@@ -14,8 +14,8 @@ Methods: fastio.Dataset per sample (default settings: ``direct="auto"``; cold
 also forced ``direct=True`` and ``False``), ``.batches(1024)`` and
 ``.batches(256)``, and in a torch DataLoader (2 workers, samples and batches);
 shuffled as training reads (``fastio shuffled``, ``fastio batches 256
-shuffled``, the TFRecord copy's alike; ``webdataset shuffled``: shard order and
-a sample buffer as large as fastio's shuffle buffer);
+shuffled``, the TFRecord copy's alike, and in a DataLoader; ``webdataset
+shuffled``: shard order and a sample buffer as large as fastio's shuffle buffer);
 webdataset.WebDataset, alone and in a DataLoader; streaming.StreamingDataset,
 alone and in a DataLoader; fastio over the TFRecord copy (samples, batches)
 beside the tfrecord package's reader and tf.data.TFRecordDataset (per record
@@ -251,11 +251,11 @@ def fastio_batches(
     return samples, payload
 
 
-def fastio_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
+def fastio_loader(copies: dict[str, Any], **knobs: Any) -> tuple[int, int | None]:
     from torch.utils.data import DataLoader
 
     samples = payload = 0
-    ds = fastio_dataset(copies)
+    ds = fastio_dataset(copies, **knobs)
     for batch in DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS):
         first_sample()
         samples += len(batch["bin"])
@@ -326,12 +326,14 @@ def webdataset_loader_second_epoch(copies: dict[str, Any]) -> tuple[int, int | N
                                     persistent_workers=True))  # fmt: skip
 
 
-def fastio_batches_loader(copies: dict[str, Any], rows: int = BATCH) -> tuple[int, int | None]:
+def fastio_batches_loader(
+    copies: dict[str, Any], rows: int = BATCH, **knobs: Any
+) -> tuple[int, int | None]:
     import pyarrow.compute as pc
     from torch.utils.data import DataLoader
 
     samples = payload = 0
-    ds = fastio_dataset(copies)
+    ds = fastio_dataset(copies, **knobs)
     for batch in DataLoader(ds.batches(rows), batch_size=None, num_workers=WORKERS):
         first_sample()
         samples += batch.num_rows
@@ -350,7 +352,7 @@ def webdataset_samples(copies: dict[str, Any]) -> tuple[int, int | None]:
     return samples, payload
 
 
-def webdataset_shuffled(copies: dict[str, Any]) -> tuple[int, int | None]:
+def _webdataset_shuffled(copies: dict[str, Any]) -> Any:
     """webdataset shuffling as fastio does by default: shard order, and a
     buffer of as many samples as fastio's shuffle buffer holds bytes of."""
     import webdataset
@@ -360,11 +362,28 @@ def webdataset_shuffled(copies: dict[str, Any]) -> tuple[int, int | None]:
     url = copies["webdataset"]["url"]
     case = json.loads((Path(url).parent.parent / "manifest.json").read_text())["case"]
     buffer = max(1, ShuffleSettings().buffer // case["sample_size"])
+    return webdataset.WebDataset(url, shardshuffle=True, seed=0).shuffle(buffer)
+
+
+def webdataset_shuffled(copies: dict[str, Any]) -> tuple[int, int | None]:
     samples = payload = 0
-    for sample in webdataset.WebDataset(url, shardshuffle=True, seed=0).shuffle(buffer):
+    for sample in _webdataset_shuffled(copies):
         first_sample()
         samples += 1
         payload += len(sample["bin"])
+    return samples, payload
+
+
+def webdataset_loader_shuffled(copies: dict[str, Any]) -> tuple[int, int | None]:
+    from torch.utils.data import DataLoader
+
+    samples = payload = 0
+    loader = DataLoader(_webdataset_shuffled(copies), batch_size=LOADER_BATCH,
+                        num_workers=WORKERS)  # fmt: skip
+    for batch in loader:
+        first_sample()
+        samples += len(batch["bin"])
+        payload += sum(len(b) for b in batch["bin"])
     return samples, payload
 
 
@@ -529,6 +548,13 @@ METHODS = [
         lambda c: fastio_batches(c, batch=LOADER_BATCH, shuffle=True),
     ),
     Method("webdataset shuffled", "webdataset", webdataset_shuffled),
+    Method("fastio loader shuffled", "webdataset", lambda c: fastio_loader(c, shuffle=True)),
+    Method(
+        "fastio batches loader 256 shuffled",
+        "webdataset",
+        lambda c: fastio_batches_loader(c, LOADER_BATCH, shuffle=True),
+    ),
+    Method("webdataset loader shuffled", "webdataset", webdataset_loader_shuffled),
     # Later epochs of one process, shuffled: what a training job's steady state reads.
     Method(
         "fastio shuffled epoch 2",
