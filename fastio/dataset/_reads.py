@@ -139,9 +139,6 @@ class SampleReads:
         it fails (after the samples before the failure); a failed stream
         restarts after it."""
         policy = policy or self.policy
-        planned = [self.layouts[r.run.shard].ranges(r.start, r.stop) for r in reads]
-        shards = [Shard(tuple(ranges), whole=self.layouts[r.run.shard].meta.get("whole", False))
-                  for r, (ranges, _) in zip(reads, planned, strict=True)]  # fmt: skip
         k = 0
         while k < len(reads):
             failing = self.failing.get(reads[k].run.shard)
@@ -152,7 +149,9 @@ class SampleReads:
                 continue
             stop = next((i for i in range(k, len(reads)) if reads[i].run.shard in self.failing),
                         len(reads))  # fmt: skip
-            guarded = Guarded(self.reader().stream(shards[k:stop]))
+            # Each read's ranges are worked out as the reader comes to it, not
+            # all before the first: an epoch's part may be thousands of reads.
+            guarded = Guarded(self.reader().stream(map(self._shard, reads[k:stop])))
             expected = k
             try:
                 for position, group in groupby(guarded, key=attrgetter("shard")):
@@ -160,7 +159,8 @@ class SampleReads:
                     while expected < index:  # reads that produced no bytes
                         yield reads[expected], _nothing(columnar)
                         expected += 1
-                    read, first = reads[index], planned[index][1]
+                    read = reads[index]
+                    first = self.layouts[read.run.shard].decoded_from(read.start)
                     if columnar:
                         parts, count, damaged, error = self._parts(read, group, first)
                         for record in damaged:  # in their places among the rows: one each
@@ -190,6 +190,11 @@ class SampleReads:
                     yield reads[expected], _nothing(columnar)
                     expected += 1
             k = expected
+
+    def _shard(self, read: Read) -> Shard:
+        layout = self.layouts[read.run.shard]
+        ranges, _ = layout.ranges(read.start, read.stop)
+        return Shard(tuple(ranges), whole=layout.meta.get("whole", False))
 
     def finish(self, encoded: Any, read: Read, policy: ErrorPolicy | None = None) -> Any:
         """The sample an encoded one of ``read`` is, or :data:`SKIPPED` for a

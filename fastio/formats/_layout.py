@@ -84,6 +84,15 @@ class Layout:
             unit += 1
         return min(int(self.bounds[unit]), stop)
 
+    def decoded_from(self, start: int) -> int:
+        """The sample the bytes :meth:`ranges` gives for samples from ``start``
+        on decode from (a unit's first)."""
+        if self.per_sample:
+            return start
+        if self.whole:
+            return 0
+        return int(self.bounds[int(np.searchsorted(self.bounds, start, side="right")) - 1])
+
     def ranges(self, start: int, stop: int) -> tuple[list[ByteRange], int]:
         """Byte ranges that decode to samples ``first..`` covering ``start..stop``,
         and ``first`` (the sample the decoded stream starts at)."""

@@ -451,3 +451,22 @@ def test_example_features_pyarrow_cannot_type_natively_are_typed_as_it_would() -
     [batch] = list(columns_examples([chunk_of(buffer.getvalue())], "<memory>"))
     assert batch.equals(batch_of([parse_example(record) for record in records]))
     assert batch.column("x").to_pylist() == [[b"abc"], [], [b"abc"]]
+
+
+def test_a_layout_names_the_sample_its_ranges_decode_from_without_working_them_out() -> None:
+    from fastio.formats._layout import Layout
+    from fastio.reader._ranges import ByteRange
+
+    def unit_ranges(unit: int) -> list[ByteRange]:
+        return [ByteRange("u", 100 * unit, 100)]
+
+    bounds = np.array([0, 4, 9, 10])
+    units = Layout("u", 10, 300, bounds, np.full(3, 100), meta={"unit_ranges": unit_ranges})
+    starts = np.arange(0, 1000, 100)
+    samples = Layout("s", 10, 1000, np.arange(11), np.full(10, 100), starts, starts + 100)
+    whole = Layout("w", 10, 1000, np.array([0, 10]), np.array([1000]), starts, starts + 100,
+                   whole=True)  # fmt: skip
+    for layout in (units, samples, whole):
+        for start in range(10):
+            assert layout.decoded_from(start) == layout.ranges(start, 10)[1]
+    assert [units.decoded_from(s) for s in (0, 3, 4, 8, 9)] == [0, 0, 4, 4, 9]
