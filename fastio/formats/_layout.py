@@ -239,6 +239,10 @@ def _column(pa: Any, values: list[Any]) -> Any:
         column = _bytes_lists(pa, values)
         if column is not None:
             return column
+    if isinstance(first, bytes) or first is None:
+        column = _bytes_values(pa, values)
+        if column is not None:
+            return column
     return pa.array([value.tolist() if isinstance(value, np.ndarray) else value
                      for value in values])  # fmt: skip
 
@@ -255,25 +259,50 @@ def _bytes_lists(pa: Any, values: list[Any]) -> Any:
     flat = [item for value in values for item in value]
     if not flat or not all(type(item) is bytes for item in flat):
         return None
-    sizes = np.fromiter((len(item) for item in flat), np.int64, len(flat))
+    items = _binary(pa, flat, None)
+    if items is None:
+        return None
+    counts = np.zeros(len(values) + 1, np.int32)
+    np.cumsum(np.fromiter((len(value) for value in values), np.int64, len(values)),
+              out=counts[1:])  # fmt: skip
+    return pa.ListArray.from_arrays(pa.array(counts), items)
+
+
+def _bytes_values(pa: Any, values: list[Any]) -> Any:
+    """A column of bytes values, None where a sample lacks one (WebDataset
+    members), as ``from_pylist`` types it (``binary``), copied once as
+    :func:`_bytes_lists` copies. None where a value is something else, all of
+    them are None, or past 2 GiB."""
+    if not all(isinstance(value, bytes) or value is None for value in values):
+        return None
+    present = [value is not None for value in values]
+    if not any(present):
+        return None  # from_pylist's null column
+    return _binary(pa, [b"" if value is None else value for value in values],
+                   None if all(present) else np.array(present))  # fmt: skip
+
+
+def _binary(pa: Any, items: list[bytes], present: np.ndarray | None) -> Any:
+    """A ``binary`` array of ``items`` (null where ``present`` is False), each
+    copied once into one buffer of Arrow's pool; None past 2 GiB."""
+    sizes = np.fromiter((len(item) for item in items), np.int64, len(items))
     total = int(sizes.sum())
     if total >= 1 << 31:
         return None
     data = pa.allocate_buffer(total)
     target = memoryview(data).cast("B") if total else None
     at = 0
-    for item, size in zip(flat, sizes.tolist(), strict=True):
+    for item, size in zip(items, sizes.tolist(), strict=True):
         if size:
             assert target is not None
             target[at : at + size] = item
             at += size
-    offsets = np.zeros(len(flat) + 1, np.int32)
+    offsets = np.zeros(len(items) + 1, np.int32)
     np.cumsum(sizes, out=offsets[1:])
-    items = pa.Array.from_buffers(pa.binary(), len(flat), [None, pa.py_buffer(offsets), data])
-    counts = np.zeros(len(values) + 1, np.int32)
-    np.cumsum(np.fromiter((len(value) for value in values), np.int64, len(values)),
-              out=counts[1:])  # fmt: skip
-    return pa.ListArray.from_arrays(pa.array(counts), items)
+    validity = None if present is None else pa.py_buffer(np.packbits(present, bitorder="little"))
+    nulls = 0 if present is None else int(len(present) - present.sum())
+    return pa.Array.from_buffers(pa.binary(), len(items),
+                                 [validity, pa.py_buffer(offsets), data], nulls)  # fmt: skip
 
 
 def _plain(sample: Any) -> dict[str, Any]:

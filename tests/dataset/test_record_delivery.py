@@ -66,6 +66,23 @@ def test_a_batch_of_lists_is_typed_as_pyarrow_infers_it(column) -> None:
     assert got.equals(expected)
 
 
+@pytest.mark.parametrize(
+    "column",
+    [
+        [b"a", None, b"xyz" * 40_000],  # a member some samples lack: null there
+        [b"", b""],
+        [None, None],  # no sample has it: a null column
+        [b"bytes", "text"],  # not all bytes: as pyarrow infers
+    ],
+)
+def test_a_batch_of_bytes_values_is_typed_as_pyarrow_infers_it(column) -> None:
+    samples = [{"__key__": f"k{n}", "bin": value} for n, value in enumerate(column)]
+    got = batch_of(samples)
+    expected = as_batch(samples)
+    assert got.schema == expected.schema
+    assert got.equals(expected)
+
+
 def _same_sample(got: dict, expected: dict) -> bool:
     return got.keys() == expected.keys() and all(
         np.array_equal(value, expected[name]) if isinstance(value, np.ndarray)
