@@ -109,24 +109,27 @@ class StreamPass:
 
     def items(self, columnar: bool) -> Iterator[Any]:
         """Samples in delivery order; or, ``columnar``, a unit per window as
-        :func:`fastio.dataset._batching.rebatch` takes them."""
+        :func:`fastio.dataset._batching.rebatch` takes them. Shuffled samples
+        wait encoded where the format holds them so (made as delivered)."""
         window: list[Any] = []
         held = 0
         following = self.start
-        for ordinal, number, start, end, sample in self._located():
+        encoded = not columnar and self.shuffle.enabled and self.format.encodes
+        for ordinal, number, start, end, sample in self._located(encoded):
             if not window:
                 self.start = (ordinal, start, number)
-            window.append(sample)
+            window.append((sample, ordinal) if encoded else sample)
             held += end - start
             following = (ordinal, end, number + 1)
             if held >= window_budget(self.window, self.memory):
-                yield from self._deliver(window, columnar)
+                yield from self._deliver(window, columnar, encoded)
                 window, held = [], 0
                 self.start = following
         if window:
-            yield from self._deliver(window, columnar)
+            yield from self._deliver(window, columnar, encoded)
 
-    def _deliver(self, window: list[Any], columnar: bool) -> Iterator[Any]:
+    def _deliver(self, window: list[Any], columnar: bool, encoded: bool = False
+                 ) -> Iterator[Any]:  # fmt: skip
         skip, self.skip = self.skip, 0
         order: Any = range(len(window))
         if self.shuffle.enabled:
@@ -147,11 +150,21 @@ class StreamPass:
         for slot in order[skip:]:
             sample = window[slot]
             window[slot] = None  # the window shrinks as it is delivered
+            if encoded:
+                item, ordinal = sample
+                url = self.urls[self.shards[ordinal]]
+                try:
+                    sample = self.format.finish(item, url)
+                except DecodeError as error:  # framed and indexed, yet not a sample
+                    self.policy.failure(error, 1, "damaged record skipped")
+                    self.cursor.pass_over(1)
+                    continue
             self.cursor.deliver_one()
             yield sample
 
-    def _located(self) -> Iterator[_Located]:
-        """Every sample of the pass from the resume point on, with where it is."""
+    def _located(self, encoded: bool = False) -> Iterator[_Located]:
+        """Every sample of the pass from the resume point on, with where it is
+        (``encoded``: as the format holds it for a window)."""
         ordinal, offset, number = self.start
         shard = _ShardRead(from_start=offset == 0 and number == 0)
         while ordinal < len(self.shards):
@@ -171,7 +184,8 @@ class StreamPass:
                     count = number if position == 0 else 0
                     shard_url = self.urls[self.shards[here]]
                     try:
-                        for start, end, sample in self.format.scanned(chunks, shard_url):
+                        for start, end, sample in self.format.scanned(chunks, shard_url,
+                                                                      encoded):  # fmt: skip
                             if isinstance(sample, DecodeError):  # stepped over, in its place
                                 if not skip_samples:  # (else counted before the resume)
                                     shard.damaged = True

@@ -98,20 +98,29 @@ class RecordFormat(ShardFormat):
         bounds = np.arange(count + 1, dtype=np.int64)
         return Layout(url, count, size, bounds, ends - starts, starts, ends)
 
-    def scanned(self, chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, Any]]:
+    def scanned(
+        self, chunks: Iterable[Chunk], url: str, encoded: bool = False
+    ) -> Iterator[tuple[int, int, Any]]:
         """Every sample of a whole shard's chunks, owned, with its byte range as
         the shard's index has it: what a scan and :meth:`samples` give, in
-        one pass (a first epoch streams a shard so). A damaged record the
-        format can step over comes as its DecodeError in the sample's place;
-        damage it cannot step over is raised."""
+        one pass (a first epoch streams a shard so); with ``encoded``, as
+        :meth:`hold` keeps it for :meth:`finish`. A damaged record the format
+        can step over comes as its DecodeError in the sample's place; damage
+        it cannot step over is raised."""
         whole = decompress(chunks, url) if codec_for(url) is not None else chunks
+        owner = self.hold if encoded else self.own
         for start, end, record in self.locator().locate(whole, url):
             if not isinstance(record, DecodeError):
                 try:
-                    record = self.own(record, url, start)
+                    record = owner(record, url, start)
                 except DecodeError as error:  # the record is framed: the next one is sound
                     record = error
             yield start, end, record
+
+    def hold(self, record: Any, url: str, offset: int) -> Any:
+        """A record as a shuffle window holds it where :attr:`encodes` (see
+        :meth:`encoded`): by default the sample :meth:`own` makes."""
+        return self.own(record, url, offset)
 
     def _decompressed(self, chunks: Iterable[Chunk], layout: Layout) -> Iterable[Chunk]:
         """The chunks of ``layout.ranges(...)`` as the format's bytes."""

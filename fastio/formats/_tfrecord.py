@@ -386,6 +386,11 @@ class TFRecordFormat(RecordFormat):
                                  functools.partial(_encoded_examples, url),
                                  _problem_only)  # fmt: skip
 
+    def hold(self, record: Any, url: str, offset: int) -> Any:
+        if self.example and len(record) <= _ENCODED_MAX:
+            return offset, bytes(record)
+        return self.own(record, url, offset)
+
     def finish(self, encoded: Any, url: str) -> Any:
         if not isinstance(encoded, tuple):
             return encoded  # parsed as read

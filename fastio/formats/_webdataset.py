@@ -363,7 +363,10 @@ class WebDatasetFormat(RecordFormat):
                                     whole=layout.whole, own=owned_kind())  # fmt: skip
         return (sample for _, _, sample in located)
 
-    def scanned(self, chunks: Iterable[Chunk], url: str) -> Iterator[tuple[int, int, Any]]:
+    def scanned(
+        self, chunks: Iterable[Chunk], url: str, encoded: bool = False
+    ) -> Iterator[tuple[int, int, Any]]:
+        # A sample is its members' bytes: held as read (``encoded`` changes nothing).
         whole = decompress(chunks, url) if codec_for(url) is not None else chunks
         return locate_webdataset(whole, url, whole=True, own=owned_kind())
 

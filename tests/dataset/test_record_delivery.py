@@ -91,28 +91,40 @@ def _same_sample(got: dict, expected: dict) -> bool:
     )  # fmt: skip
 
 
-def test_shuffled_examples_are_the_stored_ones(tmp_path, shards: list[str]) -> None:
+@pytest.mark.parametrize("streamed", [False, True])
+def test_shuffled_examples_are_the_stored_ones(tmp_path, shards: list[str], streamed) -> None:
     """Examples of up to 16 KiB wait in a shuffle window encoded and are
     parsed as they are delivered, larger ones are parsed as they are read:
-    either way each is the sample stored order delivers, in the planned order."""
-    options = {"format": "tfrecord", "index_dir": tmp_path, "seed": 5,
-               "shuffle_buffer": 300_000}  # several windows  # fmt: skip
-    with fastio.Dataset(shards, shuffle=False, **options) as dataset:
+    either way each is the sample stored order delivers, in the planned order
+    (or, in a first epoch streamed from shards never seen, in its own)."""
+    options = {"format": "tfrecord", "seed": 5, "shuffle_buffer": 300_000}  # several windows
+    with fastio.Dataset(shards, shuffle=False, index_dir=tmp_path / "planned",
+                        **options) as dataset:  # fmt: skip
         dataset.index()
         stored = list(dataset)
-    with fastio.Dataset(shards, shuffle=True, **options) as dataset:
+    index_dir = tmp_path / ("streamed" if streamed else "planned")
+    with fastio.Dataset(shards, shuffle=True, index_dir=index_dir, **options) as dataset:
         shuffled = list(dataset)
         order = dataset.order(0)
     sizes = {len(sample["image"][0]) for sample in stored}
     assert min(sizes) < 16 << 10 < max(sizes)  # both ways are taken
-    assert list(order) != sorted(order)
     assert len(shuffled) == len(stored)
+    if streamed:
+        matched = [next(n for n, s in enumerate(stored) if _same_sample(got, s))
+                   for got in shuffled]  # fmt: skip
+        assert sorted(matched) == list(range(len(stored)))
+        assert matched != sorted(matched)
+        return
+    assert list(order) != sorted(order)
     for got, number in zip(shuffled, order, strict=True):
         assert _same_sample(got, stored[number])
 
 
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_a_record_that_is_not_an_example_costs_itself(tmp_path, shuffle: bool) -> None:
+@pytest.mark.parametrize(("shuffle", "streamed"), [(False, False), (True, False), (True, True)])
+def test_a_record_that_is_not_an_example_costs_itself(tmp_path, shuffle, streamed) -> None:
+    """In stored order, shuffled, and shuffled in a first epoch streamed from
+    a shard never seen (where the record is framed and indexed, and found not
+    to be an example only as it is delivered)."""
     path = tmp_path / "mixed.tfrecord"
     with open(path, "wb") as file, TFRecordWriter(file) as writer:
         for number in range(30):
@@ -120,16 +132,20 @@ def test_a_record_that_is_not_an_example_costs_itself(tmp_path, shuffle: bool) -
                 writer.write(b"\xff\xff not a tf.train.Example")
             else:
                 writer.write(*example_parts({"data": bytes([number]) * 1000, "label": number}))
-    options = {"format": "tfrecord", "shuffle": shuffle, "index_dir": tmp_path}
+    options = {"format": "tfrecord", "shuffle": shuffle, "index_dir": tmp_path / "skip"}
     with fastio.Dataset(str(path), on_error="skip", **options) as dataset:
-        dataset.index()
+        if not streamed:
+            dataset.index()
         labels = [int(sample["label"][0]) for sample in dataset]
         assert dataset.stats()["skipped"] == 2
         rows = sum(batch.num_rows for batch in dataset.batches(8))
     assert sorted(labels) == [n for n in range(30) if n not in (3, 17)]
     assert (labels != sorted(labels)) == shuffle
     assert rows == 28
+    options["index_dir"] = tmp_path / "raise"
     strict = fastio.Dataset(str(path), **options)
+    if not streamed:
+        strict.index()
     with strict, pytest.raises(fastio.DecodeError) as raised:
         list(strict)
     assert raised.value.url.endswith("mixed.tfrecord")
