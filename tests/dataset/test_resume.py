@@ -26,7 +26,7 @@ def tars(tmp_path_factory):
     return write("webdataset", tmp_path_factory.mktemp("resume"), shards=6, per_shard=40)
 
 
-@pytest.mark.parametrize("format_name", ["webdataset", "parquet", "npy", "jsonl"])
+@pytest.mark.parametrize("format_name", ["webdataset", "tfrecord", "parquet", "npy", "jsonl"])
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_resume_in_process_at_random_points(tmp_path, format_name, shuffle) -> None:
     written = write(format_name, tmp_path, shards=5, per_shard=30)
@@ -47,7 +47,7 @@ def test_resume_in_process_at_random_points(tmp_path, format_name, shuffle) -> N
         assert head + rest == full, stop
 
 
-@pytest.mark.parametrize("format_name", ["webdataset", "npy", "arrow"])
+@pytest.mark.parametrize("format_name", ["webdataset", "tfrecord", "npy", "arrow"])
 def test_resume_between_batches(tmp_path, format_name) -> None:
     written = write(format_name, tmp_path, shards=5, per_shard=30)
     options = {**OPTIONS, **written.options}
