@@ -883,6 +883,14 @@ def targets(cells: list[Cell]) -> list[dict[str, Any]]:
         ours = first(case, mode, "fastio")
         return None if not ours else 1.0 / ours
 
+    def warm_rates(claim: str, ratio: float, pairs: list[tuple[str, str, str]]
+                   ) -> list[tuple[str, float, float | None, float | None]]:  # fmt: skip
+        """A check per case and (name, ours, peer) in ``pairs``: warm samples/s
+        of ``ours`` against ``peer``, ``claim`` naming it with {case} and {name}."""
+        return [(claim.format(case=case, name=name), ratio, rate(case, "warm", ours, "samples"),
+                 rate(case, "warm", peer, "samples"))
+                for case in ("large", "small") for name, ours, peer in pairs]  # fmt: skip
+
     large_wds = rate("large", "warm", "webdataset", "samples")
     small_wds = rate("small", "warm", "webdataset", "samples")
     wds_first = first("large", "warm", "webdataset")
@@ -893,78 +901,48 @@ def targets(cells: list[Cell]) -> list[dict[str, Any]]:
             rate("large", "cold", "fastio", "mb"),
             fio("large", "cold"),
         ),
-        *(
-            (
-                f"{case}, warm: fastio Parquet .batches(256) >= pyarrow iter_batches(256)",
-                1.0,
-                rate(case, "warm", "fastio parquet", "samples"),
-                rate(case, "warm", "pyarrow", "samples"),
-            )
-            for case in ("large", "small")
+        *warm_rates(
+            "{case}, warm: fastio Parquet .batches(256) >= pyarrow iter_batches(256)",
+            1.0,
+            [("", "fastio parquet", "pyarrow")],
         ),
-        *(
-            (
-                f"{case}, warm: fastio Arrow IPC .batches(256) >= pyarrow's IPC file reader",
-                1.0,
-                rate(case, "warm", "fastio arrow", "samples"),
-                rate(case, "warm", "pyarrow ipc", "samples"),
-            )
-            for case in ("large", "small")
+        *warm_rates(
+            "{case}, warm: fastio Arrow IPC .batches(256) >= pyarrow's IPC file reader",
+            1.0,
+            [("", "fastio arrow", "pyarrow ipc")],
         ),
         # Like for like: pyarrow's batches cut to 256 rows across files too.
-        *(
-            (
-                f"{case}, warm: fastio {name} .batches(256) >= pyarrow's, cut to 256 rows",
-                1.0,
-                rate(case, "warm", ours, "samples"),
-                rate(case, "warm", peer, "samples"),
-            )
-            for case in ("large", "small")
-            for name, ours, peer in (
+        *warm_rates(
+            "{case}, warm: fastio {name} .batches(256) >= pyarrow's, cut to 256 rows",
+            1.0,
+            [
                 ("Parquet", "fastio parquet", "pyarrow 256"),
                 ("Arrow IPC", "fastio arrow", "pyarrow ipc 256"),
-            )
+            ],
         ),
-        *(
-            (
-                f"{case}, warm: fastio TFRecord samples/s >= 1.5x the tfrecord package",
-                1.5,
-                rate(case, "warm", "fastio tfrecord", "samples"),
-                rate(case, "warm", "tfrecord", "samples"),
-            )
-            for case in ("large", "small")
+        *warm_rates(
+            "{case}, warm: fastio TFRecord samples/s >= 1.5x the tfrecord package",
+            1.5,
+            [("", "fastio tfrecord", "tfrecord")],
         ),
-        *(
-            (
-                f"{case}, warm: fastio .batches(256) samples/s >= per-sample iteration",
-                1.0,
-                rate(case, "warm", "fastio batches 256", "samples"),
-                rate(case, "warm", "fastio", "samples"),
-            )
-            for case in ("large", "small")
+        *warm_rates(
+            "{case}, warm: fastio .batches(256) samples/s >= per-sample iteration",
+            1.0,
+            [("", "fastio batches 256", "fastio")],
         ),
-        *(
-            (
-                f"{case}, warm, shuffled: fastio {name}.batches(256) >= per-sample iteration",
-                1.0,
-                rate(case, "warm", batches, "samples"),
-                rate(case, "warm", samples, "samples"),
-            )
-            for case in ("large", "small")
-            for name, batches, samples in (
+        *warm_rates(
+            "{case}, warm, shuffled: fastio {name}.batches(256) >= per-sample iteration",
+            1.0,
+            [
                 ("", "fastio batches 256 shuffled", "fastio shuffled"),
                 ("(epoch 2) ", "fastio batches 256 shuffled epoch 2", "fastio shuffled epoch 2"),
                 ("TFRecord ", "fastio tfrecord batches shuffled", "fastio tfrecord shuffled"),
-            )
+            ],
         ),
-        *(
-            (
-                f"{case}, warm, shuffled: fastio samples/s >= webdataset's, shuffled alike",
-                1.0,
-                rate(case, "warm", "fastio shuffled", "samples"),
-                rate(case, "warm", "webdataset shuffled", "samples"),
-            )
-            for case in ("large", "small")
+        *warm_rates(
+            "{case}, warm, shuffled: fastio samples/s >= webdataset's, shuffled alike",
+            1.0,
+            [("", "fastio shuffled", "webdataset shuffled")],
         ),
         (
             "large, warm: fastio's time to first sample <= webdataset's",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import numpy as np
 
@@ -262,6 +262,7 @@ def columns_examples(
 
 # ---- tf.train.Example (protobuf wire format) ------------------------------------
 
+_T = TypeVar("_T")
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype("<f4")  # the wire's float32s, copied as they are
 
@@ -288,11 +289,18 @@ def _copies(url: str, view: memoryview, base: int, offsets: Any, lengths: Any) -
 _ENCODED_MAX = 16 << 10
 
 
+def _held(record: bytes | memoryview, url: str, offset: int) -> Any:
+    """An example as a shuffle window holds it: (header offset, a copy of the
+    record) up to ``_ENCODED_MAX`` bytes, else parsed. Raises DecodeError."""
+    if len(record) <= _ENCODED_MAX:
+        return offset, bytes(record)
+    return _parsed(record, url, offset)
+
+
 def _encoded_examples(url: str, view: memoryview, base: int, offsets: Any, lengths: Any
                       ) -> list[Any]:  # fmt: skip
-    """Each record as (header offset, a copy of it), or parsed where it is large."""
-    return [(base + o - _HEADER, bytes(view[o : o + n])) if n <= _ENCODED_MAX
-            else _parsed_or_error(view[o : o + n], url, base + o - _HEADER)
+    """Each record as :func:`_held` holds it, or its DecodeError in its place."""
+    return [_or_error(_held, view[o : o + n], url, base + o - _HEADER)
             for o, n in zip(offsets, lengths, strict=True)]  # fmt: skip
 
 
@@ -301,8 +309,14 @@ def _problem_only(start: int, end: int, problem: CorruptRecordError) -> CorruptR
 
 
 def _parsed_or_error(record: memoryview, url: str, offset: int) -> dict[str, Any] | DecodeError:
+    return _or_error(_parsed, record, url, offset)
+
+
+def _or_error(make: Callable[[memoryview, str, int], _T], record: memoryview, url: str,
+              offset: int) -> _T | DecodeError:  # fmt: skip
+    """What ``make`` makes of a record, or the DecodeError it raises, in its place."""
     try:
-        return _parsed(record, url, offset)
+        return make(record, url, offset)
     except DecodeError as error:
         return error
 
@@ -387,9 +401,7 @@ class TFRecordFormat(RecordFormat):
                                  _problem_only)  # fmt: skip
 
     def hold(self, record: Any, url: str, offset: int) -> Any:
-        if self.example and len(record) <= _ENCODED_MAX:
-            return offset, bytes(record)
-        return self.own(record, url, offset)
+        return _held(record, url, offset) if self.example else self.own(record, url, offset)
 
     def finish(self, encoded: Any, url: str) -> Any:
         if not isinstance(encoded, tuple):

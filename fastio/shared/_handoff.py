@@ -253,8 +253,6 @@ def hand_off(capacity: int, arrow: bool = False) -> None:
     ``arrow``, Arrow record batches too) to the main process through a ring of
     ``capacity`` bytes (0: pickle them as torch does)."""
     _handoff.capacity = capacity
-    if capacity:
-        keep_heap()
     ForkingPickler.register(HandedBytes, _reduce_bytes)
     if arrow:
         import pyarrow as pa
