@@ -13,12 +13,25 @@ long long fio_monotonic_ms(void)
     return (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 }
 
-int fio_recv_exact(int fd, unsigned char *buf, size_t want, size_t *filled, long long deadline_ms)
+unsigned long long fio_counter_load(const unsigned long long *counter)
+{
+    return __atomic_load_n(counter, __ATOMIC_RELAXED);
+}
+
+void fio_counter_add(unsigned long long *counter, unsigned long long amount)
+{
+    __atomic_fetch_add(counter, amount, __ATOMIC_RELAXED);
+}
+
+int fio_recv_exact(int fd, unsigned char *buf, size_t want, size_t *filled, long long deadline_ms,
+                   unsigned long long *arrived)
 {
     while (*filled < want) {
         ssize_t got = recv(fd, buf + *filled, want - *filled, MSG_DONTWAIT);
         if (got > 0) {
             *filled += (size_t)got;
+            if (arrived != NULL)
+                __atomic_fetch_add(arrived, (unsigned long long)got, __ATOMIC_RELAXED);
             continue;
         }
         if (got == 0)

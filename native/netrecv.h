@@ -11,9 +11,16 @@
 /* Receives into buf[*filled:want] from the socket `fd` (blocking or not)
  * until it is full, the peer closes the connection, or no byte arrives
  * before `deadline_ms` of CLOCK_MONOTONIC passes. Advances *filled by what
- * arrived. Returns 0 when full, 1 when the peer closed first, -ETIMEDOUT on
- * the deadline, or another -errno. */
-int fio_recv_exact(int fd, unsigned char *buf, size_t want, size_t *filled, long long deadline_ms);
+ * arrived, and adds it to *arrived (atomically; NULL: not counted) as it
+ * arrives, so another thread can see a long body's progress. Returns 0 when
+ * full, 1 when the peer closed first, -ETIMEDOUT on the deadline, or another
+ * -errno. */
+int fio_recv_exact(int fd, unsigned char *buf, size_t want, size_t *filled, long long deadline_ms,
+                   unsigned long long *arrived);
+
+/* A counter fio_recv_exact adds to, read (and added to) from other threads. */
+unsigned long long fio_counter_load(const unsigned long long *counter);
+void fio_counter_add(unsigned long long *counter, unsigned long long amount);
 
 /* CLOCK_MONOTONIC in milliseconds, the clock of fio_recv_exact's deadline. */
 long long fio_monotonic_ms(void);

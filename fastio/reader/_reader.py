@@ -963,6 +963,7 @@ class Reader:
             buffered_bytes=self._held,
             latency_histogram=tuple(self._latency),
             peak_inflight_requests=self._inflight_peak,
+            bytes_arrived=self._remotes.bytes_arrived,
         )
 
 

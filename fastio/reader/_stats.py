@@ -50,6 +50,11 @@ class ReaderStats:
     latency_histogram: tuple[int, ...]
     peak_inflight_requests: int = 0
     """The most reads in flight at once since the reader was made."""
+    bytes_arrived: int = 0
+    """Bytes of remote answers received, counted as they arrive rather than
+    when a read completes (plain HTTP through fastio's own client; 0 for
+    other sources): a smooth measure of a link, where each remote read takes
+    a large share of a second."""
 
     @property
     def throughput(self) -> float:
@@ -80,6 +85,7 @@ class ReaderStats:
             self,
             bytes_read=self.bytes_read - earlier.bytes_read,
             bytes_delivered=self.bytes_delivered - earlier.bytes_delivered,
+            bytes_arrived=self.bytes_arrived - earlier.bytes_arrived,
             requests=self.requests - earlier.requests,
             chunks_delivered=self.chunks_delivered - earlier.chunks_delivered,
             errors=self.errors - earlier.errors,

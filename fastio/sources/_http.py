@@ -80,6 +80,7 @@ class RangeClient:
 
     def __init__(self, headers: dict[str, str] | None = None) -> None:
         self.headers = dict(headers or {})
+        self.arrivals = _native.ArrivalCounter()  # body bytes received, as they arrive
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._active: set[_Connection] = set()
@@ -230,8 +231,9 @@ class RangeClient:
         if early > body:
             raise HTTPStatusError(status, "more bytes than the answer announced", url)
         into[:early] = connection.head[held:filled]
-        count = _receive(sock, into, early, body, deadline, cancelled, until_close=announced
-                         is None)  # fmt: skip
+        self.arrivals.add(early)
+        count = _receive(sock, into, early, body, deadline, cancelled, self.arrivals,
+                         until_close=announced is None)  # fmt: skip
         if announced is None or headers.get("connection", "").lower() == "close":
             self._drop(connection)
         else:
@@ -312,14 +314,14 @@ def _read_head(
 
 def _receive(
     sock: socket.socket, into: memoryview, filled: int, body: int, deadline: float,
-    cancelled: threading.Event | None, until_close: bool,
+    cancelled: threading.Event | None, arrivals: _native.ArrivalCounter, until_close: bool,
 ) -> int:  # fmt: skip
     """Receives the body into ``into[filled:body]``; returns its length. One
     native call receives it all with the GIL released (a Python loop would
     take the GIL back for every few packets, from the training loop too)."""
     if cancelled is not None and cancelled.is_set():
         raise ConnectionAbortedError(errno.ECONNABORTED, "the read was cancelled")
-    end = _native.receive_into(sock.fileno(), into, filled, body, _remaining(deadline))
+    end = _native.receive_into(sock.fileno(), into, filled, body, _remaining(deadline), arrivals)
     if end < body and not until_close:
         raise ConnectionResetError(
             errno.ECONNRESET, f"the connection closed after {end} of {body} bytes"

@@ -149,6 +149,12 @@ class Remotes:
         self._warming: threading.Barrier | None = None
 
     @property
+    def bytes_arrived(self) -> int:
+        """Bytes fastio's HTTP client has received into answers' bodies."""
+        client = self._http
+        return client.arrivals.value if client is not None else 0
+
+    @property
     def prefetcher(self) -> Prefetcher:
         """Background downloads of the shards the cache's plan needs next."""
         if self._prefetcher is None:
