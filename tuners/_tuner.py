@@ -28,8 +28,8 @@ Phases (every window ends in a :class:`Decision` naming them):
     Exploration stops after ``min_trials`` once ``patience`` trials in a row
     raised the trusted best by less than the noise band (or after
     ``max_trials``); the tuner then runs at the best, watching for drift with a
-    Page-Hinkley test. Drift starts a new round from the best and its
-    neighbours.
+    Page-Hinkley test over windows four times as long. Drift starts a new round
+    from the best and its neighbours.
 ``confirm``
     A run that finds a converged study of its fingerprint starts at the stored
     best, measures it twice, and settles if it delivers what was stored
@@ -67,6 +67,8 @@ Objective = Literal["bytes", "samples"]
 _CONFIRM_WINDOWS = 2
 _MIN_TRIALS = 8
 _ASK_ATTEMPTS = 4
+_REFERENCE_WINDOWS = 2
+_DRIFT_SPAN = 4.0
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,9 @@ class OnlineTuner:
     initial configuration is the floor, as for a job's first epoch that must
     never run slower than its defaults: it is measured twice, the moves along
     a budget are tried first, and another configuration is only chosen once it
-    measured better than it by more than the noise band, in two windows.
+    measured better than it by more than the noise band, in two windows, and
+    kept only while its gain holds over the first settled window.
+    :meth:`settle_now` ends exploring early (a caller's budget for trials).
     Raises ValueError for a bad ``initial`` or bounds.
     """
 
@@ -188,6 +192,8 @@ class OnlineTuner:
         self._applied = False
         self._closed = False
         self._drift: PageHinkley | None = None
+        self._lazy_reference: list[float] = []
+        self._probation = False
         self._trial: Trial | None = None
         self._pending: deque[tuple[Config, Phase]] = deque()
         self._confirm_rates: list[float] = []
@@ -421,13 +427,36 @@ class OnlineTuner:
 
     def _decide(self, measured: Config, phase: Phase, rate: float) -> str:
         if phase == "settled":
-            assert self._drift is not None
+            self._meter.next_window()
+            if self._probation:
+                # A configuration chosen over the initial one must keep its
+                # gain over a longer window: short windows right after a change
+                # can flatter it (new connections take a link before the
+                # losses they cause slow every one).
+                self._probation = False
+                self._record(measured, rate)
+                kept = self.best_estimate()
+                if kept is not None and kept.config != measured:
+                    self._settle(kept.mean, kept.config)
+                    return f"its gain did not hold over a longer window: back to {kept.config}"
+                return "settled; its gain held over a longer window"
+            if self._drift is None:
+                # Settled before a window was measured, likely while the pipe
+                # still filled: the first settled window is let go, and the next
+                # ones give the reference (their mean) and, with their spread,
+                # the noise band drift must exceed.
+                self._lazy_reference.append(rate)
+                if len(self._lazy_reference) > 1:
+                    self._record(measured, rate)
+                if len(self._lazy_reference) > _REFERENCE_WINDOWS:
+                    self._start_drift(statistics.fmean(self._lazy_reference[1:]))
+                    return "settled; drift measured against its first windows"
+                return "settled; measuring the reference for drift"
             if self._drift.update(rate):
                 direction = self._drift.direction
                 best, _ = self.best
                 self._retune(best)
                 return f"drift {direction} at a fixed configuration: re-tuning (round {self.round})"
-            self._meter.next_window()
             return "settled"
         if phase == "confirm":
             self._confirm_rates.append(rate)
@@ -496,19 +525,88 @@ class OnlineTuner:
         self._since_improvement += 1
         return f"no improvement beyond the noise band for {self._since_improvement} trials"
 
-    def _settle(self, reference: float) -> None:
-        best = self.best_estimate()
-        assert best is not None
+    def _settle(self, reference: float | None, config: Config | None = None) -> None:
+        """Settle at ``config`` (the best estimate), watching for drift from
+        ``reference`` (from the first settled window when None)."""
+        if config is None:
+            best = self.best_estimate()
+            assert best is not None
+            config = best.config
         self._pending.clear()
         self.phase = "settled"
+        self._drift = None
+        self._lazy_reference = []
+        # Drift is a sustained change: settled windows are longer, and noise
+        # within them averages out.
+        self._meter.span = _DRIFT_SPAN
+        self._probation = self.keep_initial and config != self.initial
+        if reference is not None:
+            self._start_drift(reference)
+        self._set_attr("converged", True)
+        self._set_attr("best", config)
+        self._change(config)
+
+    def _start_drift(self, reference: float) -> None:
         self._drift = PageHinkley(max(reference, 1e-12), delta=max(0.05, self.noise),
                                   threshold=self.drift_threshold)  # fmt: skip
-        self._set_attr("converged", True)
-        self._set_attr("best", best.config)
-        self._change(best.config)
+
+    def settle_now(self, reason: str) -> Decision | None:
+        """Stop exploring at once (the caller's budget for trials is spent):
+        settle at the best configuration measured twice; keeping the initial
+        one, at it unless another measured better beyond the noise in two
+        windows, and at it too when no configuration is measured twice yet.
+        The window in progress is dropped; drift is watched from the first
+        settled window. Returns the decision, or None when already settled."""
+        if self._closed or self.phase == "settled":
+            return None
+        self.start()
+        measured, phase, rate = dict(self.config), self.phase, self._meter.rate
+        trusted = any(len(e.rates) >= 2 for e in self._estimates.values())
+        best = self.best_estimate() if trusted else None
+        if best is not None:
+            config = best.config
+        else:
+            config = self.initial if self.keep_initial else measured
+        if self._trial is not None:  # a sampled trial, unmeasured: failed
+            from optuna.trial import TrialState
+
+            self.study.tell(self._trial, state=TrialState.FAIL)
+            self._trial = None
+        self._settle(None, config)
+        best_config, best_rate = self.best
+        decision = Decision(
+            window=len(self.decisions) + 1, phase=phase, config=measured, rate=rate, trial=None,
+            next_config=dict(self.config), next_phase=self.phase, reason=reason,
+            best_config=best_config, best_rate=best_rate, round=self.round, noise=self.noise,
+        )  # fmt: skip
+        self.decisions.append(decision)
+        log.info("tuner window %d (%s, cut short): %s; %s; settled at %s", decision.window, phase,
+                 measured, reason, decision.next_config)  # fmt: skip
+        return decision
+
+    def seconds_to_settle(self) -> float:
+        """About how many seconds of traffic exploring still takes when no
+        trial improves on the best (0 once settled): the window in progress,
+        and a window with its warm-up for each further trial that needs."""
+        if self.phase == "settled":
+            return 0.0
+        window, meter = self.window, self._meter
+        current = max(0.0, window.warmup_seconds - meter.warm_seconds) + max(
+            0.0, window.min_seconds - meter.seconds
+        )
+        if self.phase == "confirm":
+            more = _CONFIRM_WINDOWS - len(self._confirm_rates) - 1
+        else:
+            told = self._trials_this_round + 1  # the window in progress ends a trial
+            # The round's first window sets the reference: it counts as a gain.
+            since = 0 if self._reference is None else self._since_improvement + 1
+            more = max(self.min_trials - told, self.patience - since)
+            more += sum(purpose == "remeasure" for _, purpose in self._pending)
+        return current + max(more, 0) * (window.min_seconds + window.warmup_seconds)
 
     def _retune(self, start: Config) -> None:
         self._drift = None
+        self._meter.span = 1.0
         self._confirm_rates = []
         self._begin_round(self.round + 1, self.space.repair(start))
         self._next()

@@ -39,6 +39,8 @@ class WindowMeter:
 
     def __init__(self, window: MeasurementWindow) -> None:
         self.window = window
+        self.span = 1.0
+        """Windows last this many times ``min_seconds`` and ``min_bytes``."""
         self.restart()
 
     def restart(self) -> None:
@@ -78,8 +80,9 @@ class WindowMeter:
         window = self.window
         if self.warming or self.seconds <= 0:
             return False
-        enough = self.seconds >= window.min_seconds and self.bytes >= window.min_bytes
-        return enough or self.seconds >= window.max_seconds
+        span = self.span
+        enough = self.seconds >= window.min_seconds * span and self.bytes >= window.min_bytes * span
+        return enough or self.seconds >= max(window.max_seconds, window.min_seconds * span)
 
     @property
     def rate(self) -> float:
