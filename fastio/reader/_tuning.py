@@ -17,12 +17,15 @@ The tuner owns each reader's total; a fairness monitor that shifts requests
 between workers works within it.
 
 A :class:`ReaderTuning` measures the reader every ``tick_seconds`` on a
-daemon thread: delivered bytes over elapsed time, what the job sees, and
-only while data flows. Time the consumer held reads back counts too: a
-reader whose consumer (decoding, on a busy machine) sets the pace is still
-faster with a setting that costs less CPU per byte, and a consumer that sets
-the pace whatever the knobs makes every setting measure alike, so the tuner
-keeps the defaults and settles. Every window's decision goes to the ``fastio.tuners``
+daemon thread: delivered bytes over elapsed time, what the job sees (for
+remote reads, bytes as they arrive), and only while data flows. Time the
+consumer held reads back counts too: a reader whose consumer (decoding, on a
+busy machine) sets the pace is still faster with a setting that costs less
+CPU per byte, and a consumer that sets the pace whatever the knobs makes every
+setting measure alike, so the tuner keeps the defaults and settles. Trials
+cost the job throughput, so they are bounded: they end within
+``explore_share`` of the first pass's bytes, and a pass too short to hold them
+keeps the defaults. Every window's decision goes to the ``fastio.tuners``
 logger and to :meth:`ReaderTuning.summary` (``dataset.stats()["tuner"]``).
 """
 
@@ -33,6 +36,7 @@ import importlib.util
 import logging
 import os
 import threading
+from collections import deque
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -67,6 +71,11 @@ _PATIENCE = 3
 # A remote reader's one knob has a single step from the defaults: the
 # defaults twice and that step decide it.
 _REMOTE_PATIENCE = 2
+# Seconds between looks for the first bytes, and at most between ticks while
+# exploring within the first pass's share.
+_FIRST_BYTES_POLL = 0.01
+_BUDGET_TICK = 0.05
+_RECENT_SECONDS = 0.2
 
 
 def budget_for(settings: ReaderSettings, options: TunerSettings) -> int:
@@ -163,6 +172,11 @@ class ReaderTuning:
         self._last: ReaderStats | None = None
         self._first: ReaderStats | None = None
         self.settled_after: dict[str, float] | None = None
+        # Exploring ends once the reader has delivered this many bytes (set by
+        # the first pass's size, see expect()); None: no such bound.
+        self._explore_until: int | None = None
+        self.first_pass_bytes: int | None = None
+        self._recent: deque[ReaderStats] = deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -209,6 +223,20 @@ class ReaderTuning:
             self.reader.read_size = config["read_size"]
         self.reader.outstanding_requests = config["outstanding_requests"]
 
+    def expect(self, nbytes: int) -> None:
+        """A pass over about ``nbytes`` begins. The first one bounds exploring:
+        the tuner settles before the reader has delivered ``explore_share`` of
+        it, and at once when what its trials still need cannot fit. A job's
+        first epoch thus never pays for more than that share of trials, and a
+        short epoch (seconds, where a trial costs more than it can win) keeps
+        the defaults."""
+        with self._lock:
+            if self.first_pass_bytes is not None or self.reader.closed:
+                return
+            start = self.reader.stats().bytes_delivered
+            self.first_pass_bytes = nbytes
+            self._explore_until = start + max(1, int(nbytes * self.options.explore_share))
+
     def tick(self) -> Decision | None:
         """Feed the reader's traffic since the last tick to the tuner; returns
         the decision when this tick completes a window."""
@@ -223,19 +251,57 @@ class ReaderTuning:
                 return None
             window = now.since(last)
             seconds = window.elapsed_seconds
-            if window.bytes_delivered <= 0 or seconds <= 0:
+            # A remote read delivers its piece (megabytes, most of a second
+            # over a link) at once: bytes as they arrive measure the link
+            # smoothly, where whole pieces would make short windows noise.
+            amount = _measured(window, now)
+            if amount <= 0 or seconds <= 0:
                 return None
-            decision = self.tuner.observe(window.bytes_delivered, seconds)
+            recent = self._recent
+            recent.append(now)
+            while len(recent) > 2 and (
+                recent[-1].elapsed_seconds - recent[1].elapsed_seconds >= _RECENT_SECONDS
+            ):
+                recent.popleft()
+            decision = self.tuner.observe(amount, seconds)
+            if decision is None:
+                decision = self._within_budget(now)
             if decision is not None:
-                assert self._first is not None
-                since = now.since(self._first)
-                when = {"seconds": since.elapsed_seconds, "bytes_delivered": since.bytes_delivered}
-                self.decisions.append(decision.as_dict() | when)
-                if decision.next_phase == "settled" and self.settled_after is None:
-                    self.settled_after = when
-                if self._on_decision is not None:
-                    self._on_decision(decision)
+                self._record(decision, now)
             return decision
+
+    def _within_budget(self, now: ReaderStats) -> Decision | None:
+        """Settle when exploring would run past the first pass's share by the
+        end of the trials still needed (and the next tick), at the higher of
+        the rate since the first bytes and the rate of the last
+        ``_RECENT_SECONDS`` (while the pipe fills, the first lags behind; a
+        single tick's own rate is a burst)."""
+        limit = self._explore_until
+        if limit is None:
+            return None
+        if self.tuner.converged:  # within the share: later rounds (drift) are not bounded
+            self._explore_until = None
+            return None
+        assert self._first is not None
+        span = now.since(self._recent[0])
+        recent_rate = _measured(span, now) / span.elapsed_seconds if span.elapsed_seconds else 0.0
+        rate = max(now.since(self._first).throughput, recent_rate)
+        ahead = self.tuner.seconds_to_settle() + self._interval()
+        if now.bytes_delivered + rate * ahead <= limit:
+            return None
+        self._explore_until = None
+        share = self.options.explore_share
+        return self.tuner.settle_now(f"trials would run past {share:.0%} of the first pass")
+
+    def _record(self, decision: Decision, now: ReaderStats) -> None:
+        assert self._first is not None
+        since = now.since(self._first)
+        when = {"seconds": since.elapsed_seconds, "bytes_delivered": since.bytes_delivered}
+        self.decisions.append(decision.as_dict() | when)
+        if decision.next_phase == "settled" and self.settled_after is None:
+            self.settled_after = when
+        if self._on_decision is not None:
+            self._on_decision(decision)
 
     def start(self) -> ReaderTuning:
         if self._thread is None:
@@ -246,15 +312,19 @@ class ReaderTuning:
     def _run(self) -> None:
         # Optuna's import holds the GIL for a second or so: it waits until the
         # reader has delivered its first bytes, so the job's first sample does not.
+        # Its first measurement starts with the first bytes (looked for often:
+        # a fast link delivers a tenth of a short epoch in a fraction of a second).
         while self.reader.stats().bytes_delivered <= 0:
-            if self._stop.wait(self.options.tick_seconds) or self.reader.closed:
+            if self._stop.wait(min(self.options.tick_seconds, _FIRST_BYTES_POLL)):
+                return
+            if self.reader.closed:
                 return
         try:
-            self.tuner.start()
+            self.tick()  # the first snapshot, and the tuner's start
         except Exception:
             log.exception("fastio: the tuner could not start; knobs stay as they are")
             return
-        while not self._stop.wait(self.options.tick_seconds):
+        while not self._stop.wait(self._interval()):
             if self.reader.closed:
                 break
             try:
@@ -262,6 +332,14 @@ class ReaderTuning:
             except Exception:  # the job's data keeps flowing; tuning stops
                 log.exception("fastio: the tuner failed and stops; knobs stay as they are")
                 break
+
+    def _interval(self) -> float:
+        """Seconds to the next tick: while exploring within the first pass's
+        share, often enough to settle before it runs out."""
+        tick = self.options.tick_seconds
+        if self._explore_until is not None and not self.tuner.converged:
+            return min(tick, _BUDGET_TICK)
+        return tick
 
     def close(self) -> None:
         """Stop the thread (waiting for it) and end the trial in progress."""
@@ -275,8 +353,9 @@ class ReaderTuning:
 
     def summary(self) -> dict[str, Any]:
         """The tuner's state for ``stats()``: phase, round, trials, best, current
-        knobs, and when it first settled (``settled_after``: seconds and bytes
-        delivered since its first measurement; None while it has not)."""
+        knobs, when it first settled (``settled_after``: seconds and bytes
+        delivered since its first measurement; None while it has not), and the
+        size of the first pass that bounds its trials (``first_pass_bytes``)."""
         tuner = self.tuner
         best, rate = tuner.best
         return {
@@ -284,9 +363,15 @@ class ReaderTuning:
             "windows": len(tuner.decisions), "converged": tuner.converged,
             "config": dict(tuner.config), "best_config": best, "best_bytes_per_second": rate,
             "memory_budget": self.budget, "noise": tuner.noise,
-            "settled_after": self.settled_after,
+            "settled_after": self.settled_after, "first_pass_bytes": self.first_pass_bytes,
             "last_decision": self.decisions[-1] if self.decisions else None,
         }  # fmt: skip
+
+
+def _measured(window: ReaderStats, now: ReaderStats) -> int:
+    """The bytes a window measures: as they arrive for a reader whose remote
+    client counts them (``now`` has any), else as they are delivered."""
+    return window.bytes_arrived if now.bytes_arrived > 0 else window.bytes_delivered
 
 
 def attach(reader: Reader, settings: TunerSettings, urls: Sequence[str]) -> ReaderTuning | None:

@@ -44,6 +44,13 @@ class TunerSettings:
                                  "seconds", low=0)  # fmt: skip
     max_trials: int = knob(8, "Configurations tried before the tuner settles.", "count",
                            low=1, high=10_000)  # fmt: skip
+    explore_share: float = knob(
+        0.1,
+        "Share of the first pass's bytes the tuner may spend trying settings: it settles by "
+        "then, at the defaults unless a setting measured better twice (at once when its trials "
+        "cannot fit).",
+        "number", above=0.0, high=1.0,
+    )  # fmt: skip
     seed: int | None = knob(0, "Seed of the sampler (unset: random).", "count", low=0,
                             optional=True)  # fmt: skip
     tick_seconds: float = knob(0.2, "How often the reader's counters are read.", "seconds",
