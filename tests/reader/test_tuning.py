@@ -132,6 +132,51 @@ def test_dataset_tune_runs_a_thread_and_reports(files: dict[str, str], resources
     resources.assert_released()
 
 
+def test_a_pass_too_short_for_the_trials_keeps_the_defaults(files: dict[str, str]) -> None:
+    # Windows of seconds: the trials need far more than a tenth of a 64 MiB
+    # pass at any rate a reader reaches, so the tuner settles at the first
+    # measurement, at the defaults, within that tenth.
+    paths = sorted(files)
+    total = 4 * FILES * FILE_SIZE  # the files, read four times
+    options = TunerSettings(window_seconds=5.0, warmup_seconds=1.0, tick_seconds=3600)
+    with fastio.Reader() as reader:
+        defaults = {"outstanding_requests": reader.outstanding_requests,
+                    "read_size": reader.read_size}  # fmt: skip
+        tuning = ReaderTuning(reader, options, "fastio-test-short-pass")
+        tuning.expect(total)
+        tuning.expect(100 * total)  # a later pass: the first one bounds the trials
+        tuning.tick()  # the first snapshot, before any byte
+        for _ in range(4):
+            assert read_all(reader, paths, tuning) == {p: files[p] for p in paths}
+        tuning.close()
+        assert (reader.outstanding_requests, reader.read_size) == tuple(defaults.values())
+    summary = tuning.summary()
+    assert summary["first_pass_bytes"] == total
+    assert summary["phase"] == "settled"
+    assert tuning.settled_after is not None
+    assert 0 < tuning.settled_after["bytes_delivered"] <= total * options.explore_share
+    cut = next(d for d in tuning.decisions if d["next_phase"] == "settled")
+    assert "10% of the first pass" in cut["reason"]
+    assert cut["next_config"] == defaults
+    assert cut["trial"] is None  # nothing was tried
+
+
+def test_a_pass_long_enough_for_the_trials_runs_them(files: dict[str, str]) -> None:
+    paths = sorted(files)
+    with fastio.Reader() as reader:
+        tuning = ReaderTuning(reader, OPTIONS, "fastio-test-long-pass")
+        tuning.expect(1 << 50)  # a pass of a petabyte: a tenth of it holds every trial
+        tuning.tick()
+        for _ in range(500):
+            assert read_all(reader, paths, tuning) == {p: files[p] for p in paths}
+            if len(tuning.decisions) >= 3:
+                break
+        tuning.close()
+    assert len(tuning.decisions) >= 3
+    assert [d["trial"] for d in tuning.decisions[:3]] == [0, 1, 2]  # measured trials, none cut
+    assert not any("first pass" in d["reason"] for d in tuning.decisions)
+
+
 def test_bad_tune_options_are_refused(files: dict[str, str]) -> None:
     with pytest.raises(TypeError, match=r"tune: .*speed"):
         TunerSettings.coerce({"speed": 3})

@@ -80,6 +80,26 @@ def test_the_first_epoch_reads_every_byte_once(served, tmp_path) -> None:
     assert Counter(key_of("webdataset", s) for s in ds) == everything(written)
 
 
+def test_tuning_the_first_epoch_reads_every_byte_once_and_counts_the_link(served, tmp_path
+                                                                           ) -> None:  # fmt: skip
+    """tune=True on a never-seen dataset: the tuner knows the epoch's bytes
+    (its trials must end within a tenth of them), counts the link's bytes as
+    they arrive, and neither re-reads nor loses anything. Windows of a minute
+    cannot fit in a tenth of this epoch: the defaults stay."""
+    written, server = served
+    total = sum(os.path.getsize(url) for url in written.urls)
+    with dataset(written, server, tmp_path, tune={"window_seconds": 60.0}) as ds:
+        assert Counter(key_of("webdataset", s) for s in ds) == everything(written)
+        stats = ds.stats()
+    sizes = {os.path.basename(url): os.path.getsize(url) for url in written.urls}
+    assert dict(server.faults.served) == sizes
+    tuner = stats["tuner"]
+    assert tuner["first_pass_bytes"] == total
+    assert tuner["config"] == {"outstanding_requests": fastio.ReaderSettings().outstanding_requests}
+    assert tuner["phase"] in ("explore", "settled")  # never a trial of other knobs
+    assert stats["reader"]["bytes_arrived"] == server.faults.bytes_served
+
+
 def test_with_the_shard_cache_the_first_sample_comes_before_the_shard_is_downloaded(
     served, tmp_path
 ) -> None:

@@ -400,3 +400,105 @@ def test_samples_objective_and_closing() -> None:
         tuner.observe(1, 1.0)
     with pytest.raises(ValueError, match="objective"):
         OnlineTuner(reader_space(), DEFAULTS, objective="watts")  # type: ignore[arg-type]
+
+
+# ---- exploring within a caller's budget -------------------------------------------------
+
+REMOTE_SPACE = SearchSpace((IntKnob("outstanding_requests", 16, 32, log=True),), ())
+REMOTE_DEFAULTS = {"outstanding_requests": 16}
+
+
+def remote_tuner() -> tuple[OnlineTuner, list[dict[str, Any]]]:
+    applied: list[dict[str, Any]] = []
+    tuner = OnlineTuner(REMOTE_SPACE, REMOTE_DEFAULTS, apply=applied.append, window=WINDOW,
+                        min_trials=3, patience=2, keep_initial=True)  # fmt: skip
+    tuner.start()
+    return tuner, applied
+
+
+def test_settling_before_any_window_keeps_the_initial_and_measures_its_reference() -> None:
+    tuner, applied = remote_tuner()
+    tuner.observe(50_000_000, 0.2)  # warm-up of the first window: nothing measured
+    assert tuner.seconds_to_settle() > 0
+    decision = tuner.settle_now("the caller's budget is spent")
+    assert decision is not None
+    assert decision.next_phase == "settled"
+    assert decision.trial is None
+    assert decision.next_config == REMOTE_DEFAULTS
+    assert "budget" in decision.reason
+    assert tuner.converged
+    assert tuner.seconds_to_settle() == 0.0
+    assert tuner.settle_now("again") is None  # settled already: nothing to cut
+    assert applied == [REMOTE_DEFAULTS]  # the defaults stayed: no trial was applied
+    # Settled windows are four times as long. The first (the pipe may still be
+    # filling: a lower rate) is let go; the next two give the drift reference.
+    reasons = []
+    for rate in (60e6, 100e6, 104e6):
+        ticks = 0
+        while (decision := tuner.observe(int(rate), 1.0)) is None:
+            ticks += 1
+        assert ticks >= 3  # a settled window is at least four ticks of a second
+        reasons.append(decision.reason)
+    assert reasons[:2] == ["settled; measuring the reference for drift"] * 2
+    assert "drift measured against its first windows" in reasons[2]
+    for _ in range(4):
+        decision = tuner.observe(int(90e6 * 4), 4.0)
+        assert decision is not None
+        assert decision.next_phase == "settled"
+    drifted = []
+    for _ in range(3):  # a third lower, sustained: drift, a new round
+        decision = tuner.observe(int(55e6 * 4), 4.0)
+        assert decision is not None
+        drifted.append(decision.reason.startswith("drift down"))
+        if tuner.round == 1:
+            break
+    assert drifted[-1]
+    assert not any(drifted[:-1])
+    assert tuner.round == 1
+    assert tuner.phase != "settled"
+
+
+def test_settling_early_keeps_a_gain_measured_twice_and_only_then() -> None:
+    rates = {16: 100e6, 32: 130e6}
+    tuner, _ = remote_tuner()
+    while tuner.config != {"outstanding_requests": 32}:  # the defaults twice, then the step
+        tuner.tell_window(rates[tuner.config["outstanding_requests"]])
+    tuner.tell_window(rates[32])  # once: not trusted yet
+    assert tuner.phase == "remeasure"
+    cut = tuner.settle_now("budget")
+    assert cut is not None
+    assert cut.next_config == REMOTE_DEFAULTS
+    tuner, _ = remote_tuner()
+    while tuner.config != {"outstanding_requests": 32}:
+        tuner.tell_window(rates[tuner.config["outstanding_requests"]])
+    tuner.tell_window(rates[32])
+    tuner.tell_window(rates[32])  # measured better twice, beyond the noise: trusted
+    if not tuner.converged:
+        cut = tuner.settle_now("budget")
+        assert cut is not None
+    assert tuner.config == {"outstanding_requests": 32}
+
+
+@pytest.mark.parametrize(("later", "kept"), [(125e6, 32), (80e6, 16)])
+def test_a_gain_over_the_defaults_must_hold_over_a_longer_window(later: float, kept: int) -> None:
+    # Over a link, more requests can measure better in the windows right after
+    # the change and worse once the losses they cause slow every connection.
+    tuner, applied = remote_tuner()
+    while not tuner.converged:
+        config = tuner.config["outstanding_requests"]
+        tuner.tell_window(130e6 if config == 32 else 100e6)
+    assert tuner.config == {"outstanding_requests": 32}
+    decision = tuner.tell_window(later)  # the first settled (longer) window
+    assert tuner.converged
+    assert tuner.config == {"outstanding_requests": kept}
+    assert applied[-1] == {"outstanding_requests": kept}
+    assert ("did not hold" in decision.reason) == (kept == 16)
+
+
+def test_settled_windows_last_longer() -> None:
+    meter = WindowMeter(MeasurementWindow(min_seconds=1.0, max_seconds=2.0, warmup_seconds=0))
+    meter.span = 4.0
+    meter.add(100, 3.0, 100)
+    assert not meter.complete  # past max_seconds, short of four windows
+    meter.add(100, 1.0, 100)
+    assert meter.complete
