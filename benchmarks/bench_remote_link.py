@@ -1,6 +1,6 @@
 """Epoch 1 of a remote WebDataset over a real 20 ms link: fastio vs what users compare it to.
 
-    sudo .venv/bin/python benchmarks/bench_remote_link.py                # 8 x 260 MB, ~40 min
+    sudo .venv/bin/python benchmarks/bench_remote_link.py                # 8 x 260 MB, ~20 min
     sudo .venv/bin/python benchmarks/bench_remote_link.py --scale 0.1 --repeats 1   # ~4 min
 
 The dataset (``--shards`` WebDataset tar shards of ``--shard-size``, ~110 KB
