@@ -7,6 +7,7 @@ the user set, answers shorter than asked at an object's end)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import random
@@ -117,6 +118,77 @@ def test_ranges_arrive_byte_for_byte_over_one_kept_alive_connection(server: _Ser
         remotes.close()
     assert server.requests == 40
     assert len(server.connections) == 1  # one after the other: the connection is reused
+
+
+def test_every_body_byte_is_counted_as_it_arrives(server: _Server) -> None:
+    # Small bodies come with the head, large ones over many receives: both
+    # count once.
+    remotes = Remotes(ReaderSettings(retries=0), {})
+    try:
+        assert remotes.bytes_arrived == 0
+        lengths = [5, 1000, 70_000, len(DATA) - 10]
+        for length in lengths:
+            assert _read(remotes, server.url("data"), 10, length) == DATA[10 : 10 + length]
+        assert remotes.bytes_arrived == sum(lengths)
+    finally:
+        remotes.close()
+
+
+def test_a_body_is_counted_while_it_arrives() -> None:
+    # A server that sends half a body and waits: the half is counted before
+    # the read completes (a tuner measuring a link sees it move).
+    body = DATA[: 1 << 20]
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    halfway = threading.Event()
+
+    def answer(connection: socket.socket) -> None:
+        with connection:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                received = connection.recv(65536)
+                if not received:
+                    return  # a connection made ahead, closed unused
+                request += received
+            if request.startswith(b"HEAD"):
+                connection.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n"
+                                   "Connection: close\r\n\r\n".encode())  # fmt: skip
+                return
+            head = f"HTTP/1.1 206 Partial Content\r\nContent-Length: {len(body)}\r\n"
+            head += f"Content-Range: bytes 0-{len(body) - 1}/{len(body)}\r\n\r\n"
+            connection.sendall(head.encode() + body[: len(body) // 2])
+            halfway.wait(30)
+            connection.sendall(body[len(body) // 2 :])
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):  # the listener closed: the test is over
+            while True:
+                connection, _ = listener.accept()
+                threading.Thread(target=answer, args=(connection,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    remotes = Remotes(ReaderSettings(retries=0), {})
+    got: list[bytes] = []
+    reader = threading.Thread(
+        target=lambda: got.append(_read(remotes, f"http://127.0.0.1:{port}/data", 0, len(body)))
+    )
+    try:
+        reader.start()
+        wait_for(lambda: remotes.bytes_arrived >= len(body) // 2, timeout=30)
+        assert not got  # the read has not completed: half of it is counted
+        assert remotes.bytes_arrived < len(body)
+        halfway.set()
+        reader.join(30)
+        assert got == [body]
+        assert remotes.bytes_arrived == len(body)
+    finally:
+        halfway.set()
+        remotes.close()
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        listener.close()
+        thread.join(10)
+    assert not thread.is_alive()
 
 
 def test_an_idle_connection_the_server_closed_is_replaced_without_a_retry(
