@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError, TruncatedShardError, import_extra
-from fastio.formats._layout import Layout, ShardFormat, ShardWriter, gather
-from fastio.reader._ranges import ByteRange, Shard
+from fastio.formats._layout import Layout, ShardFormat, ShardWriter
+from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -194,11 +194,11 @@ def _tail_range(url: str, size: int, at_least: int = 0) -> ByteRange:
 
 def _tail(reader: Reader, url: str, size: int, at_least: int) -> tuple[int, bytes]:
     tail = _tail_range(url, size, at_least)
-    return tail.offset, b"".join(bytes(c.data) for c in reader.stream([tail]))
+    return tail.offset, reader.read_ranges([tail])[0]
 
 
 def _tails(reader: Reader, urls: Sequence[str]) -> dict[str, tuple[int, int, bytes]]:
-    """The tails of ``urls`` (size, tail start, tail), read as one stream: one
+    """The tails of ``urls`` (size, tail start, tail), read together: one
     wait for them all, not one per file. Files that fail here are left out:
     their own layouts read them again and report what is wrong."""
     sizes: dict[str, int] = {}
@@ -208,17 +208,11 @@ def _tails(reader: Reader, urls: Sequence[str]) -> dict[str, tuple[int, int, byt
         except OSError:
             continue
     ranges = [_tail_range(url, size) for url, size in sizes.items()]
-    parts: dict[int, list[bytes]] = {}
-    tails: dict[str, tuple[int, int, bytes]] = {}
     try:
-        for chunk in reader.stream([Shard((r,)) for r in ranges]):
-            parts.setdefault(chunk.shard, []).append(bytes(chunk.data))
-            if chunk.end_of_shard:
-                tail = ranges[chunk.shard]
-                tails[tail.path] = (sizes[tail.path], tail.offset, b"".join(parts.pop(chunk.shard)))
+        datas = reader.read_ranges(ranges)
     except OSError:
-        pass  # the files after the failing one are read one by one
-    return tails
+        return {}  # the files are read one by one, each reporting its own failure
+    return {r.path: (sizes[r.path], r.offset, data) for r, data in zip(ranges, datas, strict=True)}
 
 
 def _leaf_columns(metadata: Any, columns: Sequence[str] | None) -> list[int]:
@@ -263,12 +257,23 @@ def _footer(
     return size, start, tail, footer_length
 
 
-def _head_ranges(url: str, size: int, batches: list[tuple[int, int, int]]) -> list[Any]:
-    """An Arrow file's head (its schema message) and its record batches'
-    headers: the two shards of the read that lays it out."""
-    first = ByteRange(url, 0, min(size, 64 << 10))
-    heads = [ByteRange(url, offset, meta) for offset, meta, _ in batches]
-    return [first, heads] if heads else [first]
+def _arrow_heads(
+    reader: Reader, files: Sequence[tuple[str, int, list[tuple[int, int, int]]]]
+) -> dict[str, tuple[bytes, dict[int, bytes]]]:
+    """Each Arrow file's head (its schema message, served to pyarrow from
+    here) and its record batches' headers by offset, for ``files`` of (url,
+    size, record batch blocks), read together: one wait, not one per file.
+    Raises what the reads raise."""
+    ranges: list[ByteRange] = []
+    for url, size, batches in files:
+        ranges.append(ByteRange(url, 0, min(size, 64 << 10)))
+        ranges += [ByteRange(url, offset, meta) for offset, meta, _ in batches]
+    datas = iter(reader.read_ranges(ranges))
+    heads: dict[str, tuple[bytes, dict[int, bytes]]] = {}
+    for url, _, batches in files:
+        head = next(datas)
+        heads[url] = (head, {offset: next(datas) for offset, _, _ in batches})
+    return heads
 
 
 class _ColumnFile(ShardFormat):
@@ -473,7 +478,7 @@ class ArrowFormat(_ColumnFile):
         # again in one stream for the group: one wait, not one per file.
         super().prefetch(reader, urls)
         self._heads = {}
-        planned: list[tuple[str, _ArrowBlocks, list[Any]]] = []
+        planned: dict[str, _ArrowBlocks] = {}
         for url in urls:
             known = self._prefetched.get(url)
             if known is None:
@@ -482,23 +487,17 @@ class ArrowFormat(_ColumnFile):
                 blocks = self._blocks(reader, url, known)
             except (DecodeError, OSError):
                 continue  # its layout reads it again and reports what is wrong
-            size, start, tail, batches, _ = blocks
+            size, start, tail, _, _ = blocks
             self._prefetched[url] = (size, start, tail)
-            planned.append((url, blocks, _head_ranges(url, size, batches)))
+            planned[url] = blocks
         if not planned:
             return
-        shards = [Shard(tuple(r) if isinstance(r, list) else (r,))
-                  for _, _, ranges in planned for r in ranges]  # fmt: skip
-        owner = [(url, kind) for url, _, ranges in planned for kind in range(len(ranges))]
-        got: dict[tuple[str, int], list[Chunk]] = {}
         try:
-            for chunk in reader.stream(shards):
-                got.setdefault(owner[chunk.shard], []).append(chunk)
+            heads = _arrow_heads(reader, [(url, b[0], b[3]) for url, b in planned.items()])
         except OSError:
             return  # the files are read one by one, each reporting its own failure
-        for url, blocks, _ in planned:
-            head = b"".join(bytes(c.data) for c in got.get((url, 0), ()))
-            self._heads[url] = (blocks, head, gather(got.get((url, 1), ())))
+        for url, blocks in planned.items():
+            self._heads[url] = (blocks, *heads[url])
 
     def _blocks(
         self, reader: Reader, url: str, known: tuple[int, int, bytes] | None
@@ -521,11 +520,7 @@ class ArrowFormat(_ColumnFile):
             (size, start, tail, batches, dictionaries), schema_head, pieces = fetched
         else:
             size, start, tail, batches, dictionaries = self._blocks(reader, url, known)
-            # The schema message at the start of the file (served to pyarrow
-            # from here) and the batches' headers, in one stream: one wait, not two.
-            chunks = list(reader.stream(_head_ranges(url, size, batches)))
-            schema_head = b"".join(bytes(c.data) for c in chunks if c.shard == 0)
-            pieces = gather(c for c in chunks if c.shard == 1)
+            schema_head, pieces = _arrow_heads(reader, [(url, size, batches)])[url]
         rows = []
         for offset, _, _ in batches:
             try:

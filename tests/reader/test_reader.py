@@ -698,3 +698,30 @@ def test_a_failure_to_map_buffers_reaches_the_consumer(tmp_path: Path, monkeypat
     with Reader(read_size=256 << 10) as reader, pytest.raises(MemoryError, match="cannot map"):
         for _ in reader.stream([Shard((ByteRange(str(path)),))]):
             pass
+
+
+def test_small_ranges_of_cached_files_are_read_inline_the_rest_streamed(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    cached, evicted = tmp_path / "cached.bin", tmp_path / "evicted.bin"
+    data = {str(cached): rng.randbytes(300_000), str(evicted): rng.randbytes(300_000)}
+    for path, content in data.items():
+        Path(path).write_bytes(content)
+    evict(str(evicted))
+    assert Path(cached).read_bytes() == data[str(cached)]  # in the page cache now
+    ranges = [
+        ByteRange(str(cached), 0, 10), ByteRange(str(evicted), 5000, 70_000),
+        ByteRange(str(cached), 299_990, 10), ByteRange(str(cached), 65_536, 70_000),
+        ByteRange(str(evicted), 0, 1),
+    ]  # fmt: skip
+    with Reader() as reader:
+        got = reader.read_ranges(ranges)
+        assert got == [data[r.path][r.offset : r.offset + (r.length or 0)] for r in ranges]
+        # The cached file's ranges came inline; the evicted file's went
+        # through the reader, one request each.
+        assert reader.stats().requests == 2
+        assert reader.read_ranges([]) == []
+        # Failures are the stream's: named, with the file and the offset.
+        with pytest.raises(fastio.TruncatedFileError, match=r"cached\.bin"):
+            reader.read_ranges([ByteRange(str(cached), 299_990, 100)])
+        with pytest.raises(FileNotFoundError, match=r"missing\.bin"):
+            reader.read_ranges([ByteRange(str(tmp_path / "missing.bin"), 0, 10)])
