@@ -178,6 +178,7 @@ class ReaderTuning:
         self.first_pass_bytes: int | None = None
         self._recent: deque[ReaderStats] = deque()
         self._stop = threading.Event()
+        self._pass_begun = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._making = threading.Lock()
@@ -236,6 +237,7 @@ class ReaderTuning:
             start = self.reader.stats().bytes_delivered
             self.first_pass_bytes = nbytes
             self._explore_until = start + max(1, int(nbytes * self.options.explore_share))
+        self._pass_begun.set()
 
     def tick(self) -> Decision | None:
         """Feed the reader's traffic since the last tick to the tuner; returns
@@ -312,12 +314,16 @@ class ReaderTuning:
     def _run(self) -> None:
         # Optuna's import holds the GIL for a second or so: it waits until the
         # reader has delivered its first bytes, so the job's first sample does not.
-        # Its first measurement starts with the first bytes (looked for often:
-        # a fast link delivers a tenth of a short epoch in a fraction of a second).
+        # Its first measurement starts with the first bytes, looked for often
+        # once a pass has begun (a fast link delivers a tenth of a short epoch
+        # in a fraction of a second), and every tick before that.
+        tick = self.options.tick_seconds
         while self.reader.stats().bytes_delivered <= 0:
-            if self._stop.wait(min(self.options.tick_seconds, _FIRST_BYTES_POLL)):
-                return
-            if self.reader.closed:
+            if self._pass_begun.is_set():
+                self._stop.wait(min(tick, _FIRST_BYTES_POLL))
+            else:
+                self._pass_begun.wait(tick)  # a pass beginning (or close) wakes it
+            if self._stop.is_set() or self.reader.closed:
                 return
         try:
             self.tick()  # the first snapshot, and the tuner's start
@@ -344,6 +350,7 @@ class ReaderTuning:
     def close(self) -> None:
         """Stop the thread (waiting for it) and end the trial in progress."""
         self._stop.set()
+        self._pass_begun.set()  # wakes a thread waiting for the first pass
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join()
