@@ -475,7 +475,7 @@ class ArrowFormat(_ColumnFile):
 
     def prefetch(self, reader: Reader, urls: Sequence[str]) -> None:
         # After the footers, each file's schema and record batch headers,
-        # again in one stream for the group: one wait, not one per file.
+        # again read together for the group: one wait, not one per file.
         super().prefetch(reader, urls)
         self._heads = {}
         planned: dict[str, _ArrowBlocks] = {}

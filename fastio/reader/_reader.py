@@ -348,14 +348,16 @@ class Reader:
         where a trip through the reader's loop takes tens of them; the others
         go through one :meth:`stream` together. Raises what that stream
         raises (:class:`~fastio.TruncatedFileError` for a range past a file's
-        end, the OSError of a file that cannot be read)."""
+        end, the OSError of a file that cannot be read); ValueError for a
+        range without a length."""
         self._check_usable()
+        if any(piece.length is None for piece in ranges):
+            raise ValueError("read_ranges reads ranges with a length")
         got: list[bytes | None] = [None] * len(ranges)
         missing = []
         descriptors: dict[str, int | None] = {}
         try:
             for index, piece in enumerate(ranges):
-                assert piece.length is not None
                 data = _cached(piece, descriptors)
                 if data is None:
                     missing.append(index)

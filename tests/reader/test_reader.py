@@ -725,3 +725,5 @@ def test_small_ranges_of_cached_files_are_read_inline_the_rest_streamed(tmp_path
             reader.read_ranges([ByteRange(str(cached), 299_990, 100)])
         with pytest.raises(FileNotFoundError, match=r"missing\.bin"):
             reader.read_ranges([ByteRange(str(tmp_path / "missing.bin"), 0, 10)])
+        with pytest.raises(ValueError, match="length"):
+            reader.read_ranges([ByteRange(str(cached))])
