@@ -117,7 +117,11 @@ def test_ranges_arrive_byte_for_byte_over_one_kept_alive_connection(server: _Ser
     finally:
         remotes.close()
     assert server.requests == 40
-    assert len(server.connections) == 1  # one after the other: the connection is reused
+    # One after the other, the requests reuse one kept-alive connection. The
+    # one connected ahead may come in after the first request opened its own
+    # (a busy machine), and then serves the rest: never more than these two.
+    assert len(server.connections) <= 2
+    assert max(server.connections.values()) >= 39
 
 
 def test_every_body_byte_is_counted_as_it_arrives(server: _Server) -> None:
