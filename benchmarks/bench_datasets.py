@@ -53,7 +53,7 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,17 +216,34 @@ def _payload_length(value: Any) -> int:
     return len(value[0]) if isinstance(value, list) else len(value)
 
 
+def count_samples(samples: Iterable[Any], name: str = "bin") -> tuple[int, int | None]:
+    """Every sample touched (its payload's length), the first one clocked."""
+    count = payload = 0
+    for sample in samples:
+        first_sample()
+        count += 1
+        payload += _payload_length(sample[name])
+    return count, payload
+
+
+def count_loader(dataset: Any, name: str = "bin") -> tuple[int, int | None]:
+    """Every batch of ``dataset`` through a DataLoader with ``WORKERS`` workers
+    touched, the first one clocked."""
+    from torch.utils.data import DataLoader
+
+    count = payload = 0
+    for batch in DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=WORKERS):
+        first_sample()
+        count += len(batch[name])
+        payload += sum(len(b) for b in batch[name])
+    return count, payload
+
+
 def fastio_samples(
     copies: dict[str, Any], copy: str = "webdataset", **knobs: Any
 ) -> tuple[int, int | None]:
-    samples = payload = 0
-    name = PAYLOAD[copy]
     with fastio_dataset(copies, copy, **knobs) as ds:
-        for sample in ds:
-            first_sample()
-            samples += 1
-            payload += _payload_length(sample[name])
-    return samples, payload
+        return count_samples(ds, PAYLOAD[copy])
 
 
 def _column_bytes(batch: Any, name: str) -> int:
@@ -252,15 +269,7 @@ def fastio_batches(
 
 
 def fastio_loader(copies: dict[str, Any], **knobs: Any) -> tuple[int, int | None]:
-    from torch.utils.data import DataLoader
-
-    samples = payload = 0
-    ds = fastio_dataset(copies, **knobs)
-    for batch in DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS):
-        first_sample()
-        samples += len(batch["bin"])
-        payload += sum(len(b) for b in batch["bin"])
-    return samples, payload
+    return count_loader(fastio_dataset(copies, **knobs))
 
 
 def fastio_batches_second_epoch(
@@ -344,12 +353,7 @@ def fastio_batches_loader(
 def webdataset_samples(copies: dict[str, Any]) -> tuple[int, int | None]:
     import webdataset
 
-    samples = payload = 0
-    for sample in webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False):
-        first_sample()
-        samples += 1
-        payload += len(sample["bin"])
-    return samples, payload
+    return count_samples(webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False))
 
 
 def _webdataset_shuffled(copies: dict[str, Any]) -> Any:
@@ -366,38 +370,17 @@ def _webdataset_shuffled(copies: dict[str, Any]) -> Any:
 
 
 def webdataset_shuffled(copies: dict[str, Any]) -> tuple[int, int | None]:
-    samples = payload = 0
-    for sample in _webdataset_shuffled(copies):
-        first_sample()
-        samples += 1
-        payload += len(sample["bin"])
-    return samples, payload
+    return count_samples(_webdataset_shuffled(copies))
 
 
 def webdataset_loader_shuffled(copies: dict[str, Any]) -> tuple[int, int | None]:
-    from torch.utils.data import DataLoader
-
-    samples = payload = 0
-    loader = DataLoader(_webdataset_shuffled(copies), batch_size=LOADER_BATCH,
-                        num_workers=WORKERS)  # fmt: skip
-    for batch in loader:
-        first_sample()
-        samples += len(batch["bin"])
-        payload += sum(len(b) for b in batch["bin"])
-    return samples, payload
+    return count_loader(_webdataset_shuffled(copies))
 
 
 def webdataset_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
     import webdataset
-    from torch.utils.data import DataLoader
 
-    samples = payload = 0
-    ds = webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False)
-    for batch in DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS):
-        first_sample()
-        samples += len(batch["bin"])
-        payload += sum(len(b) for b in batch["bin"])
-    return samples, payload
+    return count_loader(webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False))
 
 
 def streaming_dataset(copies: dict[str, Any]) -> Any:
@@ -411,24 +394,11 @@ def streaming_dataset(copies: dict[str, Any]) -> Any:
 
 
 def streaming_samples(copies: dict[str, Any]) -> tuple[int, int | None]:
-    samples = payload = 0
-    for sample in streaming_dataset(copies):
-        first_sample()
-        samples += 1
-        payload += len(sample["data"])
-    return samples, payload
+    return count_samples(streaming_dataset(copies), "data")
 
 
 def streaming_loader(copies: dict[str, Any]) -> tuple[int, int | None]:
-    from torch.utils.data import DataLoader
-
-    samples = payload = 0
-    ds = streaming_dataset(copies)
-    for batch in DataLoader(ds, batch_size=LOADER_BATCH, num_workers=WORKERS):
-        first_sample()
-        samples += len(batch["data"])
-        payload += sum(len(b) for b in batch["data"])
-    return samples, payload
+    return count_loader(streaming_dataset(copies), "data")
 
 
 def tfdata(copies: dict[str, Any], batch: int | None) -> tuple[int, int | None]:
