@@ -638,8 +638,7 @@ class Dataset(_Base):
         assigned = part.count - (0 if steals else position)
         observer = self.fairness.observe(participant, epoch, assigned, self.reader,
                                          lambda: cursor.delivered)  # fmt: skip
-        sizes = self._shards.sizes
-        self._expect(sum(sizes) * part.count // max(1, self.total))
+        self._expect(lambda: sum(self._shards.sizes) * part.count // max(1, self.total))
         if steals:
             return self._stolen(part, steal_state, columnar, batch_size, drop_last), observer
         units = self._read(part, position, columnar)
@@ -678,14 +677,15 @@ class Dataset(_Base):
         assigned = sum(self._shards.sizes[shard] for shard in shards)
         observer = self.fairness.observe(participant, epoch, assigned, self.reader,
                                          lambda: cursor.delivered)  # fmt: skip
-        self._expect(assigned)
+        self._expect(lambda: assigned)
         items = stream.items(columnar)
         return (rebatch(items, batch_size, drop_last, cursor) if columnar else items), observer
 
-    def _expect(self, nbytes: int) -> None:
-        """The tuner's first pass bounds its trials (see ReaderTuning.expect)."""
-        if self._tuning is not None:
-            self._tuning.expect(nbytes)
+    def _expect(self, nbytes: Callable[[], int]) -> None:
+        """The tuner's first pass bounds its trials (see ReaderTuning.expect);
+        the pass's size is worked out only for a dataset that tunes."""
+        if self._tuning is not None and self._tuning.first_pass_bytes is None:
+            self._tuning.expect(nbytes())
 
     def _check_unchanged(self, shards: list[int]) -> None:
         """Shards rewritten or replaced since their layouts were found raise
