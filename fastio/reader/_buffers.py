@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from fastio._native import DIRECT_ALIGNMENT, HUGE_PAGE, AlignedBuffer, allocate_buffers
+from fastio._native import (
+    DIRECT_ALIGNMENT,
+    HUGE_PAGE,
+    AlignedBuffer,
+    allocate_buffers,
+    prefault,
+)
 
 __all__ = ["BufferPool", "bucket_size"]
 
@@ -65,6 +71,7 @@ class BufferPool:
         self._mapped_bytes = 0  # regions mapped and not yet released
         self._lent: deque[AlignedBuffer] = deque()
         self._lent_bytes = 0
+        self._cold: set[int] = set()  # ids of spare buffers not faulted in yet
 
     def raise_limit(self, limit: int) -> None:
         """Lets the pool keep up to ``limit`` bytes (never lowers it)."""
@@ -99,6 +106,10 @@ class BufferPool:
             self._reclaim_lent()
             buffer = self._take_free(size)
         if buffer is not None:
+            if id(buffer) in self._cold:
+                self._cold.discard(id(buffer))
+                if populate:
+                    prefault(buffer)
             return buffer
         self._release_idle(_region_bytes(size))
         # The first region in ordinary pages: faulting in a huge page may wait
@@ -106,9 +117,15 @@ class BufferPool:
         # memory full of cached data), and the first read waits for it.
         first = not self._mapped_bytes
         fresh = allocate_buffers(size, max(1, HUGE_PAGE // size), huge=huge and not first,
-                                 populate=populate)  # fmt: skip
+                                 populate=False)  # fmt: skip
+        # Only the buffer handed out is faulted in now: the read waiting for
+        # it does not also wait for its region's spares, which are faulted
+        # in as they are taken.
+        if populate:
+            prefault(fresh[0])
         self._mapped_bytes += _region_bytes(size)
         for spare in fresh[1:]:
+            self._cold.add(id(spare))
             self._keep(spare)
         return fresh[0]
 

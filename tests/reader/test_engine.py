@@ -282,6 +282,27 @@ def test_buffers_mapped_without_faulting_are_faulted_in_by_prefault() -> None:
         prefault(b"read-only bytes")
 
 
+def test_a_pool_faults_in_the_buffer_it_hands_out_and_the_spares_as_they_are_taken() -> None:
+    """The first read of a stream waits for its own buffer's pages only: the
+    spares carved from the same region are faulted in as they are taken (or
+    by their first write, when taken without ``populate``)."""
+    from fastio.reader._buffers import BufferPool
+
+    size = 64 << 10
+    pool = BufferPool(64 << 20)
+    first = pool.take(size)  # maps a region of 32 such buffers (ordinary pages)
+    resident = _resident_bytes(first.address)
+    assert size <= resident < 4 * size
+    spares = [pool.take(size) for _ in range(30)]
+    assert _resident_bytes(first.address) >= 31 * size  # each faulted in as taken
+    last = pool.take(size, populate=False)
+    addresses = [b.address for b in [first, *spares, last]]
+    assert max(addresses) - min(addresses) == 31 * size  # one region's 32 buffers
+    assert _resident_bytes(first.address) < 32 * size  # the last one is not yet
+    memoryview(last)[:] = bytes(size)
+    assert _resident_bytes(first.address) >= 32 * size
+
+
 @pytest.mark.parametrize(("probes", "window"), [(32, 64 << 10), (4, 1 << 20), (1, 8 << 20)])
 def test_what_the_page_cache_holds_is_the_same_asked_either_way(tmp_path: Path, probes, window):
     """cachestat(2) and mincore(2) over a mapping count the same pages: a file
