@@ -193,7 +193,7 @@ class SampleReads:
 
     def _shard(self, read: Read) -> Shard:
         layout = self.layouts[read.run.shard]
-        ranges, _ = layout.ranges(read.start, read.stop)
+        ranges, _ = layout.ranges(read.start, read.stop, self.reader().read_size)
         return Shard(tuple(ranges), whole=layout.meta.get("whole", False))
 
     def finish(self, encoded: Any, read: Read, policy: ErrorPolicy | None = None) -> Any:

@@ -93,9 +93,12 @@ class Layout:
             return 0
         return int(self.bounds[int(np.searchsorted(self.bounds, start, side="right")) - 1])
 
-    def ranges(self, start: int, stop: int) -> tuple[list[ByteRange], int]:
+    def ranges(self, start: int, stop: int, piece: int = 0) -> tuple[list[ByteRange], int]:
         """Byte ranges that decode to samples ``first..`` covering ``start..stop``,
-        and ``first`` (the sample the decoded stream starts at)."""
+        and ``first`` (the sample the decoded stream starts at). With ``piece``
+        (bytes), a run of samples is cut at sample boundaries into ranges of
+        about that size at most: read one piece each, no sample is cut by the
+        end of a piece."""
         if self.per_sample:
             assert self.starts is not None
             assert self.ends is not None
@@ -103,6 +106,8 @@ class Layout:
             # index left out (a gap) is not read.
             gaps = np.flatnonzero(self.starts[start + 1 : stop] != self.ends[start : stop - 1])
             edges = [start, *(start + 1 + gaps).tolist(), stop]
+            if piece > 0:
+                edges = _cut_runs(self.starts, self.ends, edges, piece)
             return [ByteRange(self.url, int(self.starts[a]), int(self.ends[b - 1] - self.starts[a]))
                     for a, b in itertools.pairwise(edges)], start  # fmt: skip
         if self.whole:
@@ -111,6 +116,22 @@ class Layout:
         last_unit = int(np.searchsorted(self.bounds, stop, side="left"))
         units = range(first_unit, last_unit)
         return [r for u in units for r in self.meta["unit_ranges"](u)], int(self.bounds[first_unit])
+
+
+def _cut_runs(starts: np.ndarray, ends: np.ndarray, edges: list[int], piece: int) -> list[int]:
+    """``edges`` (runs of samples ``edges[i]..edges[i+1]``) with more edges
+    inside each run, where its bytes pass each next multiple of ``piece``
+    from the run's start (a sample larger than ``piece`` is a run alone)."""
+    cut = [edges[0]]
+    for first, stop in itertools.pairwise(edges):
+        at = first
+        while at < stop:
+            # The first sample that would end past ``piece`` bytes from ``at``.
+            limit = int(starts[at]) + piece
+            after = int(np.searchsorted(ends[at:stop], limit, side="right")) + at
+            at = min(max(after, at + 1), stop)
+            cut.append(at)
+    return cut
 
 
 def gather(chunks: Iterable[Chunk]) -> dict[int, bytes]:

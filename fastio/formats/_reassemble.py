@@ -162,11 +162,15 @@ def _taken(take: Take) -> Iterator[pa.RecordBatch]:
 
 
 def batched(
-    chunks: Iterable[Chunk], url: str, scan: CollectScan, take: Take, *, require_end: bool = False
-) -> Iterator[pa.RecordBatch]:
+    chunks: Iterable[Chunk], url: str, scan: CollectScan, take: Take, *,
+    require_end: bool = False, range_ends: bool = False,
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """Batches of one shard's chunks, in order: one per chunk (more when full).
     With ``require_end``, a shard that ends before its format's end marker
-    raises :class:`TruncatedShardError` after its last batch.
+    raises :class:`TruncatedShardError` after its last batch. With
+    ``range_ends``, the end of each range read is a record's end (ranges of
+    whole samples, as an index gives them): the scan of a range's last chunk
+    completes the record there rather than look for the next one's start.
 
     As :func:`framed` does for single records, a record cut by a chunk boundary
     is completed in a carry buffer, gathering the bytes the scan says it needs.
@@ -194,6 +198,7 @@ def batched(
             yield from _taken(take)
             raise
         view = chunk.data
+        ends = range_ends and chunk.end_of_range
         if offset is None:  # a stream may start mid-file (a range of samples)
             offset = carry_base = chunk.offset
         position = 0  # in view
@@ -208,7 +213,7 @@ def batched(
                     position += more
                     borrowed += more
                     continue
-                found, error = scan(carry, carry_base, False)
+                found, error = scan(carry, carry_base, ends and position == len(view))
                 if error is not None:
                     yield from _taken(take)
                     raise error
@@ -229,7 +234,7 @@ def batched(
                 carry_base += consumed
             elif position < len(view):
                 base = offset + position
-                found, error = scan(view[position:], base, False)
+                found, error = scan(view[position:], base, ends)
                 if error is not None:
                     yield from _taken(take)
                     raise error

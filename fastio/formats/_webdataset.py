@@ -276,7 +276,7 @@ def _next_header(reader: Reader, url: str, damaged: int, head: bytes, size: int)
 
 def columns_webdataset(
     chunks: Iterable[Chunk], url: str, *, max_batch_bytes: int = MAX_BATCH_BYTES,
-    whole: bool = False, parts: bool = False,
+    whole: bool = False, parts: bool = False, range_ends: bool = False,
 ) -> Iterator[Any]:  # fmt: skip
     """The samples :func:`decode_webdataset` yields, as record batches in order
     (of at most ``max_batch_bytes`` in any column).
@@ -286,7 +286,9 @@ def columns_webdataset(
     extension that the shard had so far has a null there. Errors, and the
     samples delivered before them, are those of :func:`decode_webdataset`,
     except that keys and extensions must be UTF-8 (Arrow strings cannot hold
-    other bytes), else :class:`DecodeError`. ``whole`` as there. With
+    other bytes), else :class:`DecodeError`. ``whole`` as there;
+    ``range_ends``: each range read ends a sample (see
+    :func:`~fastio.formats._reassemble.batched`). With
     ``parts``, :class:`~fastio.formats._parts.TarPart` objects instead of
     batches: the samples not copied yet.
     """
@@ -318,7 +320,7 @@ def columns_webdataset(
         batch = collector.take(url)
         return None if batch is None else pyarrow.record_batch(batch)
 
-    return batched(chunks, url, scan, take, require_end=whole)
+    return batched(chunks, url, scan, take, require_end=whole, range_ends=range_ends)
 
 
 def _before_damage(pending: memoryview, damaged: memoryview) -> bool:
@@ -371,12 +373,14 @@ class WebDatasetFormat(RecordFormat):
         return locate_webdataset(whole, url, whole=True, own=owned_kind())
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
+        # An index's ranges hold whole samples.
         return columns_webdataset(self._decompressed(chunks, layout), layout.url,
-                                  whole=layout.whole)  # fmt: skip
+                                  whole=layout.whole, range_ends=layout.per_sample)  # fmt: skip
 
     def parts(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         return columns_webdataset(self._decompressed(chunks, layout), layout.url,
-                                  whole=layout.whole, parts=True)  # fmt: skip
+                                  whole=layout.whole, parts=True,
+                                  range_ends=layout.per_sample)  # fmt: skip
 
 
 # ---- writing ------------------------------------------------------------------------

@@ -208,15 +208,22 @@ def test_parts_as_ranks_of_one_dataset_each_read_their_own_epoch(tmp_path) -> No
 
 
 @pytest.mark.parametrize(
-    ("shuffle", "batch_size", "buffer"),
-    [(False, 32, 1_000_000), (True, 32, 1_000_000), (True, 3, 2_000_000)],
+    ("shuffle", "batch_size", "buffer", "read_size"),
+    [
+        (False, 32, 1_000_000, 256 << 10),
+        (False, 5, 1_000_000, 64 << 10),
+        (True, 32, 1_000_000, 256 << 10),
+        (True, 3, 2_000_000, 256 << 10),
+    ],
 )
 def test_tar_batches_spanning_reads_and_shards_equal_the_samples(
-    tmp_path, shuffle, batch_size, buffer
+    tmp_path, shuffle, batch_size, buffer, read_size
 ) -> None:
     """Samples of about 110 KB, a dozen to a shard and read in pieces of a few
     samples: every batch of 32 gathers rows of several reads and shards, and
-    each of its rows is byte for byte the sample iteration gives. Shuffled,
+    each of its rows is byte for byte the sample iteration gives. Read in
+    pieces smaller than a sample, each sample's range is cut and its pieces
+    joined. Shuffled,
     in windows of a few samples: batches of 32 cross windows, each gathered
     in the windows' order straight from the buffers the rows were read into;
     a window that makes more than two batches of 3 is joined first, and a
@@ -237,7 +244,7 @@ def test_tar_batches_spanning_reads_and_shards_equal_the_samples(
                 sink.write(sample)
                 number += 1
     pattern = str(tmp_path / f"big-{{0..{len(counts) - 1}}}.tar")
-    options = {"format": "webdataset", "shuffle": shuffle, "read_size": 256 * 1024,
+    options = {"format": "webdataset", "shuffle": shuffle, "read_size": read_size,
                "shuffle_buffer": buffer, "seed": 11}  # fmt: skip
     with fastio.Dataset(pattern, **options) as dataset:
         dataset.index()  # the planned order (a first epoch streamed has its own)

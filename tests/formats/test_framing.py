@@ -470,3 +470,36 @@ def test_a_layout_names_the_sample_its_ranges_decode_from_without_working_them_o
         for start in range(10):
             assert layout.decoded_from(start) == layout.ranges(start, 10)[1]
     assert [units.decoded_from(s) for s in (0, 3, 4, 8, 9)] == [0, 0, 4, 4, 9]
+
+
+@pytest.mark.parametrize("piece", [1, 150, 260, 450, 10_000])
+def test_a_layouts_ranges_are_cut_into_pieces_of_whole_samples(piece: int) -> None:
+    """With a piece size, the ranges of a run of samples are cut at sample
+    boundaries, each of at most that many bytes unless one sample is larger;
+    they cover the same bytes, and no range spans the gap a damaged record
+    left out of the index."""
+    from fastio.formats._layout import Layout
+
+    sizes = [100, 40, 300, 60, 60, 60, 500, 10, 90, 90]
+    starts = np.cumsum([0, *sizes[:-1]])
+    starts[5:] += 1000  # samples 0..4 and 5..9 around a gap
+    ends = starts + np.array(sizes)
+    layout = Layout("s", 10, int(ends[-1]), np.arange(11), np.array(sizes), starts, ends)
+    for start, stop in ((0, 10), (2, 8), (4, 5), (6, 10)):
+        whole, first = layout.ranges(start, stop)
+        cut, cut_first = layout.ranges(start, stop, piece)
+        assert first == cut_first == start
+        covered = [(r.offset, r.offset + r.length) for r in cut]
+        assert sum(e - s for s, e in covered) == sum(r.length for r in whole)
+        for begin, end in covered:
+            assert begin in starts.tolist() and end in ends.tolist()
+            samples = int(np.searchsorted(ends, end)) - int(np.searchsorted(starts, begin)) + 1
+            assert end - begin <= piece or samples == 1
+            assert not (begin < 1460 < end)  # the gap (after sample 4) is never read
+        merged = []
+        for begin, end in covered:
+            if merged and merged[-1][1] == begin:
+                merged[-1] = (merged[-1][0], end)
+            else:
+                merged.append((begin, end))
+        assert merged == [(r.offset, r.offset + r.length) for r in whole]
