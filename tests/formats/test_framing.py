@@ -492,7 +492,8 @@ def test_a_layouts_ranges_are_cut_into_pieces_of_whole_samples(piece: int) -> No
         covered = [(r.offset, r.offset + r.length) for r in cut]
         assert sum(e - s for s, e in covered) == sum(r.length for r in whole)
         for begin, end in covered:
-            assert begin in starts.tolist() and end in ends.tolist()
+            assert begin in starts.tolist()
+            assert end in ends.tolist()
             samples = int(np.searchsorted(ends, end)) - int(np.searchsorted(starts, begin)) + 1
             assert end - begin <= piece or samples == 1
             assert not (begin < 1460 < end)  # the gap (after sample 4) is never read
