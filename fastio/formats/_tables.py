@@ -15,6 +15,7 @@ import numpy as np
 from fastio._errors import DecodeError, TruncatedShardError, import_extra
 from fastio.formats._layout import Layout, ShardFormat, ShardWriter
 from fastio.reader._ranges import ByteRange
+from fastio.sources._remote import is_remote
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -183,12 +184,20 @@ def _units_by_offset(spans: Sequence[Sequence[ByteRange]], shared: int = 0) -> d
             for r in ranges[: len(ranges) - shared]}  # fmt: skip
 
 
-# A file's tail read for its footer: most footers fit, so one read finds it.
-_TAIL_BYTES = 64 << 10
+# A file's tail read for its footer, or its head for its schema: remotely,
+# where a second read costs a round trip, enough that most footers fit; a
+# local file's second read costs microseconds, and every byte read ahead
+# of need is memory allocated and copied (64 files: 8 MiB at 64 KiB each).
+_REMOTE_FIRST_BYTES = 64 << 10
+_LOCAL_FIRST_BYTES = 8 << 10
+
+
+def _first_bytes(url: str) -> int:
+    return _REMOTE_FIRST_BYTES if is_remote(url) else _LOCAL_FIRST_BYTES
 
 
 def _tail_range(url: str, size: int, at_least: int = 0) -> ByteRange:
-    length = min(size, max(at_least, _TAIL_BYTES))
+    length = min(size, max(at_least, _first_bytes(url)))
     return ByteRange(url, size - length, length)
 
 
@@ -266,14 +275,32 @@ def _arrow_heads(
     Raises what the reads raise."""
     ranges: list[ByteRange] = []
     for url, size, batches in files:
-        ranges.append(ByteRange(url, 0, min(size, 64 << 10)))
+        ranges.append(ByteRange(url, 0, min(size, _first_bytes(url))))
         ranges += [ByteRange(url, offset, meta) for offset, meta, _ in batches]
     datas = iter(reader.read_ranges(ranges))
     heads: dict[str, tuple[bytes, dict[int, bytes]]] = {}
     for url, _, batches in files:
         head = next(datas)
         heads[url] = (head, {offset: next(datas) for offset, _, _ in batches})
+    # A schema message longer than the head read: read again, all such together.
+    longer = [(url, min(size, _schema_end(heads[url][0]))) for url, size, _ in files]
+    longer = [(url, end) for url, end in longer if end > len(heads[url][0])]
+    if longer:
+        again = reader.read_ranges([ByteRange(url, 0, end) for url, end in longer])
+        for (url, _), head in zip(longer, again, strict=True):
+            heads[url] = (head, heads[url][1])
     return heads
+
+
+def _schema_end(head: bytes) -> int:
+    """Where an Arrow IPC file's schema message ends, from its head (the
+    file's first bytes: magic, padding, then the message's length), or 0
+    where the head is too short to say."""
+    if len(head) < 16:
+        return 0
+    if head[8:12] == b"\xff\xff\xff\xff":  # the continuation marker, then the length
+        return 16 + int.from_bytes(head[12:16], "little")
+    return 12 + int.from_bytes(head[8:12], "little")  # before format 1.0: the length alone
 
 
 class _ColumnFile(ShardFormat):

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import fastio
+from fastio.formats._shards import make_format
 
 # Row groups / record batches of a few rows and files of different lengths:
 # every batch size below spans groups, and most span files.
@@ -93,6 +94,29 @@ def test_batches_of_any_size_are_pyarrows_rows(tmp_path, format_name, dictionary
     )
     got = pa.Table.from_batches(batches)
     assert got.equals(expected.cast(got.schema) if dictionary else expected)
+
+
+@pytest.mark.parametrize("format_name", ["parquet", "arrow"])
+def test_footers_and_schemas_longer_than_the_first_read_are_read_whole(tmp_path, format_name):
+    """A local file's footer (and an Arrow file's schema message) is read
+    from a first few KiB; one of hundreds of long column names is longer,
+    and is read again whole: the rows are pyarrow's, and an Arrow file's
+    layout knows its schema (its batches decode from their own bytes)."""
+    names = [
+        f"a_column_with_a_rather_long_name_to_make_the_schema_large_{i:04d}" for i in range(300)
+    ]
+    tables = [pa.table({name: pa.array([n * 10 + i for i in range(10)]) for name in names})
+              for n in range(2)]  # fmt: skip
+    for number, table in enumerate(tables):
+        _write_whole(tmp_path / f"wide-{number}.{format_name}", table)
+    assert len(tables[0].schema.serialize()) > 16 << 10  # past the first read
+    with fastio.Dataset(str(tmp_path / f"wide-{{0..1}}.{format_name}"), shuffle=False) as dataset:
+        batches = list(dataset.batches(10))
+    assert pa.Table.from_batches(batches).equals(pa.concat_tables(tables))
+    if format_name == "arrow":  # decoded from the batch's own bytes and the schema read
+        with fastio.Reader() as reader:
+            layout, _ = make_format("arrow").layout(reader, str(tmp_path / "wide-0.arrow"), False)
+        assert layout.meta["schema"].equals(tables[0].schema)
 
 
 def test_an_arrow_record_batch_is_decoded_where_the_reader_read_it(tmp_path):
