@@ -206,9 +206,12 @@ def _tail(reader: Reader, url: str, size: int, at_least: int) -> tuple[int, byte
     return tail.offset, reader.read_ranges([tail])[0]
 
 
-def _tails(reader: Reader, urls: Sequence[str]) -> dict[str, tuple[int, int, bytes]]:
+def _tails(reader: Reader, urls: Sequence[str], magic: bytes
+           ) -> dict[str, tuple[int, int, bytes]]:  # fmt: skip
     """The tails of ``urls`` (size, tail start, tail), read together: one
-    wait for them all, not one per file. Files that fail here are left out:
+    wait for them all, not one per file; a tail shorter than the footer it
+    ends with (a little-endian int32 length, then ``magic``) is read again
+    whole, again all such together. Files that fail here are left out:
     their own layouts read them again and report what is wrong."""
     sizes: dict[str, int] = {}
     for url in urls:
@@ -216,12 +219,23 @@ def _tails(reader: Reader, urls: Sequence[str]) -> dict[str, tuple[int, int, byt
             sizes[url] = reader.describe(url)[0]
         except OSError:
             continue
+    trailer = 4 + len(magic)
+    tails: dict[str, tuple[int, int, bytes]] = {}
     ranges = [_tail_range(url, size) for url, size in sizes.items()]
-    try:
-        datas = reader.read_ranges(ranges)
-    except OSError:
-        return {}  # the files are read one by one, each reporting its own failure
-    return {r.path: (sizes[r.path], r.offset, data) for r, data in zip(ranges, datas, strict=True)}
+    while ranges:
+        try:
+            datas = reader.read_ranges(ranges)
+        except OSError:
+            return {}  # the files are read one by one, each reporting its own failure
+        longer = []
+        for piece, data in zip(ranges, datas, strict=True):
+            size = sizes[piece.path]
+            tails[piece.path] = (size, piece.offset, data)
+            footer = int.from_bytes(data[-trailer : -len(magic)], "little") + trailer
+            if len(data) < footer <= size and len(data) == piece.length:
+                longer.append(_tail_range(piece.path, size, footer))
+        ranges = longer
+    return tails
 
 
 def _leaf_columns(metadata: Any, columns: Sequence[str] | None) -> list[int]:
@@ -306,6 +320,8 @@ def _schema_end(head: bytes) -> int:
 class _ColumnFile(ShardFormat):
     """A file format of columns, with column selection."""
 
+    magic: bytes  # what a file ends with, after its footer's length
+
     def __init__(self, columns: Sequence[str] | None = None) -> None:
         # pyarrow decodes these files: without it a dataset fails when made, not mid-epoch.
         import_extra("pyarrow", f"{self.name.capitalize()} shards")
@@ -318,7 +334,7 @@ class _ColumnFile(ShardFormat):
     def prefetch(self, reader: Reader, urls: Sequence[str]) -> None:
         # Each tail is used once, by its file's layout; what a layout did
         # not use goes with the next call.
-        self._prefetched = _tails(reader, urls) if urls else {}
+        self._prefetched = _tails(reader, urls, self.magic) if urls else {}
 
     def _known_tail(self, url: str) -> tuple[int, int, bytes] | None:
         return self._prefetched.pop(url, None)
@@ -348,13 +364,14 @@ class ParquetFormat(_ColumnFile):
     """Parquet files read by row group through fastio's reader, with column selection."""
 
     name = "parquet"
+    magic = b"PAR1"
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         size, start, tail, footer_length = _footer(
-            reader, url, "a Parquet", b"PAR1", 4, self._known_tail(url)
+            reader, url, "a Parquet", self.magic, 4, self._known_tail(url)
         )
         try:
             # The tail holds the whole footer: parsed from memory, no Python reads.
@@ -494,6 +511,7 @@ class ArrowFormat(_ColumnFile):
     """Arrow IPC files read by record batch through fastio's reader, with column selection."""
 
     name = "arrow"
+    magic = _ARROW_MAGIC
 
     def __init__(self, columns: Sequence[str] | None = None) -> None:
         super().__init__(columns)
@@ -530,7 +548,7 @@ class ArrowFormat(_ColumnFile):
         self, reader: Reader, url: str, known: tuple[int, int, bytes] | None
     ) -> _ArrowBlocks:
         """(size, tail start, tail, record batch blocks, dictionary blocks)."""
-        size, start, tail, footer_length = _footer(reader, url, "an Arrow IPC", _ARROW_MAGIC, 8,
+        size, start, tail, footer_length = _footer(reader, url, "an Arrow IPC", self.magic, 8,
                                                    known)  # fmt: skip
         footer = tail[len(tail) - 10 - footer_length : len(tail) - 10]
         try:

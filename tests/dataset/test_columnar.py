@@ -169,6 +169,39 @@ def test_laying_out_many_files_waits_for_a_few_reads_not_one_per_file(
     assert len(rows) == 5 * files
 
 
+@pytest.mark.parametrize("format_name", ["parquet", "arrow"])
+def test_footers_longer_than_the_first_read_are_read_again_together(tmp_path, monkeypatch,
+                                                                     format_name):  # fmt: skip
+    """Footers (and Arrow schemas) longer than the first bytes read of each
+    file are read again for the group of files at once, not file by file."""
+    from fastio.reader._reader import Reader
+
+    files = 12
+    names = [
+        f"a_column_with_a_rather_long_name_to_make_the_footer_large_{i:04d}" for i in range(300)
+    ]
+    for number in range(files):
+        table = pa.table({name: pa.array([number, number + 1]) for name in names})
+        _write_whole(tmp_path / f"wide-{number:02d}.{format_name}", table)
+    calls = []
+    read_ranges = Reader.read_ranges
+
+    def counted(self, ranges):  # the real reads, counted
+        calls.append(len(ranges))
+        return read_ranges(self, ranges)
+
+    monkeypatch.setattr(Reader, "read_ranges", counted)
+    with fastio.Dataset(str(tmp_path / f"wide-{{00..{files - 1}}}.{format_name}"),
+                        shuffle=False) as dataset:  # fmt: skip
+        assert len(dataset) == 2 * files
+        # Tails, longer tails; an Arrow file's heads and headers, longer heads.
+        assert calls == (
+            [files] * 2 if format_name == "parquet" else [files] * 2 + [2 * files, files]
+        )
+        rows = [row for batch in dataset.batches(5) for row in batch.to_pylist()]
+    assert [row[names[-1]] for row in rows] == [n + i for n in range(files) for i in range(2)]
+
+
 @pytest.mark.parametrize(("format_name", "dictionary"), CASES)
 def test_samples_and_selected_columns_are_pyarrows(tmp_path, format_name, dictionary):
     pattern, _ = _write(tmp_path, format_name, dictionary)
