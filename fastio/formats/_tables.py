@@ -18,7 +18,7 @@ from fastio.reader._ranges import ByteRange
 from fastio.sources._remote import is_remote
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Container, Iterable, Iterator, Sequence
 
     import pyarrow as pa
 
@@ -98,8 +98,9 @@ class _RangeFile:
 
 
 def _unit_pieces(
-    chunks: Iterable[Chunk], lengths: dict[int, int], unit_of: dict[int, int], views: bool = False
-) -> Iterator[tuple[int, dict[int, Any]]]:
+    chunks: Iterable[Chunk], lengths: dict[int, int], unit_of: dict[int, int],
+    ends: Container[int] = (), views: bool = False,
+) -> Iterator[tuple[int, dict[int, Any]]]:  # fmt: skip
     """The bytes of a read's units, one unit at a time as soon as its ranges
     are in: (unit, its ranges' bytes keyed by file offset). Each range is in
     one buffer of pyarrow's memory pool that chunks are copied into as they
@@ -113,7 +114,9 @@ def _unit_pieces(
     until the batch goes, and the reader reuses it then). A range of unknown
     length is joined at its end. ``unit_of`` names the unit of a range by
     its offset; a range of no unit alone (an Arrow dictionary, read with
-    every batch) belongs to the unit it is read with."""
+    every batch) belongs to the unit it is read with. ``ends``: the offsets
+    of the ranges that end a unit (each unit's last), whose last byte in
+    completes it; without, a unit is complete once the next one's begins."""
     import pyarrow as pa
 
     pieces: dict[int, Any] = {}
@@ -141,7 +144,6 @@ def _unit_pieces(
                 unplanned = []
             elif views and len(chunk.data) == length:
                 pieces[start] = pa.py_buffer(chunk.data)
-                continue
             else:
                 buffer = pa.allocate_buffer(length)
                 pieces[start], target, missing = buffer, memoryview(buffer).cast("B"), length
@@ -151,6 +153,11 @@ def _unit_pieces(
             at = chunk.offset - start
             target[at : at + len(chunk.data)] = chunk.data
             missing -= len(chunk.data)
+        if start in ends and chunk.end_of_range and unplanned is None and not missing:
+            # The unit's last range is in: decoded now, not when the next one starts.
+            if whole:
+                yield unit, pieces
+            pieces = {}
     # A stream cut short (a failed read) leaves its last unit partly filled:
     # that one is not decoded from bytes that never came.
     whole = whole and missing == 0
@@ -158,6 +165,10 @@ def _unit_pieces(
         pieces[start] = b"".join(unplanned)
     if pieces and whole:
         yield unit, pieces
+
+
+def _unit_ends(spans: Sequence[Sequence[ByteRange]]) -> frozenset[int]:
+    return frozenset(ranges[-1].offset for ranges in spans if ranges)
 
 
 def _planned_lengths(spans: Sequence[Sequence[ByteRange]]) -> dict[int, int]:
@@ -405,7 +416,7 @@ class ParquetFormat(_ColumnFile):
         # reader's buffer: no copy of the column chunks before pyarrow's own.
         meta = {"unit_ranges": spans.__getitem__, "metadata": metadata, "tail": (start, tail),
                 "lengths": _planned_lengths(spans), "unit_of": _units_by_offset(spans),
-                "whole": True}  # fmt: skip
+                "unit_ends": _unit_ends(spans), "whole": True}  # fmt: skip
         return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
 
     def _tables(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.Table]:
@@ -422,7 +433,7 @@ class ParquetFormat(_ColumnFile):
         # parallelism. The Python file is made for the first selected read.
         file: _RangeFile | None = None
         handle: Any = None
-        planned = layout.meta["lengths"], layout.meta["unit_of"]
+        planned = layout.meta["lengths"], layout.meta["unit_of"], layout.meta["unit_ends"]
         for g, pieces in _unit_pieces(chunks, *planned, views=True):
             ranges = layout.meta["unit_ranges"](g)
             if g < 0 or ranges[0].offset not in pieces:
@@ -580,6 +591,7 @@ class ArrowFormat(_ColumnFile):
                 "batch_offsets": [o for o, _, _ in batches],
                 "lengths": _planned_lengths(spans),
                 "unit_of": _units_by_offset(spans, shared=len(extra)),
+                "unit_ends": _unit_ends(spans),
                 "whole": True}  # fmt: skip
         meta["head"] = schema_head
         import pyarrow as pa
@@ -617,7 +629,7 @@ class ArrowFormat(_ColumnFile):
             if schema is None:
                 file = _RangeFile(layout.url, layout.size, known)
                 handle = pa.ipc.open_file(pa.PythonFile(file))
-            planned = layout.meta["lengths"], layout.meta["unit_of"]
+            planned = layout.meta["lengths"], layout.meta["unit_of"], layout.meta["unit_ends"]
             for i, pieces in _unit_pieces(chunks, *planned, views=True):
                 if i < 0 or offsets[i] not in pieces:
                     continue  # bytes of no record batch the read planned
