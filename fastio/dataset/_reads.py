@@ -47,7 +47,10 @@ class ReadSamples:
     a whole shard decoded into a list first held megabytes of fresh payload
     copies, which cost the cache misses and page faults of a working set
     that size, more than the decoding itself
-    (``benchmarks/bench_tfrecord_cpu.py``)."""
+    (``benchmarks/bench_tfrecord_cpu.py``). In columnar mode, the same for
+    the read's parts (tables, arrays or samples not copied yet), ``count``
+    their rows: a part comes as soon as its bytes are decoded, and stored
+    order hands out a batch before the rest of its read is in."""
 
     __slots__ = ("count", "samples")
 
@@ -161,17 +164,14 @@ class SampleReads:
                         expected += 1
                     read = reads[index]
                     first = self.layouts[read.run.shard].decoded_from(read.start)
+                    samples = ReadSamples()
                     if columnar:
-                        parts, count, damaged, error = self._parts(read, group, first)
-                        for record in damaged:  # in their places among the rows: one each
-                            policy.failure(record, 1, "damaged record skipped")
-                        _cut_short(policy, error, guarded, position, read.stop - read.start - count)
-                        yield read, parts
+                        samples.samples = self._parts(read, group, first, policy, samples,
+                                                      guarded, position)  # fmt: skip
                     else:
-                        samples = ReadSamples()
                         samples.samples = self._samples(read, group, first, policy, samples,
                                                         guarded, position, encoded)  # fmt: skip
-                        yield read, samples
+                    yield read, samples
                     expected = index + 1
             finally:
                 guarded.close()
@@ -243,40 +243,44 @@ class SampleReads:
         _cut_short(policy, error, guarded, position, want - taken.count)
 
     def _parts(
-        self, read: Read, chunks: Iterable[Any], first: int
-    ) -> tuple[list[Any], int, list[Exception], Exception | None]:
-        """Columnar parts of ``read``, whose bytes decode from sample ``first``
-        on; how many rows they hold; the damaged records the format stepped
-        over (a DecodeError it gives in a record's place, :data:`SKIPPED`
-        there in what is returned); and the error that cut the read short."""
+        self, read: Read, chunks: Iterable[Any], first: int, policy: ErrorPolicy,
+        taken: ReadSamples, guarded: Guarded, position: int,
+    ) -> Iterator[Any]:  # fmt: skip
+        """The columnar parts of ``read`` (whose bytes, the stream's
+        ``position``-th shard, decode from sample ``first`` on), their rows
+        counted in ``taken``; a damaged record the format stepped over (a
+        DecodeError it gives in a record's place) goes through ``policy`` and
+        comes as :data:`SKIPPED` (one row), and so, after the rows before it,
+        does an error that cuts the read short."""
         layout = self.layouts[read.run.shard]
         skip, want = read.start - first, read.stop - read.start
-        damaged: list[Exception] = []
         error: Exception | None = None
-        parts: list[Any] = []
         rows = 0
-        try:
-            for part in _in_places(self.format.parts(chunks, layout), layout):
-                if isinstance(part, DecodeError):
-                    if skip <= rows < skip + want:
-                        damaged.append(located(part, layout))
-                    part = SKIPPED
-                n = rows_of(part)
-                lo, hi = max(skip - rows, 0), min(skip + want - rows, n)
-                if lo < hi:
-                    parts.append(part if (lo, hi) == (0, n) else slice_rows(part, lo, hi))
-                rows += n
-                if rows >= skip + want:
-                    break
-        except (DecodeError, OSError) as failure:
-            error = located(failure, layout)
-        got = sum(rows_of(p) for p in parts)
-        if error is None and got < want:
+        decoded = _in_places(self.format.parts(chunks, layout), layout)
+        while rows < skip + want:
+            try:
+                part = next(decoded, _END)
+            except (DecodeError, OSError) as failure:
+                error = located(failure, layout)
+                break
+            if part is _END:
+                break
+            if isinstance(part, DecodeError):
+                if skip <= rows < skip + want:  # in its place among the rows: one
+                    policy.failure(located(part, layout), 1, "damaged record skipped")
+                part = SKIPPED
+            n = rows_of(part)
+            lo, hi = max(skip - rows, 0), min(skip + want - rows, n)
+            rows += n
+            if lo < hi:
+                taken.count += hi - lo
+                yield part if (lo, hi) == (0, n) else slice_rows(part, lo, hi)
+        if error is None and taken.count < want:
             error = TruncatedShardError(
-                f"holds {got} of the {want} samples its index places from sample {read.start}",
-                layout.url, -1, read.start + got,
+                f"holds {taken.count} of the {want} samples its index places from sample "
+                f"{read.start}", layout.url, -1, read.start + taken.count,
             )  # fmt: skip
-        return parts, got, damaged, error
+        _cut_short(policy, error, guarded, position, want - taken.count)
 
 
 def _cut_short(

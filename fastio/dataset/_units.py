@@ -78,12 +78,19 @@ def read_part(
                 expected = read.at + samples.count
             cursor.move_to(end)
             continue
-        if order is None and columnar:  # stored order: a unit per read, as decoded
+        if order is None and columnar:  # stored order: a unit per part, as decoded
             for read, decoded in its_reads:
-                size = read.stop - read.start
                 position = int(starts[index]) + read.at
-                yield _columnar_window(iter([(read, decoded)]), size, np.arange(size), True,
-                                       position, position + size, origin=read.at)  # fmt: skip
+                end = position + read.stop - read.start
+                for piece in decoded:
+                    n = rows_of(piece)
+                    if piece is SKIPPED:  # a damaged record: a place without a row
+                        yield None, range(0), range(0), position + n
+                    else:
+                        yield piece, range(n), range(position, position + n), position + n
+                    position += n
+                if position < end:  # rows the read lost (cut short): passed over
+                    yield None, range(0), range(0), end
             continue
         sequence = order[begin:] if order is not None else np.arange(begin, window.count)
         if spill is not None and spill.applies(window.nbytes, columnar):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import random
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -117,6 +118,59 @@ def test_footers_and_schemas_longer_than_the_first_read_are_read_whole(tmp_path,
         with fastio.Reader() as reader:
             layout, _ = make_format("arrow").layout(reader, str(tmp_path / "wide-0.arrow"), False)
         assert layout.meta["schema"].equals(tables[0].schema)
+
+
+def _served_arrow(folder: Path, units: int, rows: int) -> tuple[pa.Table, list[int]]:
+    """An Arrow file of ``units`` record batches of ``rows`` rows of 2 KB in
+    ``folder``: its rows and each record batch's first byte."""
+    table = pa.table({"data": [bytes([i % 251]) * 2000 for i in range(units * rows)]})
+    sink = pa.BufferOutputStream()
+    starts = []
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=rows):
+            starts.append(sink.tell())
+            writer.write_batch(batch)
+    folder.mkdir()
+    (folder / "part.arrow").write_bytes(sink.getvalue().to_pybytes())
+    return table, starts
+
+
+@pytest.mark.parametrize(("units", "held", "batch"), [(4, 1, 20), (64, 40, 10)])
+def test_a_stored_order_batch_comes_before_the_rest_of_its_read(tmp_path, units, held, batch):
+    """In stored order a batch is handed out as soon as its rows are decoded,
+    not once its whole read is: the batches of a remote Arrow file's first
+    ``held`` record batches come while the server holds back every request
+    past them, though a read goes on past them (the file's one read of its
+    4 record batches; of 64, the window that starts at the 29th: windows
+    double); the rest follow once it lets them go."""
+    from tests.servers import RangeServer
+
+    rows = 20 if units > 4 else 40
+    table, starts = _served_arrow(tmp_path / "data", units, rows)
+    server = RangeServer(tmp_path / "data").start()
+    try:
+        dataset = fastio.Dataset(server.url("part.arrow"), shuffle=False, read_size=16 << 10)
+        batches = iter(dataset.batches(batch))
+        server.faults.hold = lambda name, offset: offset >= starts[held]
+        first: list[pa.RecordBatch] = []
+        wanted = held * rows // batch
+
+        def take() -> None:
+            first.extend(next(batches) for _ in range(wanted))
+
+        taker = threading.Thread(target=take)
+        taker.start()
+        taker.join(30)
+        try:
+            assert len(first) == wanted, "a batch waited for the rest of its read"
+        finally:
+            server.faults.hold = None
+        taker.join(30)
+        rest = list(batches)
+        assert pa.Table.from_batches(first + rest).equals(table)
+        dataset.close()
+    finally:
+        server.stop()
 
 
 def test_an_arrow_record_batch_is_decoded_where_the_reader_read_it(tmp_path):
