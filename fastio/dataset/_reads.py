@@ -219,21 +219,15 @@ class SampleReads:
         layout = self.layouts[read.run.shard]
         skip, want = read.start - first, read.stop - read.start
         items = (self.format.encoded if encoded else self.format.samples)(chunks, layout)
-        decoded = islice(_in_places(items, layout), skip, skip + want)
-        error: Exception | None = None
-        while True:
-            try:
-                sample = next(decoded, _END)
-            except (DecodeError, OSError) as failure:
-                error = located(failure, layout)
-                break
-            if sample is _END:
-                break
+        failed: list[Exception] = []
+        for sample in _until_failure(islice(_in_places(items, layout), skip, skip + want),
+                                     layout, failed):  # fmt: skip
             if isinstance(sample, DecodeError):
                 policy.failure(located(sample, layout), 1, "damaged record skipped")
                 sample = SKIPPED
             taken.count += 1
             yield sample
+        error = failed[0] if failed else None
         if error is None and taken.count < want:
             error = TruncatedShardError(
                 f"holds {skip + taken.count} samples from {first} on, the index says "
@@ -254,17 +248,11 @@ class SampleReads:
         does an error that cuts the read short."""
         layout = self.layouts[read.run.shard]
         skip, want = read.start - first, read.stop - read.start
-        error: Exception | None = None
+        failed: list[Exception] = []
         rows = 0
-        decoded = _in_places(self.format.parts(chunks, layout), layout)
-        while rows < skip + want:
-            try:
-                part = next(decoded, _END)
-            except (DecodeError, OSError) as failure:
-                error = located(failure, layout)
-                break
-            if part is _END:
-                break
+        for decoded in _until_failure(_in_places(self.format.parts(chunks, layout), layout),
+                                      layout, failed):  # fmt: skip
+            part = decoded
             if isinstance(part, DecodeError):
                 if skip <= rows < skip + want:  # in its place among the rows: one
                     policy.failure(located(part, layout), 1, "damaged record skipped")
@@ -275,12 +263,31 @@ class SampleReads:
             if lo < hi:
                 taken.count += hi - lo
                 yield part if (lo, hi) == (0, n) else slice_rows(part, lo, hi)
+            if rows >= skip + want:
+                break
+        error = failed[0] if failed else None
         if error is None and taken.count < want:
             error = TruncatedShardError(
                 f"holds {taken.count} of the {want} samples its index places from sample "
                 f"{read.start}", layout.url, -1, read.start + taken.count,
             )  # fmt: skip
         _cut_short(policy, error, guarded, position, want - taken.count)
+
+
+def _until_failure(items: Iterator[Any], layout: Layout, failed: list[Exception]
+                   ) -> Iterator[Any]:  # fmt: skip
+    """``items`` up to the first that raises (a DecodeError or OSError):
+    that error, naming the sample where the index knows it, goes to
+    ``failed``, and the items end there."""
+    while True:
+        try:
+            item = next(items, _END)
+        except (DecodeError, OSError) as failure:
+            failed.append(located(failure, layout))
+            return
+        if item is _END:
+            return
+        yield item
 
 
 def _cut_short(
