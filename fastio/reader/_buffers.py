@@ -152,6 +152,7 @@ class BufferPool:
         self._free.clear()
         self._idle_members.clear()
         self._lent.clear()
+        self._cold.clear()
         self._lent_bytes = self._mapped_bytes = 0
 
     def _take_free(self, size: int) -> AlignedBuffer | None:
@@ -185,6 +186,7 @@ class BufferPool:
                     return
                 if not any(_region_of(b) == region for b in free):
                     continue
+                self._cold.difference_update(id(b) for b in free if _region_of(b) == region)
                 free[:] = [b for b in free if _region_of(b) != region]
                 del self._idle_members[region]
                 self._mapped_bytes -= _region_bytes(size)
