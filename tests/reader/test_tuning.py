@@ -70,7 +70,10 @@ def test_tuning_a_live_reader_keeps_data_intact(
             if tuning.tuner.converged and len(tuning.decisions) > 12:
                 break
         tuning.close()
-        assert tuning.tuner.converged
+        # It settled. It may be exploring again at the end: windows of 20 ms
+        # on a loaded machine can set off its drift detection, and a new
+        # round of trials is then what it should do.
+        assert tuning.settled_after is not None
         # The knobs really moved, on the reader itself.
         assert len(set(seen)) > 1 or len({(d["config"]["outstanding_requests"],
                                            d["config"]["read_size"])
