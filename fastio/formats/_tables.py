@@ -307,14 +307,18 @@ def _arrow_heads(
     for url, _, batches in files:
         head = next(datas)
         heads[url] = (head, {offset: next(datas) for offset, _, _ in batches})
-    # A schema message longer than the head read: read again, all such together.
+    # A schema message longer than the head read: read again, all such together
+    # (a length past any schema's is a damaged file's, which decoding reports).
     longer = [(url, min(size, _schema_end(heads[url][0]))) for url, size, _ in files]
-    longer = [(url, end) for url, end in longer if end > len(heads[url][0])]
+    longer = [(url, end) for url, end in longer if len(heads[url][0]) < end <= _SCHEMA_MAX]
     if longer:
         again = reader.read_ranges([ByteRange(url, 0, end) for url, end in longer])
         for (url, _), head in zip(longer, again, strict=True):
             heads[url] = (head, heads[url][1])
     return heads
+
+
+_SCHEMA_MAX = 16 << 20  # bytes of a schema message read again at most
 
 
 def _schema_end(head: bytes) -> int:

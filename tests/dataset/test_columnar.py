@@ -256,6 +256,35 @@ def test_footers_longer_than_the_first_read_are_read_again_together(tmp_path, mo
     assert [row[names[-1]] for row in rows] == [n + i for n in range(files) for i in range(2)]
 
 
+def test_a_damaged_schema_length_is_not_read_again(tmp_path, monkeypatch):
+    """An Arrow file of 18 MB whose schema message claims 2 GiB (damaged) is
+    not read again from its start for it, which would read the whole file
+    twice: its rows come from the footer's schema."""
+    from fastio.reader._reader import Reader
+
+    path = tmp_path / "part.arrow"
+    table = pa.table({"data": [bytes([i]) * (1 << 20) for i in range(18)]})
+    with pa.ipc.new_file(path, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=3):
+            writer.write_batch(batch)
+    data = bytearray(path.read_bytes())
+    assert data[8:12] == b"\xff\xff\xff\xff"  # the continuation marker, then the length
+    data[12:16] = (0x7FFFFFF0).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    heads = []
+    read_ranges = Reader.read_ranges
+
+    def counted(self, ranges):  # the real reads, those of the file's start noted
+        heads.extend(r.length for r in ranges if r.offset == 0)
+        return read_ranges(self, ranges)
+
+    monkeypatch.setattr(Reader, "read_ranges", counted)
+    with fastio.Dataset(str(path), shuffle=False) as dataset:
+        got = pa.Table.from_batches(list(dataset.batches(3)))
+    assert heads == [8 << 10]  # the first 8 KiB, once
+    assert got.equals(table)
+
+
 @pytest.mark.parametrize(("format_name", "dictionary"), CASES)
 def test_samples_and_selected_columns_are_pyarrows(tmp_path, format_name, dictionary):
     pattern, _ = _write(tmp_path, format_name, dictionary)
