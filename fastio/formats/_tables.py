@@ -242,6 +242,8 @@ def _tails(reader: Reader, urls: Sequence[str], magic: bytes
         for piece, data in zip(ranges, datas, strict=True):
             size = sizes[piece.path]
             tails[piece.path] = (size, piece.offset, data)
+            if data[-len(magic) :] != magic:
+                continue  # not such a file: its layout says so
             footer = int.from_bytes(data[-trailer : -len(magic)], "little") + trailer
             if len(data) < footer <= size and len(data) == piece.length:
                 longer.append(_tail_range(piece.path, size, footer))

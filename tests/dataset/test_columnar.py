@@ -256,6 +256,32 @@ def test_footers_longer_than_the_first_read_are_read_again_together(tmp_path, mo
     assert [row[names[-1]] for row in rows] == [n + i for n in range(files) for i in range(2)]
 
 
+@pytest.mark.parametrize("format_name", ["parquet", "arrow"])
+def test_a_file_without_the_footer_magic_is_not_read_again_for_a_footer(tmp_path, monkeypatch,
+                                                                         format_name):  # fmt: skip
+    """A file that is not of its format, whose last bytes happen to read as a
+    long footer's length, is named as such from its first tail read: its
+    tail is not read again for a footer it does not have."""
+    from fastio.reader._reader import Reader
+
+    _write_whole(tmp_path / f"part-0.{format_name}", _table(0, 5, False))
+    other = bytearray(random.Random(3).randbytes(200_000))
+    other[-8:] = (150_000).to_bytes(4, "little") + b"XXXX"
+    (tmp_path / f"part-1.{format_name}").write_bytes(bytes(other))
+    tails = []
+    read_ranges = Reader.read_ranges
+
+    def counted(self, ranges):  # the real reads, those of the other file's end noted
+        tails.extend(r.length for r in ranges if r.path.endswith("part-1." + format_name)
+                     and r.offset + r.length == len(other))  # fmt: skip
+        return read_ranges(self, ranges)
+
+    monkeypatch.setattr(Reader, "read_ranges", counted)
+    with pytest.raises(fastio.DecodeError, match=f"part-1.{format_name}.*not an? "):
+        fastio.Dataset(str(tmp_path / f"part-{{0..1}}.{format_name}"), shuffle=False)
+    assert tails == [8 << 10]
+
+
 def test_a_damaged_schema_length_is_not_read_again(tmp_path, monkeypatch):
     """An Arrow file of 18 MB whose schema message claims 2 GiB (damaged) is
     not read again from its start for it, which would read the whole file
