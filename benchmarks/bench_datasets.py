@@ -43,7 +43,6 @@ benchmarks/results/ as JSON.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import json
 import os
@@ -59,6 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _imports import collect_imports
 from bench_read import drop_caches, hugetlbfs, run_python
 from bench_tables_cpu import rebatched
 
@@ -631,10 +631,7 @@ def child(method_name: str, manifest_path: str) -> None:
         importlib.import_module(module)
     if method.copy == "mds":
         import_streaming()
-    # The imports' objects are collected before the clock starts, as a training
-    # process's are long before its first epoch: else the first full collection
-    # after importing torch (~0.1 s) lands in whichever method runs.
-    gc.collect()
+    collect_imports()
     started = time.perf_counter()
     result = method.run(manifest["copies"])
     seconds = time.perf_counter() - started

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import importlib
 import json
 import os
@@ -64,6 +63,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from _imports import collect_imports
 
 from fastio import ReaderSettings
 from fastio.cli._gen import write_dataset
@@ -331,10 +332,7 @@ def child(method_name: str, spec_path: str) -> None:
         import fastio
 
         assert fastio.Dataset  # a lazy attribute: this imports it
-    # The imports' objects are collected before the clock starts, as a training
-    # process's are long before its first epoch: else the first full collection
-    # after importing torch (~0.1 s) lands in whichever method runs.
-    gc.collect()
+    collect_imports()
     cpu_before = cpu_seconds()
     started = time.perf_counter()
     if method.kind == "fastio":

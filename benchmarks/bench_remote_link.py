@@ -49,7 +49,6 @@ netns, tc, TUN), nginx (apt-get install nginx-light), curl, ping (iputils-ping),
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import json
 import os
@@ -71,6 +70,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _wan
+from _imports import collect_imports
 from bench_remote import bits_per_second, prepare, warm_up
 
 from fastio.cli._options import parse_size
@@ -260,10 +260,7 @@ def child(spec_path: str) -> None:
                 import obstore_remote
 
                 obstore_remote.install()
-        # The imports' objects are collected before the clock starts, as a training
-        # process's are long before its first epoch: else the first full collection
-        # after importing torch (~0.1 s) lands in whichever method runs.
-        gc.collect()
+        collect_imports()
         machine, client = machine_busy_seconds(), process_and_children_cpu()
         clock = {"started": time.perf_counter()}
         samples, payload, details = RUNS[kind](spec, FASTIO_OPTIONS.get(spec["method"], {}), clock)

@@ -24,7 +24,6 @@ untimed); ``--cold`` drops the page cache before every run (root).
 from __future__ import annotations
 
 import argparse
-import gc
 import glob
 import json
 import os
@@ -37,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _imports import collect_imports
 from bench_read import drop_caches, warm_up
 
 LOADER_BATCH = 256
@@ -72,10 +72,7 @@ def child(method: str, url: str, index_dir: str) -> None:
 
     for module in IMPORTS:
         importlib.import_module(module)
-    # The imports' objects are collected before the clock starts, as a training
-    # process's are long before its first epoch: else the first full collection
-    # after importing torch (~0.1 s) lands in whichever method runs.
-    gc.collect()
+    collect_imports()
     wall, cpu, main_cpu = time.perf_counter(), time.process_time(), time.thread_time()
     item = first_item(method, url, index_dir)
     report = {"seconds": time.perf_counter() - wall, "cpu": time.process_time() - cpu,

@@ -31,7 +31,7 @@ int fio_recv_exact(int fd, unsigned char *buf, size_t want, size_t *filled, long
         if (got > 0) {
             *filled += (size_t)got;
             if (arrived != NULL)
-                __atomic_fetch_add(arrived, (unsigned long long)got, __ATOMIC_RELAXED);
+                fio_counter_add(arrived, (unsigned long long)got);
             continue;
         }
         if (got == 0)

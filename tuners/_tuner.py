@@ -411,19 +411,33 @@ class OnlineTuner:
             number = self._tell(measured, rate)
             self._record(measured, rate)
         reason = self._decide(measured, phase, rate)
-        best_config, best_rate = self.best
-        decision = Decision(
-            window=len(self.decisions) + 1, phase=phase, config=measured, rate=rate,
-            trial=number, next_config=dict(self.config),
-            next_phase=self.phase, reason=reason, best_config=best_config, best_rate=best_rate,
-            round=self.round, noise=self.noise,
-        )  # fmt: skip
-        self.decisions.append(decision)
+        decision = self._decided(measured, phase, rate, number, reason)
         level = logging.INFO if decision.next_config != measured or phase != "settled" else 10
         log.log(level, "tuner window %d (%s, trial %s): %s -> %.4g/s; %s; next %s (%s)",
                 decision.window, phase, decision.trial, measured, rate, reason,
                 decision.next_config, self.phase)  # fmt: skip
         return decision
+
+    def _decided(self, measured: Config, phase: Phase, rate: float, trial: int | None,
+                 reason: str) -> Decision:  # fmt: skip
+        """The decision of a window at ``measured`` (now applied), recorded."""
+        best_config, best_rate = self.best
+        decision = Decision(
+            window=len(self.decisions) + 1, phase=phase, config=measured, rate=rate,
+            trial=trial, next_config=dict(self.config),
+            next_phase=self.phase, reason=reason, best_config=best_config, best_rate=best_rate,
+            round=self.round, noise=self.noise,
+        )  # fmt: skip
+        self.decisions.append(decision)
+        return decision
+
+    def _fail_trial(self) -> None:
+        """End the sampled trial in progress, if any, as failed (unmeasured)."""
+        if self._trial is not None:
+            from optuna.trial import TrialState
+
+            self.study.tell(self._trial, state=TrialState.FAIL)
+            self._trial = None
 
     def _decide(self, measured: Config, phase: Phase, rate: float) -> str:
         if phase == "settled":
@@ -567,19 +581,9 @@ class OnlineTuner:
             config = best.config
         else:
             config = self.initial if self.keep_initial else measured
-        if self._trial is not None:  # a sampled trial, unmeasured: failed
-            from optuna.trial import TrialState
-
-            self.study.tell(self._trial, state=TrialState.FAIL)
-            self._trial = None
+        self._fail_trial()
         self._settle(None, config)
-        best_config, best_rate = self.best
-        decision = Decision(
-            window=len(self.decisions) + 1, phase=phase, config=measured, rate=rate, trial=None,
-            next_config=dict(self.config), next_phase=self.phase, reason=reason,
-            best_config=best_config, best_rate=best_rate, round=self.round, noise=self.noise,
-        )  # fmt: skip
-        self.decisions.append(decision)
+        decision = self._decided(measured, phase, rate, None, reason)
         log.info("tuner window %d (%s, cut short): %s; %s; settled at %s", decision.window, phase,
                  measured, reason, decision.next_config)  # fmt: skip
         return decision
@@ -727,11 +731,7 @@ class OnlineTuner:
         if self._closed:
             return
         self._closed = True
-        if self._trial is not None:
-            from optuna.trial import TrialState
-
-            self.study.tell(self._trial, state=TrialState.FAIL)
-            self._trial = None
+        self._fail_trial()
         if self._owns_storage:
             from optuna.storages import RDBStorage
 

@@ -242,11 +242,11 @@ def _tails(reader: Reader, urls: Sequence[str], magic: bytes
         for piece, data in zip(ranges, datas, strict=True):
             size = sizes[piece.path]
             tails[piece.path] = (size, piece.offset, data)
-            if data[-len(magic) :] != magic:
+            footer = _footer_length(data, magic)
+            if footer is None:
                 continue  # not such a file: its layout says so
-            footer = int.from_bytes(data[-trailer : -len(magic)], "little") + trailer
-            if len(data) < footer <= size and len(data) == piece.length:
-                longer.append(_tail_range(piece.path, size, footer))
+            if len(data) < footer + trailer <= size and len(data) == piece.length:
+                longer.append(_tail_range(piece.path, size, footer + trailer))
         ranges = longer
     return tails
 
@@ -259,6 +259,14 @@ def _leaf_columns(metadata: Any, columns: Sequence[str] | None) -> list[int]:
     chosen = [i for i in leaves
               if schema.column(i).path.split(".")[0] in columns]  # fmt: skip
     return chosen
+
+
+def _footer_length(tail: bytes, magic: bytes) -> int | None:
+    """The length of the footer ``tail`` ends with (a little-endian int32,
+    then ``magic``), or None where it does not end with ``magic``."""
+    if len(tail) < 4 + len(magic) or tail[-len(magic) :] != magic:
+        return None
+    return int.from_bytes(tail[-4 - len(magic) : -len(magic)], "little")
 
 
 def _footer(
@@ -279,11 +287,11 @@ def _footer(
         start, tail = _tail(reader, url, size, trailer)
     else:
         size, start, tail = known
-    if size < trailer + head_bytes or tail[-len(magic) :] != magic:
+    footer_length = _footer_length(tail, magic)
+    if size < trailer + head_bytes or footer_length is None:
         raise DecodeError(
             f"not {kind} file (no {magic.decode()} footer magic)", url, max(size - len(magic), 0)
         )
-    footer_length = int.from_bytes(tail[-trailer : -len(magic)], "little")
     if footer_length + trailer + head_bytes > size:
         raise TruncatedShardError(
             f"{kind} footer of {footer_length} bytes does not fit the file", url, size - trailer
