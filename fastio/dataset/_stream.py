@@ -111,6 +111,9 @@ class StreamPass:
         """Samples in delivery order; or, ``columnar``, a unit per window as
         :func:`fastio.dataset._batching.rebatch` takes them. Shuffled samples
         wait encoded where the format holds them so (made as delivered)."""
+        if not columnar and not self.shuffle.enabled:
+            yield from self._in_order()
+            return
         window: list[Any] = []
         held = 0
         following = self.start
@@ -127,6 +130,33 @@ class StreamPass:
                 self.start = following
         if window:
             yield from self._deliver(window, columnar, encoded)
+
+    def _in_order(self) -> Iterator[Any]:
+        """Unshuffled samples as they are found. A window's order is then the
+        order its samples are found in, so none waits for the rest of its
+        window: nothing is held, and each sample's memory is free again before
+        the next one is made. Windows are still counted, for the state."""
+        skip, self.skip = self.skip, 0
+        held = found = 0
+        first = self.next_position
+        for ordinal, number, start, end, sample in self._located():
+            if not found:
+                self.start = (ordinal, start, number)
+                first = self.next_position
+                self.recent = [*self.recent[-3:], (first, self.window, self.start)]
+            found += 1
+            held += end - start
+            if found > skip:
+                self.cursor.deliver_one()
+                yield sample
+            del sample
+            if held >= window_budget(self.window, self.memory):
+                self.next_position = first + found
+                self.window += 1
+                held = found = skip = 0
+        if found:
+            self.next_position = first + found
+            self.window += 1
 
     def _deliver(self, window: list[Any], columnar: bool, encoded: bool = False
                  ) -> Iterator[Any]:  # fmt: skip

@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -127,16 +128,19 @@ def test_equal_counts_across_ranks_index_first(never_seen, tmp_path):
             assert sum(counts) == -(-total // 2) * 2
 
 
-def test_resume_mid_stream_exactly(never_seen, tmp_path):
-    full = keys(fresh(never_seen, tmp_path, "full"))
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_resume_mid_stream_exactly(never_seen, tmp_path, shuffle):
+    full = keys(fresh(never_seen, tmp_path, "full", shuffle=shuffle))
+    if not shuffle:
+        assert full == [row["key"] for row in never_seen.samples]  # as stored
     rng = random.Random(1)
     for stop in [0, 1, 37, len(full) - 1, *rng.sample(range(len(full)), 4)]:
-        first = fresh(never_seen, tmp_path, f"first{stop}")
+        first = fresh(never_seen, tmp_path, f"first{stop}", shuffle=shuffle)
         iterator = iter(first)
         head = [key_of("webdataset", next(iterator)) for _ in range(stop)]
         state = json.loads(json.dumps(first.state_dict()))
         assert ("stream" in state) == (stop > 0)  # before the first sample, not begun
-        resumed = fresh(never_seen, tmp_path, f"resumed{stop}")
+        resumed = fresh(never_seen, tmp_path, f"resumed{stop}", shuffle=shuffle)
         resumed.load_state_dict(state)
         assert head + keys(resumed) == full, stop
 
@@ -221,3 +225,35 @@ def test_a_stream_that_holds_the_whole_memory_budget_still_indexes_its_shards(ne
                     read_size="16KiB")  # fmt: skip
     assert Counter(keys(dataset)) == everything(never_seen)
     assert len(dataset) == sum(everything(never_seen).values())
+
+
+def test_an_unshuffled_stream_hands_each_sample_over_as_it_is_found(tmp_path):
+    # Unshuffled, a window's order is the order its samples are found in: none
+    # waits for the rest of its window. A consumer that drops each sample holds
+    # about one read's samples at a time, however large the shuffle buffer
+    # (windows of up to 8 MiB of these 15 MB would be held otherwise).
+    import webdataset
+
+    size, shards, per_shard = 32_000, 8, 60
+    rng = random.Random(3)
+    for shard in range(shards):
+        with webdataset.TarWriter(str(tmp_path / f"big-{shard}.tar")) as sink:
+            for i in range(per_shard):
+                sink.write({"__key__": f"{shard:02d}{i:04d}", "bin": rng.randbytes(size)})
+    dataset = fastio.Dataset(str(tmp_path / f"big-{{0..{shards - 1}}}.tar"), format="webdataset",
+                             shuffle=False, shuffle_buffer="256MiB", read_size="1MiB",
+                             index_dir=tmp_path / "index")  # fmt: skip
+    tracemalloc.start()
+    try:
+        count = 0
+        for sample in dataset:
+            assert len(sample["bin"]) == size
+            count += 1
+            if count == 1:
+                tracemalloc.reset_peak()  # from the first sample on: the reader has started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == shards * per_shard
+    assert peak < 4 << 20  # a read's samples (1 MiB), their framing, the event loop's
+    assert len(dataset) == count  # and the stream indexed every shard
