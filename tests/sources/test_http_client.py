@@ -444,3 +444,44 @@ def _read_with(client: _http.RangeClient, url: str) -> None:
     buffer = bytearray(1000)
     assert client.get_into(url, 0, 1000, memoryview(buffer), 10) == 1000
     assert bytes(buffer) == DATA[:1000]
+
+
+@pytest.mark.parametrize("total", [100, 300_000, 3_000_000])
+def test_a_body_that_trickles_in_arrives_whole_and_the_socket_is_left_as_it_was(total):
+    # The receive waits for bytes in batches, never for more than the body
+    # still owes: a body sent in small pieces with pauses, its last piece
+    # smaller than a batch, on a connection the sender keeps open (as a
+    # kept-alive answer), arrives whole; then the socket wakes for a single
+    # byte again, as the next answer's head is read.
+    from fastio import _native
+
+    body = random.Random(total).randbytes(total)
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    done = threading.Event()
+
+    def send() -> None:
+        for start in range(0, total, 7_001):
+            server.sendall(body[start : start + 7_001])
+            if start // 7_001 % 16 == 0:
+                done.wait(0.002)
+        done.wait()  # open until the receiver is done
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        into = bytearray(total + 10)
+        arrivals = _native.ArrivalCounter()
+        assert _native.receive_into(client.fileno(), into, 0, total, 30.0, arrivals) == total
+        assert bytes(into[:total]) == body
+        assert arrivals.value == total
+        assert client.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
+        server.sendall(b"x")  # one byte wakes a wait again
+        client.settimeout(30.0)
+        assert client.recv(10) == b"x"
+    finally:
+        done.set()
+        sender.join(30)
+        for sock in (client, server, listener):
+            sock.close()
