@@ -7,8 +7,10 @@ the samples and their byte ranges in one pass
 leaves its index (``on_indexed``), so later epochs and later datasets plan by
 samples. Damage costs the damaged sample (counted); the pass goes on past it
 where the format can find the next sample (TFRecord), else at the next shard.
-Samples wait in stream windows (:func:`fastio.plan._windows.window_budget`) and
-leave in each window's permutation.
+Shuffled, samples wait in stream windows
+(:func:`fastio.plan._windows.window_budget`) and leave in each window's
+permutation; unshuffled, they leave as they are found, the windows counted
+for the state alone.
 
 The resume state is the window the position falls in (its number, the shard
 and byte offset and sample number it starts at) and how many of its samples
