@@ -139,13 +139,11 @@ class StreamPass:
         window: nothing is held, and each sample's memory is free again before
         the next one is made. Windows are still counted, for the state."""
         skip, self.skip = self.skip, 0
-        held = found = 0
-        first = self.next_position
+        held = found = first = 0
         for ordinal, number, start, end, sample in self._located():
             if not found:
                 self.start = (ordinal, start, number)
-                first = self.next_position
-                self.recent = [*self.recent[-3:], (first, self.window, self.start)]
+                first = self._open_window()
             found += 1
             held += end - start
             if found > skip:
@@ -153,12 +151,22 @@ class StreamPass:
                 yield sample
             del sample
             if held >= window_budget(self.window, self.memory):
-                self.next_position = first + found
-                self.window += 1
+                self._close_window(first, found)
                 held = found = skip = 0
         if found:
-            self.next_position = first + found
-            self.window += 1
+            self._close_window(first, found)
+
+    def _open_window(self) -> int:
+        """The window starting at ``self.start``, recorded for :meth:`state`;
+        returns its first position."""
+        first = self.next_position
+        self.recent = [*self.recent[-3:], (first, self.window, self.start)]
+        return first
+
+    def _close_window(self, first: int, count: int) -> None:
+        """The window from position ``first`` ended with ``count`` samples."""
+        self.next_position = first + count
+        self.window += 1
 
     def _deliver(self, window: list[Any], columnar: bool, encoded: bool = False
                  ) -> Iterator[Any]:  # fmt: skip
@@ -168,10 +176,8 @@ class StreamPass:
             who = self.participant
             order = permutation(len(window), self.shuffle.seed, self.epoch, who.rank,
                                 who.worker, self.window)  # fmt: skip
-        first = self.next_position
-        self.recent = [*self.recent[-3:], (first, self.window, self.start)]
-        self.next_position = first + len(window)
-        self.window += 1
+        first = self._open_window()
+        self._close_window(first, len(window))
         if columnar:
             rows = [window[i] for i in order[skip:]]
             if rows:
