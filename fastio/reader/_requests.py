@@ -33,7 +33,7 @@ from fastio._native import DIRECT_ALIGNMENT
 from fastio.reader._buffers import bucket_size
 from fastio.reader._files import FollowedFile
 from fastio.reader._ranges import ShardLike, as_shard
-from fastio.sources._remote import DOWNLOAD_FIRST_BYTES
+from fastio.sources._remote import DOWNLOAD_FIRST_BYTES, REMOTE_REQUEST_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -51,11 +51,10 @@ __all__ = [
     "plan_requests",
 ]
 
-# The size remote pieces grow to (unless read_size is larger): measured over a
-# 20 ms link (benchmarks/bench_remote_link.py), 4 MiB requests with the
-# default 8 or more in flight reach the link's rate where 1 MiB ones reach
-# half of it; larger ones gained nothing and hold more memory per request.
-REMOTE_REQUEST_BYTES = 4 << 20
+# Remote pieces grow to REMOTE_REQUEST_BYTES (unless read_size is larger):
+# measured over a 20 ms link (benchmarks/bench_remote_link.py), requests of
+# about 4 MiB with 8 or more in flight reach the link's rate where 1 MiB ones
+# reach half of it; larger ones gained nothing and hold more memory per request.
 # The first piece of a long remote range: on a fresh or idle connection TCP
 # starts at 10 packets (about 14 KiB) and doubles per round trip, so 256 KiB
 # takes 5 round trips. Pieces of 16, 32 and 64 KiB, sent together on three
