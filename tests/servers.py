@@ -142,6 +142,105 @@ class RangeServer:
         return web.Response(status=status, body=body, headers=headers)
 
 
+class BottleneckServer:
+    """Serves the files under `root` over HTTP/1.1 (Range, HEAD, ETag,
+    keep-alive) on 127.0.0.1 as through a link: every answer waits `delay`
+    seconds (the round trip), then leaves in `piece`-byte pieces paced at
+    `rate` bytes/s. `shared`: one queue for every connection, as at a link's
+    bottleneck, where a new answer's head waits behind the pieces queued
+    before it; else a queue of its own per connection, each at `rate`, as
+    from a server that limits each connection."""
+
+    def __init__(self, root: Path, rate: float, delay: float, shared: bool,
+                 piece: int = 128 << 10) -> None:  # fmt: skip
+        self.root, self.rate, self.delay, self.shared, self.piece = root, rate, delay, shared, piece
+        self._files: dict[str, bytes] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.base_events.Server | None = None
+        self._queue = asyncio.Lock()  # the shared queue: waiters get it in order
+        self._free_at = 0.0
+        self.port = 0
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def start(self) -> BottleneckServer:
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
+        ).result(10)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        async def close() -> None:
+            assert self._server is not None
+            self._server.close()
+            current = asyncio.current_task()
+            pending = [t for t in asyncio.all_tasks() if t is not current]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        own = (asyncio.Lock(), [0.0])  # this connection's queue, where not shared
+        try:
+            while True:
+                request = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+                method, target = request.split(" ", 2)[:2]
+                fields = dict(line.split(":", 1) for line in request.split("\r\n")[1:] if line)
+                ranged = {k.strip().lower(): v.strip() for k, v in fields.items()}.get("range")
+                name = target.lstrip("/")
+                data = self._files.get(name)
+                if data is None and (self.root / name).is_file():
+                    data = self._files[name] = (self.root / name).read_bytes()
+                if data is None:
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    continue
+                start, end, status = 0, len(data), "200 OK"
+                if ranged:
+                    first, last = ranged.removeprefix("bytes=").split("-")
+                    start, end = int(first), min(int(last) + 1 if last else len(data), len(data))
+                    status = "206 Partial Content"
+                lines = [f"HTTP/1.1 {status}", f"Content-Length: {end - start}",
+                         f'ETag: "{len(data)}"', "Accept-Ranges: bytes"]  # fmt: skip
+                if ranged:
+                    lines.append(f"Content-Range: bytes {start}-{end - 1}/{len(data)}")
+                answer = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+                if method != "HEAD":
+                    answer += data[start:end]
+                await asyncio.sleep(self.delay)
+                for offset in range(0, len(answer), self.piece):
+                    await self._send(writer, answer[offset : offset + self.piece], own)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client left, or the server stops
+        finally:
+            writer.close()
+
+    async def _send(self, writer: asyncio.StreamWriter, piece: bytes,
+                    own: tuple[asyncio.Lock, list[float]]) -> None:  # fmt: skip
+        """Sends ``piece`` when the pieces queued before it have left, and
+        holds the queue for its own time on the link."""
+        queue, free_at = (self._queue, None) if self.shared else own
+        async with queue:
+            now = self._loop.time()
+            start = max(self._free_at if free_at is None else free_at[0], now)
+            await asyncio.sleep(start - now)
+            writer.write(piece)
+            if free_at is None:
+                self._free_at = start + len(piece) / self.rate
+            else:
+                free_at[0] = start + len(piece) / self.rate
+        await writer.drain()
+
+
 class S3Server:
     """moto's S3-compatible server on loopback, with a bucket."""
 

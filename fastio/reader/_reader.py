@@ -981,6 +981,7 @@ class Reader:
         throttled = self._throttled_since
         settings = self._settings
         engine = self._engine
+        fastest, recent = self._remotes.answer_seconds
         return ReaderStats(
             engine=engine.kind if engine is not None else settings.engine,
             outstanding_requests=self._request_limit,
@@ -1000,6 +1001,8 @@ class Reader:
             latency_histogram=tuple(self._latency),
             peak_inflight_requests=self._inflight_peak,
             bytes_arrived=self._remotes.bytes_arrived,
+            answer_seconds_fastest=fastest,
+            answer_seconds_recent=recent,
         )
 
 

@@ -55,6 +55,13 @@ class ReaderStats:
     when a read completes (plain HTTP through fastio's own client; 0 for
     other sources): a smooth measure of a link, where each remote read takes
     a large share of a second."""
+    answer_seconds_fastest: float = 0.0
+    """The quickest remote request's wait from being sent to its answer's
+    head: about the link's round trip (plain HTTP through fastio's own
+    client; 0 for other sources and before any answer)."""
+    answer_seconds_recent: float = 0.0
+    """The median of that wait over the last 32 requests: the round trip as
+    the link is loaded now."""
 
     @property
     def throughput(self) -> float:

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import socket
 import threading
 import time
 import weakref
+from collections import deque
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -72,6 +74,32 @@ class _Connection:
         self.reused = False
 
 
+class AnswerTimes:
+    """How long requests waited for their answers' heads: the quickest since
+    the client was made (about the link's round trip: some request met an
+    idle path) and the median of the last ``recent`` (the round trip as
+    the link is loaded now: a queue at a shared bottleneck lengthens it)."""
+
+    def __init__(self, recent: int = 32) -> None:
+        self._lock = threading.Lock()
+        self._fastest = math.inf
+        self._recent: deque[float] = deque(maxlen=recent)
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self._fastest = min(self._fastest, seconds)
+            self._recent.append(seconds)
+
+    def now(self) -> tuple[float, float]:
+        """``(fastest, recent median)`` in seconds; ``(0, 0)`` before any answer."""
+        with self._lock:
+            recent = sorted(self._recent)
+            fastest = self._fastest
+        if not recent:
+            return 0.0, 0.0
+        return fastest, recent[len(recent) // 2]
+
+
 class RangeClient:
     """Keep-alive connections to HTTP servers, shared by the threads of one
     reader in one process. ``get_into`` is blocking and thread-safe; ``close``
@@ -81,6 +109,7 @@ class RangeClient:
     def __init__(self, headers: dict[str, str] | None = None) -> None:
         self.headers = dict(headers or {})
         self.arrivals = _native.ArrivalCounter()  # body bytes received, as they arrive
+        self.answers = AnswerTimes()  # from each request sent to its answer's head
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._active: set[_Connection] = set()
@@ -200,6 +229,7 @@ class RangeClient:
     ) -> int | str | object:  # fmt: skip
         sock = connection.sock
         sock.settimeout(_remaining(deadline))
+        sent = time.monotonic()
         try:
             sock.sendall(request)
         except (BrokenPipeError, ConnectionResetError):
@@ -209,6 +239,7 @@ class RangeClient:
         head = _read_head(connection, deadline)
         if head is None:
             return _STALE
+        self.answers.add(time.monotonic() - sent)
         status, reason, headers, filled, held = head
         if 300 <= status < 400 and status != 304 and "location" in headers:
             _discard(connection, headers, filled, held, deadline)

@@ -164,6 +164,13 @@ class Remotes:
         return client.arrivals.value if client is not None else 0
 
     @property
+    def answer_seconds(self) -> tuple[float, float]:
+        """fastio's HTTP client's answer times: the quickest, and the median
+        of the last few (see :class:`fastio.sources._http.AnswerTimes`)."""
+        client = self._http
+        return client.answers.now() if client is not None else (0.0, 0.0)
+
+    @property
     def prefetcher(self) -> Prefetcher:
         """Background downloads of the shards the cache's plan needs next."""
         if self._prefetcher is None:

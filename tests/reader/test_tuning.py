@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +312,82 @@ def test_a_remote_tuners_budget_bounds_its_requests() -> None:
         assert not tight.remote
         assert tight.space.names == ["outstanding_requests", "read_size"]
         tight.close()
+
+
+@pytest.fixture(scope="module")
+def link_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """4 WebDataset shards of 16 x 1 MiB samples, written by webdataset's own
+    writer; returns their folder and each sample's digest by key."""
+    import webdataset
+
+    folder = tmp_path_factory.mktemp("link")
+    digests = {}
+    for shard in range(4):
+        with webdataset.TarWriter(str(folder / f"part-{shard}.tar")) as sink:
+            for number in range(16):
+                key = f"{shard:02d}{number:04d}"
+                payload = random.Random(key).randbytes(MiB)
+                sink.write({"__key__": key, "bin": payload})
+                digests[key] = hashlib.sha256(payload).hexdigest()
+    return folder, digests
+
+
+# Short windows, and trials allowed all through the pass: what settles the
+# tuner here is the link, not the share of the pass its trials may take.
+LINK_TUNING = {"window_seconds": 0.15, "warmup_seconds": 0.05, "tick_seconds": 0.05,
+               "explore_share": 1.0}  # fmt: skip
+# Long enough that a busy machine's scheduling adds little to it.
+ROUND_TRIP = 0.2
+
+
+@pytest.mark.parametrize(
+    ("shared", "rate"),
+    [(True, 20e6), (False, 1.5e6)],
+    ids=["one bottleneck for all connections", "a limit per connection"],
+)
+def test_a_remote_tuner_tries_more_requests_only_where_the_link_is_not_full(
+    link_shards: tuple[Path, dict[str, str]],
+    tmp_path: Path,
+    shared: bool,
+    rate: float,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Over a link that the defaults fill (a request takes tens of round trips,
+    and its answer's head waits behind the bodies queued at the bottleneck), a
+    trial at more requests only splits the link: the tuner settles at the
+    defaults without one. Where each connection is limited instead, the round
+    trip stays as it was and more requests are tried. Every sample arrives
+    intact either way."""
+    from tests.servers import BottleneckServer
+
+    folder, digests = link_shards
+    server = BottleneckServer(folder, rate=rate, delay=ROUND_TRIP, shared=shared).start()
+    try:
+        urls = [server.url(f"part-{shard}.tar") for shard in range(4)]
+        got = {}
+        caplog.set_level(logging.INFO, logger="fastio.tuners")
+        with fastio.Dataset(urls, format="webdataset", shuffle=False, tune=LINK_TUNING,
+                            index_dir=str(tmp_path / "indexes")) as dataset:  # fmt: skip
+            for sample in dataset:
+                got[sample["__key__"]] = hashlib.sha256(sample["bin"]).hexdigest()
+            stats = dataset.stats()
+    finally:
+        server.stop()
+    assert got == digests
+    reader = stats["reader"]
+    assert reader["answer_seconds_fastest"] >= ROUND_TRIP  # the round trip, measured
+    # Every window's decision, as the job's log shows it.
+    windows = [r.getMessage() for r in caplog.records if r.name == "fastio.tuners"]
+    tried = {int(n) for line in windows for n in re.findall(r"'outstanding_requests': (\d+)", line)}
+    full = [line for line in windows if "the link is full" in line]
+    assert windows
+    assert tried
+    if shared:
+        assert reader["answer_seconds_recent"] > 1.2 * reader["answer_seconds_fastest"]
+        assert len(full) == 1
+        assert "settled at {'outstanding_requests': 16}" in full[0]
+        assert tried == {16}  # never a trial above the defaults
+        assert stats["tuner"]["config"] == {"outstanding_requests": 16}
+    else:
+        assert not full
+        assert max(tried) > 16
