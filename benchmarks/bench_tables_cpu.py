@@ -40,22 +40,30 @@ BATCH = 256
 def rebatched(batches: Iterator[Any], size: int) -> Iterator[Any]:
     """Record batches of exactly ``size`` rows (the last may be short) from
     batches of any size: a batch within one is a zero-copy slice, one across
-    several is copied together once (what fastio's ``.batches(size)`` does)."""
+    several is copied together once (what fastio's ``.batches(size)`` does),
+    with ``pyarrow.concat_batches`` where pyarrow has it (19 and newer)."""
     import pyarrow as pa
+
+    def joined(pieces: list[Any]) -> Any:
+        if len(pieces) == 1:
+            return pieces[0]
+        if hasattr(pa, "concat_batches"):
+            return pa.concat_batches(pieces)
+        return pa.Table.from_batches(pieces).combine_chunks().to_batches()[0]
 
     carry: list[Any] = []
     rows = 0
     for batch in batches:
-        carry.append(batch)
-        rows += batch.num_rows
-        while rows >= size:
-            table = pa.Table.from_batches(carry)
-            head = table.slice(0, size)
-            yield head.to_batches()[0] if head.column(0).num_chunks == 1 else (
-                head.combine_chunks().to_batches()[0])  # fmt: skip
-            carry, rows = table.slice(size).to_batches(), rows - size
+        start = 0
+        while rows + batch.num_rows - start >= size:
+            take = size - rows
+            yield joined([*carry, batch.slice(start, take)])
+            carry, rows, start = [], 0, start + take
+        if start < batch.num_rows:
+            carry.append(batch.slice(start))
+            rows += batch.num_rows - start
     if rows:
-        yield pa.Table.from_batches(carry).combine_chunks().to_batches()[0]
+        yield joined(carry)
 
 
 def _count(batches: Iterator[Any]) -> int:

@@ -49,10 +49,27 @@ def _concat(parts: list[Any]) -> Any:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
     import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
 
+    if len(parts) == 1:
+        return parts[0]
+    batches = _same_schema_batches(pa, parts)
+    if batches is not None:
+        # One copy into one batch, where joining tables and combining their
+        # chunks took three times as long (a batch across two record batches).
+        return pa.concat_batches(batches)
     tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts]
-    if len(tables) == 1:
-        return tables[0]
     return pa.concat_tables(tables, promote_options="default")
+
+
+def _same_schema_batches(pa: Any, parts: list[Any]) -> list[Any] | None:
+    """``parts`` where every one is a record batch of the first one's schema
+    (and this pyarrow joins batches, 19 and newer); else None."""
+    concat = getattr(pa, "concat_batches", None)
+    if concat is None or any(type(part) is not pa.RecordBatch for part in parts):
+        return None
+    schema = parts[0].schema
+    if any(part.schema is not schema and not part.schema.equals(schema) for part in parts[1:]):
+        return None
+    return parts
 
 
 def _take(table: Any, rows: np.ndarray | range) -> Any:
@@ -85,18 +102,23 @@ def _gatherable(table: Any, rows: np.ndarray | range, batch_size: int) -> Any:
         return table
     if len(rows) <= 2 * batch_size:
         return table
-    return table.batch() if isinstance(table, Part) else table.combine_chunks()
+    if isinstance(table, Part):
+        return table.batch()
+    # A record batch (units joined by ``_concat``) is one chunk already.
+    return table.combine_chunks() if hasattr(table, "combine_chunks") else table
 
 
 def _as_batch(table: Any) -> Any:
     if isinstance(table, np.ndarray):
         return table
-    if isinstance(table, Part):
-        table = table.batch()
     import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
 
-    if isinstance(table, pa.RecordBatch):
+    if type(table) is pa.RecordBatch:  # a slice of a unit, or units joined
         return table
+    if isinstance(table, Part):
+        table = table.batch()
+        if type(table) is pa.RecordBatch:
+            return table
     combined = table.combine_chunks()
     batches = combined.to_batches()
     if not batches:

@@ -120,6 +120,30 @@ def test_footers_and_schemas_longer_than_the_first_read_are_read_whole(tmp_path,
         assert layout.meta["schema"].equals(tables[0].schema)
 
 
+@pytest.mark.parametrize("format_name", ["parquet", "arrow"])
+@pytest.mark.parametrize("second", ["metadata", "null column"])
+def test_a_batch_across_files_of_other_schemas_is_pyarrows_join(tmp_path, format_name, second):
+    """A batch that takes rows of two files whose schemas differ (in their
+    metadata, or a column all null in one of them) holds the rows as
+    pyarrow joins the two tables (promoting the null column); batches within
+    one file keep its schema."""
+    first = pa.table({"key": [f"a{i}" for i in range(6)], "note": [f"n{i}" for i in range(6)]})
+    if second == "metadata":
+        other = pa.table({"key": [f"b{i}" for i in range(5)], "note": ["x"] * 5},
+                         metadata={"writer": "another"})  # fmt: skip
+    else:
+        other = pa.table({"key": [f"b{i}" for i in range(5)], "note": pa.nulls(5)})
+    for number, table in enumerate((first, other)):
+        _write_whole(tmp_path / f"mixed-{number}.{format_name}", table)
+    pattern = str(tmp_path / f"mixed-{{0..1}}.{format_name}")
+    with fastio.Dataset(pattern, shuffle=False) as dataset:
+        batches = list(dataset.batches(4))
+    assert [batch.num_rows for batch in batches] == [4, 4, 3]
+    expected = pa.concat_tables([first, other], promote_options="default")
+    assert [row for batch in batches for row in batch.to_pylist()] == expected.to_pylist()
+    assert batches[1].schema.field("note").type == pa.string()  # the join's, promoted
+
+
 def _served_arrow(folder: Path, units: int, rows: int) -> tuple[pa.Table, list[int]]:
     """An Arrow file of ``units`` record batches of ``rows`` rows of 2 KB in
     ``folder``: its rows and each record batch's first byte."""
