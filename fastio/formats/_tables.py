@@ -175,17 +175,19 @@ def _planned_lengths(spans: Sequence[Sequence[ByteRange]]) -> dict[int, int]:
     return {r.offset: r.length for ranges in spans for r in ranges if r.length is not None}
 
 
-def _joined(ranges: list[ByteRange]) -> list[ByteRange]:
-    """Sorted ranges with each run of adjoining ones as one (a row group's
-    column chunks follow each other: one range, one buffer)."""
-    joined: list[ByteRange] = []
-    for r in ranges:
-        last = joined[-1] if joined else None
-        if last is not None and last.length is not None and last.offset + last.length == r.offset:
-            joined[-1] = ByteRange(r.path, last.offset, last.length + (r.length or 0))
+def _joined(url: str, pieces: list[tuple[int, int]]) -> list[ByteRange]:
+    """``pieces`` (offset, length) in order, each run of adjoining ones as one
+    range (a row group's column chunks follow each other: one range, one
+    buffer)."""
+    joined: list[list[int]] = []
+    for offset, length in sorted(pieces):
+        if offset < 0 or length < 0:  # a damaged footer's: refused as a range is
+            ByteRange(url, offset, length)
+        if joined and joined[-1][0] + joined[-1][1] == offset:
+            joined[-1][1] += length
         else:
-            joined.append(r)
-    return joined
+            joined.append([offset, length])
+    return [ByteRange(url, offset, length) for offset, length in joined]
 
 
 def _units_by_offset(spans: Sequence[Sequence[ByteRange]], shared: int = 0) -> dict[int, int]:
@@ -385,6 +387,20 @@ def _in_place(pieces: dict[int, Any], ranges: list[ByteRange]) -> pa.NativeFile 
     return pa.BufferReader(pa.foreign_buffer(buffer.address - offset, offset + buffer.size, buffer))
 
 
+def _parquet_metadata(pa: Any, pq: Any, tail: bytes) -> Any:
+    """The footer that ``tail`` (a Parquet file's last bytes) ends with. Through
+    pyarrow's reader class itself where it is there (pyarrow.parquet's
+    ``ParquetFile`` wraps it, and making one costs more than the parse:
+    100 against 60 us a file, and a dataset opens every file's footer)."""
+    try:
+        from pyarrow._parquet import ParquetReader
+    except ImportError:  # pragma: no cover - every pyarrow this supports has it
+        return pq.read_metadata(pa.BufferReader(tail))
+    reader = ParquetReader()
+    reader.open(pa.BufferReader(tail))
+    return reader.metadata
+
+
 class ParquetFormat(_ColumnFile):
     """Parquet files read by row group through fastio's reader, with column selection."""
 
@@ -400,7 +416,7 @@ class ParquetFormat(_ColumnFile):
         )
         try:
             # The tail holds the whole footer: parsed from memory, no Python reads.
-            metadata = pq.read_metadata(pa.BufferReader(tail))
+            metadata = _parquet_metadata(pa, pq, tail)
         except (pa.ArrowException, OSError) as error:
             raise DecodeError(
                 f"Parquet footer is damaged: {error}", url, size - 8 - footer_length
@@ -416,14 +432,14 @@ class ParquetFormat(_ColumnFile):
         spans: list[list[ByteRange]] = []
         for g in range(groups):
             group = metadata.row_group(g)
-            ranges = []
+            pieces = []
             for leaf in leaves:
                 column = group.column(leaf)
                 begin = column.data_page_offset
                 if column.has_dictionary_page and column.dictionary_page_offset:
                     begin = min(begin, column.dictionary_page_offset)
-                ranges.append(ByteRange(url, begin, column.total_compressed_size))
-            spans.append(_joined(sorted(ranges, key=lambda r: r.offset)))
+                pieces.append((begin, column.total_compressed_size))
+            spans.append(_joined(url, pieces))
         bounds = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         unit_bytes = np.array([sum(r.length or 0 for r in s) for s in spans], np.int64)
         # A row group's range read in one piece (``whole``) is decoded from the
