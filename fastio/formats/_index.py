@@ -37,8 +37,10 @@ import json
 import os
 import posixpath
 import re
+import struct
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,13 +281,84 @@ _NPY_MAGIC = {b"\x93NUMPY\x01\x00": 2, b"\x93NUMPY\x02\x00": 4, b"\x93NUMPY\x03\
 
 def _npz_arrays(data: bytes) -> dict[str, np.ndarray]:
     """The arrays of an index file (an .npz that ``np.savez`` wrote), by name.
-    A dataset opens one per shard before its first sample, and ``np.load``
-    spends most of that time on each array's header (a Python literal
-    evaluated): headers as ``np.save`` writes them are matched instead.
-    Raises what ``np.load`` does for a damaged file."""
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        return {name.removesuffix(".npy"): _npy(archive.read(name))
-                for name in archive.namelist()}  # fmt: skip
+    A dataset opens one per shard, or one for them all, before its first
+    sample, and ``np.load`` spends most of that time on each array's header
+    (a Python literal evaluated): headers as ``np.save`` writes them are
+    matched instead. Raises what ``np.load`` does for a damaged file."""
+    members = _stored_members(data)
+    if members is None:  # not as np.savez writes: the zip module reads it
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = {name: archive.read(name) for name in archive.namelist()}
+    return {name.removesuffix(".npy"): _npy(raw) for name, raw in members.items()}
+
+
+_END = struct.Struct("<4s4H2IH")  # end of central directory
+_ENTRY = struct.Struct("<4s4B4HI2I5H2I")  # central directory file header
+_LOCAL = struct.Struct("<4s2B4HI2I2H")  # local file header
+_ZIP64_LIMIT = 0xFFFFFFFF
+
+
+def _stored_members(data: bytes) -> dict[str, bytes] | None:
+    """The members of a zip archive whose every member is stored (not
+    compressed), as ``np.savez`` writes, read straight from its central
+    directory: the zip module's reading of it (and the first decoding of
+    its names) took most of a small index's load. None for an archive laid
+    out otherwise (a comment, a zip64 directory, compressed members); raises
+    BadZipFile for a member whose bytes are cut or whose CRC does not match."""
+    if len(data) < _END.size:
+        return None
+    magic, _, _, _, count, directory_size, directory, comment = _END.unpack_from(
+        data, len(data) - _END.size
+    )
+    if magic != b"PK\x05\x06" or comment or directory + directory_size > len(data):
+        return None
+    members: dict[str, bytes] = {}
+    at = directory
+    for _ in range(count):
+        if at + _ENTRY.size > len(data):
+            return None
+        (magic, _, _, _, _, flags, method, _, _, crc, stored, size, name_length, extra_length,
+         comment_length, _, _, _, local) = _ENTRY.unpack_from(data, at)  # fmt: skip
+        name_at = at + _ENTRY.size
+        if magic != b"PK\x01\x02" or method != 0 or flags & 1:
+            return None
+        extra = data[name_at + name_length : name_at + name_length + extra_length]
+        widened = _zip64_sizes(extra, [size, stored, local])
+        if widened is None:
+            return None
+        size, stored, local = widened
+        if size != stored or local + _LOCAL.size > len(data):
+            return None
+        local_magic, *_, local_name, local_extra = _LOCAL.unpack_from(data, local)
+        if local_magic != b"PK\x03\x04":
+            return None
+        begin = local + _LOCAL.size + local_name + local_extra
+        member = data[begin : begin + size]
+        if len(member) != size or zlib.crc32(member) != crc:
+            raise zipfile.BadZipFile(f"index member at {begin} is cut or damaged")
+        members[data[name_at : name_at + name_length].decode()] = member
+        at = name_at + name_length + extra_length + comment_length
+    return members
+
+
+def _zip64_sizes(extra: bytes, values: list[int]) -> list[int] | None:
+    """``values`` (size, stored size, local header offset) with those the
+    central directory gave as 0xFFFFFFFF taken from its zip64 extra field,
+    in that order; None where the field is missing or short."""
+    wide = [i for i, value in enumerate(values) if value == _ZIP64_LIMIT]
+    if not wide:
+        return values
+    at = 0
+    while at + 4 <= len(extra):
+        tag, length = struct.unpack_from("<2H", extra, at)
+        if tag == 1:
+            if length < 8 * len(wide):
+                return None
+            for k, i in enumerate(wide):
+                values[i] = struct.unpack_from("<Q", extra, at + 4 + 8 * k)[0]
+            return values
+        at += 4 + length
+    return None
 
 
 def _npy(raw: bytes) -> np.ndarray:

@@ -8,7 +8,9 @@ import json
 import os
 import random
 import tarfile
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,6 +34,7 @@ from fastio.formats._index import (
     Locator,
     ShardIndex,
     _npz_arrays,
+    _stored_members,
     build_index,
 )
 from fastio.formats._records import RecordFormat, RecordWriter
@@ -293,3 +296,43 @@ def test_index_arrays_read_as_numpy_reads_them() -> None:
             np.testing.assert_array_equal(got[name], expected[name])
     with pytest.raises(UNREADABLE):
         _npz_arrays(data[: len(data) // 2])
+
+
+def _npz(writer: Any, **arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    writer(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def test_an_index_as_np_savez_writes_it_is_read_from_its_directory() -> None:
+    """np.savez's archives (stored members, zip64 local headers) are read
+    from the central directory, member for member what the zip module
+    reads; any other archive (compressed members, a comment) is left to the
+    zip module, with the same arrays."""
+    arrays = {"starts": np.arange(100_000, dtype=np.uint64), "meta": np.array('{"version": 2}')}
+    data = _npz(np.savez, **arrays)
+    members = _stored_members(data)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        assert members == {name: archive.read(name) for name in archive.namelist()}
+    compressed = _npz(np.savez_compressed, **arrays)
+    commented = io.BytesIO()
+    with zipfile.ZipFile(commented, "w") as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w") as out:
+                np.lib.format.write_array(out, array)
+        archive.comment = b"written by hand"
+    for other in (compressed, commented.getvalue()):
+        assert _stored_members(other) is None
+        got = _npz_arrays(other)
+        np.testing.assert_array_equal(got["starts"], arrays["starts"])
+        assert str(got["meta"]) == str(arrays["meta"])
+
+
+def test_a_damaged_member_of_an_index_is_refused() -> None:
+    """A byte changed inside an array's data fails its CRC: the index is
+    damaged, not read with wrong sample ranges."""
+    data = bytearray(_npz(np.savez, starts=np.arange(1000, dtype=np.uint64)))
+    data[len(data) // 2] ^= 0xFF  # inside the array's bytes
+    with pytest.raises(zipfile.BadZipFile, match="damaged"):
+        _npz_arrays(bytes(data))
+    assert isinstance(zipfile.BadZipFile(), UNREADABLE)
