@@ -7,6 +7,7 @@ by pyarrow, a row group or record batch at a time.
 from __future__ import annotations
 
 import bisect
+import itertools
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -173,6 +174,11 @@ def _unit_ends(spans: Sequence[Sequence[ByteRange]]) -> frozenset[int]:
 
 def _planned_lengths(spans: Sequence[Sequence[ByteRange]]) -> dict[int, int]:
     return {r.offset: r.length for ranges in spans for r in ranges if r.length is not None}
+
+
+def _bounds(rows: list[int]) -> np.ndarray:
+    """Each unit's first row, then the rows of them all: from ``rows`` per unit."""
+    return np.array([0, *itertools.accumulate(rows)], np.int64)
 
 
 def _joined(url: str, pieces: list[tuple[int, int]]) -> list[ByteRange]:
@@ -440,7 +446,7 @@ class ParquetFormat(_ColumnFile):
                     begin = min(begin, column.dictionary_page_offset)
                 pieces.append((begin, column.total_compressed_size))
             spans.append(_joined(url, pieces))
-        bounds = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+        bounds = _bounds(rows)
         unit_bytes = np.array([sum(r.length or 0 for r in s) for s in spans], np.int64)
         # A row group's range read in one piece (``whole``) is decoded from the
         # reader's buffer: no copy of the column chunks before pyarrow's own.
@@ -502,47 +508,50 @@ class ParquetFormat(_ColumnFile):
 _ARROW_MAGIC = b"ARROW1"
 
 
-def _fb_table(buffer: bytes, position: int) -> tuple[int, list[int]]:
-    """A flatbuffer table at ``position``: (position, field offsets, 0 = absent)."""
-    vtable = position - struct.unpack_from("<i", buffer, position)[0]
-    vtable_size = struct.unpack_from("<H", buffer, vtable)[0]
-    fields = [struct.unpack_from("<H", buffer, vtable + 4 + 2 * i)[0]
-              for i in range((vtable_size - 4) // 2)]  # fmt: skip
-    return position, fields
+_I32 = struct.Struct("<i")
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+_BLOCK = struct.Struct("<qi4xq")
 
 
-def _fb_field(buffer: bytes, table: tuple[int, list[int]], index: int) -> int | None:
-    position, fields = table
-    if index >= len(fields) or not fields[index]:
+def _fb_field(buffer: bytes, table: int, index: int) -> int | None:
+    """Where field ``index`` of the flatbuffer table at ``table`` is (offsets
+    within ``buffer``), None where the table leaves it out. Raises
+    struct.error for a table that points outside ``buffer``."""
+    vtable = table - _I32.unpack_from(buffer, table)[0]
+    entry = 4 + 2 * index
+    if entry + 2 > _U16.unpack_from(buffer, vtable)[0]:
         return None
-    return position + fields[index]
+    offset = _U16.unpack_from(buffer, vtable + entry)[0]
+    return table + offset if offset else None
 
 
 def _fb_deref(buffer: bytes, at: int) -> int:
-    return at + int(struct.unpack_from("<I", buffer, at)[0])
+    """The table or vector the offset at ``at`` points to."""
+    return at + _U32.unpack_from(buffer, at)[0]
 
 
 def _arrow_blocks(footer: bytes, vector_field: int) -> list[tuple[int, int, int]]:
-    root = _fb_table(footer, _fb_deref(footer, 0))
-    at = _fb_field(footer, root, vector_field)
+    at = _fb_field(footer, _fb_deref(footer, 0), vector_field)
     if at is None:
         return []
     vector = _fb_deref(footer, at)
-    count = struct.unpack_from("<I", footer, vector)[0]
-    return [struct.unpack_from("<qi4xq", footer, vector + 4 + 24 * i) for i in range(count)]
+    count = _U32.unpack_from(footer, vector)[0]
+    return [_BLOCK.unpack_from(footer, vector + 4 + 24 * i) for i in range(count)]
 
 
 def _message_rows(data: bytes) -> int:
-    """Rows of a record batch message (its header's ``length``)."""
-    position = 8 if data[:4] == b"\xff\xff\xff\xff" else 4
-    message = data[position:]
-    root = _fb_table(message, _fb_deref(message, 0))
-    header_at = _fb_field(message, root, 2)
+    """Rows of a record batch message (its header's ``length``), read where
+    the message lies in ``data`` (a dataset reads every batch's header when
+    it lays its files out: a copy of each, and a list of every table's
+    fields, took most of that)."""
+    base = 8 if data[:4] == b"\xff\xff\xff\xff" else 4
+    header_at = _fb_field(data, _fb_deref(data, base), 2)
     if header_at is None:
         raise ValueError("message without a header")
-    header = _fb_table(message, _fb_deref(message, header_at))
-    length_at = _fb_field(message, header, 0)
-    return 0 if length_at is None else int(struct.unpack_from("<q", message, length_at)[0])
+    length_at = _fb_field(data, _fb_deref(data, header_at), 0)
+    return 0 if length_at is None else int(_I64.unpack_from(data, length_at)[0])
 
 
 _ArrowBlocks = tuple[int, int, bytes, list[tuple[int, int, int]], list[tuple[int, int, int]]]
@@ -558,6 +567,7 @@ class ArrowFormat(_ColumnFile):
         super().__init__(columns)
         # By file: its footer's blocks, schema message and batch headers.
         self._heads: dict[str, tuple[_ArrowBlocks, bytes, dict[int, bytes]]] = {}
+        self._schemas: dict[bytes, pa.Schema | None] = {}  # by schema message
 
     def prefetch(self, reader: Reader, urls: Sequence[str]) -> None:
         # After the footers, each file's schema and record batch headers,
@@ -615,7 +625,7 @@ class ArrowFormat(_ColumnFile):
                 raise DecodeError("Arrow record batch header is damaged", url, offset) from None
         extra = [ByteRange(url, o, m + b) for o, m, b in dictionaries]
         spans = [[ByteRange(url, o, m + b), *extra] for o, m, b in batches]
-        bounds = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)]).astype(np.int64)
+        bounds = _bounds(rows)
         unit_bytes = np.array([m + b for _, m, b in batches], np.int64)
         meta = {"unit_ranges": spans.__getitem__, "tail": (start, tail),
                 "batch_offsets": [o for o, _, _ in batches],
@@ -626,10 +636,7 @@ class ArrowFormat(_ColumnFile):
         meta["head"] = schema_head
         import pyarrow as pa
 
-        try:
-            schema = pa.ipc.read_schema(pa.py_buffer(schema_head[8:]))
-        except (pa.ArrowException, OSError):
-            schema = None  # a schema larger than the head: checked when batches decode
+        schema = self._schema(pa, schema_head)
         # Without dictionaries a batch decodes from its own bytes and the schema.
         meta["schema"] = None if dictionaries else schema
         if self.columns is not None:
@@ -640,6 +647,21 @@ class ArrowFormat(_ColumnFile):
                     f"{url}: no column {missing[0]!r}; columns are {sorted(names or [])}"
                 )
         return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
+
+    def _schema(self, pa: Any, head: bytes) -> pa.Schema | None:
+        """The schema message ``head`` (a file's first bytes) begins with,
+        parsed once for all the files whose schema messages are the same
+        bytes; None where it is longer than ``head`` (checked when batches
+        decode)."""
+        message = head[8 : _schema_end(head)]
+        if message in self._schemas:
+            return self._schemas[message]
+        try:
+            schema = pa.ipc.read_schema(pa.py_buffer(head[8:]))
+        except (pa.ArrowException, OSError):
+            schema = None
+        self._schemas[message] = schema
+        return schema
 
     def _batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.RecordBatch]:
         """Each record batch of the read, decoded as soon as its bytes are in.
