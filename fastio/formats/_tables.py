@@ -519,17 +519,17 @@ def _fb_field(buffer: bytes, table: int, index: int) -> int | None:
     """Where field ``index`` of the flatbuffer table at ``table`` is (offsets
     within ``buffer``), None where the table leaves it out. Raises
     struct.error for a table that points outside ``buffer``."""
-    vtable = table - _I32.unpack_from(buffer, table)[0]
+    vtable = table - int(_I32.unpack_from(buffer, table)[0])
     entry = 4 + 2 * index
     if entry + 2 > _U16.unpack_from(buffer, vtable)[0]:
         return None
-    offset = _U16.unpack_from(buffer, vtable + entry)[0]
+    offset = int(_U16.unpack_from(buffer, vtable + entry)[0])
     return table + offset if offset else None
 
 
 def _fb_deref(buffer: bytes, at: int) -> int:
     """The table or vector the offset at ``at`` points to."""
-    return at + _U32.unpack_from(buffer, at)[0]
+    return at + int(_U32.unpack_from(buffer, at)[0])
 
 
 def _arrow_blocks(footer: bytes, vector_field: int) -> list[tuple[int, int, int]]:
