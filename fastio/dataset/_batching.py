@@ -51,25 +51,21 @@ def _concat(parts: list[Any]) -> Any:
 
     if len(parts) == 1:
         return parts[0]
-    batches = _same_schema_batches(pa, parts)
-    if batches is not None:
+    if _joinable_batches(pa, parts):
         # One copy into one batch, where joining tables and combining their
         # chunks took three times as long (a batch across two record batches).
-        return pa.concat_batches(batches)
+        return pa.concat_batches(parts)
     tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts]
     return pa.concat_tables(tables, promote_options="default")
 
 
-def _same_schema_batches(pa: Any, parts: list[Any]) -> list[Any] | None:
-    """``parts`` where every one is a record batch of the first one's schema
-    (and this pyarrow joins batches, 19 and newer); else None."""
-    concat = getattr(pa, "concat_batches", None)
-    if concat is None or any(type(part) is not pa.RecordBatch for part in parts):
-        return None
+def _joinable_batches(pa: Any, parts: list[Any]) -> bool:
+    """Whether ``parts`` are record batches of one schema that this pyarrow
+    joins as batches (``concat_batches``, 19 and newer)."""
+    if not hasattr(pa, "concat_batches") or any(type(p) is not pa.RecordBatch for p in parts):
+        return False
     schema = parts[0].schema
-    if any(part.schema is not schema and not part.schema.equals(schema) for part in parts[1:]):
-        return None
-    return parts
+    return all(part.schema is schema or part.schema.equals(schema) for part in parts[1:])
 
 
 def _take(table: Any, rows: np.ndarray | range) -> Any:
