@@ -399,7 +399,7 @@ class ShardCache:
             raise ValueError(f"size must be a byte count, not {size!r}")
         if checksum is not None:
             parse_checksum(checksum)
-        room = self.max_bytes - self._own_bytes()
+        room = self._room()
         if size > room:
             raise CacheFullError(url, f"the shard's {size} bytes are more than the cache's "
                                       f"max_bytes ({self.max_bytes}) leaves for shards "
@@ -580,6 +580,19 @@ class ShardCache:
         finally:
             state.downloading.discard(entry.key)
         return entry.path
+
+    def _room(self) -> int:
+        """Bytes of ``max_bytes`` left for shards besides the cache's own
+        files. Where those are past their reserve because the index's
+        write-ahead log outgrew its peak (checkpoints that met other
+        processes' reads, on a loaded machine), the log is cut back first,
+        as the next commit would: a shard that fits the cache is not refused
+        for a log that a checkpoint empties."""
+        room = self.max_bytes - self._own_bytes()
+        if room < self.max_bytes - INDEX_ROOM:
+            self._state().index.cut_log(at_least=WAL_PEAK)
+            room = self.max_bytes - self._own_bytes()
+        return room
 
     def _own_bytes(self) -> int:
         """Bytes of ``max_bytes`` the cache's own files (its index, owner

@@ -172,7 +172,7 @@ class CacheIndex:
             try:
                 yield
                 self._db.execute("COMMIT")
-                self._cut_log()
+                self._cut_log(WAL_BYTES)
             except BaseException as failure:
                 # SQLite may have rolled back by itself (a full disk does): then
                 # ROLLBACK fails, harmlessly.
@@ -182,16 +182,22 @@ class CacheIndex:
                     raise _cache_error(failure, subject or self.path, self.path) from failure
                 raise
 
-    def _cut_log(self) -> None:
+    def cut_log(self, at_least: int = WAL_BYTES) -> None:
+        """Checkpoints the write-ahead log and truncates it where it is past
+        ``at_least`` bytes (as every commit does past :data:`WAL_BYTES`)."""
+        with self._lock:
+            self._cut_log(at_least)
+
+    def _cut_log(self, at_least: int) -> None:
         """Checkpoints the write-ahead log and truncates it once it is past
-        :data:`WAL_BYTES`, waiting for other connections' reads (they take
+        ``at_least``, waiting for other connections' reads (they take
         microseconds). One that finds another checkpoint running leaves the
         log to it."""
         try:
             grown = os.path.getsize(self.path + "-wal")
         except FileNotFoundError:
             return
-        if grown > WAL_BYTES:
+        if grown > at_least:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     # ---- entries ---------------------------------------------------------------------------

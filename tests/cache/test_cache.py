@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -450,6 +451,34 @@ def test_a_failing_fetch_releases_its_reservation(tmp_path) -> None:
         assert temporaries(tmp_path) == []
         with pytest.raises(CacheFullError, match="101 bytes are more than the cache's max_bytes"):
             cache.get("mem://y", 101, broken)
+
+
+def test_an_index_log_grown_past_its_peak_is_cut_before_a_shard_is_refused(tmp_path) -> None:
+    """Another process's read held open keeps every commit's checkpoint
+    from emptying the index's write-ahead log, which counts against
+    ``max_bytes``: once the read is over, a shard that fits the cache is
+    served, the log cut back first, not refused for it."""
+    index = tmp_path / ".fastio-cache" / "index.sqlite"
+    with ShardCache(tmp_path, OWN + 1000) as cache:
+        with cache.use("mem://a", 10, serve("mem://a", 10)):
+            pass
+        reader = sqlite3.connect(index)
+        writer = sqlite3.connect(index, isolation_level=None)
+        try:
+            writer.execute("PRAGMA wal_autocheckpoint=0")
+            reader.execute("BEGIN")
+            reader.execute("SELECT * FROM entries").fetchall()  # a snapshot the log must keep
+            for _ in range(200):  # a page a commit
+                writer.execute("UPDATE clock SET tick = tick + 1")
+        finally:
+            reader.close()
+            writer.close()
+        log = Path(f"{index}-wal").stat().st_size
+        assert log > OWN  # the cache's own files are past their reserve
+        with cache.use("mem://b", 1000, serve("mem://b", 1000)) as path:
+            assert Path(path).read_bytes() == content("mem://b", 1000)
+        assert Path(f"{index}-wal").stat().st_size < log
+        assert folder_bytes(tmp_path) <= OWN + 1000
 
 
 def test_another_etag_replaces_the_copy(tmp_path) -> None:
