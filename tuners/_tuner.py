@@ -211,10 +211,12 @@ class OnlineTuner:
             return
         number, name = rounds[-1]
         self._open_round(number, name, startup=1)
-        best = self.best_estimate()
+        attrs = self.study.user_attrs
+        best = self._settled_estimate(attrs.get("best")) if attrs.get("converged") else None
+        best = best or self.best_estimate()
         if best is None:  # a round that never completed a trial: start it afresh
             self._queue_design(self.initial)
-        elif self.study.user_attrs.get("converged"):
+        elif attrs.get("converged"):
             self._stored_estimate = best
             self.phase = "confirm"
             self.config = best.config
@@ -226,6 +228,22 @@ class OnlineTuner:
         log.info("tuner: resuming study %s (round %d) with %d windows measured, %s at %s",
                  name, number, sum(len(e.rates) for e in self._estimates.values()),
                  self.phase, self.config)  # fmt: skip
+
+    def _settled_estimate(self, stored: Any) -> _Estimate | None:
+        """The stored trials' estimate of the configuration a converged round
+        settled at (``stored``, as the study keeps it), None where that is
+        not a configuration of this space measured in the round. The
+        settled configuration is the one to confirm, not the best of the
+        stored trials: a round also weighs windows it does not store as
+        trials (those measured settled, on probation), so the two can
+        differ."""
+        if not isinstance(stored, dict) or set(stored) != set(self.space.names):
+            return None
+        try:
+            self.space.check(stored)
+        except (TypeError, ValueError):
+            return None
+        return self._estimates.get(config_key(stored))
 
     def _begin_round(self, number: int, start: Config) -> None:
         design = self._design(start)
@@ -363,7 +381,12 @@ class OnlineTuner:
 
     @property
     def best(self) -> tuple[Config, float]:
-        """The best configuration known and its estimated rate (0.0 before any window)."""
+        """The best configuration known and its estimated rate (0.0 before any
+        window): once settled, the configuration settled at, which is what
+        the study stores and a later run confirms."""
+        if self.phase == "settled":
+            settled = self._estimates.get(config_key(self.config))
+            return dict(self.config), settled.mean if settled is not None else 0.0
         best = self.best_estimate()
         return (dict(best.config), best.mean) if best is not None else (dict(self.config), 0.0)
 

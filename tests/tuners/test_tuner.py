@@ -141,6 +141,44 @@ def test_beats_fixed_defaults_and_the_hill_climber() -> None:
         assert sum(tuned[p] > 1.03 * baseline[p] for p in PROFILES) >= 2, (tuned, baseline)
 
 
+def test_a_second_run_starts_where_the_first_settled(tmp_path: Path) -> None:
+    """A configuration that beat the defaults twice while exploring, then
+    lost its gain over the longer window on probation: the first run settles
+    back at the defaults, and reports them as its best. The probation window
+    is not stored as a trial, so the stored trials alone still rank the other
+    configuration first; a second run on the same study confirms where the
+    first settled, not that one."""
+    storage = str(tmp_path / "tuner.log")
+    beaten: list[dict[str, Any]] = []
+
+    def rate(config: dict[str, Any], settled: bool) -> float:
+        if config == DEFAULTS:
+            return 100.0
+        if not beaten:
+            beaten.append(dict(config))  # the first move from the defaults: it wins, then fades
+        return (40.0 if settled else 150.0) if config == beaten[0] else 50.0
+
+    def run(initial: dict[str, Any], applied: list[dict[str, Any]], seed: int) -> OnlineTuner:
+        return OnlineTuner(reader_space(), initial, apply=applied.append, window=WINDOW,
+                           seed=seed, storage=storage, study_name="study", keep_initial=True,
+                           patience=2, min_trials=3, max_trials=8)  # fmt: skip
+
+    first = run(DEFAULTS, [], seed=0)
+    first.start()
+    while not (first.decisions and first.decisions[-1].phase == "settled"):
+        first.tell_window(rate(first.config, first.phase == "settled"))
+    reasons = [decision.reason for decision in first.decisions]
+    assert any("did not hold" in reason for reason in reasons)  # the probation this is about
+    assert first.best[0] == first.config == DEFAULTS
+    first.close()
+    applied: list[dict[str, Any]] = []
+    second = run(first.best[0], applied, seed=1)
+    second.start()
+    assert second.phase == "confirm"
+    assert applied[0] == DEFAULTS
+    second.close()
+
+
 # A journal file, and SQLite (slower: a transaction per ask and tell; on the
 # quickly converging profile).
 @pytest.mark.parametrize(("suffix", "profile"), [(".log", "hdd"), (".db", "remote-1gbit")])
