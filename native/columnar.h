@@ -174,4 +174,29 @@ int fio_wds_gather(const fio_wds_span *spans, size_t span_count, const char *url
                    const int32_t *url_offsets, size_t url_count, struct ArrowSchema *schema,
                    struct ArrowArray *array);
 
+/* A batch of WebDataset samples built as their reads come in: each span added
+ * is copied into the batch's columns at once, while the buffers it lies in
+ * are still in the CPU's caches, and those buffers can be reused before the
+ * batch is complete. The columns grow as needed (a column's first room is
+ * estimated from the rows added so far); an extension first met in a later
+ * span is null in the rows before it. */
+typedef struct fio_wds_builder fio_wds_builder;
+
+/* A builder for batches of up to `rows` rows, or NULL without memory. */
+fio_wds_builder *fio_wds_builder_new(size_t rows);
+void fio_wds_builder_free(fio_wds_builder *builder);
+size_t fio_wds_builder_rows(const fio_wds_builder *builder);
+
+/* Copies the rows of `spans` (whose url fields index the dictionary the
+ * export is given) after the rows added so far. Returns 0; -ENOMEM; or
+ * -E2BIG where the rows would pass the builder's row count or a column
+ * FIO_COLUMN_MAX_BYTES: then nothing is added. */
+int fio_wds_builder_add(fio_wds_builder *builder, const fio_wds_span *spans, size_t count);
+
+/* Exports the rows added as one record batch, columns as fio_wds_gather's,
+ * and empties the builder. Returns 0 or -ENOMEM (the builder emptied all the same). */
+int fio_wds_builder_export(fio_wds_builder *builder, const char *urls,
+                           const int32_t *url_offsets, size_t url_count,
+                           struct ArrowSchema *schema, struct ArrowArray *array);
+
 #endif

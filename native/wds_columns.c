@@ -541,3 +541,303 @@ fail:
     free(filled);
     return rc;
 }
+
+/* ---- a batch built as its spans come in ---- */
+
+typedef struct builder_column {
+    char *name;
+    int32_t *offsets; /* room for the builder's rows + 1 */
+    uint8_t *data;
+    uint64_t used, room;
+    uint8_t *validity; /* NULL while every row so far has a value */
+    size_t present, filled; /* rows with a value; rows whose offsets are written */
+} builder_column;
+
+struct fio_wds_builder {
+    size_t capacity, rows;
+    builder_column *columns;
+    size_t column_count, column_room;
+    int32_t *key_offsets;
+    uint8_t *key_data;
+    uint64_t key_used, key_room;
+    int32_t *url_rows;
+};
+
+fio_wds_builder *fio_wds_builder_new(size_t rows)
+{
+    if (rows > FIO_COLUMN_MAX_BYTES)
+        return NULL;
+    fio_wds_builder *builder = calloc(1, sizeof *builder);
+    if (builder)
+        builder->capacity = rows;
+    return builder;
+}
+
+static void builder_clear(fio_wds_builder *builder)
+{
+    for (size_t column = 0; column < builder->column_count; column++) {
+        builder_column *at = &builder->columns[column];
+        free(at->name);
+        fio_buffer_free(at->offsets);
+        fio_buffer_free(at->data);
+        fio_buffer_free(at->validity);
+    }
+    builder->column_count = 0;
+    fio_buffer_free(builder->key_offsets);
+    fio_buffer_free(builder->key_data);
+    fio_buffer_free(builder->url_rows);
+    builder->key_offsets = builder->url_rows = NULL;
+    builder->key_data = NULL;
+    builder->key_used = builder->key_room = 0;
+    builder->rows = 0;
+}
+
+void fio_wds_builder_free(fio_wds_builder *builder)
+{
+    if (!builder)
+        return;
+    builder_clear(builder);
+    free(builder->columns);
+    free(builder);
+}
+
+size_t fio_wds_builder_rows(const fio_wds_builder *builder)
+{
+    return builder->rows;
+}
+
+/* The column named `name`, made (all null so far) if there is none; -1 without memory. */
+static ptrdiff_t builder_column_of(fio_wds_builder *builder, const char *name)
+{
+    for (size_t column = 0; column < builder->column_count; column++)
+        if (!strcmp(builder->columns[column].name, name))
+            return (ptrdiff_t)column;
+    if (builder->column_count == builder->column_room) {
+        size_t room = builder->column_room ? 2 * builder->column_room : 8;
+        builder_column *grown = realloc(builder->columns, room * sizeof *grown);
+        if (!grown)
+            return -1;
+        builder->columns = grown;
+        builder->column_room = room;
+    }
+    builder_column *made = &builder->columns[builder->column_count];
+    memset(made, 0, sizeof *made);
+    made->name = strdup(name);
+    made->offsets = fio_buffer_alloc((builder->capacity + 1) * sizeof(int32_t));
+    if (!made->name || !made->offsets) {
+        free(made->name);
+        fio_buffer_free(made->offsets);
+        return -1;
+    }
+    memset(made->offsets, 0, (builder->rows + 1) * sizeof(int32_t));
+    made->filled = builder->rows; /* null, all of them */
+    return (ptrdiff_t)builder->column_count++;
+}
+
+/* Room for `more` bytes after `*used` in `*data`: a first room for the rows the
+ * batch still takes, at the rate of the `rows` just added; then doubled. */
+static int builder_room(uint8_t **data, uint64_t used, uint64_t *room, uint64_t more,
+                        size_t rows, size_t rows_left)
+{
+    if (*data && used + more <= *room)
+        return 0;
+    uint64_t want = used + more;
+    if (!*data || !*room) {
+        want += rows ? more / rows * rows_left : 0;
+        want += want >> 4; /* samples vary in size */
+    } else if (want < 2 * *room)
+        want = 2 * *room;
+    if (want > FIO_COLUMN_MAX_BYTES)
+        want = FIO_COLUMN_MAX_BYTES;
+    uint8_t *grown = fio_buffer_alloc(want);
+    if (!grown)
+        return -ENOMEM;
+    if (used)
+        memcpy(grown, *data, used);
+    fio_buffer_free(*data);
+    *data = grown;
+    *room = want;
+    return 0;
+}
+
+static void set_rows_valid(uint8_t *validity, size_t rows)
+{
+    memset(validity, 0xff, rows / 8);
+    if (rows % 8)
+        validity[rows / 8] = (uint8_t)((1u << (rows % 8)) - 1);
+}
+
+int fio_wds_builder_add(fio_wds_builder *builder, const fio_wds_span *spans, size_t count)
+{
+    size_t rows = 0, slots = 0, had = builder->column_count;
+    for (size_t span = 0; span < count; span++) {
+        rows += spans[span].rows;
+        slots += spans[span].wds->slot_count;
+    }
+    if (rows > builder->capacity - builder->rows)
+        return -E2BIG;
+    if (!rows)
+        return 0;
+    size_t *column_of = calloc(slots + 1, sizeof *column_of);
+    uint64_t *more = calloc(2 * (builder->column_count + slots) + 1, sizeof *more);
+    int rc = -ENOMEM;
+    if (!column_of || !more)
+        goto fail;
+    for (size_t span = 0, at = 0; span < count; span++)
+        for (size_t slot = 0; slot < spans[span].wds->slot_count; slot++, at++) {
+            ptrdiff_t column = builder_column_of(builder, spans[span].wds->slots[slot].name);
+            if (column < 0)
+                goto fail;
+            column_of[at] = (size_t)column;
+        }
+    uint64_t *present = more + builder->column_count, key_more = 0;
+    for (size_t span = 0, base = 0; span < count; span++) {
+        const fio_wds *wds = spans[span].wds;
+        size_t first = spans[span].first_row, end = first + spans[span].rows;
+        for (size_t row = first; row < end; row++)
+            key_more += key_bytes(&wds->keys[row]);
+        for (size_t index = first_member_from(wds, first);
+             index < wds->member_count && wds->members[index].row < end; index++) {
+            size_t column = column_of[base + wds->members[index].slot];
+            more[column] += wds->members[index].size;
+            present[column]++;
+        }
+        base += wds->slot_count;
+    }
+    rc = -E2BIG;
+    if (builder->key_used + key_more > FIO_COLUMN_MAX_BYTES)
+        goto fail;
+    for (size_t column = 0; column < builder->column_count; column++)
+        if (builder->columns[column].used + more[column] > FIO_COLUMN_MAX_BYTES)
+            goto fail;
+    rc = -ENOMEM;
+    size_t left = builder->capacity - builder->rows - rows;
+    if (!builder->key_offsets) {
+        builder->key_offsets = fio_buffer_alloc((builder->capacity + 1) * sizeof(int32_t));
+        builder->url_rows = fio_buffer_alloc(builder->capacity * sizeof(int32_t) + 1);
+        if (!builder->key_offsets || !builder->url_rows)
+            goto fail;
+        builder->key_offsets[0] = 0;
+    }
+    if (builder_room(&builder->key_data, builder->key_used, &builder->key_room, key_more, rows,
+                     left))
+        goto fail;
+    for (size_t column = 0; column < builder->column_count; column++) {
+        builder_column *at = &builder->columns[column];
+        if (builder_room(&at->data, at->used, &at->room, more[column], rows, left))
+            goto fail;
+        if (!at->validity && at->present + present[column] < builder->rows + rows) {
+            at->validity = fio_buffer_zeroed((builder->capacity + 7) / 8);
+            if (!at->validity)
+                goto fail;
+            set_rows_valid(at->validity, at->present); /* no null so far: the rows before */
+        }
+    }
+    /* Room is made: from here on nothing fails. */
+    size_t out_row = builder->rows;
+    for (size_t span = 0, base = 0; span < count; span++) {
+        const fio_wds *wds = spans[span].wds;
+        size_t first = spans[span].first_row, end = first + spans[span].rows;
+        size_t row_base = out_row;
+        for (size_t row = first; row < end; row++, out_row++) {
+            builder->key_used += key_copy(&wds->keys[row], builder->key_data + builder->key_used);
+            builder->key_offsets[out_row + 1] = (int32_t)builder->key_used;
+            builder->url_rows[out_row] = (int32_t)spans[span].url;
+        }
+        for (size_t index = first_member_from(wds, first);
+             index < wds->member_count && wds->members[index].row < end; index++) {
+            const wds_member *member = &wds->members[index];
+            builder_column *at = &builder->columns[column_of[base + member->slot]];
+            size_t row = row_base + member->row - first;
+            /* Rows without this extension before this one: empty, null. */
+            for (; at->filled < row; at->filled++)
+                at->offsets[at->filled + 1] = (int32_t)at->used;
+            fio_copy_value(at->data + at->used, member->data, member->size);
+            at->used += member->size;
+            at->offsets[row + 1] = (int32_t)at->used;
+            if (at->validity)
+                at->validity[row / 8] |= (uint8_t)(1u << (row % 8));
+            at->present++;
+            at->filled = row + 1;
+        }
+        base += wds->slot_count;
+    }
+    builder->rows = out_row;
+    for (size_t column = 0; column < builder->column_count; column++) {
+        builder_column *at = &builder->columns[column];
+        for (; at->filled < builder->rows; at->filled++)
+            at->offsets[at->filled + 1] = (int32_t)at->used;
+    }
+    free(column_of);
+    free(more);
+    fio_copy_done();
+    return 0;
+fail:
+    /* Columns made for these spans go again: nothing was added. */
+    while (builder->column_count > had) {
+        builder_column *made = &builder->columns[--builder->column_count];
+        free(made->name);
+        fio_buffer_free(made->offsets);
+        fio_buffer_free(made->data);
+        fio_buffer_free(made->validity);
+    }
+    free(column_of);
+    free(more);
+    return rc;
+}
+
+static int by_column_name(const void *left, const void *right)
+{
+    return strcmp(((const builder_column *)left)->name, ((const builder_column *)right)->name);
+}
+
+int fio_wds_builder_export(fio_wds_builder *builder, const char *urls,
+                           const int32_t *url_offsets, size_t url_count,
+                           struct ArrowSchema *schema, struct ArrowArray *array)
+{
+    size_t count = builder->column_count + 2, rows = builder->rows;
+    fio_column_out *columns = calloc(count, sizeof *columns);
+    int rc = -ENOMEM;
+    if (!columns)
+        goto done;
+    if (!builder->key_offsets) { /* no rows */
+        builder->key_offsets = fio_buffer_zeroed(sizeof(int32_t));
+        builder->url_rows = fio_buffer_alloc(1);
+    }
+    if (!builder->key_data)
+        builder->key_data = fio_buffer_alloc(0);
+    for (size_t column = 0; column < builder->column_count; column++)
+        if (!builder->columns[column].data)
+            builder->columns[column].data = fio_buffer_alloc(0);
+    qsort(builder->columns, builder->column_count, sizeof *builder->columns, by_column_name);
+    columns[0] = (fio_column_out){.name = "__key__", .kind = FIO_COLUMN_STRING,
+                                  .offsets = builder->key_offsets, .data = builder->key_data};
+    columns[1] = (fio_column_out){.name = "__url__", .kind = FIO_COLUMN_DICTIONARY,
+                                  .offsets = builder->url_rows, .data = (void *)urls,
+                                  .data_length = (size_t)url_offsets[url_count],
+                                  .dictionary_offsets = url_offsets,
+                                  .dictionary_count = url_count};
+    int missing = !builder->key_offsets || !builder->url_rows || !builder->key_data;
+    builder->key_offsets = builder->url_rows = NULL;
+    builder->key_data = NULL;
+    for (size_t column = 0; column < builder->column_count; column++) {
+        builder_column *at = &builder->columns[column];
+        columns[column + 2] = (fio_column_out){
+            .name = at->name, .kind = FIO_COLUMN_BINARY,
+            .null_count = (int64_t)(rows - at->present),
+            .offsets = at->offsets, .data = at->data, .validity = at->validity};
+        missing |= !at->data;
+        at->offsets = NULL;
+        at->data = at->validity = NULL;
+    }
+    if (missing) {
+        fio_columns_free(columns, count);
+        goto done;
+    }
+    /* The export owns the buffers from here, on failure too. */
+    rc = fio_export_columns((int64_t)rows, columns, count, schema, array);
+done:
+    free(columns);
+    builder_clear(builder);
+    return rc;
+}

@@ -83,6 +83,17 @@ cdef extern from "columnar.h" nogil:
                        const int32_t *url_offsets, size_t url_count, ArrowSchema *schema,
                        ArrowArray *array)
 
+    ctypedef struct fio_wds_builder:
+        pass
+
+    fio_wds_builder *fio_wds_builder_new(size_t rows)
+    void fio_wds_builder_free(fio_wds_builder *builder)
+    size_t fio_wds_builder_rows(const fio_wds_builder *builder)
+    int fio_wds_builder_add(fio_wds_builder *builder, const fio_wds_span *spans, size_t count)
+    int fio_wds_builder_export(fio_wds_builder *builder, const char *urls,
+                               const int32_t *url_offsets, size_t url_count,
+                               ArrowSchema *schema, ArrowArray *array)
+
 
 cdef class Collected(Scan):
     cdef readonly size_t rows
@@ -115,6 +126,12 @@ cdef class TarRows:
     cdef fio_wds *_wds
     cdef list _held
     cdef readonly Py_ssize_t num_rows
+
+
+cdef class TarBatch:
+    cdef fio_wds_builder *_builder
+    cdef list _urls
+    cdef dict _url_index
 
 
 cdef class ExampleRows:

@@ -372,6 +372,96 @@ def gather_tar(list spans, list urls):
         free(url_offsets)
 
 
+cdef tuple _url_dictionary(list urls):
+    """The bytes of ``urls`` joined, and their offsets (a calloc'ed array the
+    caller frees)."""
+    encoded = [url.encode() for url in urls]
+    text = b"".join(encoded)
+    if len(text) > FIO_COLUMN_MAX_BYTES:
+        raise OverflowError("the urls pass an Arrow string column's 2 GiB")
+    cdef int32_t *offsets = <int32_t *>calloc(len(encoded) + 1, sizeof(int32_t))
+    if offsets == NULL:
+        raise MemoryError()
+    for index in range(len(encoded)):
+        offsets[index + 1] = offsets[index] + <int32_t>len(encoded[index])
+    return text, <size_t>offsets
+
+
+@cython.final
+cdef class TarBatch:
+    """A batch of up to ``rows`` WebDataset samples built as they come in:
+    :meth:`add` copies a span of :class:`TarRows` into the batch's columns at
+    once (without the GIL), so the buffers they lie in are read while still
+    in the CPU's caches and can be reused before the batch is complete.
+    :meth:`take` makes the batch, columns as :func:`gather_tar` makes them."""
+
+    def __cinit__(self, Py_ssize_t rows):
+        if rows < 0:
+            raise ValueError(f"rows must not be negative, not {rows}")
+        self._builder = fio_wds_builder_new(rows)
+        if self._builder == NULL:
+            raise MemoryError()
+        self._urls = []
+        self._url_index = {}
+
+    def __dealloc__(self):
+        fio_wds_builder_free(self._builder)
+
+    @property
+    def num_rows(self):
+        return fio_wds_builder_rows(self._builder)
+
+    def add(self, TarRows part, Py_ssize_t first_row, Py_ssize_t rows, str url):
+        """Copies rows ``first_row..first_row + rows`` of ``part``, from the
+        shard ``url``. Raises IndexError for rows that are not there, and
+        OverflowError where the batch would pass its rows or a column
+        Arrow's 2 GiB (then nothing is added)."""
+        cdef fio_wds_span span
+        cdef int rc = 0
+        if first_row < 0 or rows < 0 or first_row + rows > part.num_rows:
+            raise IndexError(f"rows {first_row}..{first_row + rows} of {part.num_rows}")
+        index = self._url_index.get(url)
+        fresh = index is None
+        if fresh:
+            index = self._url_index[url] = len(self._urls)
+            self._urls.append(url)
+        span.wds = part._wds
+        span.first_row = first_row
+        span.rows = rows
+        span.url = index
+        with nogil:
+            rc = fio_wds_builder_add(self._builder, &span, 1)
+        if rc < 0 and fresh:
+            del self._url_index[url]
+            self._urls.pop()
+        if rc == -E2BIG:
+            raise OverflowError("these samples would pass the batch's rows or Arrow's 2 GiB")
+        if rc < 0:
+            raise MemoryError()
+
+    def take(self):
+        """The rows added as one :class:`ArrowBatch`; the builder is empty again."""
+        cdef ArrowBatch batch = ArrowBatch()
+        cdef size_t rows = fio_wds_builder_rows(self._builder)
+        cdef int rc = 0
+        text, address = _url_dictionary(self._urls)
+        cdef const char *url_text = text
+        cdef int32_t *url_offsets = <int32_t *><size_t>address
+        cdef size_t url_count = len(self._urls)
+        self._urls = []
+        self._url_index = {}
+        try:
+            with nogil:
+                rc = fio_wds_builder_export(self._builder, url_text, url_offsets, url_count,
+                                            batch._schema, batch._array)
+        finally:
+            free(url_offsets)
+        if rc < 0:
+            raise MemoryError()
+        batch.num_rows = rows
+        return batch
+
+
 cdef list _records_of(fio_records *records, size_t first, size_t rows):
     cdef size_t index
     cdef fio_piece *piece
