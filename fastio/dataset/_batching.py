@@ -123,6 +123,11 @@ def _as_batch(table: Any) -> Any:
     return batches[0]
 
 
+# A built batch's row offsets are allocated for all of its rows up front (4
+# bytes a row and column): larger batches are gathered once complete.
+_MOST_BUILT_ROWS = 1 << 16
+
+
 class _Carry:
     """The rows of the batch being made. Samples not copied yet (tar parts)
     are copied into the batch as they come in, while the buffers they were
@@ -142,7 +147,7 @@ class _Carry:
 
     def add(self, rows: Any) -> None:
         self.rows += rows_of(rows)
-        if type(rows) is not TarPart or self.parts:
+        if type(rows) is not TarPart or self.parts or self.size > _MOST_BUILT_ROWS:
             self._close_builder()
             self.parts.append(rows)
             return
