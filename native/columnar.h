@@ -97,6 +97,31 @@ typedef struct fio_records_span {
 int fio_examples_gather(const fio_records_span *spans, size_t span_count,
                         struct ArrowSchema *schema, struct ArrowArray *array);
 
+/* A batch of tf.train.Example records built as their reads come in: each span
+ * added is parsed into the batch's columns at once, while the buffers it lies
+ * in are still in the CPU's caches; the columns grow as needed. Columns as
+ * fio_examples_gather's (in the order their features were first met). */
+typedef struct fio_examples_builder fio_examples_builder;
+
+/* A builder for batches of up to `rows` rows, or NULL without memory. */
+fio_examples_builder *fio_examples_builder_new(size_t rows);
+void fio_examples_builder_free(fio_examples_builder *builder);
+size_t fio_examples_builder_rows(const fio_examples_builder *builder);
+
+/* Parses the records of `spans` (each checked by fio_examples_check) after
+ * the rows added so far. Returns 0; -E2BIG where they would pass the
+ * builder's rows (nothing added); or, for good (until the next export),
+ * FIO_EXAMPLES_UNTYPED where the batch cannot be typed here (see
+ * fio_examples_gather) or -ENOMEM. */
+int fio_examples_builder_add(fio_examples_builder *builder, const fio_records_span *spans,
+                             size_t count);
+
+/* Exports the rows added as one record batch and empties the builder.
+ * Returns 0, -ENOMEM, or FIO_EXAMPLES_UNTYPED after such an add (the builder
+ * emptied all the same). */
+int fio_examples_builder_export(fio_examples_builder *builder, struct ArrowSchema *schema,
+                                struct ArrowArray *array);
+
 /* Moves the records of `records` into a new collection (NULL without memory,
  * `records` unchanged) and empties `records`. fio_records_free, then free(),
  * the new one. */

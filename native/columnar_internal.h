@@ -182,6 +182,43 @@ static inline void fio_copy_value(uint8_t *to, const uint8_t *from, size_t lengt
     memcpy(to, from, length);
 }
 
+/* Room for `need` bytes in `*buffer` (from fio_buffer_alloc, or NULL), of
+ * which `used` are kept: a batch built as its rows come in first takes room
+ * for all its rows at the rate of the `rows` added so far, `left` more to
+ * come (a sixteenth over, as rows vary in size), then doubles its room. */
+static inline int fio_grow_room(void **buffer, uint64_t *room, uint64_t used, uint64_t need,
+                                size_t rows, size_t left)
+{
+    if (*buffer && need <= *room)
+        return 0;
+    uint64_t want = need;
+    if (!*buffer || !*room) {
+        want += rows ? need / rows * left : 0;
+        want += want >> 4;
+    } else if (want < 2 * *room) {
+        want = 2 * *room;
+    }
+    if (want > FIO_COLUMN_MAX_BYTES)
+        want = need > FIO_COLUMN_MAX_BYTES ? need : FIO_COLUMN_MAX_BYTES;
+    void *grown = fio_buffer_alloc(want);
+    if (!grown)
+        return -ENOMEM;
+    if (*buffer && used)
+        memcpy(grown, *buffer, used);
+    fio_buffer_free(*buffer);
+    *buffer = grown;
+    *room = want;
+    return 0;
+}
+
+/* Sets the validity bits of rows 0..rows - 1 (a zeroed bitmap). */
+static inline void fio_mark_rows_valid(uint8_t *validity, size_t rows)
+{
+    memset(validity, 0xff, rows / 8);
+    if (rows % 8)
+        validity[rows / 8] = (uint8_t)((1u << (rows % 8)) - 1);
+}
+
 /* Orders the non-temporal stores of fio_copy_value before what follows. */
 static inline void fio_copy_done(void)
 {

@@ -16,6 +16,7 @@ typedef struct example_slot {
     size_t present;   /* rows that give it */
     uint64_t filled;  /* items written (second pass) */
     uint64_t written; /* bytes written (second pass) */
+    uint64_t data_room, items_room; /* bytes of a built batch's buffers */
     fio_column_out column;
 } example_slot;
 
@@ -72,8 +73,8 @@ static int slot_of(examples *ex, const uint8_t *name, size_t length, uint32_t *s
 /* First pass: every row's features, checked, and each column's sizes. Stops
  * at the first record that is not an example (*bad). Returns 0, -ENOMEM or
  * FIO_EXAMPLES_UNTYPED. */
-static int survey(examples *ex, const fio_piece *const *list, size_t count, int check_only,
-                  size_t *rows, int *bad, const char **what)
+static int survey(examples *ex, const fio_piece *const *list, size_t count, size_t base,
+                  int check_only, size_t *rows, int *bad, const char **what)
 {
     int untyped = 0;
     if (fio_grow((void **)&ex->row_ends, &ex->row_capacity, count + 1, sizeof(size_t)) ||
@@ -120,7 +121,7 @@ static int survey(examples *ex, const fio_piece *const *list, size_t count, int 
             example_slot *column = &ex->slots[slot];
             /* A name twice in a record, a Feature without a value list, or
              * one name of two kinds: typed as from_pylist types them. */
-            if (column->last_row == row + 1 || feature->kind == FIO_FEATURE_NONE ||
+            if (column->last_row == base + row + 1 || feature->kind == FIO_FEATURE_NONE ||
                 (column->kind && column->kind != feature->kind)) {
                 if (!check_only)
                     return FIO_EXAMPLES_UNTYPED;
@@ -128,7 +129,7 @@ static int survey(examples *ex, const fio_piece *const *list, size_t count, int 
                 continue;
             }
             column->kind = feature->kind;
-            column->last_row = row + 1;
+            column->last_row = base + row + 1;
             column->present++;
             column->values += feature->count;
             column->bytes += feature->list_length;
@@ -183,8 +184,8 @@ static int allocate(examples *ex, size_t rows)
     return 0;
 }
 
-/* Second pass: each row's values copied into its columns. */
-static int fill(examples *ex, const fio_piece *const *list, size_t rows)
+/* Second pass: each row's values copied into its columns, as rows from `base` on. */
+static int fill(examples *ex, const fio_piece *const *list, size_t rows, size_t base)
 {
     size_t scratch = ex->most_values > 1 ? (size_t)ex->most_values : 1;
     fio_record *strings = malloc(scratch * sizeof *strings);
@@ -201,8 +202,9 @@ static int fill(examples *ex, const fio_piece *const *list, size_t rows)
             const fio_feature *found = &ex->features[feature];
             example_slot *column = &ex->slots[ex->feature_slots[feature]];
             fio_column_out *out = &column->column;
+            size_t at = base + row;
             if (out->validity)
-                ((uint8_t *)out->validity)[row / 8] |= (uint8_t)(1u << (row % 8));
+                ((uint8_t *)out->validity)[at / 8] |= (uint8_t)(1u << (at % 8));
             if (column->kind == FIO_FEATURE_BYTES) {
                 int32_t *ends = (int32_t *)out->item_offsets + column->filled + 1;
                 uint8_t *data = out->data;
@@ -225,13 +227,47 @@ static int fill(examples *ex, const fio_piece *const *list, size_t rows)
         }
         for (size_t slot = 0; slot < ex->slot_count; slot++) {
             example_slot *column = &ex->slots[slot];
-            ((int32_t *)column->column.offsets)[row + 1] = (int32_t)column->filled;
+            ((int32_t *)column->column.offsets)[base + row + 1] = (int32_t)column->filled;
         }
     }
     fio_copy_done();
     free(strings);
     free(floats);
     return 0;
+}
+
+/* Exports the columns of `ex`'s slots, `rows` rows, as a record batch; the
+ * buffers are the export's after the call, whatever it returns. */
+static int export_slots(examples *ex, size_t rows, struct ArrowSchema *schema,
+                        struct ArrowArray *array)
+{
+    size_t count = ex->slot_count ? ex->slot_count : 1;
+    char **names = calloc(count, sizeof *names);
+    fio_column_out *columns = calloc(count, sizeof *columns);
+    int rc = names && columns ? 0 : -ENOMEM;
+    for (size_t slot = 0; !rc && slot < ex->slot_count; slot++) {
+        example_slot *column = &ex->slots[slot];
+        names[slot] = strndup((const char *)column->name, column->length);
+        if (!names[slot]) {
+            rc = -ENOMEM;
+            break;
+        }
+        columns[slot] = column->column;
+        columns[slot].name = names[slot];
+        columns[slot].null_count = (int64_t)(rows - column->present);
+        columns[slot].item_count = (int64_t)column->values;
+        memset(&column->column, 0, sizeof column->column); /* the export's now */
+    }
+    if (!rc)
+        rc = fio_export_columns((int64_t)rows, columns, ex->slot_count, schema, array);
+    else if (columns)
+        fio_columns_free(columns, ex->slot_count);
+    if (names)
+        for (size_t slot = 0; slot < ex->slot_count; slot++)
+            free(names[slot]);
+    free(names);
+    free(columns);
+    return rc;
 }
 
 /* Exports the `count` records of `list` as a record batch (see
@@ -244,38 +280,13 @@ static int export_list(const fio_piece *const *list, size_t count, struct ArrowS
     memset(&ex, 0, sizeof ex);
     *rows = 0;
     *bad = 0;
-    int rc = survey(&ex, list, count, 0, rows, bad, what);
+    int rc = survey(&ex, list, count, 0, 0, rows, bad, what);
     if (!rc && *rows)
         rc = allocate(&ex, *rows);
     if (!rc && *rows)
-        rc = fill(&ex, list, *rows);
-    char **names = NULL;
-    fio_column_out *columns = NULL;
-    if (!rc && *rows) {
-        names = calloc(ex.slot_count ? ex.slot_count : 1, sizeof *names);
-        columns = calloc(ex.slot_count ? ex.slot_count : 1, sizeof *columns);
-        rc = names && columns ? 0 : -ENOMEM;
-        for (size_t slot = 0; !rc && slot < ex.slot_count; slot++) {
-            example_slot *column = &ex.slots[slot];
-            names[slot] = strndup((const char *)column->name, column->length);
-            if (!names[slot]) {
-                rc = -ENOMEM;
-                break;
-            }
-            columns[slot] = column->column;
-            columns[slot].name = names[slot];
-            memset(&column->column, 0, sizeof column->column); /* the export's now */
-        }
-        if (!rc)
-            rc = fio_export_columns((int64_t)*rows, columns, ex.slot_count, schema, array);
-        else if (columns)
-            fio_columns_free(columns, ex.slot_count);
-    }
-    if (names)
-        for (size_t slot = 0; slot < ex.slot_count; slot++)
-            free(names[slot]);
-    free(names);
-    free(columns);
+        rc = fill(&ex, list, *rows, 0);
+    if (!rc && *rows)
+        rc = export_slots(&ex, *rows, schema, array);
     examples_free(&ex);
     if (rc)
         *rows = 0;
@@ -310,7 +321,7 @@ int fio_examples_check(const fio_records *records, size_t first, size_t *bad, co
         return -ENOMEM;
     examples ex;
     memset(&ex, 0, sizeof ex);
-    int rc = survey(&ex, list, count, 1, &rows, &found, what);
+    int rc = survey(&ex, list, count, 0, 1, &rows, &found, what);
     examples_free(&ex);
     free(list);
     *bad = first + rows;
@@ -336,5 +347,136 @@ int fio_examples_gather(const fio_records_span *spans, size_t span_count,
         fio_export_release(schema, array);
         return FIO_EXAMPLES_UNTYPED; /* checked before: cannot happen */
     }
+    return rc;
+}
+
+/* ---- a batch built as its spans come in ---- */
+
+struct fio_examples_builder {
+    examples ex;
+    size_t capacity, rows;
+    int untyped; /* a span could not be typed here: nothing more is added */
+};
+
+fio_examples_builder *fio_examples_builder_new(size_t rows)
+{
+    if (rows > FIO_COLUMN_MAX_BYTES)
+        return NULL;
+    fio_examples_builder *builder = calloc(1, sizeof *builder);
+    if (builder)
+        builder->capacity = rows;
+    return builder;
+}
+
+static void examples_builder_clear(fio_examples_builder *builder)
+{
+    examples_free(&builder->ex);
+    memset(&builder->ex, 0, sizeof builder->ex);
+    builder->rows = 0;
+    builder->untyped = 0;
+}
+
+void fio_examples_builder_free(fio_examples_builder *builder)
+{
+    if (!builder)
+        return;
+    examples_builder_clear(builder);
+    free(builder);
+}
+
+size_t fio_examples_builder_rows(const fio_examples_builder *builder)
+{
+    return builder->rows;
+}
+
+/* Each slot's buffers with room for the `count` rows being added (slots from
+ * `fresh` on were first met in them: null in the rows before). */
+static int builder_make_room(fio_examples_builder *builder, size_t count, size_t fresh)
+{
+    examples *ex = &builder->ex;
+    size_t rows = builder->rows + count, left = builder->capacity - rows;
+    for (size_t slot = 0; slot < ex->slot_count; slot++) {
+        example_slot *column = &ex->slots[slot];
+        fio_column_out *out = &column->column;
+        if (!out->offsets) {
+            out->kind = FIO_COLUMN_LIST;
+            out->item_kind = column->kind == FIO_FEATURE_BYTES   ? FIO_ITEM_BINARY
+                             : column->kind == FIO_FEATURE_INT64 ? FIO_ITEM_INT64
+                                                                 : FIO_ITEM_DOUBLE;
+            out->offsets = fio_buffer_alloc((builder->capacity + 1) * sizeof(int32_t));
+            if (!out->offsets)
+                return -ENOMEM;
+            memset(out->offsets, 0, (builder->rows + 1) * sizeof(int32_t));
+        }
+        if (!out->validity && column->present < rows) {
+            out->validity = fio_buffer_zeroed((builder->capacity + 7) / 8);
+            if (!out->validity)
+                return -ENOMEM;
+            if (slot < fresh) /* no null so far: every row before had it */
+                fio_mark_rows_valid(out->validity, builder->rows);
+        }
+        int rc;
+        if (column->kind == FIO_FEATURE_BYTES) {
+            int had_items = out->item_offsets != NULL;
+            rc = fio_grow_room(&out->item_offsets, &column->items_room, (column->filled + 1) * 4,
+                           (column->values + 1) * 4, rows, left);
+            if (!rc && !had_items)
+                ((int32_t *)out->item_offsets)[0] = 0;
+            if (!rc)
+                rc = fio_grow_room(&out->data, &column->data_room, column->written, column->bytes,
+                               rows, left);
+        } else {
+            rc = fio_grow_room(&out->data, &column->data_room, column->filled * 8, column->values * 8,
+                           rows, left);
+        }
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int fio_examples_builder_add(fio_examples_builder *builder, const fio_records_span *spans,
+                             size_t count)
+{
+    if (builder->untyped)
+        return FIO_EXAMPLES_UNTYPED;
+    size_t rows = 0, surveyed = 0;
+    for (size_t span = 0; span < count; span++)
+        rows += spans[span].rows;
+    if (rows > builder->capacity - builder->rows)
+        return -E2BIG;
+    if (!rows)
+        return 0;
+    const fio_piece **list = pieces_of(spans, count, &rows);
+    if (!list)
+        return -ENOMEM;
+    examples *ex = &builder->ex;
+    size_t fresh = ex->slot_count;
+    int bad = 0;
+    const char *what = NULL;
+    ex->feature_count = 0; /* the features of these rows only */
+    int rc = survey(ex, list, rows, builder->rows, 0, &surveyed, &bad, &what);
+    if (!rc && surveyed < rows)
+        rc = FIO_EXAMPLES_UNTYPED; /* checked before: cannot happen */
+    if (!rc)
+        rc = builder_make_room(builder, rows, fresh);
+    if (!rc)
+        rc = fill(ex, list, rows, builder->rows);
+    free(list);
+    if (rc) {
+        /* The slots' sums now count rows that are not in the columns. */
+        builder->untyped = 1;
+        return rc;
+    }
+    builder->rows += rows;
+    return 0;
+}
+
+int fio_examples_builder_export(fio_examples_builder *builder, struct ArrowSchema *schema,
+                                struct ArrowArray *array)
+{
+    int rc = builder->untyped ? FIO_EXAMPLES_UNTYPED
+                              : export_slots(&builder->ex, builder->rows, schema, array);
+    examples_builder_clear(builder);
     return rc;
 }

@@ -634,39 +634,6 @@ static ptrdiff_t builder_column_of(fio_wds_builder *builder, const char *name)
     return (ptrdiff_t)builder->column_count++;
 }
 
-/* Room for `more` bytes after `*used` in `*data`: a first room for the rows the
- * batch still takes, at the rate of the `rows` just added; then doubled. */
-static int builder_room(uint8_t **data, uint64_t used, uint64_t *room, uint64_t more,
-                        size_t rows, size_t rows_left)
-{
-    if (*data && used + more <= *room)
-        return 0;
-    uint64_t want = used + more;
-    if (!*data || !*room) {
-        want += rows ? more / rows * rows_left : 0;
-        want += want >> 4; /* samples vary in size */
-    } else if (want < 2 * *room)
-        want = 2 * *room;
-    if (want > FIO_COLUMN_MAX_BYTES)
-        want = FIO_COLUMN_MAX_BYTES;
-    uint8_t *grown = fio_buffer_alloc(want);
-    if (!grown)
-        return -ENOMEM;
-    if (used)
-        memcpy(grown, *data, used);
-    fio_buffer_free(*data);
-    *data = grown;
-    *room = want;
-    return 0;
-}
-
-static void set_rows_valid(uint8_t *validity, size_t rows)
-{
-    memset(validity, 0xff, rows / 8);
-    if (rows % 8)
-        validity[rows / 8] = (uint8_t)((1u << (rows % 8)) - 1);
-}
-
 int fio_wds_builder_add(fio_wds_builder *builder, const fio_wds_span *spans, size_t count)
 {
     size_t rows = 0, slots = 0, had = builder->column_count;
@@ -719,18 +686,24 @@ int fio_wds_builder_add(fio_wds_builder *builder, const fio_wds_span *spans, siz
             goto fail;
         builder->key_offsets[0] = 0;
     }
-    if (builder_room(&builder->key_data, builder->key_used, &builder->key_room, key_more, rows,
-                     left))
+    void *room = builder->key_data;
+    int grown = fio_grow_room(&room, &builder->key_room, builder->key_used,
+                              builder->key_used + key_more, rows, left);
+    builder->key_data = room;
+    if (grown)
         goto fail;
     for (size_t column = 0; column < builder->column_count; column++) {
         builder_column *at = &builder->columns[column];
-        if (builder_room(&at->data, at->used, &at->room, more[column], rows, left))
+        room = at->data;
+        grown = fio_grow_room(&room, &at->room, at->used, at->used + more[column], rows, left);
+        at->data = room;
+        if (grown)
             goto fail;
         if (!at->validity && at->present + present[column] < builder->rows + rows) {
             at->validity = fio_buffer_zeroed((builder->capacity + 7) / 8);
             if (!at->validity)
                 goto fail;
-            set_rows_valid(at->validity, at->present); /* no null so far: the rows before */
+            fio_mark_rows_valid(at->validity, at->present); /* no null so far: the rows before */
         }
     }
     /* Room is made: from here on nothing fails. */

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._native import TarBatch
-from fastio.formats._parts import Part, TarPart
+from fastio.formats._parts import Part, PartBuilder
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -129,37 +128,36 @@ _MOST_BUILT_ROWS = 1 << 16
 
 
 class _Carry:
-    """The rows of the batch being made. Samples not copied yet (tar parts)
-    are copied into the batch as they come in, while the buffers they were
-    read into are still in the CPU's caches, and those buffers go back to
-    the reader at once: in stored order a batch of large samples is made of
-    many reads, and gathered only once complete, its first reads' bytes had
-    left the caches (110 KB samples in batches of 256: 28 MB). Other rows
-    (Arrow, numpy) are kept and joined once, when the batch is complete."""
+    """The rows of the batch being made. Rows not copied yet (tar samples,
+    tf.train.Example records) are copied into the batch as they come in,
+    while the buffers they were read into are still in the CPU's caches: in
+    stored order a batch of large samples is made of many reads, and
+    gathered only once complete (110 KB samples in batches of 256: 28 MB),
+    its first reads' bytes had left the caches by then. Other rows (Arrow,
+    numpy) are kept and joined once, when the batch is complete."""
 
     __slots__ = ("builder", "parts", "rows", "size")
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.builder: TarBatch | None = None
+        self.builder: PartBuilder | None = None
         self.parts: list[Any] = []
         self.rows = 0
 
     def add(self, rows: Any) -> None:
         self.rows += rows_of(rows)
-        if type(rows) is not TarPart or self.parts or self.size > _MOST_BUILT_ROWS:
-            self._close_builder()
-            self.parts.append(rows)
-            return
-        if self.builder is None:
-            self.builder = TarBatch(self.size)
-        for at, (samples, first, count, url) in enumerate(rows.spans):
-            try:
-                self.builder.add(samples, first, count, url)
-            except OverflowError:  # a column past Arrow's 2 GiB: as TarPart.batch joins them
+        if isinstance(rows, Part) and not self.parts and self.size <= _MOST_BUILT_ROWS:
+            if self.builder is None or self.builder.kind is not type(rows):
                 self._close_builder()
-                self.parts.append(TarPart(rows.spans[at:]))
+                self.builder = type(rows).building(self.size)
+            if self.builder is not None:
+                rest = self.builder.add(rows)
+                if rest is not None:
+                    self._close_builder()
+                    self.parts.append(rest)
                 return
+        self._close_builder()
+        self.parts.append(rows)
 
     def take(self) -> Any:
         """The batch, of the rows added since the last take."""
@@ -170,9 +168,7 @@ class _Carry:
     def _close_builder(self) -> None:
         builder = self.builder
         if builder is not None and builder.num_rows:
-            from fastio.formats._reassemble import arrow
-
-            self.parts.append(arrow().record_batch(builder.take()))
+            self.parts.append(builder.take())
 
 
 def rebatch(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._native import gather_tar
+from fastio._native import TarBatch, gather_tar
 from fastio.formats._reassemble import arrow
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from fastio._native import TarRows
 
-__all__ = ["Part", "TarPart"]
+__all__ = ["Part", "PartBuilder", "TarPart"]
 
 
 class Part(abc.ABC):
@@ -96,9 +96,37 @@ class Part(abc.ABC):
     def batch(self) -> Any:
         """The rows gathered into one batch."""
 
+    @classmethod
+    def building(cls, rows: int) -> PartBuilder | None:
+        """A builder of batches of up to ``rows`` rows of such parts, copied
+        in as they are added; None where this kind has none."""
+        return None
+
     def take(self, rows: np.ndarray) -> Any:
         """Rows ``rows`` gathered into one batch, in that order."""
         return self.pick(rows).batch()
+
+
+class PartBuilder(abc.ABC):
+    """A batch of one kind of part, each part's rows copied (or parsed) into
+    it as the part is added: in stored order a batch of large samples is made
+    of many reads, and copied only once complete, its first reads' bytes had
+    left the CPU's caches by then."""
+
+    kind: type[Part]
+
+    @property
+    @abc.abstractmethod
+    def num_rows(self) -> int: ...
+
+    @abc.abstractmethod
+    def add(self, part: Part) -> Part | None:
+        """Adds ``part``'s rows; returns the rows it could not add (a column
+        past Arrow's 2 GiB), to be gathered as they are, or None."""
+
+    @abc.abstractmethod
+    def take(self) -> Any:
+        """The rows added as one batch; the builder is empty again."""
 
 
 class TarPart(Part):
@@ -109,6 +137,10 @@ class TarPart(Part):
     @classmethod
     def of(cls, samples: TarRows, url: str) -> TarPart:
         return cls([(samples, 0, samples.num_rows, url)])
+
+    @classmethod
+    def building(cls, rows: int) -> PartBuilder | None:
+        return _TarBuilder(rows)
 
     def batch(self) -> Any:
         """The rows as one ``pyarrow.RecordBatch`` (each sample's bytes copied
@@ -125,3 +157,28 @@ class TarPart(Part):
             tables = [pa.Table.from_batches([pa.record_batch(gather_tar([(s, f, r, 0)], [u]))])
                       for s, f, r, u in self.spans]  # fmt: skip
             return pa.concat_tables(tables, promote_options="default")
+
+
+class _TarBuilder(PartBuilder):
+    """Tar rows copied into the batch's columns as they are added: the read
+    buffers they lie in go back to the reader at once."""
+
+    kind = TarPart
+
+    def __init__(self, rows: int) -> None:
+        self._batch = TarBatch(rows)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._batch.num_rows)
+
+    def add(self, part: Part) -> Part | None:
+        for at, (samples, first, rows, url) in enumerate(part.spans):
+            try:
+                self._batch.add(samples, first, rows, url)
+            except OverflowError:  # a column past Arrow's 2 GiB: as TarPart.batch joins them
+                return TarPart(part.spans[at:])
+        return None
+
+    def take(self) -> Any:
+        return arrow().record_batch(self._batch.take())

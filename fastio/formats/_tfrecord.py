@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 import numpy as np
 
 from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
-from fastio._native import RecordColumns, crc32c, gather_examples, scan_tfrecords
+from fastio._native import ExampleBatch, RecordColumns, crc32c, gather_examples, scan_tfrecords
 from fastio._native import parse_example as _parse_example
 from fastio.formats._index import Locator
 from fastio.formats._layout import batch_of
-from fastio.formats._parts import Part
+from fastio.formats._parts import Part, PartBuilder
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter
 from fastio.reader._ranges import ByteRange
@@ -346,6 +346,42 @@ class ExamplePart(Part):
             return pa.record_batch(gathered)
         return batch_of([parse_example(record) for records, first, rows, _ in self.spans
                          for _, record in records.records(first, rows)])  # fmt: skip
+
+    @classmethod
+    def building(cls, rows: int) -> PartBuilder | None:
+        return _ExampleBuilder(rows)
+
+
+class _ExampleBuilder(PartBuilder):
+    """Examples parsed into the batch's columns as they are added, while
+    their bytes are in the CPU's caches. Their spans are kept until the
+    batch is taken: one whose features cannot be typed natively is made as
+    :meth:`ExamplePart.batch` makes it."""
+
+    kind = ExamplePart
+
+    def __init__(self, rows: int) -> None:
+        self._batch = ExampleBatch(rows)
+        self._spans: list[tuple[Any, ...]] = []
+        self._rows = 0
+
+    @property
+    def num_rows(self) -> int:
+        return self._rows
+
+    def add(self, part: Part) -> Part | None:
+        for records, first, rows, url in part.spans:
+            self._batch.add(records, first, rows)
+            self._spans.append((records, first, rows, url))
+            self._rows += rows
+        return None
+
+    def take(self) -> Any:
+        spans, self._spans, self._rows = self._spans, [], 0
+        gathered = self._batch.take()
+        if gathered is not None:
+            return arrow().record_batch(gathered)
+        return ExamplePart(spans).batch()
 
 
 class TFRecordFormat(RecordFormat):

@@ -49,6 +49,17 @@ cdef extern from "columnar.h" nogil:
                             ArrowSchema *schema, ArrowArray *array)
     fio_records *fio_records_detach(fio_records *records)
 
+    ctypedef struct fio_examples_builder:
+        pass
+
+    fio_examples_builder *fio_examples_builder_new(size_t rows)
+    void fio_examples_builder_free(fio_examples_builder *builder)
+    size_t fio_examples_builder_rows(const fio_examples_builder *builder)
+    int fio_examples_builder_add(fio_examples_builder *builder, const fio_records_span *spans,
+                                 size_t count)
+    int fio_examples_builder_export(fio_examples_builder *builder, ArrowSchema *schema,
+                                    ArrowArray *array)
+
     ctypedef struct fio_wds:
         pass
 
@@ -132,6 +143,11 @@ cdef class TarBatch:
     cdef fio_wds_builder *_builder
     cdef list _urls
     cdef dict _url_index
+
+
+cdef class ExampleBatch:
+    cdef fio_examples_builder *_builder
+    cdef list _spans
 
 
 cdef class ExampleRows:

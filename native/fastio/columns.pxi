@@ -4,7 +4,7 @@
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
-from libc.errno cimport E2BIG
+from libc.errno cimport E2BIG, ENOMEM
 from libc.stdint cimport int32_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
@@ -540,3 +540,69 @@ def gather_examples(list spans):
         return None
     batch.num_rows = total
     return batch
+
+
+@cython.final
+cdef class ExampleBatch:
+    """A batch of up to ``rows`` tf.train.Example records built as they come
+    in: :meth:`add` parses a span of :class:`ExampleRows` into the batch's
+    columns at once (without the GIL), while the buffers they lie in are
+    still in the CPU's caches. :meth:`take` makes the batch, columns as
+    :func:`gather_examples` makes them. The spans added are kept until then:
+    a batch whose features cannot be typed here is made from them again."""
+
+    def __cinit__(self, Py_ssize_t rows):
+        if rows < 0:
+            raise ValueError(f"rows must not be negative, not {rows}")
+        self._builder = fio_examples_builder_new(rows)
+        if self._builder == NULL:
+            raise MemoryError()
+        self._spans = []
+
+    def __dealloc__(self):
+        fio_examples_builder_free(self._builder)
+
+    @property
+    def num_rows(self):
+        return sum(span[2] for span in self._spans)
+
+    @property
+    def spans(self):
+        """The spans added since the last take, ``(ExampleRows, first_row, rows)`` each."""
+        return list(self._spans)
+
+    def add(self, ExampleRows part, Py_ssize_t first_row, Py_ssize_t rows):
+        """Parses rows ``first_row..first_row + rows`` of ``part``. Raises
+        IndexError for rows that are not there, and OverflowError where the
+        batch would pass its rows (then nothing is added)."""
+        cdef fio_records_span span
+        cdef int rc = 0
+        if first_row < 0 or rows < 0 or first_row + rows > part.num_rows:
+            raise IndexError(f"rows {first_row}..{first_row + rows} of {part.num_rows}")
+        span.records = part._records
+        span.first = first_row
+        span.rows = rows
+        with nogil:
+            rc = fio_examples_builder_add(self._builder, &span, 1)
+        if rc == -E2BIG:
+            raise OverflowError("these records would pass the batch's rows")
+        # Kept whatever else happened: a batch that cannot be typed here (or
+        # met no memory) is made from its spans at take.
+        self._spans.append((part, first_row, rows))
+
+    def take(self):
+        """The rows added as one :class:`ArrowBatch`, or None where they cannot
+        be typed here (then :attr:`spans`, read first, makes them); the
+        builder is empty again."""
+        cdef ArrowBatch batch = ArrowBatch()
+        cdef size_t rows = sum(span[2] for span in self._spans)
+        cdef int rc = 0
+        self._spans = []
+        with nogil:
+            rc = fio_examples_builder_export(self._builder, batch._schema, batch._array)
+        if rc == -ENOMEM:
+            raise MemoryError()
+        if rc:
+            return None
+        batch.num_rows = rows
+        return batch

@@ -32,10 +32,15 @@ def shards(tmp_path_factory) -> list[str]:
     return paths
 
 
-@pytest.mark.parametrize("verify", [True, False])
-def test_example_batches_equal_the_samples(tmp_path, shards: list[str], verify: bool) -> None:
+@pytest.mark.parametrize(("verify", "read_size"), [(True, "1MiB"), (False, "1MiB"),
+                                                   (True, "64KiB")])  # fmt: skip
+def test_example_batches_equal_the_samples(tmp_path, shards: list[str], verify: bool,
+                                           read_size: str) -> None:  # fmt: skip
+    """In reads of 64 KiB, a read holds one or two examples of up to 110 KB:
+    each batch of 7 is built from several reads, the examples parsed into it
+    as each read comes in."""
     options = {"format": "tfrecord", "shuffle": False, "verify": verify,
-               "index_dir": tmp_path}  # fmt: skip
+               "index_dir": tmp_path, "read_size": read_size}  # fmt: skip
     with fastio.Dataset(shards, **options) as dataset:
         dataset.index()  # read by samples, not streamed
         samples = list(dataset)

@@ -358,18 +358,23 @@ def test_a_batch_built_span_by_span_is_the_batch_gathered_at_once(seed: int, bat
 
     rng = random.Random(seed)
     parts = _tar_parts(rng, "a.tar", 30, 4) + _tar_parts(rng, "b.tar", 25, 3)
-    joined = TarPart.join(parts)
-    builder = TarBatch(batch)
+    builder = TarPart.building(batch)
+    assert builder is not None
+    _built_as_gathered(builder, TarPart.join(parts), batch, lambda: rng.randint(1, 9))
+
+
+def _built_as_gathered(builder, joined, batch: int, piece) -> None:
+    """Batches of ``batch`` rows of ``joined`` built by ``builder`` in pieces
+    of ``piece()`` rows each equal the batch gathered at once."""
     for first in range(0, joined.num_rows, batch):
         rows = joined.slice(first, min(batch, joined.num_rows - first))
         lo = 0
         while lo < rows.num_rows:
-            hi = min(rows.num_rows, lo + rng.randint(1, 9))
-            for samples, start, count, url in rows.slice(lo, hi - lo).spans:
-                builder.add(samples, start, count, url)
+            hi = min(rows.num_rows, lo + piece())
+            assert builder.add(rows.slice(lo, hi - lo)) is None
             lo = hi
         assert builder.num_rows == rows.num_rows
-        built = pa.record_batch(builder.take())
+        built = builder.take()
         assert builder.num_rows == 0
         built.validate(full=True)
         expected = rows.batch()
@@ -437,16 +442,20 @@ def _expected_row(record: bytes) -> dict | None:
             for name, value in parsed.items()}  # fmt: skip
 
 
+def _tfrecord_shard(records: list[bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with FastioTFRecordWriter(buffer) as writer:
+        for record in records:
+            writer.write(record)
+    return buffer.getvalue()
+
+
 @given(records=st.lists(example_records(), max_size=12), data=st.data())
 @settings(max_examples=150, deadline=None)
 def test_example_columns_hold_what_each_record_parses_to(records, data) -> None:
     from fastio.formats._tfrecord import columns_examples
 
-    buffer = io.BytesIO()
-    with FastioTFRecordWriter(buffer) as writer:
-        for record in records:
-            writer.write(record)
-    shard = buffer.getvalue()
+    shard = _tfrecord_shard(records)
     cuts = data.draw(st.lists(st.integers(0, len(shard)), max_size=4))
     parts = data.draw(st.booleans())
     found = list(columns_examples(chunked(shard, cuts), "<memory>", parts=parts))
@@ -469,6 +478,37 @@ def test_example_columns_hold_what_each_record_parses_to(records, data) -> None:
         at += 16 + len(record)
     errors = [item.offset for item in found if isinstance(item, DecodeError)]
     assert errors == [o for o, r in zip(offsets, records, strict=True) if _expected_row(r) is None]
+
+
+# A Feature without a value list: typed by pyarrow, not natively.
+_NO_VALUES = wire_field(1, 2, b"empty") + wire_field(2, 2, b"")
+NO_VALUE_LIST = wire_field(1, 2, wire_field(1, 2, _NO_VALUES))
+
+
+@given(records=st.lists(example_records(), min_size=1, max_size=30), batch=st.integers(1, 12),
+       untyped=st.booleans(), data=st.data())  # fmt: skip
+@settings(max_examples=60, deadline=None)
+def test_examples_built_span_by_span_are_the_batch_parsed_at_once(records, batch, untyped,
+                                                                  data) -> None:  # fmt: skip
+    """Examples of several reads added to a batch a span at a time, a feature
+    first met in a later span null in the rows before it, and a batch built
+    again after each take: each batch is what parsing its rows at once makes.
+    A batch with a feature that cannot be typed natively is made from its
+    spans as ExamplePart.batch makes it."""
+    from fastio.formats._tfrecord import ExamplePart, columns_examples
+
+    if untyped:
+        records.insert(data.draw(st.integers(0, len(records))), NO_VALUE_LIST)
+    shard = _tfrecord_shard(records)
+    cuts = data.draw(st.lists(st.integers(0, len(shard)), max_size=6))
+    parts = [item for item in columns_examples(chunked(shard, cuts), "<memory>", parts=True)
+             if isinstance(item, ExamplePart)]  # fmt: skip
+    if not parts:
+        return
+    builder = ExamplePart.building(batch)
+    assert builder is not None
+    _built_as_gathered(builder, ExamplePart.join(parts), batch,
+                       lambda: data.draw(st.integers(1, 5)))  # fmt: skip
 
 
 def test_example_columns_of_parts_join_across_collections() -> None:
