@@ -548,8 +548,8 @@ cdef class ExampleBatch:
     in: :meth:`add` parses a span of :class:`ExampleRows` into the batch's
     columns at once (without the GIL), while the buffers they lie in are
     still in the CPU's caches. :meth:`take` makes the batch, columns as
-    :func:`gather_examples` makes them. The spans added are kept until then:
-    a batch whose features cannot be typed here is made from them again."""
+    :func:`gather_examples` makes them. The records added are kept until
+    then (their names are read again as later spans come in)."""
 
     def __cinit__(self, Py_ssize_t rows):
         if rows < 0:
@@ -565,11 +565,6 @@ cdef class ExampleBatch:
     @property
     def num_rows(self):
         return sum(span[2] for span in self._spans)
-
-    @property
-    def spans(self):
-        """The spans added since the last take, ``(ExampleRows, first_row, rows)`` each."""
-        return list(self._spans)
 
     def add(self, ExampleRows part, Py_ssize_t first_row, Py_ssize_t rows):
         """Parses rows ``first_row..first_row + rows`` of ``part``. Raises
@@ -592,7 +587,7 @@ cdef class ExampleBatch:
 
     def take(self):
         """The rows added as one :class:`ArrowBatch`, or None where they cannot
-        be typed here (then :attr:`spans`, read first, makes them); the
+        be typed here (the caller makes them from the spans it added); the
         builder is empty again."""
         cdef ArrowBatch batch = ArrowBatch()
         cdef size_t rows = sum(span[2] for span in self._spans)
