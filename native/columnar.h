@@ -106,7 +106,6 @@ typedef struct fio_examples_builder fio_examples_builder;
 /* A builder for batches of up to `rows` rows, or NULL without memory. */
 fio_examples_builder *fio_examples_builder_new(size_t rows);
 void fio_examples_builder_free(fio_examples_builder *builder);
-size_t fio_examples_builder_rows(const fio_examples_builder *builder);
 
 /* Parses the records of `spans` (each checked by fio_examples_check) after
  * the rows added so far. Returns 0; -E2BIG where they would pass the

@@ -147,6 +147,14 @@ static int survey(examples *ex, const fio_piece *const *list, size_t count, size
     return 0;
 }
 
+/* The Arrow item type of a feature kind's list column. */
+static int item_kind_of(int feature_kind)
+{
+    return feature_kind == FIO_FEATURE_BYTES   ? FIO_ITEM_BINARY
+           : feature_kind == FIO_FEATURE_INT64 ? FIO_ITEM_INT64
+                                               : FIO_ITEM_DOUBLE;
+}
+
 static int allocate(examples *ex, size_t rows)
 {
     for (size_t slot = 0; slot < ex->slot_count; slot++) {
@@ -159,20 +167,18 @@ static int allocate(examples *ex, size_t rows)
         out->offsets = fio_buffer_alloc((rows + 1) * sizeof(int32_t));
         if (out->null_count)
             out->validity = fio_buffer_zeroed((rows + 7) / 8);
+        out->item_kind = item_kind_of(column->kind);
         switch (column->kind) {
         case FIO_FEATURE_BYTES:
-            out->item_kind = FIO_ITEM_BINARY;
             out->item_offsets = fio_buffer_alloc((column->values + 1) * sizeof(int32_t));
             out->data = fio_buffer_alloc(column->bytes);
             if (out->item_offsets)
                 ((int32_t *)out->item_offsets)[0] = 0;
             break;
         case FIO_FEATURE_INT64:
-            out->item_kind = FIO_ITEM_INT64;
             out->data = fio_buffer_alloc(column->values * sizeof(int64_t));
             break;
         default:
-            out->item_kind = FIO_ITEM_DOUBLE;
             out->data = fio_buffer_alloc(column->values * sizeof(double));
             break;
         }
@@ -384,11 +390,6 @@ void fio_examples_builder_free(fio_examples_builder *builder)
     free(builder);
 }
 
-size_t fio_examples_builder_rows(const fio_examples_builder *builder)
-{
-    return builder->rows;
-}
-
 /* Each slot's buffers with room for the `count` rows being added (slots from
  * `fresh` on were first met in them: null in the rows before). */
 static int builder_make_room(fio_examples_builder *builder, size_t count, size_t fresh)
@@ -400,9 +401,7 @@ static int builder_make_room(fio_examples_builder *builder, size_t count, size_t
         fio_column_out *out = &column->column;
         if (!out->offsets) {
             out->kind = FIO_COLUMN_LIST;
-            out->item_kind = column->kind == FIO_FEATURE_BYTES   ? FIO_ITEM_BINARY
-                             : column->kind == FIO_FEATURE_INT64 ? FIO_ITEM_INT64
-                                                                 : FIO_ITEM_DOUBLE;
+            out->item_kind = item_kind_of(column->kind);
             out->offsets = fio_buffer_alloc((builder->capacity + 1) * sizeof(int32_t));
             if (!out->offsets)
                 return -ENOMEM;
@@ -419,15 +418,15 @@ static int builder_make_room(fio_examples_builder *builder, size_t count, size_t
         if (column->kind == FIO_FEATURE_BYTES) {
             int had_items = out->item_offsets != NULL;
             rc = fio_grow_room(&out->item_offsets, &column->items_room, (column->filled + 1) * 4,
-                           (column->values + 1) * 4, rows, left);
+                               (column->values + 1) * 4, rows, left);
             if (!rc && !had_items)
                 ((int32_t *)out->item_offsets)[0] = 0;
             if (!rc)
-                rc = fio_grow_room(&out->data, &column->data_room, column->written, column->bytes,
-                               rows, left);
+                rc = fio_grow_room(&out->data, &column->data_room, column->written,
+                                   column->bytes, rows, left);
         } else {
-            rc = fio_grow_room(&out->data, &column->data_room, column->filled * 8, column->values * 8,
-                           rows, left);
+            rc = fio_grow_room(&out->data, &column->data_room, column->filled * 8,
+                               column->values * 8, rows, left);
         }
         if (rc)
             return rc;

@@ -646,9 +646,9 @@ int fio_wds_builder_add(fio_wds_builder *builder, const fio_wds_span *spans, siz
     if (!rows)
         return 0;
     size_t *column_of = calloc(slots + 1, sizeof *column_of);
-    uint64_t *more = calloc(2 * (builder->column_count + slots) + 1, sizeof *more);
+    uint64_t *more = NULL;
     int rc = -ENOMEM;
-    if (!column_of || !more)
+    if (!column_of)
         goto fail;
     for (size_t span = 0, at = 0; span < count; span++)
         for (size_t slot = 0; slot < spans[span].wds->slot_count; slot++, at++) {
@@ -657,6 +657,10 @@ int fio_wds_builder_add(fio_wds_builder *builder, const fio_wds_span *spans, siz
                 goto fail;
             column_of[at] = (size_t)column;
         }
+    /* Per column: the bytes these rows add, then the rows that have it. */
+    more = calloc(2 * builder->column_count + 1, sizeof *more);
+    if (!more)
+        goto fail;
     uint64_t *present = more + builder->column_count, key_more = 0;
     for (size_t span = 0, base = 0; span < count; span++) {
         const fio_wds *wds = spans[span].wds;

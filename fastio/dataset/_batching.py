@@ -136,17 +136,18 @@ class _Carry:
     its first reads' bytes had left the caches by then. Other rows (Arrow,
     numpy) are kept and joined once, when the batch is complete."""
 
-    __slots__ = ("builder", "parts", "rows", "size")
+    __slots__ = ("builder", "builds", "parts", "rows", "size")
 
     def __init__(self, size: int) -> None:
         self.size = size
+        self.builds = size <= _MOST_BUILT_ROWS
         self.builder: PartBuilder | None = None
         self.parts: list[Any] = []
         self.rows = 0
 
     def add(self, rows: Any) -> None:
         self.rows += rows_of(rows)
-        if isinstance(rows, Part) and not self.parts and self.size <= _MOST_BUILT_ROWS:
+        if self.builds and isinstance(rows, Part) and not self.parts:
             if self.builder is None or self.builder.kind is not type(rows):
                 self._close_builder()
                 self.builder = type(rows).building(self.size)

@@ -2,9 +2,9 @@
 of tar members, tf.train.Example records): parts that the dataset slices and
 joins as it cuts batches, gathered natively into each batch once, so that a
 sample's bytes are copied once on their way from the read buffers into the
-batch, however many reads and shards it spans. (Tar rows that a batch takes
-a few at a time, as reads come in, are copied into it as they come:
-``fastio.dataset._batching``.)
+batch, however many reads and shards it spans. Rows that a batch takes a
+few at a time, as reads come in, are copied (or parsed) into it as they
+come, by a :class:`PartBuilder` of their kind (``fastio.dataset._batching``).
 
 The buffers the samples lie in stay referenced until the part is gathered or
 dropped: they count against the reader's memory budget as lent buffers.

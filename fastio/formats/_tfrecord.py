@@ -363,21 +363,19 @@ class _ExampleBuilder(PartBuilder):
     def __init__(self, rows: int) -> None:
         self._batch = ExampleBatch(rows)
         self._spans: list[tuple[Any, ...]] = []
-        self._rows = 0
 
     @property
     def num_rows(self) -> int:
-        return self._rows
+        return int(self._batch.num_rows)
 
     def add(self, part: Part) -> Part | None:
         for records, first, rows, url in part.spans:
             self._batch.add(records, first, rows)
             self._spans.append((records, first, rows, url))
-            self._rows += rows
         return None
 
     def take(self) -> Any:
-        spans, self._spans, self._rows = self._spans, [], 0
+        spans, self._spans = self._spans, []
         gathered = self._batch.take()
         if gathered is not None:
             return arrow().record_batch(gathered)

@@ -54,7 +54,6 @@ cdef extern from "columnar.h" nogil:
 
     fio_examples_builder *fio_examples_builder_new(size_t rows)
     void fio_examples_builder_free(fio_examples_builder *builder)
-    size_t fio_examples_builder_rows(const fio_examples_builder *builder)
     int fio_examples_builder_add(fio_examples_builder *builder, const fio_records_span *spans,
                                  size_t count)
     int fio_examples_builder_export(fio_examples_builder *builder, ArrowSchema *schema,

@@ -319,6 +319,21 @@ cdef class TarRows:
         fio_wds_free(self._wds)
 
 
+cdef tuple _url_dictionary(list urls):
+    """The bytes of ``urls`` joined, and their offsets (a calloc'ed array the
+    caller frees)."""
+    encoded = [url.encode() for url in urls]
+    text = b"".join(encoded)
+    if len(text) > FIO_COLUMN_MAX_BYTES:
+        raise OverflowError("the urls pass an Arrow string column's 2 GiB")
+    cdef int32_t *offsets = <int32_t *>calloc(len(encoded) + 1, sizeof(int32_t))
+    if offsets == NULL:
+        raise MemoryError()
+    for index in range(len(encoded)):
+        offsets[index + 1] = offsets[index] + <int32_t>len(encoded[index])
+    return text, <size_t>offsets
+
+
 def gather_tar(list spans, list urls):
     """One :class:`ArrowBatch` of ``spans``, ``(TarRows, first_row, rows,
     url)`` each, in order: rows ``first_row..first_row + rows`` of the
@@ -331,21 +346,15 @@ def gather_tar(list spans, list urls):
     cdef TarRows part
     cdef size_t count = len(spans), index, total = 0
     cdef fio_wds_span *native_spans
-    cdef int32_t *url_offsets
     cdef int rc = 0
-    encoded = [url.encode() for url in urls]
-    text = b"".join(encoded)
+    text, address = _url_dictionary(urls)
     cdef const char *url_text = text
-    cdef size_t url_count = len(encoded)
-    if len(text) > FIO_COLUMN_MAX_BYTES:
-        raise OverflowError("the urls pass an Arrow string column's 2 GiB")
+    cdef int32_t *url_offsets = <int32_t *><size_t>address
+    cdef size_t url_count = len(urls)
     native_spans = <fio_wds_span *>calloc(count + 1, sizeof(fio_wds_span))
-    url_offsets = <int32_t *>calloc(url_count + 1, sizeof(int32_t))
     try:
-        if native_spans == NULL or url_offsets == NULL:
+        if native_spans == NULL:
             raise MemoryError()
-        for index in range(url_count):
-            url_offsets[index + 1] = url_offsets[index] + <int32_t>len(encoded[index])
         for index in range(count):
             part, first_row, rows, url = spans[index]
             if first_row < 0 or rows < 0 or first_row + rows > part.num_rows:
@@ -370,21 +379,6 @@ def gather_tar(list spans, list urls):
     finally:
         free(native_spans)
         free(url_offsets)
-
-
-cdef tuple _url_dictionary(list urls):
-    """The bytes of ``urls`` joined, and their offsets (a calloc'ed array the
-    caller frees)."""
-    encoded = [url.encode() for url in urls]
-    text = b"".join(encoded)
-    if len(text) > FIO_COLUMN_MAX_BYTES:
-        raise OverflowError("the urls pass an Arrow string column's 2 GiB")
-    cdef int32_t *offsets = <int32_t *>calloc(len(encoded) + 1, sizeof(int32_t))
-    if offsets == NULL:
-        raise MemoryError()
-    for index in range(len(encoded)):
-        offsets[index + 1] = offsets[index] + <int32_t>len(encoded[index])
-    return text, <size_t>offsets
 
 
 @cython.final
