@@ -16,6 +16,7 @@ used longest ago goes first. Pinned shards are never candidates.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
 __all__ = ["FETCHING", "READY", "WAL_PEAK", "CacheIndex", "Entry", "EvictionPolicy"]
+
+log = logging.getLogger("fastio.cache")
 
 EvictionPolicy = Literal["plan", "lru"]
 READY, FETCHING = "ready", "fetching"
@@ -116,6 +119,7 @@ class CacheIndex:
     def __init__(self, path: str, busy_timeout: float) -> None:
         self.path = path
         self._lock = threading.RLock()
+        self._busy_timeout = busy_timeout
         try:
             self._db = sqlite3.connect(
                 path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -165,10 +169,7 @@ class CacheIndex:
         :class:`CacheError` naming ``subject`` (a shard's URL; by default the
         index); the connection stays usable."""
         with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as error:
-                raise _cache_error(error, subject or self.path, self.path) from error
+            self._begin(subject or self.path)
             try:
                 yield
                 self._db.execute("COMMIT")
@@ -182,6 +183,50 @@ class CacheIndex:
                     raise _cache_error(failure, subject or self.path, self.path) from failure
                 raise
 
+    def _begin(self, subject: str) -> None:
+        """``BEGIN IMMEDIATE`` once the write-ahead log is within :data:`WAL_BYTES`.
+
+        Each commit checkpoints a log past that size, but a checkpoint that
+        finds another running leaves the log to it, and that one polls for the
+        write lock while other processes keep taking it: their commits would
+        grow the log, which counts against the cache's limit, past any bound.
+        So a transaction that finds the log too long gives way to the
+        checkpoint before it writes. Past the busy timeout it goes on (the log
+        past its room is better than a stalled job) and says so."""
+        deadline, pause = time.monotonic() + self._busy_timeout, 0.001
+        while True:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as error:
+                raise _cache_error(error, subject, self.path) from error
+            grown = self._log_bytes()
+            if grown <= WAL_BYTES:
+                return
+            if time.monotonic() > deadline:
+                log.warning("fastio: the shard cache's index log (%s-wal) is %d bytes, past "
+                            "its room, and no checkpoint could cut it back for %.0f s",
+                            self.path, grown, self._busy_timeout)  # fmt: skip
+                return
+            self._db.execute("ROLLBACK")
+            if not self._checkpoint(subject):  # another's checkpoint is running
+                time.sleep(pause)
+                pause = min(2 * pause, 0.02)
+
+    def _log_bytes(self) -> int:
+        try:
+            return os.path.getsize(self.path + "-wal")
+        except FileNotFoundError:
+            return 0
+
+    def _checkpoint(self, subject: str) -> bool:
+        """Checkpoints the write-ahead log and truncates it; False where another
+        connection's checkpoint (or a reader) kept it from finishing."""
+        try:
+            busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error as error:
+            raise _cache_error(error, subject, self.path) from error
+        return not busy
+
     def cut_log(self, at_least: int = WAL_BYTES) -> None:
         """Checkpoints the write-ahead log and truncates it where it is past
         ``at_least`` bytes (as every commit does past :data:`WAL_BYTES`)."""
@@ -193,12 +238,8 @@ class CacheIndex:
         ``at_least``, waiting for other connections' reads (they take
         microseconds). One that finds another checkpoint running leaves the
         log to it."""
-        try:
-            grown = os.path.getsize(self.path + "-wal")
-        except FileNotFoundError:
-            return
-        if grown > at_least:
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        if self._log_bytes() > at_least:
+            self._checkpoint(self.path)
 
     # ---- entries ---------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from fastio import CacheFullError, CacheIntegrityError, CacheTimeoutError
 from fastio.cache._cache import INDEX_ROOM, ShardCache, etag_checksum
+from fastio.cache._database import WAL_PEAK
 from fastio.plan._assignment import shard_order
 from tests.conftest import fill
 
@@ -479,6 +480,53 @@ def test_an_index_log_grown_past_its_peak_is_cut_before_a_shard_is_refused(tmp_p
             assert Path(path).read_bytes() == content("mem://b", 1000)
         assert Path(f"{index}-wal").stat().st_size < log
         assert folder_bytes(tmp_path) <= OWN + 1000
+
+
+def test_commits_give_way_to_a_checkpoint_waiting_for_the_write_lock(tmp_path) -> None:
+    """Another process's checkpoint, once it holds the checkpoint lock, polls
+    for the write lock; commits taken meanwhile would grow the index's log,
+    which counts against ``max_bytes``. They wait for the checkpoint instead:
+    the log stays within its peak, and every shard is served."""
+    index = tmp_path / ".fastio-cache" / "index.sqlite"
+    sizes = [100 + number for number in range(100)]
+    logs: list[int] = []
+
+    def log_bytes() -> None:
+        with contextlib.suppress(FileNotFoundError):
+            logs.append(Path(f"{index}-wal").stat().st_size)
+
+    def fetch_and_look(url: str, file) -> None:
+        log_bytes()  # the download's reservation committed
+        serve(url, sizes[int(url.rsplit("-", 1)[1])])(url, file)
+
+    with ShardCache(tmp_path, OWN + sum(sizes)) as cache:
+        with cache.use("mem://first", 10, serve("mem://first", 10)):
+            pass
+        writer = sqlite3.connect(index, isolation_level=None)
+        checkpointer = sqlite3.connect(
+            index, timeout=30, isolation_level=None, check_same_thread=False
+        )
+        checkpoint = threading.Thread(
+            target=lambda: checkpointer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        )
+        try:
+            writer.execute("BEGIN IMMEDIATE")  # the checkpoint waits for this write lock
+            checkpoint.start()
+            time.sleep(0.5)  # its polls for the lock now come 100 ms apart
+            writer.execute("ROLLBACK")
+            for number, size in enumerate(sizes):
+                url = f"mem://shard-{number}"
+                with cache.use(url, size, fetch_and_look) as path:
+                    assert Path(path).read_bytes() == content(url, size)
+                log_bytes()
+            checkpoint.join(timeout=60)
+            assert not checkpoint.is_alive()
+        finally:
+            writer.close()
+        checkpointer.close()
+    assert len(logs) == 2 * len(sizes)
+    assert max(logs) <= WAL_PEAK
+    assert folder_bytes(tmp_path) <= OWN + sum(sizes)
 
 
 def test_another_etag_replaces_the_copy(tmp_path) -> None:
