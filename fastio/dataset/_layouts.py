@@ -79,15 +79,18 @@ class ShardLayouts:
         if kept and records is not None:  # what an earlier dataset over these shards left
             known = records.store.load_set(self.urls)
         self._reused = 0  # shards whose index came from ``known``
+        # What every shard's open asks, asked once: a dataset may have thousands.
+        opener = reader()
+        reusable = None if records is None else records.locator().reusable
         # Footers and the like are read ahead a group of shards at a time: one
         # wait per group, with a group's bytes held at once.
         for first in range(0, len(self.urls), _PREFETCH_SHARDS):
             group = self.urls[first : first + _PREFETCH_SHARDS]
-            shard_format.prefetch(reader(), group)
+            shard_format.prefetch(opener, group)
             for url in group:
                 self.indexes.append(None)
-                self.layouts.append(self._open(url, known))
-        shard_format.prefetch(reader(), [])
+                self.layouts.append(self._open(opener, url, known, reusable))
+        shard_format.prefetch(opener, [])
         if kept and self._reused < len(self.urls):
             self._keep_together()
 
@@ -116,9 +119,11 @@ class ShardLayouts:
             raise FileNotFoundError(2, "no dataset index there", index)
         return {} if found is None else found.lookup()
 
-    def _open(self, url: str, known: dict[str, ShardIndex]) -> Layout | None:
-        """The layout of ``url`` at open, None where only a read can find it."""
-        reader = self.reader()
+    def _open(self, reader: Reader, url: str, known: dict[str, ShardIndex],
+              reusable: Callable[[str], bool] | None) -> Layout | None:  # fmt: skip
+        """The layout of ``url`` at open, None where only a read can find it.
+        ``reusable``: whether an index of a format (by its locator's name)
+        serves this dataset's reads."""
         try:
             stamp = reader.stamp(url)
         except OSError as error:
@@ -130,26 +135,23 @@ class ShardLayouts:
         self.sizes.append(stamp[0])
         self.stamps.append(stamp)
         try:
-            return self._layout_at_open(reader, url, known, stamp)
+            return self._layout_at_open(reader, url, known, stamp, reusable)
         except (OSError, DecodeError) as error:
             self.policy.shard_left_out(error, url)
             return _empty_layout(url)
 
     def _layout_at_open(self, reader: Reader, url: str, known: dict[str, ShardIndex],
-                        stamp: tuple[int, int, int]) -> Layout | None:  # fmt: skip
+                        stamp: tuple[int, int, int], reusable: Callable[[str], bool] | None,
+                        ) -> Layout | None:  # fmt: skip
         records = self.record_format
-        if records is None:
+        if records is None or reusable is None:
             layout, problems = self.format.layout(reader, url, self.policy.tolerates)
             for problem in problems:
                 # What the damage cost is lost; the layout holds the samples around it.
                 self.policy.failure(problem, problem.lost, f"shard {url} is laid out without it")
             return layout
-        entry = known.get(url if is_remote(url) else _absolute(url))
-        if (
-            entry is not None
-            and records.locator().reusable(entry.format)
-            and entry.fresh(reader, url, stamp)
-        ):
+        entry = known.get(url if is_remote(url) else _absolute(url)) if known else None
+        if entry is not None and reusable(entry.format) and entry.fresh(reader, url, stamp):
             self._reused += 1
         else:
             entry = self._stored(records, reader, url)

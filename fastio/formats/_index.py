@@ -526,10 +526,11 @@ class DatasetIndex:
                              f"not {_VERSION}")  # fmt: skip
         starts, ends = stored["starts"], stored["ends"]
         shards, at = [], 0
+        folder = posixpath.dirname(_key(location))  # once: a dataset's index names thousands
         for entry in meta["shards"]:
             count = int(entry["count"])
             shards.append(ShardIndex(
-                _resolved(entry["url"], location), entry["format"], int(entry["size"]),
+                _resolved(entry["url"], folder), entry["format"], int(entry["size"]),
                 int(entry["version"]), starts[at : at + count], ends[at : at + count],
                 int(entry.get("change", 0)), entry.get("fingerprint", ""),
             ))  # fmt: skip
@@ -611,7 +612,8 @@ def _relative(url: str, location: str) -> str:
     return key[len(base) + 1 :] if key.startswith(base + "/") else key
 
 
-def _resolved(name: str, location: str) -> str:
+def _resolved(name: str, folder: str) -> str:
+    """``name`` as an index file in ``folder`` names it: the URL or path it means."""
     if "://" in name or name.startswith("/"):
         return name
-    return posixpath.join(posixpath.dirname(_key(location)), name)
+    return posixpath.join(folder, name)

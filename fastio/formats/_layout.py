@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
-__all__ = ["Layout", "ShardFormat", "ShardWriter", "batch_of", "gather"]
+__all__ = ["Layout", "ShardFormat", "ShardWriter", "batch_of", "gather", "sample_bounds"]
 
 
 @dataclass
@@ -75,6 +75,8 @@ class Layout:
         if self.per_sample:
             assert self.starts is not None
             target = int(self.starts[start]) + budget
+            if int(self.starts[stop - 1]) < target:  # the rest fits (small shards: all of it)
+                return stop
             cut = int(np.searchsorted(self.starts, target, side="left"))
             return min(max(cut, start + 1), stop)
         unit = int(np.searchsorted(self.bounds, start, side="right")) - 1
@@ -116,6 +118,20 @@ class Layout:
         last_unit = int(np.searchsorted(self.bounds, stop, side="left"))
         units = range(first_unit, last_unit)
         return [r for u in units for r in self.meta["unit_ranges"](u)], int(self.bounds[first_unit])
+
+
+_BOUNDS = np.arange(1, dtype=np.int64)
+
+
+def sample_bounds(count: int) -> np.ndarray:
+    """``0..count`` (a layout's ``bounds`` where every sample is a unit): a
+    read-only view of one array that all layouts share, not an array per shard."""
+    global _BOUNDS
+    if len(_BOUNDS) <= count:
+        grown = np.arange(max(count + 1, 2 * len(_BOUNDS)), dtype=np.int64)
+        grown.flags.writeable = False
+        _BOUNDS = grown
+    return _BOUNDS[: count + 1]
 
 
 def _cut_runs(starts: np.ndarray, ends: np.ndarray, edges: list[int], piece: int) -> list[int]:

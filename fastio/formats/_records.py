@@ -22,7 +22,7 @@ from fastio.formats._index import (
     scan_shard,
     stamped,
 )
-from fastio.formats._layout import Layout, ShardFormat, ShardWriter
+from fastio.formats._layout import Layout, ShardFormat, ShardWriter, sample_bounds
 
 if TYPE_CHECKING:
     import os
@@ -95,8 +95,7 @@ class RecordFormat(ShardFormat):
             whole = np.array([size], np.int64)
             bounds = np.array([0, count], np.int64)
             return Layout(url, count, size, bounds, whole, starts, ends, whole=True)
-        bounds = np.arange(count + 1, dtype=np.int64)
-        return Layout(url, count, size, bounds, ends - starts, starts, ends)
+        return Layout(url, count, size, sample_bounds(count), ends - starts, starts, ends)
 
     def scanned(
         self, chunks: Iterable[Chunk], url: str, encoded: bool = False

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fastio
 import fastio.formats._index
@@ -37,6 +39,7 @@ from fastio.formats._index import (
     _stored_members,
     build_index,
 )
+from fastio.formats._layout import Layout, sample_bounds
 from fastio.formats._records import RecordFormat, RecordWriter
 from fastio.formats._shards import FORMATS, make_format
 from tests.formats.test_tfrecord import write_examples
@@ -336,3 +339,42 @@ def test_a_damaged_member_of_an_index_is_refused() -> None:
     with pytest.raises(zipfile.BadZipFile, match="damaged"):
         _npz_arrays(bytes(data))
     assert isinstance(zipfile.BadZipFile(), UNREADABLE)
+
+
+def _check_cut(sizes: list[int], start: int, stop: int, budget: int) -> None:
+    """``next_cut`` ends a run at the first sample that starts ``budget`` bytes
+    or more past the run's first (at least one sample, at most ``stop``)."""
+    ends = np.cumsum(sizes, dtype=np.int64)
+    starts = ends - np.asarray(sizes, np.int64)
+    count = len(sizes)
+    layout = Layout("mem://shard", count, int(ends[-1]), sample_bounds(count), ends - starts,
+                    starts, ends)  # fmt: skip
+    first_past = next((i for i in range(count) if starts[i] >= starts[start] + budget), count)
+    assert layout.next_cut(start, stop, budget) == min(max(first_past, start + 1), stop)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(0, 50), min_size=1, max_size=30), cut=st.data())
+def test_a_layout_cuts_runs_where_its_starts_pass_the_budget(sizes, cut) -> None:
+    start = cut.draw(st.integers(0, len(sizes) - 1))
+    stop = cut.draw(st.integers(start + 1, len(sizes)))
+    _check_cut(sizes, start, stop, cut.draw(st.integers(1, 400)))
+
+
+@pytest.mark.parametrize(("sizes", "start", "stop", "budget"), [
+    ([10, 0], 0, 2, 10),  # an empty last sample exactly at the budget: the next run's
+    ([10, 0, 0], 0, 3, 10),
+    ([5, 5, 0], 1, 3, 5),
+    ([10, 0], 0, 2, 11),  # past it: in this run
+])  # fmt: skip
+def test_an_empty_sample_at_the_budget_starts_the_next_run(sizes, start, stop, budget) -> None:
+    _check_cut(sizes, start, stop, budget)
+
+
+def test_sample_bounds_are_one_shared_read_only_range() -> None:
+    for count in (0, 3, 1000, 5, 70_000):
+        bounds = sample_bounds(count)
+        assert bounds.dtype == np.int64
+        assert np.array_equal(bounds, np.arange(count + 1))
+        with pytest.raises(ValueError, match="read-only"):
+            bounds[0] = 1
