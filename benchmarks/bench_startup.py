@@ -19,6 +19,13 @@ fastio runs with ``shuffle=False`` (as ``bench_datasets.py``), with the
 default settings (``shuffle=True``), and never seen (an empty index folder:
 the first epoch streams). Warm by default (the files are read once,
 untimed); ``--cold`` drops the page cache before every run (root).
+
+``--shards N`` measures how the start grows with a dataset's shard count
+instead: N small shards (8 samples of 1 KB each, written once into
+``--data-dir`` by webdataset's ``TarWriter``, with a fastio dataset index
+beside them), read with the same methods:
+
+    python benchmarks/bench_startup.py --shards 2000 --methods "fastio,fastio never seen,webdataset"
 """
 
 from __future__ import annotations
@@ -93,6 +100,30 @@ def measure(method: str, url: str, cold: bool) -> dict[str, float]:
     return report
 
 
+def many_shards(data_dir: Path, shards: int) -> dict[str, Any]:
+    """A dataset of ``shards`` small WebDataset shards with its fastio index
+    (written the first time), as a manifest's copy: its URL and paths."""
+    folder = data_dir / f"startup-{shards}-shards"
+    url = str(folder / f"shard-{{00000..{shards - 1:05d}}}.tar")
+    paths = [str(folder / f"shard-{number:05d}.tar") for number in range(shards)]
+    index = folder / "dataset.fastio-index.npz"
+    if not index.exists():
+        import webdataset
+
+        import fastio
+
+        folder.mkdir(parents=True, exist_ok=True)
+        payload = random.Random(shards).randbytes(1000)
+        for number, path in enumerate(paths):
+            with webdataset.TarWriter(path) as writer:
+                for sample in range(8):
+                    writer.write({"__key__": f"{number:05d}-{sample}", "bin": payload,
+                                  "cls": str(sample)})  # fmt: skip
+        with fastio.Dataset(url, format="webdataset", shuffle=False) as dataset:
+            dataset.save_index(str(index))
+    return {"url": url, "paths": paths}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--data-dir", type=Path, default=Path("/work/data/bench-datasets"))
@@ -100,13 +131,23 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true", help="drop the page cache before each")
     parser.add_argument("--methods", type=lambda s: s.split(","), default=METHODS)
     parser.add_argument("--seed", type=int, default=0, help="for the method order")
+    parser.add_argument("--json", type=Path, help="also write the medians here, as JSON")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        help="a dataset of this many small shards instead of the large case",
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
-    [manifest_path] = glob.glob(str(args.data_dir / "large-*" / "manifest.json"))
-    copy = json.loads(Path(manifest_path).read_text())["copies"]["webdataset"]
+    if args.shards:
+        copy = many_shards(args.data_dir, args.shards)
+    else:
+        [manifest_path] = glob.glob(str(args.data_dir / "large-*" / "manifest.json"))
+        copy = json.loads(Path(manifest_path).read_text())["copies"]["webdataset"]
     if not args.cold:
         warm_up(copy["paths"])
     results: dict[str, list[dict[str, float]]] = {method: [] for method in args.methods}
@@ -133,6 +174,11 @@ def main() -> None:
         print(f"| {method} | {1e3 * median(method, 'seconds'):.1f} | "
               f"{1e3 * median(method, 'cpu'):.1f} | {1e3 * median(method, 'main_cpu'):.1f} | "
               f"{ratio} |")  # fmt: skip
+    if args.json:
+        medians = {method: {key: median(method, key) for key in ("seconds", "cpu", "main_cpu")}
+                   for method in args.methods}  # fmt: skip
+        args.json.write_text(json.dumps({"url": copy["url"], "mode": mode, "runs": args.runs,
+                                         "medians": medians}, indent=2))  # fmt: skip
 
 
 if __name__ == "__main__":
