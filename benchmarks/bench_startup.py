@@ -23,7 +23,9 @@ untimed); ``--cold`` drops the page cache before every run (root).
 ``--shards N`` measures how the start grows with a dataset's shard count
 instead: N small shards (8 samples of 1 KB each, written once into
 ``--data-dir`` by webdataset's ``TarWriter``, with a fastio dataset index
-beside them), read with the same methods:
+beside them), read with the same methods. Every fastio method finds that
+index there, "never seen" included (its empty folder holds per-shard
+indexes only), so there it measures the same start:
 
     python benchmarks/bench_startup.py --shards 2000 --methods "fastio,fastio never seen,webdataset"
 """
