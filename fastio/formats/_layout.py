@@ -127,11 +127,12 @@ def sample_bounds(count: int) -> np.ndarray:
     """``0..count`` (a layout's ``bounds`` where every sample is a unit): a
     read-only view of one array that all layouts share, not an array per shard."""
     global _BOUNDS
-    if len(_BOUNDS) <= count:
-        grown = np.arange(max(count + 1, 2 * len(_BOUNDS)), dtype=np.int64)
-        grown.flags.writeable = False
-        _BOUNDS = grown
-    return _BOUNDS[: count + 1]
+    bounds = _BOUNDS  # the view is of this one: another thread may swap in its own
+    if len(bounds) <= count:
+        bounds = np.arange(max(count + 1, 2 * len(bounds)), dtype=np.int64)
+        bounds.flags.writeable = False
+        _BOUNDS = bounds
+    return bounds[: count + 1]
 
 
 def _cut_runs(starts: np.ndarray, ends: np.ndarray, edges: list[int], piece: int) -> list[int]:
