@@ -8,8 +8,9 @@ samples, 64 shards, indexes present). Each run is a fresh process that first
 imports what ``bench_datasets.py`` imports before its clock (fastio, numpy,
 pyarrow, torch, uvloop, webdataset: a once-per-process cost), then times, as
 that benchmark does, from constructing the dataset to its first sample (or
-the first batch of a 2-worker DataLoader), and stops there: seconds per run,
-not a whole epoch. Besides wall-clock time it reports the process's CPU time
+the first batch of a 2-worker DataLoader), and stops there, with the
+iteration still open (its teardown is not part of the wait): seconds per
+run, not a whole epoch. Besides wall-clock time it reports the process's CPU time
 to the first sample (all threads) and the main thread's, which a loaded
 machine disturbs less. Methods run in a shuffled order in each round; the
 table shows medians and webdataset's time over fastio's (above 1: fastio
@@ -56,8 +57,11 @@ METHODS = ["fastio", "fastio shuffled", "fastio never seen", "webdataset", "fast
            "webdataset loader"]  # fmt: skip
 
 
-def first_item(method: str, url: str, index_dir: str) -> Any:
-    """Construct the method's dataset and return its first sample or batch."""
+def first_item(method: str, url: str, index_dir: str) -> tuple[Any, Any]:
+    """Construct the method's dataset and return its first sample or batch,
+    with the iterator that gave it (kept, so that the clock does not also run
+    while the iteration is torn down: a user holding the first sample has
+    not waited for that)."""
     if method.startswith("webdataset"):
         import webdataset
 
@@ -73,7 +77,8 @@ def first_item(method: str, url: str, index_dir: str) -> Any:
         from torch.utils.data import DataLoader
 
         dataset = DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=WORKERS)
-    return next(iter(dataset))
+    iterator = iter(dataset)
+    return next(iterator), iterator
 
 
 def child(method: str, url: str, index_dir: str) -> None:
@@ -83,7 +88,7 @@ def child(method: str, url: str, index_dir: str) -> None:
         importlib.import_module(module)
     collect_imports()
     wall, cpu, main_cpu = time.perf_counter(), time.process_time(), time.thread_time()
-    item = first_item(method, url, index_dir)
+    item, _iterator = first_item(method, url, index_dir)
     report = {"seconds": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
               "main_cpu": time.thread_time() - main_cpu, "ok": item is not None}  # fmt: skip
     print(json.dumps(report), flush=True)
