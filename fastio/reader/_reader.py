@@ -604,6 +604,7 @@ class Reader:
             self._remotes.settle()  # shards the stream read whole are in the cache
         finally:
             self._handoffs.discard(handoff)
+            handoff.abandon()
             if not future.done() and not loop.is_closed():
                 loop.call_soon_threadsafe(future.cancel)
                 # Cancelled because the consumer stopped early, or failed because

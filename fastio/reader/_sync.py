@@ -118,9 +118,16 @@ class Handoff:
         self._finished = False
         self._error: BaseException | None = None
         self._on_wait = on_wait  # told how long the consumer waited for each batch
+        self._abandoned = False
 
     async def put(self, batch: list[Any], nbytes: int) -> None:
+        """Raises CancelledError once the consumer has :meth:`abandoned <abandon>`
+        the hand-off."""
         while True:
+            if self._abandoned:
+                # A producer whose batches are ready never waits, so a cancellation
+                # queued on the loop would reach it only once the hand-off is full.
+                raise asyncio.CancelledError("the consumer stopped")
             with self._lock:
                 if not self._batches or self._bytes + nbytes <= self._max_bytes:
                     self._batches.append((batch, nbytes))
@@ -129,6 +136,11 @@ class Handoff:
                     return
                 space = self._space = self._loop.create_future()
             await space
+
+    def abandon(self) -> None:
+        """The consumer takes no more batches: the producer's next :meth:`put`
+        raises CancelledError. Called from the consumer's thread."""
+        self._abandoned = True
 
     def finish(self, error: BaseException | None = None, *, discard: bool = False) -> None:
         """No more batches; ``get`` raises ``error`` (if given) once the queue is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import pickle
@@ -21,6 +22,7 @@ import fastio
 from fastio import ByteRange, Chunk, Reader, Shard
 from fastio._native import resident_fraction
 from fastio.reader._reader import CACHED_REQUESTS
+from fastio.reader._sync import Handoff, LoopThread
 from tests.conftest import ResourceSnapshot
 
 
@@ -729,3 +731,34 @@ def test_small_ranges_of_cached_files_are_read_inline_the_rest_streamed(tmp_path
             reader.read_ranges([ByteRange(str(tmp_path / "missing.bin"), 0, 10)])
         with pytest.raises(ValueError, match="length"):
             reader.read_ranges([ByteRange(str(cached))])
+
+
+def test_a_producer_stops_at_its_next_batch_once_the_consumer_abandons_the_handoff() -> None:
+    """A stream's producer whose batches are all ready never waits on the loop,
+    so a cancellation queued there would reach it only once the hand-off is
+    full: a consumer leaving early would wait for that much reading. Its next
+    batch ends it instead."""
+    background = LoopThread()
+    handoff = Handoff(background.loop, max_bytes=1 << 40)
+    abandoned = threading.Event()
+    put = 0
+
+    async def produce() -> None:
+        nonlocal put
+        while put < 1000:
+            await handoff.put([put], 1)
+            put += 1
+            if put == 1:
+                abandoned.wait(60)  # the loop thread holds here, as a long read would
+
+    try:
+        future = asyncio.run_coroutine_threadsafe(produce(), background.loop)
+        assert handoff.get() == [0]
+        handoff.abandon()
+        abandoned.set()
+        with pytest.raises(concurrent.futures.CancelledError):
+            future.result(timeout=60)
+        assert put == 1
+    finally:
+        abandoned.set()
+        background.stop()
