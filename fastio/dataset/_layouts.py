@@ -13,7 +13,6 @@ shard rewritten or replaced later is told apart before it is read.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from fastio._errors import DecodeError, IndexFileError, ShardChangedError
 from fastio.formats._index import DatasetIndex, dataset_index_location, stamped
 from fastio.formats._layout import Layout
 from fastio.formats._records import RecordFormat
-from fastio.sources._remote import is_remote, local_path
+from fastio.sources._remote import absolute_path, is_remote, local_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -298,4 +297,4 @@ def _empty_layout(url: str) -> Layout:
 
 
 def _absolute(url: str) -> str:
-    return os.path.abspath(local_path(url))
+    return absolute_path(local_path(url))

@@ -51,7 +51,7 @@ import numpy as np
 from fastio._errors import DecodeError, IndexFileError, TruncatedFileError
 from fastio.formats._compression import codec_for, decompress
 from fastio.reader._ranges import ByteRange, Chunk
-from fastio.sources._remote import is_remote, local_path
+from fastio.sources._remote import absolute_path, is_remote, local_path
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -414,7 +414,7 @@ class IndexStore:
 
     @staticmethod
     def name(url: str) -> str:
-        key = url if is_remote(url) else os.path.abspath(local_path(url))
+        key = _key(url)
         return f"{PLACED_PREFIX}{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
     def _folders(self) -> list[Path]:
@@ -597,7 +597,7 @@ def dataset_index_location(urls: Sequence[str]) -> str:
 
 
 def _key(url: str) -> str:
-    return url if is_remote(url) else os.path.abspath(local_path(url))
+    return url if is_remote(url) else absolute_path(local_path(url))
 
 
 def _relative(url: str, location: str) -> str:
@@ -616,4 +616,6 @@ def _resolved(name: str, folder: str) -> str:
     """``name`` as an index file in ``folder`` names it: the URL or path it means."""
     if "://" in name or name.startswith("/"):
         return name
+    if folder and not folder.endswith("/"):  # posixpath.join's result, a dataset's shards each
+        return f"{folder}/{name}"
     return posixpath.join(folder, name)

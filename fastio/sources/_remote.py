@@ -23,6 +23,7 @@ import contextlib
 import errno
 import hashlib
 import logging
+import os
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -49,6 +50,7 @@ __all__ = [
     "REMOTE_REQUEST_BYTES",
     "RemoteFile",
     "Remotes",
+    "absolute_path",
     "is_remote",
     "local_path",
     "version_number",
@@ -94,6 +96,15 @@ def is_remote(url: str) -> bool:
 
 def local_path(url: str) -> str:
     return url[len("file://") :] if url.startswith("file://") else url
+
+
+def absolute_path(path: str) -> str:
+    """``os.path.abspath(path)``, returned as is where it already is absolute
+    and normal (no ``.``, ``..`` or empty part): a dataset may name thousands
+    of shards, and each is keyed so more than once as it opens."""
+    if path.startswith("/") and "/." not in path and "//" not in path and not path.endswith("/"):
+        return path
+    return os.path.abspath(path)
 
 
 def version_number(version: str) -> int:

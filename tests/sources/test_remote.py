@@ -10,11 +10,14 @@ import random
 import sqlite3
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import fastio
 from fastio import RangeIgnoredError
 from fastio.cache._cache import INDEX_ROOM, ShardCache
+from fastio.sources._remote import absolute_path
 from tests.conftest import ResourceSnapshot
 from tests.servers import RangeServer, S3Server
 from tests.shards import FORMATS, key_of, write
@@ -407,3 +410,12 @@ def test_a_full_cache_filesystem_reads_the_shards_remotely(http, folder, small_f
     assert 0 < len(ready) < 4  # the others were read remotely
     on_disk = {str(p) for p in cache.rglob("*") if p.is_file() and ".fastio-cache" not in p.parts}
     assert on_disk == ready  # no partial download left behind
+
+
+@given(st.lists(st.sampled_from(["", ".", "..", "...", "a", ".a", "b.", "x y"]), max_size=6),
+       st.booleans(), st.booleans())  # fmt: skip
+def test_absolute_path_is_abspath(parts: list[str], rooted: bool, trailing: bool) -> None:
+    """Paths that are already absolute and normal come back as they are, and
+    every other comes back as ``os.path.abspath`` makes it."""
+    path = ("/" if rooted else "") + "/".join(parts) + ("/" if trailing else "")
+    assert absolute_path(path) == os.path.abspath(path)
