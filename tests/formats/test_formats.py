@@ -6,7 +6,7 @@ import io
 import tarfile
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import fastio
@@ -78,6 +78,33 @@ def test_expand_urls(tmp_path) -> None:
     ]
     with pytest.raises(FileNotFoundError):
         fastio.expand_urls(f"{base}/missing-*.tar")
+
+
+_NUMBERS = st.integers(0, 1200)
+_PARTS = st.text("ab/-_.", max_size=4)
+
+
+@given(_PARTS, _NUMBERS, _NUMBERS, st.integers(0, 5), st.integers(0, 5), _PARTS,
+       st.sampled_from(["", "{x,yz}", "{0..2}", "\\{", "{", "}", "{7..3}", "{a..c}"]))  # fmt: skip
+@example("s-", 0, 12, 0, 0, ".tar", "")  # a lone 0 pads nothing
+@example("s-", 0, 12, 1, 0, ".tar", "")  # 00 pads
+def test_expand_urls_names_the_shards_braceexpand_names(
+    head: str, first: int, last: int, first_zeros: int, last_zeros: int, tail: str, more: str
+) -> None:
+    """A range of numbers is expanded without braceexpand's parser; the names,
+    their order and their zero padding are braceexpand's, and so for every
+    pattern the fast path leaves to it (ranges that count down, lists,
+    escapes, more than one range, unbalanced braces)."""
+    from braceexpand import UnbalancedBracesError, braceexpand
+
+    pattern = f"{head}{{{'0' * first_zeros}{first}..{'0' * last_zeros}{last}}}{tail}{more}"
+    try:
+        expected = list(braceexpand(pattern))
+    except UnbalancedBracesError:
+        with pytest.raises(UnbalancedBracesError):
+            fastio.expand_urls(pattern)
+        return
+    assert fastio.expand_urls(pattern) == expected
 
 
 def test_expand_urls_globs_remote_filesystems_through_fsspec() -> None:
