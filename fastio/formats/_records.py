@@ -88,8 +88,7 @@ class RecordFormat(ShardFormat):
     def layout_of(self, index: ShardIndex) -> Layout:
         """The layout an index describes."""
         url = index.url
-        starts = index.starts.astype(np.int64)
-        ends = index.ends.astype(np.int64)
+        starts, ends = _signed(index.starts), _signed(index.ends)
         count, size = len(starts), index.size
         if codec_for(url) is not None:
             whole = np.array([size], np.int64)
@@ -227,3 +226,12 @@ def own_bytes_as(kind: type[bytes]) -> None:
     DataLoader worker, one its queue hands to the main process unpickled)."""
     global _owned_bytes
     _owned_bytes = kind
+
+
+def _signed(offsets: np.ndarray) -> np.ndarray:
+    """An index's offsets (uint64, below 2**63) as the int64 a layout computes
+    with: a view of the same memory where they are uint64 (a dataset lays out
+    thousands of shards before its first sample), else a copy."""
+    if offsets.dtype == np.uint64:
+        return offsets.view(np.int64)
+    return offsets.astype(np.int64)
