@@ -88,6 +88,30 @@ def make_windows(
     fewer, see :func:`window_budget`), each mixing runs of up to ``mix`` spans
     (``mix=1``: stored order, one run per window)."""
     budget, mix = max(1, budget), max(1, mix)
+    if mix == 1:
+        return _stored_windows(spans, layouts, budget)
+    return _mixed_windows(spans, layouts, budget, mix)
+
+
+def _stored_windows(spans: Sequence[Span], layouts: Sequence[Layout], budget: int
+                    ) -> list[Window]:  # fmt: skip
+    """:func:`make_windows` with ``mix=1``: the spans one after another, each
+    cut in turn (a dataset of thousands of shards cuts them before its first
+    sample)."""
+    windows: list[Window] = []
+    for span in spans:
+        shard, cursor, stop = span.shard, span.start, span.stop
+        layout = layouts[shard]
+        while cursor < stop:
+            cut = layout.next_cut(cursor, stop, window_budget(len(windows), budget))
+            windows.append(Window((Run(shard, cursor, cut, 0),), cut - cursor,
+                                  layout.nbytes(cursor, cut)))  # fmt: skip
+            cursor = cut
+    return windows
+
+
+def _mixed_windows(spans: Sequence[Span], layouts: Sequence[Layout], budget: int, mix: int
+                   ) -> list[Window]:  # fmt: skip
     pending = deque(spans)
     active: list[list[int]] = []  # [shard, cursor, stop]
     windows: list[Window] = []
