@@ -719,10 +719,15 @@ class Reader:
                 # consumer that has run dry would wait for all of it.
                 read_after = True
                 break
-            self._pump()
+            # Before its first batch, a stream's pump stops once the head is in:
+            # the read-ahead (a window of small shards is hundreds of reads)
+            # follows the hand-off instead of delaying the first sample.
+            first = not stream.started
+            self._pump(stream if first else None)
             if self._failure is not None:  # this pump failed: nothing would wake the wait
                 raise self._failure
             if queue and queue[0].done:
+                read_after = first
                 break
             if not queue and stream.lookahead is None and stream.exhausted:
                 return []
@@ -778,16 +783,19 @@ class Reader:
 
     # ---- the scheduler ---------------------------------------------------------------
 
-    def _pump(self) -> None:
-        """Reap completions and start reads until neither makes progress, then
-        wake consumers whose data is ready. Runs on the loop thread; an engine
-        failure is stored and raised to every consumer, never lost in a callback."""
+    def _pump(self, until: _Stream | None = None) -> None:
+        """Reap completions and start reads until neither makes progress (or
+        ``until``'s head is done), then wake consumers whose data is ready.
+        Runs on the loop thread; an engine failure is stored and raised to
+        every consumer, never lost in a callback."""
         if self._engine is None or self._closed:
             return
         try:
             self._reap()
             while self._fill():
                 self._reap()
+                if until is not None and until.queue and until.queue[0].done:
+                    break
         except Exception as error:
             self._failure = error
         for stream in self._streams:

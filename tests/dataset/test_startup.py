@@ -103,3 +103,26 @@ def test_a_streams_first_chunk_waits_for_no_read_ahead(tmp_path) -> None:
         raise AssertionError("no chunk")
 
     assert asyncio.run(first_chunk()) <= max(HUGE_PAGE, read_size)
+
+
+def test_a_streams_first_chunk_of_many_small_files_waits_for_no_read_ahead(tmp_path) -> None:
+    """A window of small shards is hundreds of reads, each done as it starts
+    where the page cache holds the file: the first chunk is handed over once
+    it is in, and the read-ahead follows."""
+    size, limit = 8192, 4
+    paths = []
+    for number in range(64):
+        path = tmp_path / f"small-{number}"
+        path.write_bytes(bytes([number]) * size)
+        paths.append(str(path))
+
+    async def first_chunk() -> tuple[bytes, int]:
+        async with fastio.Reader(read_size=1 << 20, outstanding_requests=limit) as reader:
+            async for chunk in reader.astream(paths):
+                # The loop has not run since this chunk was handed over.
+                return bytes(chunk.data), reader.stats().bytes_read
+        raise AssertionError("no chunk")
+
+    data, read = asyncio.run(first_chunk())
+    assert data == bytes([0]) * size
+    assert read <= limit * size
