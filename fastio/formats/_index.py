@@ -138,7 +138,9 @@ class ShardIndex:
     def load(cls, path: str | os.PathLike[str]) -> ShardIndex:
         """Raises OSError, ValueError, KeyError, EOFError or BadZipFile for a
         file that is missing, damaged or not an index of this version."""
-        [index] = DatasetIndex.read(Path(path).read_bytes(), str(path)).shards
+        with open(path, "rb") as file:  # not pathlib: a dataset asks once per shard
+            data = file.read()
+        [index] = DatasetIndex.read(data, os.fspath(path)).shards
         return index
 
     def fresh(self, reader: Reader, url: str, stamp: tuple[int, int, int] | None = None) -> bool:
@@ -429,13 +431,13 @@ class IndexStore:
         Raises :class:`fastio.IndexFileError` for a damaged one."""
         name = self.name(url) + INDEX_SUFFIX
         for folder in self._folders():
-            path = folder / name
+            path = os.path.join(folder, name)
             try:
                 index = ShardIndex.load(path)
             except FileNotFoundError:
                 continue
             except UNREADABLE as error:
-                raise IndexFileError(str(path), url, _problem(error)) from None
+                raise IndexFileError(path, url, _problem(error)) from None
             if locator.reusable(index.format) and index.fresh(reader, url):
                 return index
         return None
