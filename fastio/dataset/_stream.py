@@ -20,7 +20,7 @@ shard's start where it is compressed) and skips what was delivered.
 
 from __future__ import annotations
 
-from itertools import groupby
+from itertools import chain, groupby
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -210,9 +210,10 @@ class StreamPass:
             compressed = codec_for(url) is not None
             skip_samples = number if compressed and (offset or number) else 0
             begin = 0 if compressed else offset
-            streams = [Shard((ByteRange(url, begin),))]
-            streams += [Shard((ByteRange(self.urls[s]),)) for s in self.shards[ordinal + 1 :]]
-            guarded = Guarded(self.reader().stream(streams))
+            # The later shards as the reader comes to them: a pass may have thousands.
+            later = (Shard((ByteRange(self.urls[s]),)) for s in self.shards[ordinal + 1 :])
+            guarded = Guarded(self.reader().stream(chain([Shard((ByteRange(url, begin),))],
+                                                         later)))  # fmt: skip
             again: tuple[int, int, int] | None = None  # the same shard, past damage
             try:
                 for position, chunks in groupby(guarded, key=attrgetter("shard")):
