@@ -25,9 +25,9 @@ untimed); ``--cold`` drops the page cache before every run (root).
 ``--shards N`` measures how the start grows with a dataset's shard count
 instead: N small shards (8 samples of 1 KB each, written once into
 ``--data-dir`` by webdataset's ``TarWriter``, with a fastio dataset index
-beside them), read with the same methods. Every fastio method finds that
-index there, "never seen" included (its empty folder holds per-shard
-indexes only), so there it measures the same start:
+beside them), read with the same methods. "never seen" reads the same
+files through hard links in a folder of their own, where no dataset index
+is, so that it finds no index at all and streams:
 
     python benchmarks/bench_startup.py --shards 2000 --methods "fastio,fastio never seen,webdataset"
 """
@@ -116,8 +116,10 @@ def many_shards(data_dir: Path, shards: int) -> dict[str, Any]:
     """A dataset of ``shards`` small WebDataset shards with its fastio index
     (written the first time), as a manifest's copy: its URL and paths."""
     folder = data_dir / f"startup-{shards}-shards"
-    url = str(folder / f"shard-{{00000..{shards - 1:05d}}}.tar")
+    pattern = f"shard-{{00000..{shards - 1:05d}}}.tar"
+    url = str(folder / pattern)
     paths = [str(folder / f"shard-{number:05d}.tar") for number in range(shards)]
+    unindexed = folder / "unindexed"  # the same files, with no dataset index beside them
     index = folder / "dataset.fastio-index.npz"
     if not index.exists():
         import webdataset
@@ -133,7 +135,11 @@ def many_shards(data_dir: Path, shards: int) -> dict[str, Any]:
                                   "cls": str(sample)})  # fmt: skip
         with fastio.Dataset(url, format="webdataset", shuffle=False) as dataset:
             dataset.save_index(str(index))
-    return {"url": url, "paths": paths}
+    if not unindexed.exists():
+        unindexed.mkdir()
+        for path in paths:
+            os.link(path, unindexed / Path(path).name)
+    return {"url": url, "paths": paths, "unindexed_url": str(unindexed / pattern)}
 
 
 def main() -> None:
@@ -168,7 +174,10 @@ def main() -> None:
         methods = list(args.methods)
         order.shuffle(methods)
         for method in methods:
-            results[method].append(measure(method, copy["url"], args.cold))
+            url = copy["url"]
+            if method == "fastio never seen":
+                url = copy.get("unindexed_url", url)
+            results[method].append(measure(method, url, args.cold))
 
     def median(method: str, key: str) -> float:
         return statistics.median(run[key] for run in results[method])
