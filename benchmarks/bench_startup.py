@@ -25,9 +25,9 @@ untimed); ``--cold`` drops the page cache before every run (root).
 ``--shards N`` measures how the start grows with a dataset's shard count
 instead: N small shards (8 samples of 1 KB each, written once into
 ``--data-dir`` by webdataset's ``TarWriter``, with a fastio dataset index
-beside them), read with the same methods. "never seen" reads the same
-files through hard links in a folder of their own, where no dataset index
-is, so that it finds no index at all and streams:
+beside them), read with the same methods. "never seen" reads a copy of
+them in a folder of its own, where no dataset index is, so that it finds
+no index at all and streams:
 
     python benchmarks/bench_startup.py --shards 2000 --methods "fastio,fastio never seen,webdataset"
 """
@@ -39,6 +39,7 @@ import glob
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -119,7 +120,7 @@ def many_shards(data_dir: Path, shards: int) -> dict[str, Any]:
     pattern = f"shard-{{00000..{shards - 1:05d}}}.tar"
     url = str(folder / pattern)
     paths = [str(folder / f"shard-{number:05d}.tar") for number in range(shards)]
-    unindexed = folder / "unindexed"  # the same files, with no dataset index beside them
+    unindexed = folder / "unindexed"  # the same shards, with no dataset index beside them
     index = folder / "dataset.fastio-index.npz"
     if not index.exists():
         import webdataset
@@ -137,8 +138,8 @@ def many_shards(data_dir: Path, shards: int) -> dict[str, Any]:
             dataset.save_index(str(index))
     if not unindexed.exists():
         unindexed.mkdir()
-        for path in paths:
-            os.link(path, unindexed / Path(path).name)
+        for path in paths:  # copies: a link would be resolved at each open, or change the ctime
+            shutil.copyfile(path, unindexed / Path(path).name)
     return {"url": url, "paths": paths, "unindexed_url": str(unindexed / pattern)}
 
 
