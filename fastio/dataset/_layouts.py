@@ -13,6 +13,7 @@ shard rewritten or replaced later is told apart before it is read.
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,12 @@ class ShardLayouts:
         if kept and records is not None:  # what an earlier dataset over these shards left
             known = records.store.load_set(self.urls)
         self._reused = 0  # shards whose index came from ``known``
+        # Indexes that ``known`` holds with an older change stamp (the shards
+        # were copied, or their owner or mode changed), found fresh by content:
+        # kept in the index folder with the stamp of now, and asked for there
+        # first next time, so that each open does not read every shard again.
+        self._restamped = 0
+        self._kept: dict[str, ShardIndex] | None = None
         # What every shard's open asks, asked once: a dataset may have thousands.
         opener = reader()
         reusable = None if records is None else records.locator().reusable
@@ -90,7 +97,7 @@ class ShardLayouts:
                 self.indexes.append(None)
                 self.layouts.append(self._open(opener, url, known, reusable))
         shard_format.prefetch(opener, [])
-        if kept and self._reused < len(self.urls):
+        if (kept and self._reused < len(self.urls)) or self._restamped:
             self._keep_together()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -149,15 +156,32 @@ class ShardLayouts:
                 # What the damage cost is lost; the layout holds the samples around it.
                 self.policy.failure(problem, problem.lost, f"shard {url} is laid out without it")
             return layout
-        entry = known.get(url if is_remote(url) else _absolute(url)) if known else None
+        key = url if is_remote(url) else _absolute(url)
+        entry = known.get(key) if known else None
+        if entry is not None and (entry.size, entry.version, entry.change) != stamp:
+            entry = self._kept_as_now(records, key, stamp) or entry
         if entry is not None and reusable(entry.format) and entry.fresh(reader, url, stamp):
             self._reused += 1
+            if entry.change != stamp[2]:  # fresh by its content
+                entry = dataclasses.replace(entry, change=stamp[2])
+                self._restamped += 1
         else:
             entry = self._stored(records, reader, url)
         if entry is None:
             return None
         self.indexes[-1] = entry
         return records.layout_of(entry)
+
+    def _kept_as_now(self, records: RecordFormat, key: str, stamp: tuple[int, int, int]
+                     ) -> ShardIndex | None:  # fmt: skip
+        """The index the index folder keeps for shard ``key`` where it was made
+        or confirmed when the shard was as ``stamp`` says it is now."""
+        if self._kept is None:
+            self._kept = records.store.load_set(self.urls)
+        entry = self._kept.get(key)
+        if entry is not None and (entry.size, entry.version, entry.change) == stamp:
+            return entry
+        return None
 
     def _stored(self, records: RecordFormat, reader: Reader, url: str) -> ShardIndex | None:
         try:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -126,3 +130,52 @@ def test_a_streams_first_chunk_of_many_small_files_waits_for_no_read_ahead(tmp_p
     data, read = asyncio.run(first_chunk())
     assert data == bytes([0]) * size
     assert read <= limit * size
+
+
+_OPENS_AT_OPEN = """
+import json, sys
+import fastio
+urls, index_dir = json.loads(sys.argv[1]), sys.argv[2]
+opened = set()
+sys.addaudithook(lambda event, args: event == "open" and opened.add(str(args[0])))
+dataset = fastio.Dataset(urls, index_dir=index_dir, shuffle=False)
+known = [layout.count for layout in dataset.layouts if layout is not None]
+print(json.dumps({"opened": sorted(opened & set(urls)), "known": known}))
+"""
+
+
+def _shards_opened_at_open(urls: list[str], index_dir) -> tuple[list[str], list[int]]:
+    """The shards a dataset over ``urls`` opens before its first epoch (in a
+    process of its own, which an audit hook watches), and the sample counts
+    of those it knows."""
+    done = subprocess.run([sys.executable, "-c", _OPENS_AT_OPEN, json.dumps(urls), str(index_dir)],
+                          capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return report["opened"], report["known"]
+
+
+def test_shards_copied_with_their_dataset_index_are_read_for_it_once(tmp_path) -> None:
+    """Copies keep their content and modification times (``cp -p``, ``rsync -a``)
+    but not their change time: the first open reads each shard's first and
+    last bytes to find its index still true, keeps that in the index folder,
+    and later opens read no shard."""
+    written = write("webdataset", tmp_path / "data", shards=4, per_shard=10)
+    for url in written.urls:
+        os.chmod(url, 0o640)  # a new change time, as a copy has; the same bytes
+    index_dir = tmp_path / "index"
+    first, known = _shards_opened_at_open(written.urls, index_dir)
+    assert first == sorted(written.urls)  # each one's fingerprint
+    assert sum(known) == len(written.samples)
+    assert len(known) == len(written.urls)
+    again, known = _shards_opened_at_open(written.urls, index_dir)
+    assert again == []
+    assert sum(known) == len(written.samples)
+    assert len(known) == len(written.urls)
+    times = os.stat(written.urls[1])
+    with open(written.urls[1], "r+b") as shard:  # now it holds other bytes,
+        shard.write(b"x")
+    os.utime(written.urls[1], ns=(times.st_atime_ns, times.st_mtime_ns))  # with its times kept
+    third, known = _shards_opened_at_open(written.urls, index_dir)
+    assert third == [written.urls[1]]  # its stamp changed again: its content is asked
+    assert len(known) == len(written.urls) - 1  # and is not what its index describes
