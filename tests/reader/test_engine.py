@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import multiprocessing
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -247,18 +248,18 @@ def test_views_in_garbage_cycles_are_collected_safely() -> None:
         gc.collect()
 
 
-def _resident_bytes(address: int) -> int:
-    """Resident bytes of the mapping holding ``address`` (its ``Rss`` in
-    /proc/self/smaps): what other threads map or free meanwhile does not count."""
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split(maxsplit=1)[0]
-        if "-" in head and not head.endswith(":"):  # a mapping's first line: its range
-            start, end = (int(bound, 16) for bound in head.split("-"))
-            inside = start <= address < end
-        elif inside and head == "Rss:":
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no mapping holds {address:#x}")
+def _resident_bytes(address: int, length: int) -> int:
+    """Bytes of the ``length`` from ``address`` that are in memory, page by page
+    (the present bit of each in /proc/self/pagemap): what the rest of the
+    process maps beside them does not count (the kernel may merge a fresh
+    mapping with a neighbour's, whose resident pages a mapping's Rss counts)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    first, last = address // page, (address + length - 1) // page
+    with open("/proc/self/pagemap", "rb") as pagemap:
+        pagemap.seek(first * 8)
+        entries = pagemap.read((last - first + 1) * 8)
+    present = sum(1 for (entry,) in struct.iter_unpack("<Q", entries) if entry >> 63)
+    return present * page
 
 
 def test_buffers_mapped_without_faulting_are_faulted_in_by_prefault() -> None:
@@ -271,10 +272,10 @@ def test_buffers_mapped_without_faulting_are_faulted_in_by_prefault() -> None:
     [buffer] = allocate_buffers(size, 1, populate=False)
     view = memoryview(buffer)
     view[:5] = b"first"  # one page touched
-    before = _resident_bytes(buffer.address)
+    before = _resident_bytes(buffer.address, size)
     assert before < size // 2
     prefault(view)
-    assert _resident_bytes(buffer.address) - before >= size // 2  # the rest is resident now
+    assert _resident_bytes(buffer.address, size) - before >= size // 2  # the rest is resident now
     assert bytes(view[:5]) == b"first"  # and nothing written was changed
     view[-5:] = b"lasts"
     assert bytes(view[-5:]) == b"lasts"
@@ -291,16 +292,17 @@ def test_a_pool_faults_in_the_buffer_it_hands_out_and_the_spares_as_they_are_tak
     size = 64 << 10
     pool = BufferPool(64 << 20)
     first = pool.take(size)  # maps a region of 32 such buffers (ordinary pages)
-    resident = _resident_bytes(first.address)
+    region = 32 * size
+    resident = _resident_bytes(first.address, region)
     assert size <= resident < 4 * size
     spares = [pool.take(size) for _ in range(30)]
-    assert _resident_bytes(first.address) >= 31 * size  # each faulted in as taken
+    assert _resident_bytes(first.address, region) >= 31 * size  # each faulted in as taken
     last = pool.take(size, populate=False)
     addresses = [b.address for b in [first, *spares, last]]
     assert max(addresses) - min(addresses) == 31 * size  # one region's 32 buffers
-    assert _resident_bytes(first.address) < 32 * size  # the last one is not yet
+    assert _resident_bytes(first.address, region) < 32 * size  # the last one is not yet
     memoryview(last)[:] = bytes(size)
-    assert _resident_bytes(first.address) >= 32 * size
+    assert _resident_bytes(first.address, region) >= 32 * size
 
 
 @pytest.mark.parametrize(("probes", "window"), [(32, 64 << 10), (4, 1 << 20), (1, 8 << 20)])
