@@ -590,11 +590,16 @@ def _write_atomically(path: Path, data: bytes) -> None:
 def dataset_index_location(urls: Sequence[str]) -> str:
     """Where a dataset's index is looked for unless named: ``dataset.fastio-index.npz``
     in the folder that holds every shard."""
-    folders = [posixpath.dirname(_key(url)) for url in urls]
-    common = folders[0]
-    while not all(folder == common or folder.startswith(common.rstrip("/") + "/")
-                  for folder in folders):  # fmt: skip
-        common = posixpath.dirname(common)
+    keys = [_key(url) for url in urls]
+    common = posixpath.dirname(keys[0])
+    below = common.rstrip("/") + "/"
+    # Usually every shard is in the first one's folder or below it: a prefix
+    # test each, not a dirname each (a dataset may have thousands of shards).
+    if not all(key.startswith(below) for key in keys):
+        folders = [posixpath.dirname(key) for key in keys]
+        while not all(folder == common or folder.startswith(common.rstrip("/") + "/")
+                      for folder in folders):  # fmt: skip
+            common = posixpath.dirname(common)
     return posixpath.join(common, DATASET_INDEX) if common else DATASET_INDEX
 
 

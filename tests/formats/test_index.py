@@ -31,6 +31,7 @@ from fastio.formats import (
     example_parts,
 )
 from fastio.formats._index import (
+    DATASET_INDEX,
     INDEX_SUFFIX,
     UNREADABLE,
     Locator,
@@ -38,6 +39,7 @@ from fastio.formats._index import (
     _npz_arrays,
     _stored_members,
     build_index,
+    dataset_index_location,
 )
 from fastio.formats._layout import Layout, sample_bounds
 from fastio.formats._records import RecordFormat, RecordWriter
@@ -378,3 +380,25 @@ def test_sample_bounds_are_one_shared_read_only_range() -> None:
         assert np.array_equal(bounds, np.arange(count + 1))
         with pytest.raises(ValueError, match="read-only"):
             bounds[0] = 1
+
+
+_SEGMENTS = st.sampled_from(["a", "b", "data", "x.tar"])
+
+
+@given(st.sampled_from(["/", "/srv/", "s3://bucket/", "memory://"]),
+       st.lists(st.lists(_SEGMENTS, min_size=1, max_size=4), min_size=1, max_size=6))  # fmt: skip
+def test_a_dataset_index_is_looked_for_in_the_folder_that_holds_every_shard(
+    root: str, paths: list[list[str]]
+) -> None:
+    """The folder that holds every shard, by definition: the deepest folder of
+    the first shard's that each shard's folder is or is below."""
+    import posixpath
+
+    urls = [root + "/".join(parts) for parts in paths]
+    keys = [url if "://" in url else os.path.abspath(url) for url in urls]
+    folders = [posixpath.dirname(key) for key in keys]
+    common = folders[0]
+    while not all(f == common or f.startswith(common.rstrip("/") + "/") for f in folders):
+        common = posixpath.dirname(common)
+    expected = posixpath.join(common, DATASET_INDEX) if common else DATASET_INDEX
+    assert dataset_index_location(urls) == expected
