@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError, IndexFileError, ShardChangedError
-from fastio.formats._index import DatasetIndex, dataset_index_location, stamped
+from fastio.formats._index import DatasetIndex, dataset_index_location, index_key, stamped
 from fastio.formats._layout import Layout
 from fastio.formats._records import RecordFormat
-from fastio.sources._remote import absolute_path, is_remote, local_path
+from fastio.sources._remote import is_remote
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -76,15 +76,16 @@ class ShardLayouts:
             cache.plan(self.urls)
         records = self.record_format
         kept = not known and index is None and records is not None
-        if kept and records is not None:  # what an earlier dataset over these shards left
-            known = records.store.load_set(self.urls)
-        self._reused = 0  # shards whose index came from ``known``
-        # Indexes that ``known`` holds with an older change stamp (the shards
-        # were copied, or their owner or mode changed), found fresh by content:
-        # kept in the index folder with the stamp of now, and asked for there
-        # first next time, so that each open does not read every shard again.
+        # Indexes that a dataset index holds with an older change stamp (the
+        # shards were copied, or their owner or mode changed), found fresh by
+        # content: kept in the index folder with the stamp of now, and asked
+        # for there first next time, so that each open does not read every
+        # shard again. The index folder's file, read at most once.
         self._restamped = 0
         self._kept: dict[str, ShardIndex] | None = None
+        if kept and records is not None:  # what an earlier dataset over these shards left
+            known = self._kept = records.store.load_set(self.urls)
+        self._reused = 0  # shards whose index came from ``known``
         # What every shard's open asks, asked once: a dataset may have thousands.
         opener = reader()
         reusable = None if records is None else records.locator().reusable
@@ -156,9 +157,9 @@ class ShardLayouts:
                 # What the damage cost is lost; the layout holds the samples around it.
                 self.policy.failure(problem, problem.lost, f"shard {url} is laid out without it")
             return layout
-        key = url if is_remote(url) else _absolute(url)
+        key = index_key(url)
         entry = known.get(key) if known else None
-        if entry is not None and (entry.size, entry.version, entry.change) != stamp:
+        if entry is not None and entry.stamp != stamp:
             entry = self._kept_as_now(records, key, stamp) or entry
         if entry is not None and reusable(entry.format) and entry.fresh(reader, url, stamp):
             self._reused += 1
@@ -179,7 +180,7 @@ class ShardLayouts:
         if self._kept is None:
             self._kept = records.store.load_set(self.urls)
         entry = self._kept.get(key)
-        if entry is not None and (entry.size, entry.version, entry.change) == stamp:
+        if entry is not None and entry.stamp == stamp:
             return entry
         return None
 
@@ -318,7 +319,3 @@ class ShardLayouts:
 
 def _empty_layout(url: str) -> Layout:
     return Layout(url, 0, 0, np.zeros(1, np.int64), np.zeros(0, np.int64))
-
-
-def _absolute(url: str) -> str:
-    return absolute_path(local_path(url))

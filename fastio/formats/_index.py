@@ -70,6 +70,7 @@ __all__ = [
     "build_index",
     "dataset_index_location",
     "fingerprint",
+    "index_key",
     "scan_shard",
     "stamped",
 ]
@@ -114,6 +115,12 @@ class ShardIndex:
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    @property
+    def stamp(self) -> tuple[int, int, int]:
+        """``(size, version, change)``, as :meth:`Reader.stamp` answers for the
+        shard when it is as this index found it."""
+        return self.size, self.version, self.change
 
     def meta(self, url: str | None = None) -> dict[str, Any]:
         return {"url": self.url if url is None else url, "format": self.format,
@@ -416,7 +423,7 @@ class IndexStore:
 
     @staticmethod
     def name(url: str) -> str:
-        key = _key(url)
+        key = index_key(url)
         return f"{PLACED_PREFIX}{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
     def _folders(self) -> list[Path]:
@@ -465,7 +472,7 @@ class IndexStore:
 
     @staticmethod
     def set_name(urls: Sequence[str]) -> str:
-        key = "\n".join(_key(url) for url in urls)
+        key = "\n".join(index_key(url) for url in urls)
         return f"{SET_PREFIX}{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
     def load_set(self, urls: Sequence[str]) -> dict[str, ShardIndex]:
@@ -528,7 +535,7 @@ class DatasetIndex:
                              f"not {_VERSION}")  # fmt: skip
         starts, ends = stored["starts"], stored["ends"]
         shards, at = [], 0
-        folder = posixpath.dirname(_key(location))  # once: a dataset's index names thousands
+        folder = posixpath.dirname(index_key(location))  # once: a dataset's index names thousands
         for entry in meta["shards"]:
             count = int(entry["count"])
             shards.append(ShardIndex(
@@ -541,7 +548,7 @@ class DatasetIndex:
 
     def lookup(self) -> dict[str, ShardIndex]:
         """The shards' indexes by URL (local paths made absolute)."""
-        return {_key(index.url): index for index in self.shards}
+        return {index_key(index.url): index for index in self.shards}
 
     def save(self, location: str, storage_options: dict[str, Any] | None = None) -> None:
         """Write the index to ``location`` (a path or URL), atomically where local."""
@@ -590,7 +597,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
 def dataset_index_location(urls: Sequence[str]) -> str:
     """Where a dataset's index is looked for unless named: ``dataset.fastio-index.npz``
     in the folder that holds every shard."""
-    keys = [_key(url) for url in urls]
+    keys = [index_key(url) for url in urls]
     common = posixpath.dirname(keys[0])
     below = common.rstrip("/") + "/"
     # Usually every shard is in the first one's folder or below it: a prefix
@@ -603,7 +610,8 @@ def dataset_index_location(urls: Sequence[str]) -> str:
     return posixpath.join(common, DATASET_INDEX) if common else DATASET_INDEX
 
 
-def _key(url: str) -> str:
+def index_key(url: str) -> str:
+    """How indexes name ``url``: as given where remote, else its absolute path."""
     return url if is_remote(url) else absolute_path(local_path(url))
 
 
@@ -612,10 +620,10 @@ def _relative(url: str, location: str) -> str:
     folder where it is below it, else whole (a local path made absolute, so
     that a shard given relative to the working folder is not read back
     relative to the index folder)."""
-    key = _key(url)
+    key = index_key(url)
     if is_remote(url) != is_remote(location):
         return key
-    base = posixpath.dirname(_key(location))
+    base = posixpath.dirname(index_key(location))
     return key[len(base) + 1 :] if key.startswith(base + "/") else key
 
 
