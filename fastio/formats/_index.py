@@ -599,14 +599,10 @@ def dataset_index_location(urls: Sequence[str]) -> str:
     in the folder that holds every shard."""
     keys = [index_key(url) for url in urls]
     common = posixpath.dirname(keys[0])
-    below = common.rstrip("/") + "/"
-    # Usually every shard is in the first one's folder or below it: a prefix
-    # test each, not a dirname each (a dataset may have thousands of shards).
-    if not all(key.startswith(below) for key in keys):
-        folders = [posixpath.dirname(key) for key in keys]
-        while not all(folder == common or folder.startswith(common.rstrip("/") + "/")
-                      for folder in folders):  # fmt: skip
-            common = posixpath.dirname(common)
+    # A shard is in a folder or below it where its key starts with the folder
+    # and a slash: a prefix test each (a dataset may have thousands of shards).
+    while not all(key.startswith(common.rstrip("/") + "/") for key in keys):
+        common = posixpath.dirname(common)
     return posixpath.join(common, DATASET_INDEX) if common else DATASET_INDEX
 
 
