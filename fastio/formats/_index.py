@@ -602,7 +602,11 @@ def dataset_index_location(urls: Sequence[str]) -> str:
     # A shard is in a folder or below it where its key starts with the folder
     # and a slash: a prefix test each (a dataset may have thousands of shards).
     while not all(key.startswith(common.rstrip("/") + "/") for key in keys):
-        common = posixpath.dirname(common)
+        parent = posixpath.dirname(common)
+        if parent == common:  # no folder holds them all (local paths and URLs together)
+            common = ""
+            break
+        common = parent
     return posixpath.join(common, DATASET_INDEX) if common else DATASET_INDEX
 
 

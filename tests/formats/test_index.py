@@ -402,3 +402,10 @@ def test_a_dataset_index_is_looked_for_in_the_folder_that_holds_every_shard(
         common = posixpath.dirname(common)
     expected = posixpath.join(common, DATASET_INDEX) if common else DATASET_INDEX
     assert dataset_index_location(urls) == expected
+
+
+def test_shards_no_folder_holds_all_look_for_the_dataset_index_by_its_name() -> None:
+    """Local paths and URLs together share no folder: the name alone is
+    looked for, as for shards named without one."""
+    assert dataset_index_location(["/data/a.tar", "s3://bucket/b.tar"]) == DATASET_INDEX
+    assert dataset_index_location(["s3://one/a.tar", "gs://two/b.tar"]) == DATASET_INDEX
