@@ -100,7 +100,8 @@ int fio_examples_gather(const fio_records_span *spans, size_t span_count,
 /* A batch of tf.train.Example records built as their reads come in: each span
  * added is parsed into the batch's columns at once, while the buffers it lies
  * in are still in the CPU's caches; the columns grow as needed. Columns as
- * fio_examples_gather's (in the order their features were first met). */
+ * fio_examples_gather's (in the order their features were first met). The
+ * builder keeps nothing of a span once it is added: its buffers may go. */
 typedef struct fio_examples_builder fio_examples_builder;
 
 /* A builder for batches of up to `rows` rows, or NULL without memory. */
@@ -109,15 +110,16 @@ void fio_examples_builder_free(fio_examples_builder *builder);
 
 /* Parses the records of `spans` (each checked by fio_examples_check) after
  * the rows added so far. Returns 0; -E2BIG where they would pass the
- * builder's rows (nothing added); or, for good (until the next export),
- * FIO_EXAMPLES_UNTYPED where the batch cannot be typed here (see
- * fio_examples_gather) or -ENOMEM. */
+ * builder's rows, FIO_EXAMPLES_UNTYPED where the batch with them could not be
+ * typed here (see fio_examples_gather), or -ENOMEM while parsing them: then
+ * nothing is added, and the rows before can still be exported. -ENOMEM while
+ * copying them is for good (until the next export). */
 int fio_examples_builder_add(fio_examples_builder *builder, const fio_records_span *spans,
                              size_t count);
 
 /* Exports the rows added as one record batch and empties the builder.
- * Returns 0, -ENOMEM, or FIO_EXAMPLES_UNTYPED after such an add (the builder
- * emptied all the same). */
+ * Returns 0, -ENOMEM, or FIO_EXAMPLES_UNTYPED after an add that failed for
+ * good (the builder emptied all the same). */
 int fio_examples_builder_export(fio_examples_builder *builder, struct ArrowSchema *schema,
                                 struct ArrowArray *array);
 

@@ -4,10 +4,11 @@
 
 #include <string.h>
 
-/* A feature column: its name (in the first record that gives it), its kind,
- * and what its rows hold in all, for sizing the buffers. */
+/* A feature column: its name (a copy: a batch built over several reads lets
+ * each read's buffers go once its rows are in), its kind, and what its rows
+ * hold in all, for sizing the buffers. */
 typedef struct example_slot {
-    const uint8_t *name;
+    uint8_t *name;
     size_t length;
     int kind;         /* enum fio_feature_kind */
     size_t last_row;  /* the row that gave it last, plus one */
@@ -34,8 +35,10 @@ typedef struct examples {
 
 static void examples_free(examples *ex)
 {
-    for (size_t slot = 0; slot < ex->slot_count; slot++)
+    for (size_t slot = 0; slot < ex->slot_count; slot++) {
         fio_columns_free(&ex->slots[slot].column, 1);
+        free(ex->slots[slot].name);
+    }
     free(ex->slots);
     fio_names_free(&ex->names);
     free(ex->features);
@@ -58,13 +61,19 @@ static int slot_of(examples *ex, const uint8_t *name, size_t length, uint32_t *s
         return 1;
     if (memchr(name, 0, length))
         return 2;
+    uint8_t *own = malloc(length ? length : 1);
+    if (!own)
+        return -ENOMEM;
+    memcpy(own, name, length);
     if (fio_grow((void **)&ex->slots, &ex->slot_capacity, ex->slot_count + 1,
                  sizeof(example_slot)) ||
-        fio_names_add(&ex->names, name, length, hash, (uint32_t)ex->slot_count))
+        fio_names_add(&ex->names, own, length, hash, (uint32_t)ex->slot_count)) {
+        free(own);
         return -ENOMEM;
+    }
     example_slot *fresh = &ex->slots[ex->slot_count];
     memset(fresh, 0, sizeof *fresh);
-    fresh->name = name;
+    fresh->name = own;
     fresh->length = length;
     *slot = (uint32_t)ex->slot_count++;
     return 0;
@@ -434,6 +443,48 @@ static int builder_make_room(fio_examples_builder *builder, size_t count, size_t
     return 0;
 }
 
+/* What the first pass adds to a slot's sums, kept to take an add back. */
+typedef struct slot_sums {
+    int kind;
+    size_t last_row, present;
+    uint64_t values, bytes;
+} slot_sums;
+
+static slot_sums *sums_of(const examples *ex)
+{
+    slot_sums *sums = malloc((ex->slot_count ? ex->slot_count : 1) * sizeof *sums);
+    for (size_t slot = 0; sums && slot < ex->slot_count; slot++) {
+        const example_slot *column = &ex->slots[slot];
+        sums[slot] = (slot_sums){column->kind, column->last_row, column->present,
+                                 column->values, column->bytes};
+    }
+    return sums;
+}
+
+/* The slots as `sums` (of the first `slots` of them) had them: the slots made
+ * since dropped, with their names. */
+static void restore_sums(examples *ex, const slot_sums *sums, size_t slots, uint64_t most_values)
+{
+    for (size_t slot = slots; slot < ex->slot_count; slot++) {
+        fio_columns_free(&ex->slots[slot].column, 1);
+        free(ex->slots[slot].name);
+    }
+    ex->slot_count = slots;
+    ex->most_values = most_values;
+    fio_names_clear(&ex->names);
+    for (size_t slot = 0; slot < slots; slot++) {
+        example_slot *column = &ex->slots[slot];
+        column->kind = sums[slot].kind;
+        column->last_row = sums[slot].last_row;
+        column->present = sums[slot].present;
+        column->values = sums[slot].values;
+        column->bytes = sums[slot].bytes;
+        /* Fewer names than the table held: it does not grow, so this cannot fail. */
+        (void)fio_names_add(&ex->names, column->name, column->length,
+                            fio_fnv1a(column->name, column->length), (uint32_t)slot);
+    }
+}
+
 int fio_examples_builder_add(fio_examples_builder *builder, const fio_records_span *spans,
                              size_t count)
 {
@@ -446,19 +497,30 @@ int fio_examples_builder_add(fio_examples_builder *builder, const fio_records_sp
         return -E2BIG;
     if (!rows)
         return 0;
-    const fio_piece **list = pieces_of(spans, count, &rows);
-    if (!list)
-        return -ENOMEM;
     examples *ex = &builder->ex;
+    const fio_piece **list = pieces_of(spans, count, &rows);
+    slot_sums *sums = list ? sums_of(ex) : NULL;
+    if (!sums) {
+        free(list);
+        return -ENOMEM;
+    }
     size_t fresh = ex->slot_count;
+    uint64_t most_values = ex->most_values;
     int bad = 0;
     const char *what = NULL;
     ex->feature_count = 0; /* the features of these rows only */
     int rc = survey(ex, list, rows, builder->rows, 0, &surveyed, &bad, &what);
     if (!rc && surveyed < rows)
         rc = FIO_EXAMPLES_UNTYPED; /* checked before: cannot happen */
-    if (!rc)
-        rc = builder_make_room(builder, rows, fresh);
+    if (rc) {
+        /* Nothing added: the rows before stay as they were, to be exported. */
+        restore_sums(ex, sums, fresh, most_values);
+        free(sums);
+        free(list);
+        return rc;
+    }
+    free(sums);
+    rc = builder_make_room(builder, rows, fresh);
     if (!rc)
         rc = fill(ex, list, rows, builder->rows);
     free(list);

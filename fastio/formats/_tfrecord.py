@@ -354,32 +354,54 @@ class ExamplePart(Part):
 
 class _ExampleBuilder(PartBuilder):
     """Examples parsed into the batch's columns as they are added, while
-    their bytes are in the CPU's caches. Their spans are kept until the
-    batch is taken: one whose features cannot be typed natively is made as
-    :meth:`ExamplePart.batch` makes it."""
+    their bytes are in the CPU's caches; nothing of a part is kept once it
+    is added, so its read buffers go back to the reader. Where a part's
+    features cannot be typed natively (a feature of two kinds and the like),
+    the batch is made from then on as :meth:`ExamplePart.batch` makes it:
+    the rows built so far as they parse, and the rest parsed as they come."""
 
     kind = ExamplePart
 
     def __init__(self, rows: int) -> None:
         self._batch = ExampleBatch(rows)
-        self._spans: list[tuple[Any, ...]] = []
+        self._parsed: list[dict[str, Any]] | None = None  # once untyped
 
     @property
     def num_rows(self) -> int:
-        return int(self._batch.num_rows)
+        return self._batch.num_rows + (len(self._parsed) if self._parsed is not None else 0)
 
     def add(self, part: Part) -> Part | None:
-        for records, first, rows, url in part.spans:
-            self._batch.add(records, first, rows)
-            self._spans.append((records, first, rows, url))
+        for records, first, rows, _ in part.spans:
+            if self._parsed is None and self._batch.add(records, first, rows):
+                continue
+            if self._parsed is None:
+                self._parsed = _as_parsed(arrow().record_batch(self._batch.take()))
+            self._parsed += [parse_example(record) for _, record in records.records(first, rows)]
         return None
 
     def take(self) -> Any:
-        spans, self._spans = self._spans, []
-        gathered = self._batch.take()
-        if gathered is not None:
-            return arrow().record_batch(gathered)
-        return ExamplePart(spans).batch()
+        if self._parsed is None:
+            return arrow().record_batch(self._batch.take())
+        parsed, self._parsed = self._parsed, None
+        return batch_of(parsed)
+
+
+def _as_parsed(batch: Any) -> list[dict[str, Any]]:
+    """The rows of a batch of examples made natively, as :func:`parse_example`
+    gives them: bytes features as lists of bytes, int64 and float features
+    as numpy arrays (the floats back in float32, which they were), a feature
+    a row lacks left out; in column order, which is the order features were
+    first met in, so that :func:`batch_of` names them in the same order."""
+    pa = arrow()
+    rows: list[dict[str, Any]] = [{} for _ in range(batch.num_rows)]
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        item = column.type.value_type
+        dtype = (None if pa.types.is_binary(item)
+                 else np.int64 if pa.types.is_integer(item) else np.float32)  # fmt: skip
+        for row, values in zip(rows, column.to_pylist(), strict=True):
+            if values is not None:
+                row[name] = values if dtype is None else np.array(values, dtype)
+    return rows
 
 
 class TFRecordFormat(RecordFormat):

@@ -146,7 +146,7 @@ cdef class TarBatch:
 
 cdef class ExampleBatch:
     cdef fio_examples_builder *_builder
-    cdef list _spans
+    cdef readonly Py_ssize_t num_rows
 
 
 cdef class ExampleRows:

@@ -541,9 +541,9 @@ cdef class ExampleBatch:
     """A batch of up to ``rows`` tf.train.Example records built as they come
     in: :meth:`add` parses a span of :class:`ExampleRows` into the batch's
     columns at once (without the GIL), while the buffers they lie in are
-    still in the CPU's caches. :meth:`take` makes the batch, columns as
-    :func:`gather_examples` makes them. The records added are kept until
-    then (their names are read again as later spans come in)."""
+    still in the CPU's caches, and keeps nothing of them: their buffers may
+    go back to the reader. :meth:`take` makes the batch, columns as
+    :func:`gather_examples` makes them."""
 
     def __cinit__(self, Py_ssize_t rows):
         if rows < 0:
@@ -551,19 +551,18 @@ cdef class ExampleBatch:
         self._builder = fio_examples_builder_new(rows)
         if self._builder == NULL:
             raise MemoryError()
-        self._spans = []
+        self.num_rows = 0
 
     def __dealloc__(self):
         fio_examples_builder_free(self._builder)
 
-    @property
-    def num_rows(self):
-        return sum(span[2] for span in self._spans)
-
     def add(self, ExampleRows part, Py_ssize_t first_row, Py_ssize_t rows):
-        """Parses rows ``first_row..first_row + rows`` of ``part``. Raises
-        IndexError for rows that are not there, and OverflowError where the
-        batch would pass its rows (then nothing is added)."""
+        """Parses rows ``first_row..first_row + rows`` of ``part``; False where
+        the batch with them could not be typed here (a feature of two kinds and
+        the like: see ``fio_examples_gather``), and then nothing is added and
+        :meth:`take` makes the rows before. Raises IndexError for rows that
+        are not there, and OverflowError where the batch would pass its rows
+        (nothing added either)."""
         cdef fio_records_span span
         cdef int rc = 0
         if first_row < 0 or rows < 0 or first_row + rows > part.num_rows:
@@ -575,23 +574,22 @@ cdef class ExampleBatch:
             rc = fio_examples_builder_add(self._builder, &span, 1)
         if rc == -E2BIG:
             raise OverflowError("these records would pass the batch's rows")
-        # Kept whatever else happened: a batch that cannot be typed here (or
-        # met no memory) is made from its spans at take.
-        self._spans.append((part, first_row, rows))
-
-    def take(self):
-        """The rows added as one :class:`ArrowBatch`, or None where they cannot
-        be typed here (the caller makes them from the spans it added); the
-        builder is empty again."""
-        cdef ArrowBatch batch = ArrowBatch()
-        cdef size_t rows = sum(span[2] for span in self._spans)
-        cdef int rc = 0
-        self._spans = []
-        with nogil:
-            rc = fio_examples_builder_export(self._builder, batch._schema, batch._array)
         if rc == -ENOMEM:
             raise MemoryError()
         if rc:
-            return None
+            return False
+        self.num_rows += rows
+        return True
+
+    def take(self):
+        """The rows added as one :class:`ArrowBatch`; the builder is empty again."""
+        cdef ArrowBatch batch = ArrowBatch()
+        cdef size_t rows = self.num_rows
+        cdef int rc = 0
+        self.num_rows = 0
+        with nogil:
+            rc = fio_examples_builder_export(self._builder, batch._schema, batch._array)
+        if rc:  # only after an add that raised MemoryError
+            raise MemoryError()
         batch.num_rows = rows
         return batch

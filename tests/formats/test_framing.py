@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tfrecord.writer import TFRecordWriter
 
-from fastio import DecodeError
+from fastio import Chunk, DecodeError
 from fastio._native import (
     RecordColumns,
     TarBatch,
@@ -509,6 +509,48 @@ def test_examples_built_span_by_span_are_the_batch_parsed_at_once(records, batch
     assert builder is not None
     _built_as_gathered(builder, ExamplePart.join(parts), batch,
                        lambda: data.draw(st.integers(1, 5)))  # fmt: skip
+
+
+def test_a_batch_being_built_lets_each_read_s_buffer_go_once_its_rows_are_in() -> None:
+    """The builder copies what it needs of a part as the part is added (a
+    feature's name included): the read buffer the part lies in is no longer
+    exported, so the reader may reuse it while the batch is still filling.
+    A batch that becomes untyped midway still holds every row."""
+    from fastio.formats._tfrecord import ExamplePart, columns_examples, example_parts
+
+    def shard(features: list[dict]) -> bytearray:
+        buffer = io.BytesIO()
+        with FastioTFRecordWriter(buffer) as writer:
+            for feature in features:
+                writer.write(*example_parts(feature))
+        return bytearray(buffer.getvalue())
+
+    reads = [
+        shard([{"label": n, "data": bytes([n]) * 5_000} for n in range(3)]),
+        shard([{"label": 3, "data": b"x"}, {"extra": 1.5}]),
+        bytearray(_tfrecord_shard([NO_VALUE_LIST])),
+        shard([{"label": 9}]),
+    ]
+    builder = ExamplePart.building(16)
+    assert builder is not None
+    for number, read in enumerate(reads):
+        url = f"{number}.tfrecord"
+        chunk = Chunk(0, 0, url, 0, memoryview(read), True, True)
+        [part] = list(columns_examples([chunk], url, parts=True))
+        with pytest.raises(BufferError):  # the part's records lie in the read
+            read.append(0)
+        assert builder.add(part) is None
+        del part, chunk
+        read.append(0)  # the builder kept none of it
+    batch = builder.take()
+    assert builder.num_rows == 0
+    assert batch.num_rows == 7
+    assert batch.schema.names == ["label", "data", "extra", "empty"]
+    assert batch.column("label").to_pylist() == [[0], [1], [2], [3], None, None, [9]]
+    data = [[bytes([n]) * 5_000] for n in range(3)]
+    assert batch.column("data").to_pylist() == [*data, [b"x"], None, None, None]
+    assert batch.column("extra").to_pylist() == [None] * 4 + [[1.5], None, None]
+    assert batch.column("empty").to_pylist() == [None] * 5 + [[], None]
 
 
 def test_example_columns_of_parts_join_across_collections() -> None:
