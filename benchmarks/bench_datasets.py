@@ -274,35 +274,35 @@ def fastio_loader(copies: dict[str, Any], **knobs: Any) -> tuple[int, int | None
 
 
 def fastio_batches_second_epoch(
-    copies: dict[str, Any], batch: int = BATCH, **knobs: Any
+    copies: dict[str, Any], batch: int = BATCH, copy: str = "webdataset", **knobs: Any
 ) -> tuple[int, int | None, float]:
     """A steady-state epoch: the process's first epoch (untimed) faults in the
     reader's buffers and the column buffer pool, as a training job's first
     epoch does once; the second is timed."""
-    import pyarrow.compute as pc
-
-    with fastio_dataset(copies, **knobs) as ds:
+    name = PAYLOAD[copy]
+    with fastio_dataset(copies, copy, **knobs) as ds:
         for _ in ds.batches(batch):
             pass
         samples = payload = 0
         started = time.perf_counter()
         for columns in ds.batches(batch):
             samples += columns.num_rows
-            payload += pc.sum(pc.binary_length(columns.column("bin"))).as_py()
+            payload += _column_bytes(columns, name)
         return samples, payload, time.perf_counter() - started
 
 
-def fastio_samples_second_epoch(copies: dict[str, Any], **knobs: Any
+def fastio_samples_second_epoch(copies: dict[str, Any], copy: str = "webdataset", **knobs: Any
                                 ) -> tuple[int, int | None, float]:  # fmt: skip
     """Per sample, the second epoch of one process (see fastio_batches_second_epoch)."""
-    with fastio_dataset(copies, **knobs) as ds:
+    name = PAYLOAD[copy]
+    with fastio_dataset(copies, copy, **knobs) as ds:
         for _ in ds:
             pass
         samples = payload = 0
         started = time.perf_counter()
         for sample in ds:
             samples += 1
-            payload += len(sample["bin"])
+            payload += _payload_length(sample[name])
         return samples, payload, time.perf_counter() - started
 
 
@@ -578,6 +578,20 @@ METHODS = [
         "fastio tfrecord batches shuffled",
         "tfrecord",
         lambda c: fastio_batches(c, "tfrecord", LOADER_BATCH, shuffle=True),
+        imports="webdataset",
+    ),
+    Method(
+        "fastio tfrecord epoch 2",
+        "tfrecord",
+        lambda c: fastio_samples_second_epoch(c, "tfrecord"),
+        ("warm",),
+        imports="webdataset",
+    ),
+    Method(
+        "fastio tfrecord batches epoch 2",
+        "tfrecord",
+        lambda c: fastio_batches_second_epoch(c, LOADER_BATCH, "tfrecord"),
+        ("warm",),
         imports="webdataset",
     ),
     Method("tfrecord", "tfrecord", tfrecord_package),
@@ -898,9 +912,17 @@ def targets(cells: list[Cell]) -> list[dict[str, Any]]:
             [("", "fastio tfrecord", "tfrecord")],
         ),
         *warm_rates(
-            "{case}, warm: fastio .batches(256) samples/s >= per-sample iteration",
+            "{case}, warm: fastio {name}.batches(256) samples/s >= per-sample iteration",
             1.0,
-            [("", "fastio batches 256", "fastio")],
+            [
+                ("", "fastio batches 256", "fastio"),
+                ("TFRecord ", "fastio tfrecord batches", "fastio tfrecord"),
+                (
+                    "TFRecord (epoch 2) ",
+                    "fastio tfrecord batches epoch 2",
+                    "fastio tfrecord epoch 2",
+                ),
+            ],
         ),
         *warm_rates(
             "{case}, warm, shuffled: fastio {name}.batches(256) >= per-sample iteration",
