@@ -15,7 +15,7 @@ import fastio
 from fastio._native import scan_tfrecords
 from fastio.formats import TFRecordWriter, example_parts
 from fastio.formats._layout import _plain, batch_of
-from tests.formats.test_tfrecord import write_examples
+from tests.formats.test_tfrecord import wire_field, write_examples
 
 
 def as_batch(samples: list[dict]) -> pa.RecordBatch:
@@ -51,6 +51,35 @@ def test_example_batches_equal_the_samples(tmp_path, shards: list[str], verify: 
     expected = as_batch(samples)
     assert joined.schema == expected.schema
     assert joined.equals(expected)
+
+
+@pytest.mark.parametrize("read_size", ["1MiB", "64KiB"])
+def test_a_batch_untyped_midway_holds_every_row(tmp_path, read_size: str) -> None:
+    """An example whose feature has no value list (pyarrow types it, fastio's
+    columns do not) in the middle of a batch built from several reads: the
+    batch goes on from the rows already built, and every batch equals
+    pyarrow's inference over its samples."""
+    no_values = wire_field(1, 2, b"image") + wire_field(2, 2, b"")  # a Feature, no list
+    odd = wire_field(1, 2, wire_field(1, 2, no_values))
+    path = tmp_path / "train-0.tfrecord"
+    with path.open("wb") as file, TFRecordWriter(file) as writer:
+        for number in range(20):
+            if number == 10:
+                writer.write(odd)
+            else:
+                writer.write(*example_parts({"image": bytes([number]) * 30_000,
+                                             "label": number}))  # fmt: skip
+    options = {"format": "tfrecord", "shuffle": False, "index_dir": tmp_path / "index",
+               "read_size": read_size}  # fmt: skip
+    with fastio.Dataset(str(path), **options) as dataset:
+        samples = list(dataset)
+        batches = list(dataset.batches(7))
+    assert [b.num_rows for b in batches] == [7, 7, 6]
+    for number, batch in enumerate(batches):
+        batch.validate(full=True)
+        assert batch.equals(batch_of(samples[7 * number : 7 * number + 7]))
+    assert batches[1].column("image").to_pylist()[3] == []  # the odd one, in its place
+    assert batches[1].column("label").to_pylist()[3] is None
 
 
 @pytest.mark.parametrize(
