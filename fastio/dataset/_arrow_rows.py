@@ -3,7 +3,7 @@ spans record batches (or row groups, or files) are copied into the batch's
 own buffers when each arrives, not kept until the batch is complete and
 joined then. The copies are the same (each value once), but the record batch
 a part came from is let go at once: read zero-copy from an Arrow IPC file, it
-pins the reader's buffer it lies in (a 16 MiB buffer for a 12 MB record
+pins the reader's buffer it lies in (a 12 MiB buffer for a 12 MB record
 batch), and a batch that spans three files would otherwise pin three.
 
 Columns of fixed-width primitive types and binary or string columns (32- or

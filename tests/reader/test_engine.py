@@ -305,6 +305,28 @@ def test_a_pool_faults_in_the_buffer_it_hands_out_and_the_spares_as_they_are_tak
     assert _resident_bytes(first.address, region) >= 32 * size
 
 
+def test_a_read_past_a_huge_page_takes_whole_huge_pages_not_the_next_power_of_two() -> None:
+    """A 12 MB record batch read whole takes a 12 MiB buffer (16 MiB faulted
+    in for it before); reads up to a huge page keep power-of-two classes.
+    A larger free buffer still serves a smaller read, and the buffer's pages
+    are what the pool counts as mapped."""
+    from fastio._native import HUGE_PAGE
+    from fastio.reader._buffers import BufferPool, bucket_size
+
+    assert [bucket_size(n) for n in (1, 4097, 65_537, HUGE_PAGE)] == [
+        4096, 8192, 128 << 10, HUGE_PAGE]  # fmt: skip
+    assert bucket_size(HUGE_PAGE + 1) == 2 * HUGE_PAGE
+    assert bucket_size(12_400_000) == 6 * HUGE_PAGE
+    pool = BufferPool(64 << 20)
+    batch = pool.take(12_400_000, populate=False)
+    assert len(batch) == 6 * HUGE_PAGE
+    assert pool.mapped_bytes == 6 * HUGE_PAGE
+    pool.give_back(batch)
+    smaller = pool.take(9_000_000, populate=False)  # the free 12 MiB one, nothing mapped
+    assert smaller.address == batch.address
+    assert pool.mapped_bytes == 6 * HUGE_PAGE
+
+
 @pytest.mark.parametrize(("probes", "window"), [(32, 64 << 10), (4, 1 << 20), (1, 8 << 20)])
 def test_what_the_page_cache_holds_is_the_same_asked_either_way(tmp_path: Path, probes, window):
     """cachestat(2) and mincore(2) over a mapping count the same pages: a file
