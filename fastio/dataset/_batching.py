@@ -159,6 +159,8 @@ class _Carry:
 
     def add(self, rows: Any) -> None:
         self.rows += rows_of(rows)
+        if isinstance(rows, Part):
+            self._close_arrow()  # rows built before these come first
         if self.builds and isinstance(rows, Part) and not self.parts:
             if self.builder is None or self.builder.kind is not type(rows):
                 self._close_builder()

@@ -199,3 +199,30 @@ def test_batches_of_large_rows_across_files_are_the_files_rows(tmp_path, format:
         batch.validate(full=True)
     got = pa.Table.from_batches(batches)
     assert got.equals(pa.concat_tables(tables).combine_chunks())
+
+
+def test_rows_of_a_part_after_built_arrow_rows_keep_their_order() -> None:
+    """A shuffled batch may take a window's rows gathered as Arrow and then
+    a window's tar samples not copied yet: the batch holds them in that
+    order. (Gathered tar rows name their shard in a dictionary column, which
+    the Arrow builder leaves to the join.)"""
+    import io
+
+    import webdataset
+
+    from fastio._native import TarColumns
+    from fastio.formats._parts import TarPart
+
+    buffer = io.BytesIO()
+    with webdataset.TarWriter(buffer) as sink:
+        for number in range(4):
+            sink.write({"__key__": f"s{number}", "bin": bytes([number]) * 20_000})
+    collector = TarColumns()
+    assert collector.scan(buffer.getvalue(), True).rows == 4
+    part = TarPart.of(collector.detach(), "a.tar")
+    carry = _Carry(8)
+    gathered = part.slice(0, 2).batch()
+    assert ArrowRows.building(pa, gathered, 8) is None  # the dictionary column
+    carry.add(gathered)
+    carry.add(part.slice(2, 2))
+    assert carry.take().equals(part.batch())
