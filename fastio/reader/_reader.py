@@ -544,11 +544,32 @@ class Reader:
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True) and getattr(self, "_pid", None) == os.getpid():
-            background = self._background
-            if background is None or not background.loop.is_closed():
-                # An abandoned reader still owns threads and descriptors.
-                with contextlib.suppress(Exception):
-                    self.close()
+            # An abandoned reader still owns threads and descriptors. The
+            # collector runs this on whichever thread it happens to run on,
+            # holding whatever that thread holds (a thread pool's lock, while
+            # it starts a worker, which this reader's shutdown needs to stop
+            # its own pools): so nothing here waits for the loop thread.
+            with contextlib.suppress(Exception):
+                self._close_soon()
+
+    def _close_soon(self) -> None:
+        """What :meth:`close` does, without waiting: the shutdown is queued
+        on the loop thread, which then stops."""
+        self._remotes.stop_downloads()
+        background = self._background
+        if background is None or not background.loop.is_running():
+            self._shutdown()  # no loop thread runs that could touch it meanwhile
+            return
+        loop = background.loop
+
+        def shutdown_and_stop() -> None:
+            try:
+                self._shutdown()
+            finally:
+                loop.stop()
+
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(shutdown_and_stop)
 
     def __repr__(self) -> str:
         s = self._settings

@@ -151,3 +151,42 @@ def test_a_call_the_closing_loop_drops_runs_on_the_caller() -> None:
     assert outcome == ["done"]
     assert ran_on == [caller.name]
     assert loop.is_closed()
+
+
+COLLECTED_READER = """
+import gc, os, sys, threading
+import fastio
+
+path = sys.argv[1]
+with open(path, "wb") as out:
+    out.write(os.urandom(1 << 20))
+reader = fastio.Reader(read_size=64 << 10)
+assert sum(len(c.data) for c in reader.stream([path])) == 1 << 20  # its loop thread runs
+background = reader._background
+held = threading.Event()
+# The loop thread waits for what this thread holds: as when the collector
+# runs on a thread that holds a thread pool's lock (starting a worker), and
+# the reader's shutdown on the loop thread needs that lock to stop its pools.
+background.loop.call_soon_threadsafe(held.wait)
+hang = threading.Timer(60, lambda: (print("HANG: the collected reader waited for its loop",
+                                          flush=True), os._exit(3)))
+hang.daemon = True
+hang.start()
+del reader
+gc.collect()
+hang.cancel()
+held.set()
+background.thread.join(60)
+assert not background.thread.is_alive()  # the reader was shut down, its loop stopped
+print("OK", flush=True)
+"""
+
+
+def test_a_collected_reader_does_not_wait_for_its_loop(tmp_path) -> None:
+    """An abandoned reader is closed by the garbage collector on whatever
+    thread it runs: it queues its shutdown on its loop thread and returns,
+    and the loop thread shuts it down and stops once it gets there."""
+    result = subprocess.run([sys.executable, "-c", COLLECTED_READER, str(tmp_path / "data.bin")],
+                            capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "OK"
