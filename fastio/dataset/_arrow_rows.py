@@ -101,14 +101,14 @@ class _Column:
 
 class ArrowRows:
     """The rows of one batch of up to ``capacity`` rows, of one schema,
-    copied in part by part (see the module)."""
+    copied in part by part (see the module); made by :meth:`building`."""
 
-    def __init__(self, pa: Any, schema: Any, capacity: int) -> None:
+    def __init__(self, pa: Any, schema: Any, kinds: list[tuple[str, np.dtype]],
+                 capacity: int) -> None:  # fmt: skip
         self._pa = pa
         self.schema = schema
         self.capacity = capacity
         self.num_rows = 0
-        kinds = [_column_kind(pa, field.type) for field in schema]
         self._kinds = kinds
         self._columns = self._fresh()
 
@@ -116,13 +116,13 @@ class ArrowRows:
     def building(cls, pa: Any, part: Any, capacity: int) -> ArrowRows | None:
         """A builder for batches of ``part``'s schema, or None where its
         columns are not built here."""
-        rows = cls(pa, part.schema, capacity)
-        return rows if rows._columns is not None else None
+        kinds = [_column_kind(pa, field.type) for field in part.schema]
+        known = [kind for kind in kinds if kind is not None]
+        return cls(pa, part.schema, known, capacity) if len(known) == len(kinds) else None
 
     def takes(self, part: Any) -> bool:
         """Whether ``part`` (a record batch) can be added: its schema, no
         nulls, room for its rows and for its values."""
-        assert self._columns is not None
         return (
             type(part) is self._pa.RecordBatch
             and self.num_rows + part.num_rows <= self.capacity
@@ -133,7 +133,6 @@ class ArrowRows:
 
     def add(self, part: Any) -> None:
         """Copies the rows of ``part`` (see :meth:`takes`) in after the rows so far."""
-        assert self._columns is not None
         rows = part.num_rows
         for column, array in zip(self._columns, part.columns, strict=True):
             column.add(self._pa, array, self.num_rows, rows, self.capacity)
@@ -141,7 +140,6 @@ class ArrowRows:
 
     def take(self) -> Any:
         """The rows added as one record batch; the builder is empty again."""
-        assert self._columns is not None
         pa, rows = self._pa, self.num_rows
         arrays = [column.array(pa, field.type, rows)
                   for column, field in zip(self._columns, self.schema, strict=True)]  # fmt: skip
@@ -150,7 +148,5 @@ class ArrowRows:
         self.num_rows = 0
         return batch
 
-    def _fresh(self) -> list[_Column] | None:
-        if any(kind is None for kind in self._kinds):
-            return None
-        return [_Column(*kind) for kind in self._kinds if kind is not None]
+    def _fresh(self) -> list[_Column]:
+        return [_Column(*kind) for kind in self._kinds]

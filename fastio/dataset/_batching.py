@@ -161,16 +161,16 @@ class _Carry:
         self.rows += rows_of(rows)
         if isinstance(rows, Part):
             self._close_arrow()  # rows built before these come first
-        if self.builds and isinstance(rows, Part) and not self.parts:
-            if self.builder is None or self.builder.kind is not type(rows):
-                self._close_builder()
-                self.builder = type(rows).building(self.size)
-            if self.builder is not None:
-                rest = self.builder.add(rows)
-                if rest is not None:
+            if self.builds and not self.parts:
+                if self.builder is None or self.builder.kind is not type(rows):
                     self._close_builder()
-                    self.parts.append(rest)
-                return
+                    self.builder = type(rows).building(self.size)
+                if self.builder is not None:
+                    rest = self.builder.add(rows)
+                    if rest is not None:
+                        self._close_builder()
+                        self.parts.append(rest)
+                    return
         self._close_builder()
         if self.builds and not self.parts and self._arrow_takes(rows):
             assert self.arrow is not None
@@ -201,9 +201,10 @@ class _Carry:
             return arrow.takes(rows)
         if not rows.num_rows or rows.nbytes < _BUILT_ROW_BYTES * rows.num_rows:
             return False
-        if arrow is None or not arrow.takes(rows):
-            arrow = self.arrow = ArrowRows.building(pa, rows, self.size)
-        return arrow is not None and arrow.takes(rows)
+        if arrow is not None and arrow.takes(rows):
+            return True
+        self.arrow = ArrowRows.building(pa, rows, self.size)
+        return self.arrow is not None and self.arrow.takes(rows)
 
     def _close_builder(self) -> None:
         builder = self.builder

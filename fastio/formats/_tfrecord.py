@@ -372,9 +372,9 @@ class _ExampleBuilder(PartBuilder):
 
     def add(self, part: Part) -> Part | None:
         for records, first, rows, _ in part.spans:
-            if self._parsed is None and self._batch.add(records, first, rows):
-                continue
             if self._parsed is None:
+                if self._batch.add(records, first, rows):
+                    continue
                 self._parsed = _as_parsed(arrow().record_batch(self._batch.take()))
             self._parsed += [parse_example(record) for _, record in records.records(first, rows)]
         return None

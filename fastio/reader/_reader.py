@@ -568,8 +568,7 @@ class Reader:
             finally:
                 loop.stop()
 
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(shutdown_and_stop)
+        loop.call_soon_threadsafe(shutdown_and_stop)
 
     def __repr__(self) -> str:
         s = self._settings

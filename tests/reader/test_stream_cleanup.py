@@ -84,17 +84,23 @@ on_loop_thread(stream.close)
 }
 
 
+def _run(script: str, tmp_path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter (its file's path as argv[1]): exit 0 or fail."""
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data.bin")],
+                            capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_stream_cleanup_on_the_loop_thread_does_not_wait_for_the_loop(tmp_path, case) -> None:
-    script = textwrap.dedent(PRELUDE) + CASES[case] + CHECK_AFTER
-    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data.bin")],
-                            capture_output=True, text=True, timeout=240)  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = _run(textwrap.dedent(PRELUDE) + CASES[case] + CHECK_AFTER, tmp_path, 240)
     assert result.stdout.strip() == "OK"
 
 
-STOPPED_LOOP = """
-import os, sys, threading
+# A reader whose loop thread runs, over a file of 1 MiB.
+RUNNING_READER = """
+import gc, os, sys, threading
 import fastio
 
 path = sys.argv[1]
@@ -102,6 +108,12 @@ with open(path, "wb") as out:
     out.write(os.urandom(1 << 20))
 reader = fastio.Reader(read_size=64 << 10)
 assert sum(len(c.data) for c in reader.stream([path])) == 1 << 20  # its loop thread runs
+"""
+
+
+STOPPED_LOOP = (
+    RUNNING_READER
+    + """
 loop, busy = reader._background.loop, threading.Event()
 loop.call_soon_threadsafe(busy.wait)  # the loop is busy, then stops (as on an interpreter
 loop.call_soon_threadsafe(loop.stop)  # shutting down) before it runs the next stream's reading
@@ -112,14 +124,13 @@ try:
 except fastio.ReaderClosedError as error:
     print("RAISED", error, flush=True)
 """
+)
 
 
 def test_a_stream_whose_loop_stopped_before_its_reading_ran_does_not_hang(tmp_path) -> None:
     """The loop may or may not run the stream's reading as it winds down
     (a race); when it does not, the consumer hears so instead of waiting."""
-    result = subprocess.run([sys.executable, "-c", STOPPED_LOOP, str(tmp_path / "data.bin")],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = _run(STOPPED_LOOP, tmp_path, 60)
     assert result.stdout.split(" ", 1)[0].strip() in ("RAISED", "DELIVERED"), result.stdout
 
 
@@ -153,15 +164,9 @@ def test_a_call_the_closing_loop_drops_runs_on_the_caller() -> None:
     assert loop.is_closed()
 
 
-COLLECTED_READER = """
-import gc, os, sys, threading
-import fastio
-
-path = sys.argv[1]
-with open(path, "wb") as out:
-    out.write(os.urandom(1 << 20))
-reader = fastio.Reader(read_size=64 << 10)
-assert sum(len(c.data) for c in reader.stream([path])) == 1 << 20  # its loop thread runs
+COLLECTED_READER = (
+    RUNNING_READER
+    + """
 background = reader._background
 held = threading.Event()
 # The loop thread waits for what this thread holds: as when the collector
@@ -180,13 +185,12 @@ background.thread.join(60)
 assert not background.thread.is_alive()  # the reader was shut down, its loop stopped
 print("OK", flush=True)
 """
+)
 
 
 def test_a_collected_reader_does_not_wait_for_its_loop(tmp_path) -> None:
     """An abandoned reader is closed by the garbage collector on whatever
     thread it runs: it queues its shutdown on its loop thread and returns,
     and the loop thread shuts it down and stops once it gets there."""
-    result = subprocess.run([sys.executable, "-c", COLLECTED_READER, str(tmp_path / "data.bin")],
-                            capture_output=True, text=True, timeout=180)  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = _run(COLLECTED_READER, tmp_path, 180)
     assert result.stdout.strip() == "OK"
