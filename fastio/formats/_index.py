@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import os
 import posixpath
@@ -89,7 +90,12 @@ SET_SUFFIX = ".fastio-dataset.npz"
 index name, nor a shard cache's file name."""
 _META_BYTES = 2048  # the npz container and its metadata (about 1,200 bytes and the URL)
 _FINGERPRINT_BYTES = 4096
-_VERSION = 2
+_VERSION = 3
+_READ_VERSIONS = (2, 3)
+# A shard's fields in an index file (each a list, one entry per shard), with
+# what a version 2 file's entry means where it lacks one.
+_FIELDS: dict[str, Any] = {"url": None, "format": None, "size": None, "version": None,
+                           "change": 0, "fingerprint": "", "count": None}  # fmt: skip
 
 UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 """What reading a damaged, truncated or foreign index file raises."""
@@ -122,20 +128,16 @@ class ShardIndex:
         shard when it is as this index found it."""
         return self.size, self.version, self.change
 
-    def meta(self, url: str | None = None) -> dict[str, Any]:
-        return {"url": self.url if url is None else url, "format": self.format,
-                "size": self.size, "version": self.version, "change": self.change,
-                "fingerprint": self.fingerprint, "count": len(self)}  # fmt: skip
-
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically: a crash never leaves a torn index that is later read."""
         path = Path(path)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(handle, "wb") as out:
-                meta = {"version": _VERSION, "shards": [self.meta(_relative(self.url, str(path)))]}
-                np.savez(out, starts=self.starts, ends=self.ends,
-                         meta=np.array(json.dumps(meta)))  # fmt: skip
+                # Version 2, which every fastio reads: the index folder is shared
+                # by the versions installed on a machine, and one file per shard
+                # gains nothing from version 3.
+                out.write(_index_file([self], [_relative(self.url, str(path))], version=2))
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)
@@ -503,6 +505,31 @@ class IndexStore:
             _write_atomically(path, index.to_bytes(str(path)))
 
 
+def _index_file(shards: Sequence[ShardIndex], names: Sequence[str], version: int = _VERSION
+                ) -> bytes:  # fmt: skip
+    """The bytes of an index file of ``shards``, named ``names`` in it: their
+    offsets concatenated, and their fields in JSON, a list each (version 3),
+    or an object per shard (version 2, whose keys took most of a dataset
+    index's bytes and of the time to read it)."""
+    fields = {"url": list(names), "format": [index.format for index in shards],
+              "size": [index.size for index in shards],
+              "version": [index.version for index in shards],
+              "change": [index.change for index in shards],
+              "fingerprint": [index.fingerprint for index in shards],
+              "count": [len(index) for index in shards]}  # fmt: skip
+    listed: Any = fields
+    if version == 2:
+        listed = [dict(zip(fields, entry, strict=True))
+                  for entry in zip(*fields.values(), strict=True)]  # fmt: skip
+    meta = json.dumps({"version": version, "shards": listed}, separators=(",", ":"))
+    empty = [np.zeros(0, np.uint64)]
+    buffer = io.BytesIO()
+    np.savez(buffer, starts=np.concatenate([index.starts for index in shards] or empty),
+             ends=np.concatenate([index.ends for index in shards] or empty),
+             meta=np.array(meta))  # fmt: skip
+    return buffer.getvalue()
+
+
 @dataclass(frozen=True)
 class DatasetIndex:
     """Every shard's index in one file (see the module). ``shards`` hold their
@@ -512,16 +539,7 @@ class DatasetIndex:
     shards: list[ShardIndex]
 
     def to_bytes(self, location: str) -> bytes:
-        names = [_relative(index.url, location) for index in self.shards]
-        meta = {"version": _VERSION,
-                "shards": [index.meta(name) for index, name in zip(self.shards, names,
-                                                                   strict=True)]}  # fmt: skip
-        starts = [index.starts for index in self.shards] or [np.zeros(0, np.uint64)]
-        ends = [index.ends for index in self.shards] or [np.zeros(0, np.uint64)]
-        buffer = io.BytesIO()
-        np.savez(buffer, starts=np.concatenate(starts), ends=np.concatenate(ends),
-                 meta=np.array(json.dumps(meta)))  # fmt: skip
-        return buffer.getvalue()
+        return _index_file(self.shards, [_relative(index.url, location) for index in self.shards])
 
     @classmethod
     def read(cls, data: bytes, location: str) -> DatasetIndex:
@@ -530,21 +548,29 @@ class DatasetIndex:
         index of this version."""
         stored = _npz_arrays(data)
         meta = json.loads(str(stored["meta"]))
-        if meta.get("version") != _VERSION:
-            raise ValueError(f"{location}: index version {meta.get('version')}, "
-                             f"not {_VERSION}")  # fmt: skip
+        made = meta.get("version")
+        if made not in _READ_VERSIONS:
+            raise ValueError(f"{location}: index version {made}, not {_VERSION}")
+        shards = meta["shards"]
+        if made == 2:
+            shards = {field: [entry.get(field, default) for entry in shards]
+                      for field, default in _FIELDS.items()}  # fmt: skip
+        columns = [shards[field] for field in _FIELDS]
+        urls, _, _, _, _, _, counts = columns
+        if any(len(column) != len(urls) for column in columns):
+            raise ValueError(f"{location}: the index's fields differ in length")
         starts, ends = stored["starts"], stored["ends"]
-        shards, at = [], 0
+        bounds = [0, *itertools.accumulate(int(count) for count in counts)]
+        if bounds[-1] != len(starts) or len(ends) != len(starts):
+            raise ValueError(f"{location}: the index counts {bounds[-1]} samples, "
+                             f"holds {len(starts)}")  # fmt: skip
         folder = posixpath.dirname(index_key(location))  # once: a dataset's index names thousands
-        for entry in meta["shards"]:
-            count = int(entry["count"])
-            shards.append(ShardIndex(
-                _resolved(entry["url"], folder), entry["format"], int(entry["size"]),
-                int(entry["version"]), starts[at : at + count], ends[at : at + count],
-                int(entry.get("change", 0)), entry.get("fingerprint", ""),
-            ))  # fmt: skip
-            at += count
-        return cls(shards)
+        return cls([
+            ShardIndex(_resolved(url, folder), kind, int(size), int(version), starts[a:b],
+                       ends[a:b], int(change), fingerprint)
+            for url, kind, size, version, change, fingerprint, a, b in zip(
+                *columns[:6], bounds[:-1], bounds[1:], strict=True)
+        ])  # fmt: skip
 
     def lookup(self) -> dict[str, ShardIndex]:
         """The shards' indexes by URL (local paths made absolute)."""

@@ -34,9 +34,12 @@ from fastio.formats._index import (
     DATASET_INDEX,
     INDEX_SUFFIX,
     UNREADABLE,
+    DatasetIndex,
     Locator,
     ShardIndex,
+    _index_file,
     _npz_arrays,
+    _relative,
     _stored_members,
     build_index,
     dataset_index_location,
@@ -409,3 +412,82 @@ def test_shards_no_folder_holds_all_look_for_the_dataset_index_by_its_name() -> 
     looked for, as for shards named without one."""
     assert dataset_index_location(["/data/a.tar", "s3://bucket/b.tar"]) == DATASET_INDEX
     assert dataset_index_location(["s3://one/a.tar", "gs://two/b.tar"]) == DATASET_INDEX
+
+
+_SHARD_INDEXES = st.lists(
+    st.tuples(
+        st.sampled_from(["a.tar", "sub/b.tar", "/elsewhere/c.tar", "s3://bucket/d.tar"]),
+        st.sampled_from(["tar", "tfrecord", "jsonl"]),
+        st.integers(0, 2**40),  # size
+        st.integers(0, 2**70),  # version: an ETag of digits may pass 64 bits
+        st.integers(0, 2**63 - 1),  # change stamp
+        st.sampled_from(["", "0f" * 16]),
+        st.lists(st.integers(0, 2**20), max_size=5),
+    ),
+    max_size=6,
+)
+
+
+def _indexes(entries: list[Any]) -> list[ShardIndex]:
+    indexes = []
+    for url, kind, size, version, change, fingerprint, lengths in entries:
+        ends = np.cumsum(np.asarray(lengths, np.uint64), dtype=np.uint64)
+        starts = ends - np.asarray(lengths, np.uint64)
+        full = url if "://" in url or url.startswith("/") else f"/data/{url}"
+        indexes.append(ShardIndex(full, kind, size, version, starts, ends, change, fingerprint))
+    return indexes
+
+
+@settings(max_examples=60, deadline=None)
+@given(_SHARD_INDEXES, st.sampled_from([2, 3]))
+def test_a_dataset_index_reads_back_as_written_in_either_version(entries, version) -> None:
+    """Version 3 (what is written) keeps each field as one list; version 2
+    (what earlier releases wrote) an object per shard: both read back to the
+    same shards, each named as given, samples and stamps alike."""
+    location = "/data/dataset.fastio-index.npz"
+    indexes = _indexes(entries)
+    names = [_relative(index.url, location) for index in indexes]
+    data = _index_file(indexes, names, version=version)
+    if version == 3:
+        assert data == DatasetIndex(indexes).to_bytes(location)
+    got = DatasetIndex.read(data, location).shards
+    assert len(got) == len(indexes)
+    for back, index in zip(got, indexes, strict=True):
+        fields = ("url", "format", "size", "version", "change", "fingerprint")
+        assert [getattr(back, f) for f in fields] == [getattr(index, f) for f in fields]
+        np.testing.assert_array_equal(back.starts, index.starts)
+        np.testing.assert_array_equal(back.ends, index.ends)
+
+
+def test_a_dataset_index_whose_fields_disagree_is_refused() -> None:
+    """Counts that do not add up to the offsets held, or fields of different
+    lengths, make a damaged index: refused, not read with samples shifted."""
+    indexes = _indexes([("a.tar", "tar", 10, 1, 2, "", [3, 4]), ("b.tar", "tar", 9, 1, 2, "", [5])])
+    location = "/data/dataset.fastio-index.npz"
+    data = DatasetIndex(indexes).to_bytes(location)
+    stored = _npz_arrays(data)
+    meta = json.loads(str(stored["meta"]))
+    assert meta["version"] == 3
+    assert meta["shards"]["count"] == [2, 1]
+    for change in ({"count": [2, 2]}, {"size": [10]}):
+        bad = {**meta, "shards": {**meta["shards"], **change}}
+        buffer = io.BytesIO()
+        np.savez(buffer, starts=stored["starts"], ends=stored["ends"],
+                 meta=np.array(json.dumps(bad)))  # fmt: skip
+        with pytest.raises(ValueError, match="index"):
+            DatasetIndex.read(buffer.getvalue(), location)
+
+
+def test_a_shard_s_own_index_file_stays_in_the_version_every_release_reads(tmp_path) -> None:
+    """The index folder is shared by whatever fastio versions a machine has:
+    a shard's own file is written in version 2, one object for the shard."""
+    [index] = _indexes([("a.tar", "tar", 10, 1, 2, "ab" * 16, [3, 4])])
+    path = tmp_path / ("shard" + INDEX_SUFFIX)
+    index.save(path)
+    meta = json.loads(str(_npz_arrays(path.read_bytes())["meta"]))
+    assert meta["version"] == 2
+    assert meta["shards"][0]["count"] == 2
+    assert meta["shards"][0]["fingerprint"] == "ab" * 16
+    back = ShardIndex.load(path)
+    assert (back.url, back.size, back.change) == (index.url, 10, 2)
+    np.testing.assert_array_equal(back.ends, index.ends)
