@@ -287,12 +287,23 @@ class Remotes:
         in_flight = max(1, self.settings.outstanding_requests // max(1, self.prefetcher.count))
         cancelled = threading.Event()  # ends fastio's HTTP requests still running
         submit: Callable[[int, int], Future[tuple[Any, OSError | None]]]
+        written: Callable[[Any], None] | None = None
         if self._http_usable(fs, url):
             assert self._http_pool is not None
             pool = self._http_pool
+            # Each range is received into a buffer a range written before it
+            # gave back: a fresh one costs a zeroing and a page fault per 4 KiB,
+            # which with the copy into the file made most of a download's CPU.
+            spare: deque[bytearray] = deque()
 
             def submit(offset: int, length: int) -> Future[tuple[Any, OSError | None]]:
-                return pool.submit(self._get_range, url, offset, length, cancelled)
+                while spare and len(spare[0]) < length:
+                    spare.popleft()  # a first range's, smaller than the rest
+                into = spare.popleft() if spare else bytearray(length)
+                return pool.submit(self._get_range, url, offset, length, cancelled, into)
+
+            def written(data: Any) -> None:
+                spare.append(data.obj)
 
         elif getattr(fs, "async_impl", False) and in_flight > 1:
             from fsspec.asyn import get_loop
@@ -308,18 +319,20 @@ class Remotes:
                 file.write(self._read_sync(fs, path, url, offset, length))
             return
         try:
-            self._download_ranges(url, file, ranges, in_flight, submit)
+            self._download_ranges(url, file, ranges, in_flight, submit, written)
         finally:
             cancelled.set()
 
     def _download_ranges(
         self, url: str, file: Download, ranges: list[tuple[int, int]], in_flight: int,
         submit: Callable[[int, int], Future[tuple[Any, OSError | None]]],
+        written: Callable[[Any], None] | None = None,
     ) -> None:  # fmt: skip
         """``in_flight`` of ``ranges`` requested at once (``submit(offset,
         length)`` starts one: its future gives the bytes and the error), written
-        in order. The first goes alone: a reader following the download waits
-        for it, and requests sent together reach the server in any order."""
+        in order (``written(bytes)`` after each). The first goes alone: a
+        reader following the download waits for it, and requests sent together
+        reach the server in any order."""
         stopping = self.prefetcher.stopping
         pending: deque[Future[tuple[Any, OSError | None]]] = deque()
         upcoming = iter(ranges)
@@ -347,6 +360,8 @@ class Remotes:
                 if error is not None:
                     raise error
                 file.write(data)
+                if written is not None:
+                    written(data)
                 first = False
         finally:
             for future in pending:
@@ -441,10 +456,11 @@ class Remotes:
         threading.Thread(target=start, name="fastio-http-warm", daemon=True).start()
 
     def _get_range(
-        self, url: str, offset: int, length: int, cancelled: threading.Event
+        self, url: str, offset: int, length: int, cancelled: threading.Event, into: bytearray
     ) -> tuple[memoryview, OSError | None]:
-        """:meth:`_get_into` a fresh buffer: the bytes that arrived and the error."""
-        data = memoryview(bytearray(length))
+        """:meth:`_get_into` ``into`` (at least ``length`` bytes): a view of the
+        bytes that arrived, and the error."""
+        data = memoryview(into)[:length]
         count, error = self._get_into(url, offset, length, data, cancelled)
         return data[:count], error
 

@@ -8,6 +8,7 @@ import contextlib
 import os
 import random
 import sqlite3
+import time
 
 import pytest
 from hypothesis import given
@@ -228,6 +229,46 @@ def test_remote_shards_are_served_from_the_shard_cache(http, tars, tmp_path) -> 
     assert [key_of("webdataset", s) for s in same] == [
         key_of("webdataset", s) for s in fastio.Dataset(tars.pattern, seed=2).index()
     ]
+
+
+def test_a_shard_downloaded_in_many_ranges_at_once_is_cached_byte_for_byte(
+    http, folder, tmp_path
+) -> None:
+    """A download of 4 MiB ranges, several in flight, each received into a
+    buffer an earlier range gave back once written: the copy on disk and the
+    samples read while it downloads are the shard's own bytes."""
+    import webdataset
+
+    rng = random.Random(7)
+    payloads = [rng.randbytes(rng.randrange(200_000, 900_000)) for _ in range(48)]
+    path = folder / "many-ranges.tar"
+    with webdataset.TarWriter(str(path)) as writer:
+        for number, payload in enumerate(payloads):
+            writer.write({"__key__": f"s{number:03d}", "bin": payload})
+    assert path.stat().st_size > 6 * (4 << 20)  # ranges of 256 KiB doubling to 4 MiB, then 4 MiB
+    # Answers come back out of order, each after its own delay: ranges are
+    # received while those before them wait to be written.
+    delays = random.Random(3)
+    release: dict[int, float] = {}
+
+    def held(name: str, start: int) -> bool:
+        now = time.monotonic()
+        return now < release.setdefault(start, now + delays.uniform(0, 0.08))
+
+    http.faults.hold = held
+    dataset = fastio.Dataset(http.url("many-ranges.tar"), format="webdataset",
+                             shuffle=False,
+                             index_dir=tmp_path / "index", cache_dir=tmp_path / "cache",
+                             cache_bytes=1 << 30, outstanding_requests=8)  # fmt: skip
+    with dataset:
+        assert [bytes(sample["bin"]) for sample in dataset] == payloads
+        assert dataset.cache is not None
+        assert dataset.cache.stats()["bytes_downloaded"] == path.stat().st_size
+    copies = [entry.path for entry in os.scandir(tmp_path / "cache")
+              if entry.is_file() and entry.stat().st_size == path.stat().st_size]  # fmt: skip
+    assert len(copies) == 1
+    with open(copies[0], "rb") as copy:
+        assert copy.read() == path.read_bytes()
 
 
 @pytest.mark.parametrize("prefetch", [0, 2])
