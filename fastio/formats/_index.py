@@ -31,6 +31,7 @@ matches is not used.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import itertools
@@ -397,7 +398,15 @@ def _problem(error: BaseException) -> str:
 
 def default_index_dir() -> Path:
     """Where shard indexes go unless told: ``$XDG_CACHE_HOME/fastio/index``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return _index_dir_for(os.environ.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=8)
+def _index_dir_for(cache_home: str | None, home: str | None) -> Path:
+    # Made once per environment: a never-seen dataset asks for each shard's
+    # index before its first sample, and making the path took longer than
+    # looking for the file.
+    base = cache_home or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "fastio" / "index"
 
 

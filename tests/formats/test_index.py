@@ -491,3 +491,17 @@ def test_a_shard_s_own_index_file_stays_in_the_version_every_release_reads(tmp_p
     back = ShardIndex.load(path)
     assert (back.url, back.size, back.change) == (index.url, 10, 2)
     np.testing.assert_array_equal(back.ends, index.ends)
+
+
+def test_the_default_index_folder_follows_the_environment(monkeypatch, tmp_path) -> None:
+    """Made once per environment, yet a changed XDG_CACHE_HOME or HOME moves it."""
+    from fastio.formats._index import default_index_dir
+
+    for name in ("a", "b", "a"):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / name))
+        assert default_index_dir() == tmp_path / name / "fastio" / "index"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_index_dir() == tmp_path / "home" / ".cache" / "fastio" / "index"
+    monkeypatch.setenv("XDG_CACHE_HOME", "")  # empty: as unset
+    assert default_index_dir() == tmp_path / "home" / ".cache" / "fastio" / "index"
