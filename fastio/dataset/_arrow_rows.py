@@ -15,7 +15,7 @@ from its parts (``pyarrow.concat_batches``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -117,8 +117,9 @@ class ArrowRows:
         """A builder for batches of ``part``'s schema, or None where its
         columns are not built here."""
         kinds = [_column_kind(pa, field.type) for field in part.schema]
-        known = [kind for kind in kinds if kind is not None]
-        return cls(pa, part.schema, known, capacity) if len(known) == len(kinds) else None
+        if None in kinds:
+            return None
+        return cls(pa, part.schema, cast("list[tuple[str, np.dtype]]", kinds), capacity)
 
     def takes(self, part: Any) -> bool:
         """Whether ``part`` (a record batch) can be added: its schema, no

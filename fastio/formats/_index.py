@@ -564,21 +564,21 @@ class DatasetIndex:
         if made == 2:
             shards = {field: [entry.get(field, default) for entry in shards]
                       for field, default in _FIELDS.items()}  # fmt: skip
-        columns = [shards[field] for field in _FIELDS]
-        urls, _, _, _, _, _, counts = columns
-        if any(len(column) != len(urls) for column in columns):
+        if len({len(shards[field]) for field in _FIELDS}) > 1:
             raise ValueError(f"{location}: the index's fields differ in length")
         starts, ends = stored["starts"], stored["ends"]
-        bounds = [0, *itertools.accumulate(int(count) for count in counts)]
+        bounds = [0, *itertools.accumulate(int(count) for count in shards["count"])]
         if bounds[-1] != len(starts) or len(ends) != len(starts):
             raise ValueError(f"{location}: the index counts {bounds[-1]} samples, "
                              f"holds {len(starts)}")  # fmt: skip
         folder = posixpath.dirname(index_key(location))  # once: a dataset's index names thousands
+        fields = zip(shards["url"], shards["format"], shards["size"], shards["version"],
+                     shards["change"], shards["fingerprint"], bounds[:-1], bounds[1:],
+                     strict=True)  # fmt: skip
         return cls([
             ShardIndex(_resolved(url, folder), kind, int(size), int(version), starts[a:b],
                        ends[a:b], int(change), fingerprint)
-            for url, kind, size, version, change, fingerprint, a, b in zip(
-                *columns[:6], bounds[:-1], bounds[1:], strict=True)
+            for url, kind, size, version, change, fingerprint, a, b in fields
         ])  # fmt: skip
 
     def lookup(self) -> dict[str, ShardIndex]:
