@@ -55,6 +55,7 @@ class ShardLayouts:
     ) -> None:
         self.urls = list(urls)
         self.format = shard_format
+        self._records = shard_format if isinstance(shard_format, RecordFormat) else None
         self.reader = reader
         self.policy = policy
         self.layouts: list[Layout | None] = []
@@ -62,16 +63,17 @@ class ShardLayouts:
         """Record shards' indexes, where known (what a dataset index is made of)."""
         self.sizes: list[int] = []
         self.stamps: list[tuple[int, int, int]] = []  # size, version, change stamp
+        keys = [index_key(url) for url in self.urls]  # how indexes name the shards
         if self.urls and is_remote(self.urls[0]):
             # The dataset index is asked for while the shards' sizes are: one
             # round trip for both, not one after the other.
             with ThreadPoolExecutor(1, thread_name_prefix="fastio-index") as pool:
-                asked = pool.submit(self._dataset_index, index, storage_options)
+                asked = pool.submit(self._dataset_index, index, storage_options, keys)
                 reader().prefetch_info(self.urls)  # remote objects: one round trip for all
                 known = asked.result()
         else:
             reader().prefetch_info(self.urls)
-            known = self._dataset_index(index, storage_options)
+            known = self._dataset_index(index, storage_options, keys)
         if cache is not None:  # shards without an index are read in this order
             cache.plan(self.urls)
         records = self.record_format
@@ -91,12 +93,14 @@ class ShardLayouts:
         reusable = None if records is None else records.locator().reusable
         # Footers and the like are read ahead a group of shards at a time: one
         # wait per group, with a group's bytes held at once.
+        stamps = opener.stamps(self.urls)
         for first in range(0, len(self.urls), _PREFETCH_SHARDS):
             group = self.urls[first : first + _PREFETCH_SHARDS]
             shard_format.prefetch(opener, group)
-            for url in group:
+            for shard in range(first, first + len(group)):
                 self.indexes.append(None)
-                self.layouts.append(self._open(opener, url, known, reusable))
+                self.layouts.append(self._open(opener, self.urls[shard], keys[shard],
+                                               stamps[shard], known, reusable))  # fmt: skip
         shard_format.prefetch(opener, [])
         if (kept and self._reused < len(self.urls)) or self._restamped:
             self._keep_together()
@@ -108,13 +112,13 @@ class ShardLayouts:
 
     @property
     def record_format(self) -> RecordFormat | None:
-        return self.format if isinstance(self.format, RecordFormat) else None
+        return self._records
 
-    def _dataset_index(self, index: str | None, storage_options: dict[str, Any]
-                       ) -> dict[str, ShardIndex]:  # fmt: skip
+    def _dataset_index(self, index: str | None, storage_options: dict[str, Any],
+                       keys: list[str]) -> dict[str, ShardIndex]:  # fmt: skip
         if self.record_format is None:
             return {}
-        location = index if index is not None else dataset_index_location(self.urls)
+        location = index if index is not None else dataset_index_location(keys)
         try:
             found = DatasetIndex.fetch(location, storage_options)
         except IndexFileError as error:
@@ -126,28 +130,27 @@ class ShardLayouts:
             raise FileNotFoundError(2, "no dataset index there", index)
         return {} if found is None else found.lookup()
 
-    def _open(self, reader: Reader, url: str, known: dict[str, ShardIndex],
-              reusable: Callable[[str], bool] | None) -> Layout | None:  # fmt: skip
-        """The layout of ``url`` at open, None where only a read can find it.
-        ``reusable``: whether an index of a format (by its locator's name)
-        serves this dataset's reads."""
-        try:
-            stamp = reader.stamp(url)
-        except OSError as error:
-            stamp = (0, 0, 0)
+    def _open(self, reader: Reader, url: str, key: str, stamp: tuple[int, int, int] | OSError,
+              known: dict[str, ShardIndex], reusable: Callable[[str], bool] | None,
+              ) -> Layout | None:  # fmt: skip
+        """The layout of ``url`` (its :func:`index_key` ``key``) at open
+        (``stamp``: what it is now, or why that is not known), None where only
+        a read can find it. ``reusable``: whether an index of a format (by its
+        locator's name) serves this dataset's reads."""
+        if isinstance(stamp, OSError):
             self.sizes.append(0)
-            self.stamps.append(stamp)
-            self.policy.shard_left_out(error, url)
+            self.stamps.append((0, 0, 0))
+            self.policy.shard_left_out(stamp, url)
             return _empty_layout(url)
         self.sizes.append(stamp[0])
         self.stamps.append(stamp)
         try:
-            return self._layout_at_open(reader, url, known, stamp, reusable)
+            return self._layout_at_open(reader, url, key, known, stamp, reusable)
         except (OSError, DecodeError) as error:
             self.policy.shard_left_out(error, url)
             return _empty_layout(url)
 
-    def _layout_at_open(self, reader: Reader, url: str, known: dict[str, ShardIndex],
+    def _layout_at_open(self, reader: Reader, url: str, key: str, known: dict[str, ShardIndex],
                         stamp: tuple[int, int, int], reusable: Callable[[str], bool] | None,
                         ) -> Layout | None:  # fmt: skip
         records = self.record_format
@@ -157,7 +160,6 @@ class ShardLayouts:
                 # What the damage cost is lost; the layout holds the samples around it.
                 self.policy.failure(problem, problem.lost, f"shard {url} is laid out without it")
             return layout
-        key = index_key(url)
         entry = known.get(key) if known else None
         if entry is not None and entry.stamp != stamp:
             entry = self._kept_as_now(records, key, stamp) or entry

@@ -385,6 +385,27 @@ class Reader:
         status = os.stat(local_path(url))
         return status.st_size, status.st_mtime_ns, _change_stamp(status)
 
+    def stamps(self, urls: Sequence[str]) -> list[tuple[int, int, int] | OSError]:
+        """:meth:`stamp` of each of ``urls``, or the OSError it would raise:
+        local files in one native call (a dataset checks thousands of shards
+        against its index before its first sample)."""
+        self._check_usable()
+        paths = [local_path(url) for url in urls if not is_remote(url)]
+        local = iter(_native.stat_stamps([os.fsencode(path) for path in paths]))
+        found: list[tuple[int, int, int] | OSError] = []
+        for url in urls:
+            if is_remote(url):
+                try:
+                    found.append(self.stamp(url))
+                except OSError as error:
+                    found.append(error)
+                continue
+            stamp = next(local)
+            # OSError(errno, ...) is the errno's subclass, as os.stat raises it.
+            found.append(stamp if isinstance(stamp, tuple)
+                         else OSError(stamp, os.strerror(stamp), local_path(url)))  # fmt: skip
+        return found
+
     def change_stamp(self, url: str) -> int:
         """A local file's inode change stamp: its inode and status-change time,
         which every rewrite moves (``cp -p`` and ``rsync -t`` keep the

@@ -50,3 +50,7 @@ cdef class Engine:
 
     cdef fio_engine *_live(self) except NULL
     cdef int _reap_into(self, list results) except -1
+
+
+cdef extern from "stamps.h" nogil:
+    void fio_stat_stamps(const char *const *paths, size_t count, int64_t *stamps, int *errors)

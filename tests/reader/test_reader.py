@@ -770,3 +770,34 @@ def test_a_producer_stops_at_its_next_batch_once_the_consumer_abandons_the_hando
     finally:
         abandoned.set()
         background.stop()
+
+
+def test_the_stamps_of_many_files_at_once_are_each_one_s_stamp_or_its_error(tmp_path: Path) -> None:
+    """A dataset checks every shard against its index with one call: what it
+    gets for each file must be what asking for that file alone gives, in the
+    same place, failures included. Enough files that the native call splits
+    them between two threads."""
+    paths = []
+    for i in range(600):
+        path = tmp_path / f"f{i:04d}.bin"
+        path.write_bytes(os.urandom(i % 37))
+        paths.append(path)
+    os.utime(paths[5], ns=(1, -1_500_000_123))  # modified before 1970
+    urls = [str(path) for path in paths]
+    urls[7:7] = [str(tmp_path / "missing"), f"file://{paths[1]}", f"{paths[2]}/below",
+                 str(tmp_path), "relative-missing"]  # fmt: skip
+    with Reader() as reader:
+        stamps = reader.stamps(urls)
+        assert len(stamps) == len(urls)
+        for url, stamp in zip(urls, stamps, strict=True):
+            if isinstance(stamp, OSError):
+                with pytest.raises(type(stamp)) as raised:
+                    reader.stamp(url)
+                assert type(raised.value) is type(stamp), url
+                assert (stamp.errno, stamp.filename) == (raised.value.errno, raised.value.filename)
+            else:
+                assert stamp == reader.stamp(url), url
+        assert isinstance(stamps[7], FileNotFoundError)
+        assert isinstance(stamps[9], NotADirectoryError)
+        assert stamps[8] == stamps[1]  # the file:// URL and the path of one file
+        assert reader.stamps([]) == []
