@@ -301,16 +301,8 @@ class ShardLayouts:
         reader = self.reader()
         urls = [self.urls[shard] for shard in shards]
         reader.refresh(url for url in urls if is_remote(url))
-        changed = []
-        for shard, url in zip(shards, urls, strict=True):
-            try:
-                now = reader.stamp(url)
-            except OSError:
-                changed.append(shard)
-                continue
-            if now != self.stamps[shard]:
-                changed.append(shard)
-        return changed
+        return [shard for shard, now in zip(shards, reader.stamps(urls), strict=True)
+                if now != self.stamps[shard]]  # an OSError is never equal  # fmt: skip
 
     def stale_error(self, shard: int) -> ShardChangedError:
         url = self.urls[shard]
