@@ -92,6 +92,11 @@ READ_AHEAD_MIN_BYTES = 4 << 20
 # stream reading such a file follows this limit, not outstanding_requests.
 CACHED_REQUESTS = 2
 _MAX_QUEUED_PIECES = 4096
+# Pieces a local stream starts before its first batch is out: the rest of its
+# read-ahead follows the hand-off. Each piece of a new shard opens and plans
+# it first (100-200 us with small shards: 16 of them held the first sample
+# of a dataset of 2,000 small shards for 3.6 ms).
+_FIRST_PIECES = 2
 # Share of the memory budget that the sync hand-off may hold.
 _HANDOFF_SHARE = 4
 
@@ -929,7 +934,8 @@ class Reader:
                 # this fill ends; a download followed goes one piece first.
                 climbing = climbs(piece.file)
                 if (queue and not stream.started and not climbing
-                        and (remote or not pool.has_free(size))):  # fmt: skip
+                        and (remote or not pool.has_free(size) or len(queue) >= _FIRST_PIECES)
+                        ):  # fmt: skip
                     break
                 # Remotely, the small first pieces of the climb go together
                 # (what a first sample needs), and the rest once they are in:
