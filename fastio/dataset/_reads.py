@@ -62,7 +62,7 @@ class ReadSamples:
         return self.samples
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Read:
     """Samples ``start``..``stop`` of ``run``'s shard, for window ``window``."""
 

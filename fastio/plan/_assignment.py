@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["Span", "assign_samples", "part_bounds", "shard_order"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Span:
     """Samples ``start`` to ``stop`` (exclusive) of shard ``shard``."""
 

@@ -60,7 +60,7 @@ def window_budget(index: int, buffer: int) -> int:
     return min(buffer, FIRST_WINDOW << min(index - 1, 40))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Run:
     """Samples ``start`` to ``stop`` of shard ``shard`` (positions in the window
     from ``base``)."""
@@ -74,7 +74,7 @@ class Run:
         return self.stop - self.start
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Window:
     runs: tuple[Run, ...]
     count: int
