@@ -102,7 +102,7 @@ UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 """What reading a damaged, truncated or foreign index file raises."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class ShardIndex:
     """Sample ``i`` of shard ``url`` is bytes ``starts[i]`` to ``ends[i]``.
 
