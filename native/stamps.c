@@ -3,58 +3,95 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
+#include <time.h>
 
-/* Below this many paths one thread does them all: a thread costs tens of
- * microseconds to start, a stat about two (a virtual machine's syscall). */
-#define STAMPS_PER_THREAD 256
+/* Paths the calling thread stats first, timing them: a local filesystem
+ * answers a stat in about 2 us (a virtual machine's syscall and path walk), a
+ * network one (NFS, Lustre, a FUSE mount of an object store) in a round trip,
+ * hundreds of microseconds or more, which threads overlap. */
+#define STAMPS_PROBE 16
+/* Threads for the rest where a stat is a round trip. */
+#define STAMPS_REMOTE_THREADS 32
+/* Locally a second thread pays off past this many paths (a thread costs tens
+ * of microseconds to start); more would only contend for the cores. */
+#define STAMPS_LOCAL_PER_THREAD 256
+#define STAMPS_LOCAL_THREADS 2
+/* Paths a thread takes at a time from the shared cursor. */
+#define STAMPS_CHUNK 8
 
 typedef struct stamps_job {
     const char *const *paths;
     size_t count;
     int64_t *stamps;
     int *errors;
+    atomic_size_t next; /* the first path no thread has taken yet */
 } stamps_job;
 
-static void stat_some(const stamps_job *job)
+static void stat_one(const char *path, int64_t *out, int *error)
 {
-    for (size_t i = 0; i < job->count; i++) {
-        struct stat status;
-        int64_t *out = &job->stamps[3 * i];
-        if (stat(job->paths[i], &status)) {
-            job->errors[i] = errno;
-            out[0] = out[1] = out[2] = 0;
-            continue;
-        }
-        job->errors[i] = 0;
-        out[0] = (int64_t)status.st_size;
-        out[1] = (int64_t)status.st_mtim.tv_sec * 1000000000 + status.st_mtim.tv_nsec;
-        /* The low 63 bits of the exact value are those of its value mod 2**64. */
-        uint64_t ctime = (uint64_t)status.st_ctim.tv_sec * 1000000000u
-                         + (uint64_t)status.st_ctim.tv_nsec;
-        out[2] = (int64_t)(((uint64_t)status.st_ino * 1000003u + ctime) & (UINT64_MAX >> 1));
+    struct stat status;
+    if (stat(path, &status)) {
+        *error = errno;
+        out[0] = out[1] = out[2] = 0;
+        return;
+    }
+    *error = 0;
+    out[0] = (int64_t)status.st_size;
+    out[1] = (int64_t)status.st_mtim.tv_sec * 1000000000 + status.st_mtim.tv_nsec;
+    /* The low 63 bits of the exact value are those of its value mod 2**64. */
+    uint64_t ctime = (uint64_t)status.st_ctim.tv_sec * 1000000000u + (uint64_t)status.st_ctim.tv_nsec;
+    out[2] = (int64_t)(((uint64_t)status.st_ino * 1000003u + ctime) & (UINT64_MAX >> 1));
+}
+
+static void *stat_rest(void *arg)
+{
+    stamps_job *job = arg;
+    for (;;) {
+        size_t first = atomic_fetch_add(&job->next, STAMPS_CHUNK);
+        if (first >= job->count)
+            return NULL;
+        size_t last = first + STAMPS_CHUNK < job->count ? first + STAMPS_CHUNK : job->count;
+        for (size_t i = first; i < last; i++)
+            stat_one(job->paths[i], &job->stamps[3 * i], &job->errors[i]);
     }
 }
 
-static void *stat_thread(void *job)
+static uint64_t now_ns(void)
 {
-    stat_some(job);
-    return NULL;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 }
 
-void fio_stat_stamps(const char *const *paths, size_t count, int64_t *stamps, int *errors)
+void fio_stat_stamps(const char *const *paths, size_t count, uint64_t round_trip_ns,
+                     int64_t *stamps, int *errors)
 {
-    /* The second half on a thread of its own where there are many (each stat
-     * waits on the kernel's path walk; two cores walk two paths at once). */
-    size_t half = count >= 2 * STAMPS_PER_THREAD ? count / 2 : 0;
-    stamps_job first = {paths, count - half, stamps, errors};
-    stamps_job second = {paths + (count - half), half, stamps + 3 * (count - half),
-                         errors + (count - half)};
-    pthread_t helper;
-    int helped = half && pthread_create(&helper, NULL, stat_thread, &second) == 0;
-    stat_some(&first);
-    if (helped)
-        pthread_join(helper, NULL);
-    else
-        stat_some(&second);
+    size_t probe = count < STAMPS_PROBE ? count : STAMPS_PROBE;
+    uint64_t began = now_ns();
+    for (size_t i = 0; i < probe; i++)
+        stat_one(paths[i], &stamps[3 * i], &errors[i]);
+    size_t rest = count - probe;
+    if (!rest)
+        return;
+    stamps_job job = {paths, count, stamps, errors, probe};
+    size_t threads;
+    if ((now_ns() - began) / probe >= round_trip_ns) {
+        threads = (rest + STAMPS_CHUNK - 1) / STAMPS_CHUNK;
+        if (threads > STAMPS_REMOTE_THREADS)
+            threads = STAMPS_REMOTE_THREADS;
+    } else {
+        threads = rest / STAMPS_LOCAL_PER_THREAD;
+        if (threads > STAMPS_LOCAL_THREADS)
+            threads = STAMPS_LOCAL_THREADS;
+    }
+    /* The calling thread is one of them. */
+    pthread_t helpers[STAMPS_REMOTE_THREADS];
+    size_t started = 0;
+    while (started + 1 < threads && pthread_create(&helpers[started], NULL, stat_rest, &job) == 0)
+        started++;
+    stat_rest(&job);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(helpers[i], NULL);
 }

@@ -53,4 +53,5 @@ cdef class Engine:
 
 
 cdef extern from "stamps.h" nogil:
-    void fio_stat_stamps(const char *const *paths, size_t count, int64_t *stamps, int *errors)
+    void fio_stat_stamps(const char *const *paths, size_t count, uint64_t round_trip_ns,
+                         int64_t *stamps, int *errors)

@@ -206,11 +206,13 @@ def resident_fraction(int fd, uint64_t offset, uint64_t length, unsigned probes=
 
 
 
-def stat_stamps(list paths):
+def stat_stamps(list paths, uint64_t round_trip_ns=50_000):
     """``(size, modification time in ns, change stamp)`` of each local path in
     ``paths`` (``bytes``, as ``os.fsencode`` makes them), or the errno where
     its ``stat`` failed: the stamps of many files in one call, without the GIL
-    (a dataset may have thousands of shards)."""
+    (a dataset may have thousands of shards). Where the first stats take
+    ``round_trip_ns`` or more each (a network filesystem: NFS, Lustre, a FUSE
+    mount of a bucket), up to 32 threads ask for the rest at once."""
     cdef Py_ssize_t count = len(paths), i
     cdef const char **names = <const char **>calloc(count + 1, sizeof(char *))
     cdef int64_t *stamps = <int64_t *>calloc(3 * count + 1, sizeof(int64_t))
@@ -221,7 +223,7 @@ def stat_stamps(list paths):
         for i in range(count):
             names[i] = <bytes?>paths[i]  # each kept alive by the list
         with nogil:
-            fio_stat_stamps(names, count, stamps, errors)
+            fio_stat_stamps(names, count, round_trip_ns, stamps, errors)
         found = []
         for i in range(count):
             if errors[i]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import os
 import pickle
 import random
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 import fastio
 from fastio import ByteRange, Chunk, Reader, Shard
-from fastio._native import resident_fraction
+from fastio._native import resident_fraction, stat_stamps
 from fastio.reader._reader import CACHED_REQUESTS
 from fastio.reader._sync import Handoff, LoopThread
 from tests.conftest import ResourceSnapshot
@@ -801,3 +802,25 @@ def test_the_stamps_of_many_files_at_once_are_each_one_s_stamp_or_its_error(tmp_
         assert isinstance(stamps[9], NotADirectoryError)
         assert stamps[8] == stamps[1]  # the file:// URL and the path of one file
         assert reader.stamps([]) == []
+
+
+@pytest.mark.parametrize("round_trip_ns", [0, 50_000, 2**63])
+def test_stats_by_many_threads_or_few_land_in_place(tmp_path: Path, round_trip_ns: int) -> None:
+    """Where the first stats are slow (a network filesystem) up to 32 threads
+    take the rest from a shared cursor; a round trip of 0 makes every
+    filesystem look slow, so the many-threads path runs here too."""
+    paths = []
+    for i in range(1000):
+        path = tmp_path / f"f{i:04d}.bin"
+        if i % 7:
+            path.write_bytes(b"x" * i)
+        paths.append(os.fsencode(path))
+    stamped = stat_stamps(paths, round_trip_ns)
+    assert len(stamped) == len(paths)
+    for i, (path, stamp) in enumerate(zip(paths, stamped, strict=True)):
+        if i % 7 == 0:
+            assert stamp == errno.ENOENT
+            continue
+        status = os.stat(path)
+        change = (status.st_ino * 1_000_003 + status.st_ctime_ns) & ((1 << 63) - 1)
+        assert stamp == (i, status.st_mtime_ns, change)
