@@ -53,7 +53,7 @@ from fastio.sources._remote import Remotes, is_remote, local_path, version_numbe
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS, ReaderSettings
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 
     from fastio.cache._cache import ShardCache
 
@@ -111,6 +111,10 @@ def _close_background_readers() -> None:
         reader.close()
 
 
+def _never() -> bool:
+    return False
+
+
 def _pump_weakly(reader_ref: weakref.ref[Reader]) -> None:
     reader = reader_ref()
     if reader is not None:
@@ -120,8 +124,9 @@ def _pump_weakly(reader_ref: weakref.ref[Reader]) -> None:
 class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
-    __slots__ = ("closed", "count_wait", "delivered", "exhausted", "largest", "lookahead", "plan",
-                 "queue", "queued_bytes", "started", "waiter", "warm")  # fmt: skip
+    __slots__ = ("abandoned", "closed", "count_wait", "delivered", "exhausted", "largest",
+                 "lookahead", "plan", "queue", "queued_bytes", "started", "waiter",
+                 "warm")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
         self.plan: Iterator[Request] = iter(())
@@ -136,6 +141,10 @@ class _Stream:
         self.count_wait = count_wait
         self.started = False  # whether the consumer has had a batch yet
         self.warm = False  # whether its first remote pieces (REMOTE_START_BYTES) are in
+        # Whether its consumer has stopped taking batches (asked from the loop
+        # thread, told from the consumer's): it then starts no more reads,
+        # though its closing waits for the loop.
+        self.abandoned: Callable[[], bool] = _never
 
     def next_piece(self) -> Request | None:
         if self.lookahead is None and not self.exhausted:
@@ -685,6 +694,7 @@ class Reader:
         try:
             self._bind(asyncio.get_running_loop())
             stream = self._open_stream(shards, count_wait=False)
+            stream.abandoned = lambda: handoff.abandoned
             while batch := await self._next_batch(stream):
                 await handoff.put(batch, sum(len(chunk.data) for chunk in batch))
                 batch = None  # (see astream)
@@ -902,10 +912,14 @@ class Reader:
             piece_size = max(settings.read_size, stream.largest)
             window = max(limit * piece_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
             cached_window = max(cached_limit * piece_size * READ_AHEAD_FACTOR, READ_AHEAD_MIN_BYTES)
+            # A stream whose consumer has left starts nothing more: opening a
+            # shard may be a round trip (a network filesystem), and leaving
+            # waits until this fill ends.
             while (
                 len(inflight) < limit
                 and stream.queued_bytes < window
                 and len(queue) < _MAX_QUEUED_PIECES
+                and not stream.abandoned()
             ):
                 piece = stream.next_piece()
                 if piece is None:

@@ -142,6 +142,11 @@ class Handoff:
         raises CancelledError. Called from the consumer's thread."""
         self._abandoned = True
 
+    @property
+    def abandoned(self) -> bool:
+        """Whether the consumer has :meth:`abandoned <abandon>` the hand-off."""
+        return self._abandoned
+
     def finish(self, error: BaseException | None = None, *, discard: bool = False) -> None:
         """No more batches; ``get`` raises ``error`` (if given) once the queue is
         empty, or at once with ``discard``. The first call wins."""

@@ -194,3 +194,42 @@ def test_a_collected_reader_does_not_wait_for_its_loop(tmp_path) -> None:
     and the loop thread shuts it down and stops once it gets there."""
     result = _run(COLLECTED_READER, tmp_path, 180)
     assert result.stdout.strip() == "OK"
+
+
+def test_a_stream_left_early_opens_no_more_shards(tmp_path, monkeypatch) -> None:
+    """Each piece of a new shard opens it first, on the loop thread, and on a
+    network filesystem each open is a round trip: a consumer that leaves must
+    not wait while the read-ahead opens the rest of its window. Here the first
+    open after the first batch is out is held until the consumer has left;
+    after it, no other shard may be opened."""
+    import fastio
+    from fastio.reader import _files
+
+    paths = []
+    for number in range(300):
+        path = tmp_path / f"shard-{number:03d}.bin"
+        path.write_bytes(bytes([number % 256]) * 4096)
+        paths.append(str(path))
+    reader = fastio.Reader(outstanding_requests=4)
+    holding = threading.Event()
+    after_leaving: list[str] = []
+    real_open = _files.FileTable._open
+
+    def open_file(table, key, path, direct):
+        if holding.is_set():
+            after_leaving.append(path)
+        elif any(stream.started for stream in reader._streams):  # the read-ahead
+            holding.set()
+            wait_for(lambda: any(stream.abandoned() for stream in reader._streams), 60)
+        return real_open(table, key, path, direct)
+
+    monkeypatch.setattr(_files.FileTable, "_open", open_file)
+    try:
+        stream = reader.stream(paths)
+        first = next(stream)
+        assert bytes(first.data[:1]) == b"\x00"
+        wait_for(holding.is_set, 60)
+        stream.close()
+        assert after_leaving == []
+    finally:
+        reader.close()
