@@ -31,6 +31,13 @@ default index folder (a fresh ``XDG_CACHE_HOME``, as on a user's first run),
 so that it finds no index at all and streams:
 
     python benchmarks/bench_startup.py --shards 2000 --methods "fastio,fastio never seen,webdataset"
+
+``--fs-latency MS`` reads the data through a FUSE mount whose every lookup,
+stat and open first waits MS milliseconds, as on a network filesystem (NFS,
+Lustre, a bucket mounted with FUSE): what checking each shard against its
+index costs there. Needs root, libfuse and fusepy (see ``_slowfs.py``):
+
+    python benchmarks/bench_startup.py --shards 2000 --fs-latency 1 --methods "fastio,webdataset"
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from _imports import collect_imports
+from _slowfs import slow_mount
 from bench_read import drop_caches, warm_up
 
 LOADER_BATCH = 256
@@ -158,11 +166,27 @@ def main() -> None:
         default=0,
         help="a dataset of this many small shards instead of the large case",
     )
+    parser.add_argument(
+        "--fs-latency",
+        type=float,
+        default=0.0,
+        help="ms each lookup, stat and open waits (a FUSE mount of --data-dir)",
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
+    if not args.fs_latency:
+        run(args, args.data_dir, "")
+        return
+    with slow_mount(args.data_dir.resolve(), args.fs_latency / 1e3) as mount:
+        run(args, mount, f", through a filesystem that waits {args.fs_latency:g} ms a lookup")
+
+
+def run(args: argparse.Namespace, data_dir: Path, where: str) -> None:
+    """The benchmark on the data under ``data_dir`` (``--data-dir`` itself or a
+    slow mount of it): written and warmed where it is, read through ``data_dir``."""
     if args.shards:
         copy = many_shards(args.data_dir, args.shards)
     else:
@@ -170,6 +194,10 @@ def main() -> None:
         copy = json.loads(Path(manifest_path).read_text())["copies"]["webdataset"]
     if not args.cold:
         warm_up(copy["paths"])
+    if data_dir != args.data_dir:  # the same files, through the mount
+        base = str(args.data_dir.resolve())
+        copy = {key: value.replace(base, str(data_dir), 1) if isinstance(value, str) else value
+                for key, value in copy.items()}  # fmt: skip
     results: dict[str, list[dict[str, float]]] = {method: [] for method in args.methods}
     order = random.Random(args.seed)
     for _ in range(args.runs):
@@ -185,7 +213,9 @@ def main() -> None:
         return statistics.median(run[key] for run in results[method])
 
     mode = "cold" if args.cold else "warm"
-    print(f"time to the first sample ({mode}, {copy['url']}, medians of {args.runs} processes)")
+    print(
+        f"time to the first sample ({mode}, {copy['url']}{where}, medians of {args.runs} processes)"
+    )
     print("| method | first sample (ms) | CPU, all threads (ms) | CPU, main thread (ms) |"
           " webdataset / this (wall) | then stopping there (ms) |")  # fmt: skip
     print("|---|---|---|---|---|---|")
@@ -202,7 +232,8 @@ def main() -> None:
                             for key in ("seconds", "cpu", "main_cpu", "close")}
                    for method in args.methods}  # fmt: skip
         args.json.write_text(json.dumps({"url": copy["url"], "mode": mode, "runs": args.runs,
-                                         "medians": medians}, indent=2))  # fmt: skip
+                                         "fs_latency_ms": args.fs_latency, "medians": medians},
+                                        indent=2))  # fmt: skip
 
 
 if __name__ == "__main__":
