@@ -204,8 +204,6 @@ def resident_fraction(int fd, uint64_t offset, uint64_t length, unsigned probes=
     return resident / probed if probed else 1.0
 
 
-
-
 def stat_stamps(list paths, uint64_t round_trip_ns=50_000):
     """``(size, modification time in ns, change stamp)`` of each local path in
     ``paths`` (``bytes``, as ``os.fsencode`` makes them), or the errno where
