@@ -93,10 +93,11 @@ READ_AHEAD_MIN_BYTES = 4 << 20
 CACHED_REQUESTS = 2
 _MAX_QUEUED_PIECES = 4096
 # Pieces a local stream starts before its first batch is out: the rest of its
-# read-ahead follows the hand-off. Each piece of a new shard opens and plans
-# it first (100-200 us with small shards: 16 of them held the first sample
-# of a dataset of 2,000 small shards for 3.6 ms).
-_FIRST_PIECES = 2
+# read-ahead follows the hand-off. Planning a piece of a new shard opens it
+# (and the plan opens the next shard ahead: 100-200 us each with small
+# shards), so the first sample of 2,000 small shards waited for 16 of them
+# (3.6 ms) when the first fill went on while buffers were free.
+_FIRST_PIECES = 1
 # Share of the memory budget that the sync hand-off may hold.
 _HANDOFF_SHARE = 4
 
@@ -921,6 +922,10 @@ class Reader:
                 and len(queue) < _MAX_QUEUED_PIECES
                 and not stream.abandoned()
             ):
+                # Planning the next piece may open its shard (or the one after).
+                if (not stream.started and len(queue) >= _FIRST_PIECES
+                        and not is_remote(queue[-1].path)):  # fmt: skip
+                    break
                 piece = stream.next_piece()
                 if piece is None:
                     break
@@ -948,8 +953,7 @@ class Reader:
                 # this fill ends; a download followed goes one piece first.
                 climbing = climbs(piece.file)
                 if (queue and not stream.started and not climbing
-                        and (remote or not pool.has_free(size) or len(queue) >= _FIRST_PIECES)
-                        ):  # fmt: skip
+                        and (remote or not pool.has_free(size))):  # fmt: skip
                     break
                 # Remotely, the small first pieces of the climb go together
                 # (what a first sample needs), and the rest once they are in:

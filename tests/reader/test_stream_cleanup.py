@@ -233,3 +233,40 @@ def test_a_stream_left_early_opens_no_more_shards(tmp_path, monkeypatch) -> None
         assert after_leaving == []
     finally:
         reader.close()
+
+
+def test_a_stream_s_first_batch_does_not_wait_for_its_read_ahead_to_open_shards(
+    tmp_path, monkeypatch
+) -> None:
+    """The first batch goes out after the first pieces, before the read-ahead
+    opens more shards (each open a round trip on a network filesystem): here
+    the third shard's open waits until the consumer holds its first bytes."""
+    import fastio
+    from fastio.reader import _files
+
+    paths = []
+    for number in range(50):
+        path = tmp_path / f"shard-{number:03d}.bin"
+        path.write_bytes(bytes([number]) * 4096)
+        paths.append(str(path))
+    reader = fastio.Reader(outstanding_requests=8)
+    got_first = threading.Event()
+    opened: list[str] = []
+    real_open = _files.FileTable._open
+
+    def open_file(table, key, path, direct):
+        opened.append(path)
+        if len(opened) == 3 and not got_first.wait(30):  # a hang guard, never a timing
+            raise TimeoutError("the first batch waited for the read-ahead's opens")
+        return real_open(table, key, path, direct)
+
+    monkeypatch.setattr(_files.FileTable, "_open", open_file)
+    try:
+        chunks = reader.stream(paths)
+        first = next(chunks)
+        got_first.set()
+        assert bytes(first.data[:1]) == b"\x00"
+        rest = [bytes(chunk.data[:1]) for chunk in chunks]
+        assert rest == [bytes([number]) for number in range(1, 50)]
+    finally:
+        reader.close()
