@@ -20,6 +20,8 @@ import threading
 
 import pytest
 
+import fastio
+from fastio.reader import _files
 from tests.servers import wait_for
 
 PRELUDE = """
@@ -202,28 +204,19 @@ def test_a_stream_left_early_opens_no_more_shards(tmp_path, monkeypatch) -> None
     not wait while the read-ahead opens the rest of its window. Here the first
     open after the first batch is out is held until the consumer has left;
     after it, no other shard may be opened."""
-    import fastio
-    from fastio.reader import _files
-
-    paths = []
-    for number in range(300):
-        path = tmp_path / f"shard-{number:03d}.bin"
-        path.write_bytes(bytes([number % 256]) * 4096)
-        paths.append(str(path))
+    paths = _small_shards(tmp_path, 300)
     reader = fastio.Reader(outstanding_requests=4)
     holding = threading.Event()
     after_leaving: list[str] = []
-    real_open = _files.FileTable._open
 
-    def open_file(table, key, path, direct):
+    def before_open(path: str) -> None:
         if holding.is_set():
             after_leaving.append(path)
         elif any(stream.started for stream in reader._streams):  # the read-ahead
             holding.set()
             wait_for(lambda: any(stream.abandoned() for stream in reader._streams), 60)
-        return real_open(table, key, path, direct)
 
-    monkeypatch.setattr(_files.FileTable, "_open", open_file)
+    _before_each_open(monkeypatch, before_open)
     try:
         stream = reader.stream(paths)
         first = next(stream)
@@ -241,26 +234,17 @@ def test_a_stream_s_first_batch_does_not_wait_for_its_read_ahead_to_open_shards(
     """The first batch goes out after the first pieces, before the read-ahead
     opens more shards (each open a round trip on a network filesystem): here
     the third shard's open waits until the consumer holds its first bytes."""
-    import fastio
-    from fastio.reader import _files
-
-    paths = []
-    for number in range(50):
-        path = tmp_path / f"shard-{number:03d}.bin"
-        path.write_bytes(bytes([number]) * 4096)
-        paths.append(str(path))
+    paths = _small_shards(tmp_path, 50)
     reader = fastio.Reader(outstanding_requests=8)
     got_first = threading.Event()
     opened: list[str] = []
-    real_open = _files.FileTable._open
 
-    def open_file(table, key, path, direct):
+    def before_open(path: str) -> None:
         opened.append(path)
         if len(opened) == 3 and not got_first.wait(30):  # a hang guard, never a timing
             raise TimeoutError("the first batch waited for the read-ahead's opens")
-        return real_open(table, key, path, direct)
 
-    monkeypatch.setattr(_files.FileTable, "_open", open_file)
+    _before_each_open(monkeypatch, before_open)
     try:
         chunks = reader.stream(paths)
         first = next(chunks)
@@ -270,3 +254,24 @@ def test_a_stream_s_first_batch_does_not_wait_for_its_read_ahead_to_open_shards(
         assert rest == [bytes([number]) for number in range(1, 50)]
     finally:
         reader.close()
+
+
+def _small_shards(folder, count: int) -> list[str]:
+    """``count`` files of 4 KiB, the ``n``-th filled with byte ``n % 256``."""
+    paths = []
+    for number in range(count):
+        path = folder / f"shard-{number:03d}.bin"
+        path.write_bytes(bytes([number % 256]) * 4096)
+        paths.append(str(path))
+    return paths
+
+
+def _before_each_open(monkeypatch, hook) -> None:
+    """Calls ``hook(path)`` on the loop thread before each shard is opened."""
+    real_open = _files.FileTable._open
+
+    def open_file(table, key, path, direct):
+        hook(path)
+        return real_open(table, key, path, direct)
+
+    monkeypatch.setattr(_files.FileTable, "_open", open_file)
