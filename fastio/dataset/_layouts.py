@@ -91,9 +91,9 @@ class ShardLayouts:
         # What every shard's open asks, asked once: a dataset may have thousands.
         opener = reader()
         reusable = None if records is None else records.locator().reusable
+        stamps = opener.stamps(self.urls)  # local files in one call, not a stat each
         # Footers and the like are read ahead a group of shards at a time: one
         # wait per group, with a group's bytes held at once.
-        stamps = opener.stamps(self.urls)
         for first in range(0, len(self.urls), _PREFETCH_SHARDS):
             group = self.urls[first : first + _PREFETCH_SHARDS]
             shard_format.prefetch(opener, group)

@@ -946,14 +946,12 @@ class Reader:
                 if held and held + size > (remote_budget if remote else budget) and queue:
                     throttled = True
                     break
-                # Until its first batch is out, a stream reads ahead of its
-                # first piece only locally, into buffers already mapped:
-                # mapping a fresh region can cost milliseconds (huge pages
-                # compacted), and the first chunk is handed over only once
-                # this fill ends; a download followed goes one piece first.
+                # Until its first batch is out, a stream starts only its first
+                # piece (locally the loop's check above stops it before the
+                # next is planned; a download followed goes one piece first),
+                # except for the small first pieces of a remote climb.
                 climbing = climbs(piece.file)
-                if (queue and not stream.started and not climbing
-                        and (remote or not pool.has_free(size))):  # fmt: skip
+                if queue and not stream.started and not climbing:
                     break
                 # Remotely, the small first pieces of the climb go together
                 # (what a first sample needs), and the rest once they are in:
