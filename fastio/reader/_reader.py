@@ -406,7 +406,7 @@ class Reader:
         against its index before its first sample)."""
         self._check_usable()
         paths = [local_path(url) for url in urls if not is_remote(url)]
-        local = iter(_native.stat_stamps([os.fsencode(path) for path in paths]))
+        local = zip(paths, _native.stat_stamps([os.fsencode(path) for path in paths]), strict=True)
         found: list[tuple[int, int, int] | OSError] = []
         for url in urls:
             if is_remote(url):
@@ -415,10 +415,10 @@ class Reader:
                 except OSError as error:
                     found.append(error)
                 continue
-            stamp = next(local)
+            path, stamp = next(local)
             # OSError(errno, ...) is the errno's subclass, as os.stat raises it.
             found.append(stamp if isinstance(stamp, tuple)
-                         else OSError(stamp, os.strerror(stamp), local_path(url)))  # fmt: skip
+                         else OSError(stamp, os.strerror(stamp), path))  # fmt: skip
         return found
 
     def change_stamp(self, url: str) -> int:
