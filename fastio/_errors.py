@@ -112,6 +112,12 @@ class ShardChangedError(FastIOError, OSError):
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.filename, self.strerror))
 
+    @classmethod
+    def of(cls, url: str) -> ShardChangedError:
+        """The error of shard ``url``, found changed against its layout."""
+        return cls(url, f"{url} changed since it was indexed (its size, version or change time "
+                        "differ): its samples are not where the index says")  # fmt: skip
+
 
 class IndexFileError(FastIOError, ValueError):
     """An index file is damaged or of another version (``path``), so it cannot

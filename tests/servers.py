@@ -32,6 +32,8 @@ class Faults:
     requests: int = 0  # data requests served (all answers)
     bytes_served: int = 0  # body bytes of successful data answers
     gets: Counter[str] = field(default_factory=Counter)  # data requests by name
+    heads: Counter[str] = field(default_factory=Counter)  # HEAD requests by name
+    hold_heads: bool = False  # HEAD requests wait while true
     served: Counter[str] = field(default_factory=Counter)  # body bytes by name
     asked: list[tuple[str, int, int]] = field(default_factory=list)  # (name, offset, length)
     hold_after: int | None = None  # data requests past this many wait until it is None
@@ -105,6 +107,9 @@ class RangeServer:
         etag = '"' + hashlib.md5(f"{stat.st_size}-{stat.st_mtime_ns}".encode()).hexdigest() + '"'
         headers = {"ETag": etag, "Accept-Ranges": "bytes"}
         if request.method == "HEAD":
+            faults.heads[name] += 1
+            while faults.hold_heads:
+                await asyncio.sleep(0.005)
             return web.Response(headers={**headers, "Content-Length": str(len(data))})
         faults.requests += 1
         faults.gets[name] += 1

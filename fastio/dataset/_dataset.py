@@ -289,6 +289,9 @@ class Dataset(_Base):
             if self._tuning is not None:
                 self._tuning.close()
             self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)
+            shards = self.__dict__.get("_shards")  # None while the shards are first opened
+            if shards is not None:
+                shards.arm(self._reader)
         # DataLoader workers share the link: each holds its share of the
         # remote budget (a reader inherited through fork included).
         settings = self.spec.reader
@@ -624,7 +627,9 @@ class Dataset(_Base):
         self._remaining = remaining_samples(history, self._known, self.spec.shuffle,
                                             self.remainder)  # fmt: skip
         part = self._part(epoch, participant)
-        if epoch != self._ledger.first_epoch():  # the first pass reads what open just saw
+        later = epoch != self._ledger.first_epoch()  # the first pass reads what open just saw
+        self._shards.ask_ahead(part.shards(), anew=later)
+        if later:
             self._check_unchanged(part.shards())
         steals = self.fairness.steals(participant)
         if steals and steal_state is None and position:

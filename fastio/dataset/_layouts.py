@@ -8,7 +8,11 @@ layouts of record shards found in none of these are unknown: the first epoch
 streams those shards and learns them on the way (:mod:`fastio.dataset._stream`),
 or :meth:`ShardLayouts.complete` scans them, many at once. What each shard
 was when its layout was found (size, version, change stamp) is kept, so a
-shard rewritten or replaced later is told apart before it is read.
+shard rewritten or replaced later is told apart before it is read. A remote
+shard that a dataset index holds is laid out from it at once; whether it is
+still that object is asked in the background, and a read that finds it
+replaced fails before using any of its bytes (a bucket of thousands of
+objects does not wait for an answer about each before its first sample).
 """
 
 from __future__ import annotations
@@ -64,16 +68,12 @@ class ShardLayouts:
         self.sizes: list[int] = []
         self.stamps: list[tuple[int, int, int]] = []  # size, version, change stamp
         keys = [index_key(url) for url in self.urls]  # how indexes name the shards
-        if self.urls and is_remote(self.urls[0]):
-            # The dataset index is asked for while the shards' sizes are: one
-            # round trip for both, not one after the other.
-            with ThreadPoolExecutor(1, thread_name_prefix="fastio-index") as pool:
-                asked = pool.submit(self._dataset_index, index, storage_options, keys)
-                reader().prefetch_info(self.urls)  # remote objects: one round trip for all
-                known = asked.result()
-        else:
-            reader().prefetch_info(self.urls)
-            known = self._dataset_index(index, storage_options, keys)
+        # The first remote objects' sizes are asked for while the dataset index
+        # is (a small dataset not indexed yet waits for one round trip, not
+        # two); what the index holds is laid out from it without waiting for
+        # them, and checked when a read opens it.
+        reader().stat_ahead(self.urls[:_ASKED_WITH_THE_INDEX])
+        known = self._dataset_index(index, storage_options, keys)
         if cache is not None:  # shards without an index are read in this order
             cache.plan(self.urls)
         records = self.record_format
@@ -91,7 +91,7 @@ class ShardLayouts:
         # What every shard's open asks, asked once: a dataset may have thousands.
         opener = reader()
         reusable = None if records is None else records.locator().reusable
-        stamps = opener.stamps(self.urls)  # local files in one call, not a stat each
+        stamps = self._stamps_now(opener, keys, known)
         # Footers and the like are read ahead a group of shards at a time: one
         # wait per group, with a group's bytes held at once.
         for first in range(0, len(self.urls), _PREFETCH_SHARDS):
@@ -104,6 +104,29 @@ class ShardLayouts:
         shard_format.prefetch(opener, [])
         if (kept and self._reused < len(self.urls)) or self._restamped:
             self._keep_together()
+        self.arm(opener)
+
+    def _stamps_now(self, reader: Reader, keys: list[str], known: dict[str, ShardIndex]
+                    ) -> list[tuple[int, int, int] | OSError]:  # fmt: skip
+        """Each shard's stamp: local files' in one call, not a stat each;
+        a remote one's as its index in ``known`` holds it, where that was
+        made from the object (checked when a read opens it: a dataset of
+        thousands of objects does not wait for an answer about each before
+        its first sample). An index made from local files and uploaded with
+        them holds their times, not the objects' versions: those are asked."""
+        trusted = {url: known[key].stamp for url, key in zip(self.urls, keys, strict=True)
+                   if key in known and is_remote(url) and known[key].of_an_object}  # fmt: skip
+        reader.unask(trusted)  # asked again in reading order, as each pass begins (see ask_ahead)
+        untrusted = [url for url in self.urls if url not in trusted]
+        reader.stat_ahead(untrusted)  # sizes needed now: all at once
+        asked = iter(reader.stamps(untrusted))
+        return [trusted[url] if url in trusted else next(asked) for url in self.urls]
+
+    def arm(self, reader: Reader) -> None:
+        """Have ``reader`` check each remote shard, when a read opens it,
+        against what its layout was made from."""
+        reader.expect({url: stamp[:2] for url, stamp in zip(self.urls, self.stamps, strict=True)
+                       if is_remote(url)})  # fmt: skip
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -295,20 +318,41 @@ class ShardLayouts:
                              "(damaged, or of a format laid out without one)")  # fmt: skip
         return DatasetIndex([index for index in self.indexes if index is not None])
 
-    def changed(self, shards: Sequence[int]) -> list[int]:
-        """Of ``shards``, those that are no longer what their layouts were made
-        from (asked anew: a remote object's ETag, a local file's times)."""
+    def ask_ahead(self, shards: Sequence[int], anew: bool) -> None:
+        """Have the reader ask about the remote objects of ``shards`` (in the
+        order a pass reads them) in the background, a few at a time, for
+        each to be checked when a read opens it (see :meth:`arm`); ``anew``:
+        forget what was known of them (a later pass: one may have been
+        replaced since). A pass does not wait for a round of requests about
+        every object first."""
+        urls = [self.urls[shard] for shard in shards if is_remote(self.urls[shard])]
+        if not urls:
+            return
         reader = self.reader()
-        urls = [self.urls[shard] for shard in shards]
-        reader.refresh(url for url in urls if is_remote(url))
-        return [shard for shard, now in zip(shards, reader.stamps(urls), strict=True)
-                if now != self.stamps[shard]]  # an OSError is never equal  # fmt: skip
+        if anew:
+            reader.refresh(urls, _CHECKS_AT_ONCE)
+        else:
+            reader.stat_ahead(urls, _CHECKS_AT_ONCE)
+
+    def changed(self, shards: Sequence[int]) -> list[int]:
+        """Of ``shards``, the local files that are no longer what their layouts
+        were made from (their times, asked anew); remote objects are checked
+        as reads open them (see :meth:`ask_ahead`)."""
+        reader = self.reader()
+        local = [shard for shard in shards if not is_remote(self.urls[shard])]
+        now = reader.stamps([self.urls[shard] for shard in local])
+        return [shard for shard, stamp in zip(local, now, strict=True)
+                if stamp != self.stamps[shard]]  # an OSError is never equal  # fmt: skip
 
     def stale_error(self, shard: int) -> ShardChangedError:
-        url = self.urls[shard]
-        return ShardChangedError(url, f"{url} changed since it was indexed (its size, version or "
-                                      "change time differ): its samples are not where the "
-                                      "index says")  # fmt: skip
+        return ShardChangedError.of(self.urls[shard])
+
+
+_ASKED_WITH_THE_INDEX = 16  # a round of the reader's default outstanding requests
+# Questions about remote shards a pass will read, asked at once at least:
+# enough to stay ahead of reads of small shards (a few a round trip), few
+# enough not to take a core's time from the pass's first reads.
+_CHECKS_AT_ONCE = 4
 
 
 def _empty_layout(url: str) -> Layout:

@@ -129,6 +129,12 @@ class ShardIndex:
         shard when it is as this index found it."""
         return self.size, self.version, self.change
 
+    @property
+    def of_an_object(self) -> bool:
+        """Whether it was made from a remote object (its version from the
+        ETag), not from a local file (a change stamp and a fingerprint)."""
+        return not self.change and not self.fingerprint
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically: a crash never leaves a torn index that is later read."""
         path = Path(path)

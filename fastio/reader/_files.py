@@ -141,7 +141,7 @@ class FileTable:
         IsADirectoryError, ...) with ``filename`` set."""
         if self._remotes is not None and is_remote(path):
             if self._remotes.cache is None:
-                return self._remotes.stat(path)  # type: ignore[return-value]  # same shape
+                return self._remotes.opened(path)  # type: ignore[return-value]  # same shape
             return self._acquire_cached(path, direct)
         path = local_path(path)
         key = (path, direct)
@@ -170,7 +170,7 @@ class FileTable:
             # full) or another process is downloading it: read this one
             # remotely rather than wait.
             log.debug("fastio: %s; reading it remotely", error)
-            return self._remotes.stat(url)  # type: ignore[return-value]
+            return self._remotes.opened(url)  # type: ignore[return-value]
         if not isinstance(local, str):  # being downloaded here: read as it arrives
             followed = self._followed.get(url)
             if followed is not None and followed.filling is local:

@@ -192,6 +192,9 @@ class Reader:
         self._request_limit = self._settings.outstanding_requests
         self._closed = False
         self._lock = threading.Lock()
+        # What each remote object must still be when a read opens it (see
+        # expect): kept across a fork, for the child's reads too.
+        self._expected: dict[str, tuple[int, int]] = {}
         self._reset_process_state()
 
     def _reset_process_state(self) -> None:
@@ -200,7 +203,7 @@ class Reader:
         self._engine: _native.Engine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: LoopThread | None = None
-        self._remotes = Remotes(settings, self._storage_options, self._cache)
+        self._remotes = Remotes(settings, self._storage_options, self._cache, self._expected)
         self._files = FileTable(settings.max_idle_files, self._remotes)
         self._remote_tasks: set[asyncio.Task[None]] = set()
         self._remote_done: list[tuple[int, int | BaseException]] = []
@@ -312,23 +315,39 @@ class Reader:
 
     def prefetch_info(self, urls: Iterable[str]) -> None:
         """Ask for the size and version of many remote objects at once
-        (``outstanding_requests`` at a time), so that later lookups of them
-        cost nothing; errors are left for those lookups to raise."""
+        (``outstanding_requests`` at a time) and wait for the answers, so
+        that later lookups of them cost nothing; errors are left for those
+        lookups to raise."""
+        remote = [url for url in urls if is_remote(url)]
+        self.stat_ahead(remote)
+        for url in remote:
+            with contextlib.suppress(OSError):
+                self._remotes.stat(url, in_turn=True)
+
+    def stat_ahead(self, urls: Iterable[str], workers: int | None = None) -> None:
+        """Ask for the size and version of the remote objects of ``urls`` in
+        the background, in order, ``workers`` at a time (default
+        ``outstanding_requests``): a later lookup or read of one takes its
+        answer (asks itself where the request has not started yet). Starts
+        the reader's loop meanwhile."""
         self._check_usable()
         remote = [url for url in urls if is_remote(url)]
-        if len(remote) < 2:
-            return
-        from concurrent.futures import ThreadPoolExecutor
-
-        def stat(url: str) -> None:
-            with contextlib.suppress(OSError):
-                self._remotes.stat(url)
-
-        workers = min(len(remote), self._settings.outstanding_requests)
-        with ThreadPoolExecutor(workers, thread_name_prefix="fastio-stat") as pool:
-            asked = pool.map(stat, remote)
+        if remote:
+            self._remotes.stat_ahead(remote, workers)
             self._loop_thread()  # started while the answers travel: the first read needs it
-            list(asked)
+
+    def unask(self, urls: Iterable[str]) -> None:
+        """Cancel :meth:`stat_ahead`'s questions about ``urls`` not sent yet."""
+        self._check_usable()
+        for url in urls:
+            self._remotes.unask(url)
+
+    def expect(self, stamps: dict[str, tuple[int, int]]) -> None:
+        """Remote objects' ``(size, version)`` (as :meth:`describe` answers) as
+        a layout of each was made: a read that finds one otherwise when it
+        opens it fails with :class:`~fastio.ShardChangedError`, before any of
+        its bytes are used. Kept in a forked child."""
+        self._expected.update(stamps)
 
     def _loop_thread(self) -> LoopThread:
         """The background loop that serves :meth:`stream`, started on first use."""
@@ -411,7 +430,8 @@ class Reader:
         for url in urls:
             if is_remote(url):
                 try:
-                    found.append(self.stamp(url))
+                    remote = self._remotes.stat(url, in_turn=True)  # asked ahead in this order
+                    found.append((remote.size, version_number(remote.version), 0))
                 except OSError as error:
                     found.append(error)
                 continue
@@ -430,15 +450,15 @@ class Reader:
             return 0
         return _change_stamp(os.stat(local_path(url)))
 
-    def refresh(self, urls: Iterable[str]) -> None:
+    def refresh(self, urls: Iterable[str], workers: int | None = None) -> None:
         """Forget what is known of remote objects' sizes and versions and ask
-        again (many at once), so that :meth:`describe` sees an object replaced
-        since."""
+        again, in the background (see :meth:`stat_ahead`), so that
+        :meth:`describe` and reads see an object replaced since."""
         self._check_usable()
-        for url in urls:
-            if is_remote(url):
-                self._remotes.forget(url)
-        self.prefetch_info(urls)
+        remote = [url for url in urls if is_remote(url)]
+        for url in remote:
+            self._remotes.forget(url)
+        self.stat_ahead(remote, workers)
 
     @property
     def engine_kind(self) -> str:

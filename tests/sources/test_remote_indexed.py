@@ -1,0 +1,119 @@
+"""A remote dataset with a dataset index, behind an HTTP Range server that
+counts what it is asked: it opens without asking about each object (their
+HEAD requests held, it opens all the same), and an object replaced after the
+index was made fails when a read opens it, before any of its bytes are used,
+in this process and in DataLoader workers alike."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import fastio
+from tests.servers import RangeServer
+from tests.shards import key_of, write
+
+SHARDS = 40
+REPLACED = 7
+
+
+@pytest.fixture
+def served(tmp_path):
+    written = write("webdataset", tmp_path / "data", shards=SHARDS, per_shard=6, index=False)
+    server = RangeServer(tmp_path / "data").start()
+    # Indexed through the server, as `fastio-bench index URL` does, beside the shards.
+    with fastio.Dataset(remote(written, server), index_dir=tmp_path / "made") as dataset:
+        dataset.index()
+        dataset.save_index(str(tmp_path / "data" / "dataset.fastio-index.npz"))
+    server.faults.gets.clear()
+    server.faults.heads.clear()
+    server.faults.served.clear()
+    yield written, server
+    server.faults.hold_heads = False
+    server.stop()
+
+
+def remote(written, server) -> str:
+    return server.url(os.path.basename(written.pattern))
+
+
+def keys_by_shard(written) -> dict[str, list[int]]:
+    """Each shard's sample keys, read from the local files."""
+    by_shard: dict[str, list[int]] = {}
+    with fastio.Dataset(written.pattern, shuffle=False, fairness=False) as local:
+        for sample in local:
+            name = os.path.basename(sample["__url__"])
+            by_shard.setdefault(name, []).append(key_of("webdataset", sample))
+    return by_shard
+
+
+def replace(url: str) -> None:
+    """Another object of the same size under the same name (another ETag)."""
+    data = bytearray(Path(url).read_bytes())
+    data[600] ^= 1  # inside the first member's payload: the tar still frames
+    Path(url).write_bytes(data)
+
+
+def test_an_indexed_remote_dataset_opens_without_asking_about_each_object(served, tmp_path):
+    written, server = served
+    server.faults.hold_heads = True  # no HEAD request is answered until released
+    opened: list[fastio.Dataset] = []
+    url = remote(written, server)
+    opener = threading.Thread(target=lambda: opened.append(
+        fastio.Dataset(url, index_dir=tmp_path / "index", shuffle=False)))  # fmt: skip
+    opener.start()
+    opener.join(60)
+    server.faults.hold_heads = False
+    opener.join(60)
+    assert opened, "the dataset waited for answers about its objects"
+    ds = opened[0]
+    assert len(ds) == len(written.samples)
+    assert dict(server.faults.gets) == {"dataset.fastio-index.npz": 1}
+    assert sum(server.faults.heads.values()) < SHARDS  # not one per object
+    assert [key_of("webdataset", s) for s in ds] == [row["key"] for row in written.samples]
+    ds.close()
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_an_object_replaced_after_indexing_fails_when_opened(served, tmp_path, on_error) -> None:
+    written, server = served
+    by_shard = keys_by_shard(written)
+    name = os.path.basename(written.urls[REPLACED])
+    replace(written.urls[REPLACED])
+    ds = fastio.Dataset(remote(written, server), index_dir=tmp_path / "index", shuffle=False,
+                        on_error=on_error)  # fmt: skip
+    assert len(ds) == len(written.samples)  # laid out from the index, as it was
+    got: list[int] = []
+    if on_error == "raise":
+        with pytest.raises(fastio.ShardChangedError) as caught:
+            got.extend(key_of("webdataset", s) for s in ds)
+        assert caught.value.filename == server.url(name)
+        assert not set(got) & set(by_shard[name])  # none of its samples came first
+        assert server.faults.served[name] == 0  # nor any of its bytes
+    else:
+        got = [key_of("webdataset", s) for s in ds]
+        kept = [row["key"] for row in written.samples if row["key"] not in by_shard[name]]
+        assert got == kept
+        assert ds.stats()["skipped"] == len(by_shard[name])
+        assert len(got) + ds.stats()["skipped"] == len(written.samples)
+    ds.close()
+
+
+def test_dataloader_workers_check_what_they_open(served, tmp_path) -> None:
+    from torch.utils.data import DataLoader
+
+    written, server = served
+    by_shard = keys_by_shard(written)
+    name = os.path.basename(written.urls[REPLACED])
+    ds = fastio.Dataset(remote(written, server), index_dir=tmp_path / "index", shuffle=False,
+                        on_error="skip")  # fmt: skip
+    replace(written.urls[REPLACED])  # after the parent opened it, before the workers read
+    loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    got = Counter(key_of("webdataset", s) for s in loader)
+    assert got == Counter(row["key"] for row in written.samples
+                          if row["key"] not in by_shard[name])  # fmt: skip
+    ds.close()
