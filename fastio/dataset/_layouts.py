@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["ShardLayouts"]
 
 _PREFETCH_SHARDS = 64
+_ASKED_WITH_THE_INDEX = 16  # remote sizes asked while the dataset index is: one default round
 
 
 class ShardLayouts:
@@ -320,19 +321,18 @@ class ShardLayouts:
 
     def ask_ahead(self, shards: Sequence[int], anew: bool) -> None:
         """Have the reader ask about the remote objects of ``shards`` (in the
-        order a pass reads them) in the background, a few at a time, for
-        each to be checked when a read opens it (see :meth:`arm`); ``anew``:
-        forget what was known of them (a later pass: one may have been
-        replaced since). A pass does not wait for a round of requests about
-        every object first."""
+        order a pass reads them) in the background, for each to be checked
+        when a read opens it (see :meth:`arm`); ``anew``: forget what was
+        known of them (a later pass: one may have been replaced since). A
+        pass does not wait for a round of requests about every object first."""
         urls = [self.urls[shard] for shard in shards if is_remote(self.urls[shard])]
         if not urls:
             return
         reader = self.reader()
         if anew:
-            reader.refresh(urls, _CHECKS_AT_ONCE)
+            reader.refresh(urls)
         else:
-            reader.stat_ahead(urls, _CHECKS_AT_ONCE)
+            reader.stat_ahead(urls)
 
     def changed(self, shards: Sequence[int]) -> list[int]:
         """Of ``shards``, the local files that are no longer what their layouts
@@ -346,13 +346,6 @@ class ShardLayouts:
 
     def stale_error(self, shard: int) -> ShardChangedError:
         return ShardChangedError.of(self.urls[shard])
-
-
-_ASKED_WITH_THE_INDEX = 16  # a round of the reader's default outstanding requests
-# Questions about remote shards a pass will read, asked at once at least:
-# enough to stay ahead of reads of small shards (a few a round trip), few
-# enough not to take a core's time from the pass's first reads.
-_CHECKS_AT_ONCE = 4
 
 
 def _empty_layout(url: str) -> Layout:

@@ -324,16 +324,15 @@ class Reader:
             with contextlib.suppress(OSError):
                 self._remotes.stat(url, in_turn=True)
 
-    def stat_ahead(self, urls: Iterable[str], workers: int | None = None) -> None:
+    def stat_ahead(self, urls: Iterable[str]) -> None:
         """Ask for the size and version of the remote objects of ``urls`` in
-        the background, in order, ``workers`` at a time (default
-        ``outstanding_requests``): a later lookup or read of one takes its
-        answer (asks itself where the request has not started yet). Starts
-        the reader's loop meanwhile."""
+        the background, in order, ``outstanding_requests`` at a time: a
+        later lookup or read of one takes its answer (asks itself where the
+        request has not started yet). Starts the reader's loop meanwhile."""
         self._check_usable()
         remote = [url for url in urls if is_remote(url)]
         if remote:
-            self._remotes.stat_ahead(remote, workers)
+            self._remotes.stat_ahead(remote)
             self._loop_thread()  # started while the answers travel: the first read needs it
 
     def unask(self, urls: Iterable[str]) -> None:
@@ -450,7 +449,7 @@ class Reader:
             return 0
         return _change_stamp(os.stat(local_path(url)))
 
-    def refresh(self, urls: Iterable[str], workers: int | None = None) -> None:
+    def refresh(self, urls: Iterable[str]) -> None:
         """Forget what is known of remote objects' sizes and versions and ask
         again, in the background (see :meth:`stat_ahead`), so that
         :meth:`describe` and reads see an object replaced since."""
@@ -458,7 +457,7 @@ class Reader:
         remote = [url for url in urls if is_remote(url)]
         for url in remote:
             self._remotes.forget(url)
-        self.stat_ahead(remote, workers)
+        self.stat_ahead(remote)
 
     @property
     def engine_kind(self) -> str:

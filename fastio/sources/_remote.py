@@ -230,18 +230,18 @@ class Remotes:
         self._info[url] = remote
         return remote
 
-    def stat_ahead(self, urls: Sequence[str], workers: int | None = None) -> None:
+    def stat_ahead(self, urls: Sequence[str]) -> None:
         """Ask for the size and version of ``urls`` in the background, in
-        order (after those asked before), for :meth:`stat` to find:
-        ``workers`` at a time from now on (default ``outstanding_requests``)."""
+        order (after those asked before), ``outstanding_requests`` at a
+        time, for :meth:`stat` to find."""
         urls = [url for url in urls if url not in self._info and url not in self._asked]
         if not urls:
             return
-        most = min(self.settings.outstanding_requests, MAX_OUTSTANDING_REQUESTS)
         with self._lock:
             if self._asking is None:
-                self._asking = _Asking(self._ask)
-        self._asked.update(self._asking.submit(urls, min(most, workers or most)))
+                workers = min(self.settings.outstanding_requests, MAX_OUTSTANDING_REQUESTS)
+                self._asking = _Asking(self._ask, workers)
+        self._asked.update(self._asking.submit(urls))
 
     def unask(self, url: str) -> None:
         """Cancel :meth:`stat_ahead`'s question about ``url`` if it has not
@@ -652,30 +652,28 @@ class Remotes:
 
 
 class _Asking:
-    """Questions asked ahead (``ask`` of each URL), answered in order by
-    threads of its own; each answer is a future. Many are
+    """Questions asked ahead (``ask`` of each URL), answered in order by up
+    to ``workers`` threads of its own; each answer is a future. Many are
     asked at once: one call, with no thread woken per question (a thread
     pool's ``submit`` of each of 500, while its threads ran the first ones,
     took 0.2 s of the caller's time, waiting for the GIL)."""
 
-    def __init__(self, ask: Callable[[str], RemoteFile]) -> None:
+    def __init__(self, ask: Callable[[str], RemoteFile], workers: int) -> None:
         self._ask = ask
+        self._workers = workers
         self._queue: deque[tuple[str, Future[RemoteFile]]] = deque()
         self._running = 0
-        self._workers = 0
         self._closed = False
         self._lock = threading.Lock()
 
-    def submit(self, urls: Sequence[str], workers: int) -> dict[str, Future[RemoteFile]]:
-        """Ask about ``urls`` after what is asked already, with ``workers``
-        threads answering from now on (those beyond end after their answer)."""
+    def submit(self, urls: Sequence[str]) -> dict[str, Future[RemoteFile]]:
+        """Ask about ``urls`` after what is asked already."""
         asked: dict[str, Future[RemoteFile]] = {url: Future() for url in urls}
         with self._lock:
             if self._closed:
                 return {}
             self._queue.extend(asked.items())
-            self._workers = workers
-            start = min(workers - self._running, len(self._queue))
+            start = min(self._workers - self._running, len(self._queue))
             self._running += start
         for _ in range(start):  # a request running at exit is left: daemon threads
             threading.Thread(target=self._work, name="fastio-stat", daemon=True).start()
@@ -684,7 +682,7 @@ class _Asking:
     def _work(self) -> None:
         while True:
             with self._lock:
-                if self._closed or not self._queue or self._running > self._workers:
+                if self._closed or not self._queue:
                     self._running -= 1
                     return
                 url, future = self._queue.popleft()
