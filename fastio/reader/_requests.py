@@ -18,6 +18,11 @@ it is part of a long range or neighbouring short ranges coalesced. The pieces
 of the climb go out together, each on a connection of its own, so the first
 bytes of a stream arrive as fast as TCP's first round trips carry them.
 
+A stream's first local piece is small too (at most ``LOCAL_FIRST_BYTES``): its
+buffer is the first the reader maps, and faulting in 1 MiB of fresh memory
+(a page fault and a zeroing per 4 KiB) took longer than reading it from the
+page cache; the first sample waits for neither beyond what it needs.
+
 Problems found while planning (missing file, range past the end of a file)
 become failed pieces at their place in the order, so the consumer receives
 every chunk before the failure and then the error.
@@ -61,6 +66,7 @@ __all__ = [
 # connections, carry a 110 KB sample in 3 (over a 20 ms link the first sample
 # came 15 ms sooner: the rest of its wait is not TCP's climb).
 REMOTE_FIRST_BYTES = 16 << 10
+LOCAL_FIRST_BYTES = 256 << 10  # a 4 KiB multiple: O_DIRECT pieces end on such boundaries
 # A remote range no longer than this is one request even where the ramp would
 # split it: split, it would arrive at most one round trip sooner, at three
 # requests for one sample (object stores bill, and throttle, by request).
@@ -100,7 +106,7 @@ def read_limit(file: OpenFile, read_size: int) -> int:
 
 
 class _Ramp:
-    """The growing size of one stream's remote pieces (see the module)."""
+    """The growing size of one stream's pieces (see the module)."""
 
     __slots__ = ("last",)
 
@@ -110,7 +116,8 @@ class _Ramp:
     def limit(self, file: OpenFile, read_size: int) -> int:
         """The largest next piece of ``file``."""
         if not is_remote_file(file):
-            return read_limit(file, read_size)
+            limit = read_limit(file, read_size)
+            return limit if self.last else min(limit, LOCAL_FIRST_BYTES)
         climbing = climbs(file)
         if not self.last:
             # A shard the cache downloads is read as its download's ranges
@@ -121,8 +128,8 @@ class _Ramp:
         return min(grown, max(read_size, REMOTE_REQUEST_BYTES))
 
     def took(self, piece: Request) -> Request:
-        if piece.file is not None and is_remote_file(piece.file):
-            self.last = max(self.last, piece.length)  # connections stay warm
+        if piece.file is not None:
+            self.last = max(self.last, piece.length)  # remote connections stay warm
         return piece
 
 

@@ -23,6 +23,7 @@ import fastio
 from fastio import ByteRange, Chunk, Reader, Shard
 from fastio._native import resident_fraction, stat_stamps
 from fastio.reader._reader import CACHED_REQUESTS, _change_stamp
+from fastio.reader._requests import LOCAL_FIRST_BYTES
 from fastio.reader._sync import Handoff, LoopThread
 from tests.conftest import ResourceSnapshot
 
@@ -297,7 +298,10 @@ class ReaderContract:
                     reader.outstanding_requests = 32
             stats = reader.stats()
         assert b"".join(bytes(c.data) for c in received) == data
-        assert received[0].data.nbytes == 1 << 20
+        # A stream's first piece is small (the first sample waits for no more);
+        # then pieces are read_size long.
+        assert received[0].data.nbytes == LOCAL_FIRST_BYTES
+        assert received[1].data.nbytes == 1 << 20
         # Read ahead at the old size finishes, then every request is small.
         assert received[-1].data.nbytes == 16_384
         assert stats.read_size == 16_384
@@ -385,8 +389,9 @@ class ReaderContract:
             after = reader.stats()
         window = after.since(before)
         assert window.bytes_delivered == window.bytes_read == len(data)
-        assert window.requests == 5
-        assert sum(window.latency_histogram) == 5
+        # The first piece is small, then read_size pieces: 256 KiB + 4 x 1 MiB + 768 KiB.
+        assert window.requests == 1 + -(-(len(data) - LOCAL_FIRST_BYTES) // (1 << 20)) == 6
+        assert sum(window.latency_histogram) == 6
         assert 0 < window.latency_percentile(0.5) < 5.0
         assert window.engine == self.engine
         numbers = window.as_dict()
