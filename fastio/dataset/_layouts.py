@@ -92,7 +92,7 @@ class ShardLayouts:
         # What every shard's open asks, asked once: a dataset may have thousands.
         opener = reader()
         reusable = None if records is None else records.locator().reusable
-        stamps = self._stamps_now(opener, keys, known)
+        stamps = self._stamps_now(opener, keys, known, reusable)
         # Footers and the like are read ahead a group of shards at a time: one
         # wait per group, with a group's bytes held at once.
         for first in range(0, len(self.urls), _PREFETCH_SHARDS):
@@ -107,16 +107,21 @@ class ShardLayouts:
             self._keep_together()
         self.arm(opener)
 
-    def _stamps_now(self, reader: Reader, keys: list[str], known: dict[str, ShardIndex]
+    def _stamps_now(self, reader: Reader, keys: list[str], known: dict[str, ShardIndex],
+                    reusable: Callable[[str], bool] | None,
                     ) -> list[tuple[int, int, int] | OSError]:  # fmt: skip
         """Each shard's stamp: local files' in one call, not a stat each;
         a remote one's as its index in ``known`` holds it, where that was
-        made from the object (checked when a read opens it: a dataset of
-        thousands of objects does not wait for an answer about each before
-        its first sample). An index made from local files and uploaded with
-        them holds their times, not the objects' versions: those are asked."""
-        trusted = {url: known[key].stamp for url, key in zip(self.urls, keys, strict=True)
-                   if key in known and is_remote(url) and known[key].of_an_object}  # fmt: skip
+        made from the object and serves this dataset's reads (``reusable``;
+        checked when a read opens it: a dataset of thousands of objects does
+        not wait for an answer about each before its first sample). An index
+        made from local files and uploaded with them holds their times, not
+        the objects' versions: those are asked."""
+        trusted = {
+            url: known[key].stamp for url, key in zip(self.urls, keys, strict=True)
+            if key in known and is_remote(url) and known[key].of_an_object
+            and reusable is not None and reusable(known[key].format)
+        }  # fmt: skip
         reader.unask(trusted)  # asked again in reading order, as each pass begins (see ask_ahead)
         untrusted = [url for url in self.urls if url not in trusted]
         reader.stat_ahead(untrusted)  # sizes needed now: all at once
