@@ -628,9 +628,10 @@ class Dataset(_Base):
                                             self.remainder)  # fmt: skip
         part = self._part(epoch, participant)
         later = epoch != self._ledger.first_epoch()  # the first pass reads what open just saw
-        self._shards.ask_ahead(part.shards(), anew=later)
+        shards = part.shards()
+        self._shards.ask_ahead(shards, anew=later)
         if later:
-            self._check_unchanged(part.shards())
+            self._check_unchanged(shards)
         steals = self.fairness.steals(participant)
         if steals and steal_state is None and position:
             raise ValueError("state was saved without balance='steal' (or with one DataLoader "

@@ -49,7 +49,7 @@ from fastio.reader._requests import (
 )
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
 from fastio.reader._sync import Handoff, LoopThread
-from fastio.sources._remote import Remotes, is_remote, local_path, version_number
+from fastio.sources._remote import Remotes, is_remote, local_path
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS, ReaderSettings
 
 if TYPE_CHECKING:
@@ -313,17 +313,6 @@ class Reader:
     def read_size(self, value: int) -> None:
         self._settings = self._settings.replace(read_size=value)
 
-    def prefetch_info(self, urls: Iterable[str]) -> None:
-        """Ask for the size and version of many remote objects at once
-        (``outstanding_requests`` at a time) and wait for the answers, so
-        that later lookups of them cost nothing; errors are left for those
-        lookups to raise."""
-        remote = [url for url in urls if is_remote(url)]
-        self.stat_ahead(remote)
-        for url in remote:
-            with contextlib.suppress(OSError):
-                self._remotes.stat(url, in_turn=True)
-
     def stat_ahead(self, urls: Iterable[str]) -> None:
         """Ask for the size and version of the remote objects of ``urls`` in
         the background, in order, ``outstanding_requests`` at a time: a
@@ -368,7 +357,7 @@ class Reader:
         self._check_usable()
         if is_remote(url):
             remote = self._remotes.stat(url)
-            return remote.size, version_number(remote.version)
+            return remote.identity
         status = os.stat(local_path(url))
         return status.st_size, status.st_mtime_ns
 
@@ -414,7 +403,7 @@ class Reader:
         self._check_usable()
         if is_remote(url):
             remote = self._remotes.stat(url)
-            return remote.size, version_number(remote.version), 0
+            return (*remote.identity, 0)
         status = os.stat(local_path(url))
         return status.st_size, status.st_mtime_ns, _change_stamp(status)
 
@@ -430,7 +419,7 @@ class Reader:
             if is_remote(url):
                 try:
                     remote = self._remotes.stat(url, in_turn=True)  # asked ahead in this order
-                    found.append((remote.size, version_number(remote.version), 0))
+                    found.append((*remote.identity, 0))
                 except OSError as error:
                     found.append(error)
                 continue

@@ -130,6 +130,11 @@ class RemoteFile:
         self.size = size
         self.version = version
 
+    @property
+    def identity(self) -> tuple[int, int]:
+        """``(size, version)`` as an index records them (the version a number)."""
+        return self.size, version_number(self.version)
+
 
 def _transient(error: BaseException) -> bool:
     if isinstance(error, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
@@ -256,7 +261,7 @@ class Remotes:
         its layout was made from (``expected``)."""
         remote = self.stat(url)
         expected = self.expected.get(url)
-        if expected is not None and expected != (remote.size, version_number(remote.version)):
+        if expected is not None and expected != remote.identity:
             raise ShardChangedError.of(url)
         return remote
 
