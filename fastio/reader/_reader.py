@@ -53,7 +53,7 @@ from fastio.sources._remote import Remotes, is_remote, local_path
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS, ReaderSettings
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+    from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 
     from fastio.cache._cache import ShardCache
 
@@ -112,10 +112,6 @@ def _close_background_readers() -> None:
         reader.close()
 
 
-def _never() -> bool:
-    return False
-
-
 def _pump_weakly(reader_ref: weakref.ref[Reader]) -> None:
     reader = reader_ref()
     if reader is not None:
@@ -125,7 +121,7 @@ def _pump_weakly(reader_ref: weakref.ref[Reader]) -> None:
 class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
-    __slots__ = ("abandoned", "closed", "count_wait", "delivered", "exhausted", "largest",
+    __slots__ = ("closed", "count_wait", "delivered", "exhausted", "handoff", "largest",
                  "lookahead", "plan", "queue", "queued_bytes", "started", "waiter",
                  "warm")  # fmt: skip
 
@@ -142,10 +138,14 @@ class _Stream:
         self.count_wait = count_wait
         self.started = False  # whether the consumer has had a batch yet
         self.warm = False  # whether its first remote pieces (REMOTE_START_BYTES) are in
-        # Whether its consumer has stopped taking batches (asked from the loop
-        # thread, told from the consumer's): it then starts no more reads,
+        # The hand-off of a sync stream, whose consumer may stop taking batches
+        # (told from the consumer's thread): it then starts no more reads,
         # though its closing waits for the loop.
-        self.abandoned: Callable[[], bool] = _never
+        self.handoff: Handoff | None = None
+
+    @property
+    def abandoned(self) -> bool:
+        return self.handoff is not None and self.handoff.abandoned
 
     def next_piece(self) -> Request | None:
         if self.lookahead is None and not self.exhausted:
@@ -703,7 +703,7 @@ class Reader:
         try:
             self._bind(asyncio.get_running_loop())
             stream = self._open_stream(shards, count_wait=False)
-            stream.abandoned = lambda: handoff.abandoned
+            stream.handoff = handoff
             while batch := await self._next_batch(stream):
                 await handoff.put(batch, sum(len(chunk.data) for chunk in batch))
                 batch = None  # (see astream)
@@ -928,7 +928,7 @@ class Reader:
                 len(inflight) < limit
                 and stream.queued_bytes < window
                 and len(queue) < _MAX_QUEUED_PIECES
-                and not stream.abandoned()
+                and not stream.abandoned
             ):
                 # Planning the next piece may open its shard (or the one after).
                 if (not stream.started and len(queue) >= _FIRST_PIECES
