@@ -53,7 +53,7 @@ import numpy as np
 from fastio._errors import DecodeError, IndexFileError, TruncatedFileError
 from fastio.formats._compression import codec_for, decompress
 from fastio.reader._ranges import ByteRange, Chunk
-from fastio.sources._remote import absolute_path, is_remote, local_path
+from fastio.sources._remote import absolute_path, is_remote, local_path, read_object
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -609,10 +609,7 @@ class DatasetIndex:
         there is none. Raises :class:`fastio.IndexFileError` for a damaged one."""
         try:
             if is_remote(location):
-                import fsspec
-
-                filesystem, path = fsspec.core.url_to_fs(location, **(storage_options or {}))
-                data = filesystem.cat_file(path)
+                data = read_object(location, storage_options or {})
             else:
                 data = Path(local_path(location)).read_bytes()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):

@@ -10,6 +10,10 @@ request runs on a thread of its own, and one native call per body
 GIL released throughout: the kernel's copy is the only copy, and many
 requests receive in parallel.
 
+An object's size (HEAD) and a small object read whole (a dataset's index)
+are asked the same way, so a plain-HTTP dataset is read without importing
+fsspec's HTTP filesystem and aiohttp (a few hundred ms in a fresh process).
+
 A connection is kept alive and reused for the next request to the same host.
 A reused connection the server has closed meanwhile is replaced once at no
 cost to the request's retries. Plain ``http://`` only: HTTPS, proxies and
@@ -23,17 +27,23 @@ import errno
 import math
 import os
 import socket
+import sys
 import threading
 import time
 import weakref
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urljoin, urlsplit
 
 from fastio import _native
 from fastio._errors import HTTPStatusError, RangeIgnoredError
 
-__all__ = ["RangeClient", "range_ignored", "usable"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+__all__ = ["RangeClient", "plain_headers", "range_ignored", "usable"]
+
+_T = TypeVar("_T")
 
 _HEAD_LIMIT = 64 << 10  # the most a response's status line and headers may take
 _REDIRECTS = 5
@@ -57,8 +67,62 @@ def usable(fs: Any) -> bool:
         return False
     if getattr(fs, "client_kwargs", None) or set(getattr(fs, "kwargs", {})) - {"headers"}:
         return False
-    headers = fs.kwargs.get("headers") or {}
+    return _textual(fs.kwargs.get("headers") or {})
+
+
+def plain_headers(storage_options: Mapping[str, Any]) -> dict[str, str] | None:
+    """The headers requests send, where ``storage_options`` ask nothing of
+    plain HTTP but headers and no fsspec configuration can add options
+    (``FSSPEC_*`` variables, files in fsspec's configuration folder): this
+    client then serves plain HTTP without importing fsspec, whose HTTP
+    filesystem (aiohttp) takes a few hundred ms to import. None otherwise:
+    :func:`usable` decides on the filesystem fsspec makes."""
+    if os.environ.get("FASTIO_HTTP_CLIENT", "").lower() == "aiohttp":
+        return None
+    if set(storage_options) - {"headers"}:
+        return None
+    fsspec = sys.modules.get("fsspec")
+    if fsspec is not None:  # loaded: its configuration as it is now
+        if any(fsspec.config.conf.get(name) for name in ("http", "https")):
+            return None
+    elif any(name.startswith("FSSPEC_") for name in os.environ) or _listed(
+            os.path.join(os.path.expanduser("~"), ".config", "fsspec")):  # fmt: skip
+        return None
+    headers = storage_options.get("headers") or {}
+    return dict(headers) if _textual(headers) else None
+
+
+def _textual(headers: Mapping[Any, Any]) -> bool:
     return all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+
+
+def _listed(folder: str) -> bool:
+    try:
+        return bool(os.listdir(folder))
+    except OSError:
+        return False
+
+
+class _Answer:
+    """An answer's head: its status, reason and headers (names lowercased),
+    the bytes of it and after it in its connection's ``head`` (``filled``)
+    and where the body starts in them (``held``), and the request's deadline."""
+
+    __slots__ = ("deadline", "filled", "headers", "held", "reason", "status")
+
+    def __init__(self, status: int, reason: str, headers: dict[str, str], filled: int,
+                 held: int, deadline: float) -> None:  # fmt: skip
+        self.status, self.reason, self.headers = status, reason, headers
+        self.filled, self.held, self.deadline = filled, held, deadline
+
+
+class _Moved:
+    """Where a redirect points."""
+
+    __slots__ = ("location",)
+
+    def __init__(self, location: str) -> None:
+        self.location = location
 
 
 class _Connection:
@@ -130,44 +194,105 @@ class RangeClient:
         RangeIgnoredError for more bytes than asked, TimeoutError when no byte
         comes for ``timeout`` seconds or the whole request takes longer, and
         ConnectionError (or another OSError) when the connection fails."""
+
+        def body(connection: _Connection, answer: _Answer, url: str) -> int:
+            status, headers = answer.status, answer.headers
+            if status not in (200, 206):
+                raise HTTPStatusError(status, answer.reason, url)
+            if status == 200 and offset > 0:
+                raise range_ignored(url, offset, length, int(headers.get("content-length", -1)))
+            if status == 206:
+                _check_content_range(headers.get("content-range", ""), url, offset)
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                raise HTTPStatusError(status, "a chunked answer to a range request (unsupported)",
+                                      url)  # fmt: skip
+            announced = int(headers["content-length"]) if "content-length" in headers else None
+            if announced is not None and announced > length:
+                raise range_ignored(url, offset, length, announced)
+            return self._body(connection, answer, url, into,
+                              length if announced is None else announced, cancelled,
+                              until_close=announced is None)  # fmt: skip
+
+        return self._ask(url, "GET", (offset, length), timeout, body)
+
+    def head(self, url: str, timeout: float) -> tuple[int | None, str]:
+        """The size and version (ETag, else Last-Modified) of ``url``, from a
+        HEAD request; the size None where the answer does not give it (or gives
+        the size of an encoding). Raises as :meth:`get_into` does."""
+
+        def answered(connection: _Connection, answer: _Answer, url: str) -> tuple[int | None, str]:
+            if not 200 <= answer.status < 300:
+                raise HTTPStatusError(answer.status, answer.reason, url)
+            self._done(connection, answer, until_close=False)  # an answer to HEAD has no body
+            return _size(answer.headers), (answer.headers.get("etag")
+                                           or answer.headers.get("last-modified", ""))  # fmt: skip
+
+        return self._ask(url, "HEAD", None, timeout, answered)
+
+    def get(self, url: str, timeout: float) -> bytearray | None:
+        """The whole of ``url`` in one request; None where the answer does not
+        announce its length (chunked, or until the connection closes) or
+        comes encoded. Raises as :meth:`get_into` does."""
+
+        def whole(connection: _Connection, answer: _Answer, url: str) -> bytearray | None:
+            headers = answer.headers
+            if answer.status != 200:
+                raise HTTPStatusError(answer.status, answer.reason, url)
+            length = _size(headers) if "transfer-encoding" not in headers else None
+            if length is None:
+                self._drop(connection)  # its body is not read
+                return None
+            into = bytearray(length)
+            self._body(connection, answer, url, memoryview(into), length, None, until_close=False)
+            return into
+
+        return self._ask(url, "GET", None, timeout, whole)
+
+    def _ask(self, url: str, method: str, byte_range: tuple[int, int] | None, timeout: float,
+             answer: Callable[[_Connection, _Answer, str], _T]) -> _T:  # fmt: skip
+        """One request, following redirects; ``answer`` reads the answer (its
+        body too) and gives the connection back."""
         deadline = time.monotonic() + timeout
         for _ in range(_REDIRECTS + 1):
-            location = self._attempt(url, offset, length, into, deadline, cancelled)
-            if isinstance(location, int):
-                return location
-            url = location
+            result = self._attempt(url, method, byte_range, deadline, answer)
+            if not isinstance(result, _Moved):
+                return result
+            url = result.location
         raise HTTPStatusError(310, "too many redirects", url)
 
-    def _attempt(
-        self, url: str, offset: int, length: int, into: memoryview, deadline: float,
-        cancelled: threading.Event | None,
-    ) -> int | str:  # fmt: skip
-        """One request; the count of bytes received, or where a redirect points."""
+    def _attempt(self, url: str, method: str, byte_range: tuple[int, int] | None,
+                 deadline: float, answer: Callable[[_Connection, _Answer, str], _T],
+                 ) -> _T | _Moved:  # fmt: skip
+        """One request and its answer, or where a redirect points."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"{url}: only http:// URLs are read by this client")
         host = (parts.hostname, parts.port or 80)
         target = quote(parts.path or "/", safe=_SAFE_PATH) + (f"?{parts.query}" if parts.query
                                                               else "")  # fmt: skip
-        request = self._request(target, parts.netloc, offset, length)
+        request = self._request(method, target, parts.netloc, byte_range)
         while True:
             connection = self._connection(host, deadline)
             try:
-                result = self._exchange(connection, request, url, offset, length, into, deadline,
-                                        cancelled)  # fmt: skip
+                head = self._exchange(connection, request, deadline)
+                if head is _STALE:
+                    self._drop(connection)
+                    continue  # an idle connection the server had closed: once more, on a fresh one
+                if isinstance(head, str):
+                    return _Moved(urljoin(url, head))
+                assert isinstance(head, _Answer)
+                return answer(connection, head, url)
             except BaseException:
                 self._drop(connection)
                 raise
-            if result is _STALE:
-                self._drop(connection)
-                continue  # an idle connection the server had closed: once more, on a fresh one
-            assert isinstance(result, int | str)
-            return urljoin(url, result) if isinstance(result, str) else result
 
-    def _request(self, target: str, netloc: str, offset: int, length: int) -> bytes:
-        lines = [f"GET {target} HTTP/1.1", f"Host: {netloc}",
-                 f"Range: bytes={offset}-{offset + length - 1}", "Accept-Encoding: identity",
-                 "User-Agent: fastio"]  # fmt: skip
+    def _request(self, method: str, target: str, netloc: str,
+                 byte_range: tuple[int, int] | None) -> bytes:  # fmt: skip
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {netloc}"]
+        if byte_range is not None:
+            offset, length = byte_range
+            lines.append(f"Range: bytes={offset}-{offset + length - 1}")
+        lines += ["Accept-Encoding: identity", "User-Agent: fastio"]
         lines += [f"{name}: {value}" for name, value in self.headers.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
@@ -223,10 +348,10 @@ class RangeClient:
             self._active.discard(connection)
         connection.sock.close()
 
-    def _exchange(
-        self, connection: _Connection, request: bytes, url: str, offset: int, length: int,
-        into: memoryview, deadline: float, cancelled: threading.Event | None,
-    ) -> int | str | object:  # fmt: skip
+    def _exchange(self, connection: _Connection, request: bytes, deadline: float
+                  ) -> _Answer | str | object:  # fmt: skip
+        """Sends ``request``; the answer's head, where a redirect points (the
+        connection given back), or _STALE."""
         sock = connection.sock
         sock.settimeout(_remaining(deadline))
         sent = time.monotonic()
@@ -240,36 +365,37 @@ class RangeClient:
         if head is None:
             return _STALE
         self.answers.add(time.monotonic() - sent)
-        status, reason, headers, filled, held = head
-        if 300 <= status < 400 and status != 304 and "location" in headers:
-            _discard(connection, headers, filled, held, deadline)
+        if 300 <= head.status < 400 and head.status != 304 and "location" in head.headers:
+            if not request.startswith(b"HEAD"):  # an answer to HEAD has no body
+                _discard(connection, head, deadline)
             self._release(connection)
-            return headers["location"]
-        if status not in (200, 206):
-            raise HTTPStatusError(status, reason, url)
-        if status == 200 and offset > 0:
-            raise range_ignored(url, offset, length, int(headers.get("content-length", -1)))
-        if status == 206:
-            _check_content_range(headers.get("content-range", ""), url, offset)
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            raise HTTPStatusError(status, "a chunked answer to a range request (unsupported)",
-                                  url)  # fmt: skip
-        announced = int(headers["content-length"]) if "content-length" in headers else None
-        if announced is not None and announced > length:
-            raise range_ignored(url, offset, length, announced)
-        body = length if announced is None else announced
-        early = filled - held  # body bytes that came with the head
+            return head.headers["location"]
+        return head
+
+    def _body(
+        self, connection: _Connection, answer: _Answer, url: str, into: memoryview, body: int,
+        cancelled: threading.Event | None, until_close: bool,
+    ) -> int:  # fmt: skip
+        """Receives an answer's ``body`` bytes (or up to them, until the
+        connection closes) into ``into``; gives the connection back."""
+        early = answer.filled - answer.held  # body bytes that came with the head
         if early > body:
-            raise HTTPStatusError(status, "more bytes than the answer announced", url)
-        into[:early] = connection.head[held:filled]
+            raise HTTPStatusError(answer.status, "more bytes than the answer announced", url)
+        into[:early] = connection.head[answer.held : answer.filled]
         self.arrivals.add(early)
-        count = _receive(sock, into, early, body, deadline, cancelled, self.arrivals,
-                         until_close=announced is None)  # fmt: skip
-        if announced is None or headers.get("connection", "").lower() == "close":
+        count = _receive(connection.sock, into, early, body, deadline=answer.deadline,
+                         cancelled=cancelled, arrivals=self.arrivals,
+                         until_close=until_close)  # fmt: skip
+        self._done(connection, answer, until_close)
+        return count
+
+    def _done(self, connection: _Connection, answer: _Answer, until_close: bool) -> None:
+        """Gives ``connection`` back after ``answer``, or closes it where the
+        answer ended it."""
+        if until_close or answer.headers.get("connection", "").lower() == "close":
             self._drop(connection)
         else:
             self._release(connection)
-        return count
 
     def close(self) -> None:
         """End every connection; requests in flight fail with a connection error."""
@@ -303,12 +429,9 @@ def _remaining(deadline: float) -> float:
     return left
 
 
-def _read_head(
-    connection: _Connection, deadline: float
-) -> tuple[int, str, dict[str, str], int, int] | None:
-    """Status, reason, headers (names lowercased), the bytes now in
-    ``connection.head`` and where the body starts in them; None when a
-    reused connection ends before the answer's first byte."""
+def _read_head(connection: _Connection, deadline: float) -> _Answer | None:
+    """The answer's head; None when a reused connection ends before the
+    answer's first byte."""
     sock, head = connection.sock, connection.head
     view = memoryview(head)
     filled = 0
@@ -340,7 +463,7 @@ def _read_head(
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     reason = status_line[2] if len(status_line) > 2 else ""
-    return int(status_line[1]), reason, headers, filled, end + 4
+    return _Answer(int(status_line[1]), reason, headers, filled, end + 4, deadline)
 
 
 def _receive(
@@ -364,11 +487,9 @@ def _receive(
     return end
 
 
-def _discard(
-    connection: _Connection, headers: dict[str, str], filled: int, held: int, deadline: float
-) -> None:
+def _discard(connection: _Connection, answer: _Answer, deadline: float) -> None:
     """Reads past a redirect's body, so the connection can serve the next request."""
-    left = int(headers.get("content-length", "0") or 0) - (filled - held)
+    left = int(answer.headers.get("content-length", "0") or 0) - (answer.filled - answer.held)
     scratch = memoryview(connection.head)
     while left > 0:
         connection.sock.settimeout(_remaining(deadline))
@@ -376,6 +497,19 @@ def _discard(
         if count == 0:
             raise ConnectionResetError(errno.ECONNRESET, "the server closed the connection")
         left -= count
+
+
+def _size(headers: dict[str, str]) -> int | None:
+    """An answer's length as it announces it (of the whole object, from a
+    range's Content-Range); None where it does not, or where it is the
+    length of an encoding."""
+    if headers.get("content-encoding", "identity") not in ("identity", ""):
+        return None
+    length = headers.get("content-length", "")
+    if length.isdigit():
+        return int(length)
+    total = headers.get("content-range", "").rpartition("/")[2]
+    return int(total) if total.isdigit() else None
 
 
 def _check_content_range(value: str, url: str, offset: int) -> None:

@@ -80,6 +80,7 @@ _READ_BUFFER_LIMIT = 8 << 20
 _CANCEL_POLL_SECONDS = 0.05  # how soon a running download notices its reader closed
 _WARM_SECONDS = 5.0  # the longest a request thread started ahead waits for its siblings
 _CONNECT_AHEAD_SECONDS = 2.0
+_WHOLE_OBJECT_SECONDS = 300.0  # as aiohttp's default for a whole request
 
 _TRANSIENT_ERRNOS = frozenset(
     {errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.EPIPE, errno.ETIMEDOUT,
@@ -134,6 +135,31 @@ class RemoteFile:
     def identity(self) -> tuple[int, int]:
         """``(size, version)`` as an index records them (the version a number)."""
         return self.size, version_number(self.version)
+
+
+def read_object(url: str, storage_options: dict[str, Any]) -> bytes | bytearray:
+    """The whole object at ``url``, in one request: plain HTTP through fastio's
+    client (fsspec is not imported), anything else through fsspec. Raises
+    FileNotFoundError where there is none."""
+    from fastio.sources._http import RangeClient, plain_headers
+
+    headers = plain_headers(storage_options) if url.startswith("http://") else None
+    if headers is not None:
+        client = RangeClient(headers)
+        try:
+            data = client.get(url, _WHOLE_OBJECT_SECONDS)
+        except OSError as error:
+            if _missing(error):
+                raise FileNotFoundError(errno.ENOENT, "no such object", url) from None
+            raise
+        finally:
+            client.close()
+        if data is not None:
+            return data
+    import fsspec  # and where the answer gave no length: fsspec reads such answers
+
+    filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
+    return bytes(filesystem.cat_file(path))
 
 
 def _transient(error: BaseException) -> bool:
@@ -266,8 +292,11 @@ class Remotes:
         return remote
 
     def _ask(self, url: str) -> RemoteFile:
-        fs, path = self.filesystem(url)
-        self._http_usable(fs, url)  # for plain HTTP, its threads start while the size is asked
+        if self._http_usable(url):  # its threads start while the size is asked
+            size, version = self._head(url)
+            if size is not None:
+                return RemoteFile(url, size, version)
+        fs, path = self.filesystem(url)  # fsspec asks again, and with a GET where HEAD fails
         try:
             info = fs.info(path)
         except OSError as error:
@@ -278,6 +307,19 @@ class Remotes:
         version = str(info.get("ETag") or info.get("etag") or info.get("mtime")
                       or info.get("LastModified") or "")  # fmt: skip
         return RemoteFile(url, int(size), version)
+
+    def _head(self, url: str) -> tuple[int | None, str]:
+        """:meth:`RangeClient.head` of ``url``, retried as reads are."""
+        from tenacity import Retrying
+
+        assert self._http is not None
+        try:
+            for attempt in Retrying(**self._policy()):
+                with attempt:
+                    return self._http.head(url, self.settings.request_timeout)
+        except OSError as error:
+            raise _stat_error(error, url) from None
+        raise AssertionError("unreachable: Retrying returns or raises")
 
     def local_copy(self, url: str) -> str | Filling:
         """The path of a verified local copy of ``url`` in the shard cache; on
@@ -335,7 +377,6 @@ class Remotes:
     def _download(self, url: str, file: Download) -> None:
         """The whole object into ``file``, in ranged requests retried like reads,
         several in flight (``outstanding_requests`` shared by the prefetches)."""
-        fs, path = self.filesystem(url)
         size = self.stat(url).size
         ranges = _growing_ranges(size, min(self.settings.read_size, DOWNLOAD_FIRST_BYTES),
                                  max(self.settings.read_size, REMOTE_REQUEST_BYTES))  # fmt: skip
@@ -343,7 +384,7 @@ class Remotes:
         cancelled = threading.Event()  # ends fastio's HTTP requests still running
         submit: Callable[[int, int], Future[tuple[Any, OSError | None]]]
         written: Callable[[Any], None] | None = None
-        if self._http_usable(fs, url):
+        if self._http_usable(url):
             assert self._http_pool is not None
             pool = self._http_pool
             # Each range is received into a buffer a range written before it
@@ -360,19 +401,20 @@ class Remotes:
             def written(data: Any) -> None:
                 spare.append(data.obj)
 
-        elif getattr(fs, "async_impl", False) and in_flight > 1:
+        else:
+            fs, path = self.filesystem(url)
+            if not getattr(fs, "async_impl", False) or in_flight == 1:
+                for offset, length in ranges:
+                    if self.prefetcher.stopping.is_set():
+                        raise DownloadCancelled(f"{url}: the reader closed during the download")
+                    file.write(self._read_sync(fs, path, url, offset, length))
+                return
             from fsspec.asyn import get_loop
 
             def submit(offset: int, length: int) -> Future[tuple[Any, OSError | None]]:
                 return asyncio.run_coroutine_threadsafe(
                     self._read_async(fs, path, url, offset, length), get_loop())  # fmt: skip
 
-        else:
-            for offset, length in ranges:
-                if self.prefetcher.stopping.is_set():
-                    raise DownloadCancelled(f"{url}: the reader closed during the download")
-                file.write(self._read_sync(fs, path, url, offset, length))
-            return
         try:
             self._download_ranges(url, file, ranges, in_flight, submit, written)
         finally:
@@ -436,12 +478,11 @@ class Remotes:
         fastio.sources._http): the body is received into ``buffer`` on a
         thread of its own, without the GIL; other HTTP(S) through aiohttp,
         copied from the socket's chunks into ``buffer``."""
-        fs, path = self.filesystem(url)
         # The view keeps the buffer exported until the request ends, so a
         # read cancelled here never has its buffer reused while another
         # thread may still write into it (the pool holds exported buffers back).
         view = memoryview(buffer)[:length]
-        if self._http_usable(fs, url):
+        if self._http_usable(url):
             cancelled = threading.Event()
             assert self._http_pool is not None
             future = self._http_pool.submit(self._get_into, url, offset, length, view, cancelled)
@@ -450,38 +491,43 @@ class Remotes:
             except asyncio.CancelledError:
                 cancelled.set()  # the request ends at its next receive
                 raise
-        elif _is_http(fs):
+        else:
+            fs, path = self.filesystem(url)
+            if not _is_http(fs):
+                data = await self.read(url, offset, length)
+                view[: len(data)] = data
+                return len(data)
             from fsspec.asyn import get_loop
 
             future = asyncio.run_coroutine_threadsafe(
                 self._read_async(fs, path, url, offset, length, view), get_loop()
             )
             count, error = await asyncio.wrap_future(future)
-        else:
-            data = await self.read(url, offset, length)
-            view[: len(data)] = data
-            return len(data)
         if error is not None:
             raise error
         return int(count)
 
-    def _http_usable(self, fs: Any, url: str) -> bool:
-        """Whether fastio's HTTP client serves ``url`` (plain HTTP, through
-        ``fs``); makes the client and its threads (connected to ``url``'s
-        server) on first use."""
+    def _http_usable(self, url: str) -> bool:
+        """Whether fastio's HTTP client serves ``url`` (plain HTTP, asking
+        nothing of its requests the client does not do); makes the client and
+        its threads (connected to ``url``'s server) on first use."""
         if not url.startswith("http://"):
             return False
         if self._http is not None:
             return True
-        from fastio.sources._http import RangeClient, usable
+        from fastio.sources._http import RangeClient, plain_headers, usable
 
-        if not usable(fs):
-            return False
+        headers = plain_headers(self.storage_options)
+        if headers is None:  # options for fsspec: its filesystem says what they ask
+            fs = self.filesystem(url)[0]
+            if not usable(fs):
+                return False
+            headers = fs.kwargs.get("headers")
         with self._lock:
             if self._http is None:
                 self._http_pool = ThreadPoolExecutor(MAX_OUTSTANDING_REQUESTS,
                                                      thread_name_prefix="fastio-http")  # fmt: skip
-                self._http = RangeClient(fs.kwargs.get("headers"))
+                self._http = RangeClient(headers)
                 self._warm_http_threads(self._http_pool, self._http, url)
         return True
 

@@ -37,12 +37,39 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_HEAD(self) -> None:  # what fsspec (aiohttp) asks for an object's size
+    def do_HEAD(self) -> None:  # how an object's size is asked
         self.server.asking_sizes.add(self.client_address)
+        self.server.heads += 1
+        if self.path.startswith("/moved"):
+            self.send_response(302)
+            self.send_header("Location", "/data")
+            self.send_header("Content-Length", "5")  # what a GET would have: none comes
+            self.end_headers()
+            return
         self.send_response(200)
-        self.send_header("Content-Length", str(len(DATA)))
+        if not self.path.startswith("/unsized"):
+            self.send_header("Content-Length", str(len(DATA)))
         self.send_header("ETag", '"data"')
         self.end_headers()
+
+    def _whole(self) -> None:
+        """A GET of the whole object: chunked where the path says so."""
+        if self.path.startswith("/missing"):
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("ETag", '"data"')
+        if not self.path.startswith("/chunked"):
+            self.send_header("Content-Length", str(len(DATA)))
+            self.end_headers()
+            self.wfile.write(DATA)
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for start in range(0, len(DATA), 1 << 20):
+            piece = DATA[start : start + (1 << 20)]
+            self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
 
     def do_GET(self) -> None:
         server = self.server
@@ -56,6 +83,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "5")
             self.end_headers()
             self.wfile.write(b"moved")
+            return
+        if "Range" not in self.headers:
+            self._whole()
             return
         start, end = self.headers["Range"].removeprefix("bytes=").split("-")
         body = DATA[int(start) : int(end) + 1]
@@ -80,6 +110,7 @@ class _Server(ThreadingHTTPServer):
         self.close_after_answer = False
         self.accepted = 0
         self.asking_sizes: set[tuple[str, int]] = set()
+        self.heads = 0
 
     def verify_request(self, request: object, client_address: object) -> bool:
         self.accepted += 1  # every connection, whether it asks for anything or not
@@ -242,6 +273,55 @@ def test_headers_in_storage_options_are_sent(server: _Server) -> None:
         remotes.close()
     assert server.seen_headers[-1]["Authorization"] == "Bearer token-1"
     assert server.seen_headers[-1]["X-Job"] == "fastio"
+
+
+def test_sizes_are_asked_by_fastios_client_without_fsspec(server: _Server) -> None:
+    remotes = Remotes(ReaderSettings(retries=0), {})
+    try:
+        for name in ("data", "moved"):  # the redirect of a HEAD has no body to wait for
+            remote = remotes.stat(server.url(name))
+            assert (remote.size, remote.version) == (len(DATA), '"data"')
+        assert remotes._http is not None
+        assert not remotes._filesystems  # fsspec made no filesystem
+    finally:
+        remotes.close()
+    assert server.heads == 3
+
+
+def test_a_size_the_head_leaves_out_is_asked_through_fsspec(server: _Server) -> None:
+    remotes = Remotes(ReaderSettings(retries=0), {})
+    try:
+        remote = remotes.stat(server.url("unsized"))
+        assert (remote.size, remote.version) == (len(DATA), '"data"')  # from fsspec's GET
+        assert "http" in remotes._filesystems
+    finally:
+        remotes.close()
+
+
+def test_a_whole_object_is_read_in_one_request(server: _Server) -> None:
+    from fastio.sources._remote import read_object
+
+    assert read_object(server.url("data"), {}) == DATA
+    assert server.requests == 1
+    assert read_object(server.url("chunked"), {}) == DATA  # fastio's client leaves it to fsspec
+    with pytest.raises(FileNotFoundError) as raised:
+        read_object(server.url("missing"), {})
+    assert raised.value.filename == server.url("missing")
+
+
+def test_fsspecs_configuration_still_reaches_the_requests(
+    server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fsspec.config
+
+    monkeypatch.setitem(fsspec.config.conf, "http", {"headers": {"X-Configured": "yes"}})
+    remotes = Remotes(ReaderSettings(retries=0), {})
+    try:
+        assert _read(remotes, server.url("data"), 0, 100) == DATA[:100]
+        assert remotes._http is not None  # headers only: still fastio's client
+    finally:
+        remotes.close()
+    assert server.seen_headers[-1]["X-Configured"] == "yes"
 
 
 def test_client_options_and_the_switch_keep_requests_on_aiohttp(

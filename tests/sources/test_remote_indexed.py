@@ -6,7 +6,10 @@ in this process and in DataLoader workers alike."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -19,6 +22,15 @@ from tests.shards import key_of, write
 
 SHARDS = 40
 REPLACED = 7
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+EPOCH = """
+import json, sys
+import fastio
+with fastio.Dataset(sys.argv[1], index_dir=sys.argv[2], shuffle=False) as ds:
+    keys = [sample["__key__"] for sample in ds]
+print(json.dumps({"keys": keys, "loaded": [m for m in ("fsspec", "aiohttp") if m in sys.modules]}))
+"""
 
 
 @pytest.fixture
@@ -117,3 +129,23 @@ def test_dataloader_workers_check_what_they_open(served, tmp_path) -> None:
     assert got == Counter(row["key"] for row in written.samples
                           if row["key"] not in by_shard[name])  # fmt: skip
     ds.close()
+
+
+def test_plain_http_needs_neither_fsspec_nor_aiohttp(served, tmp_path):
+    """A fresh process reads an epoch of a plain-HTTP dataset, indexed and
+    never seen, with fastio's own client alone: importing fsspec's HTTP
+    filesystem (aiohttp) would take a few hundred ms before the first sample."""
+    written, server = served
+    expected = [row["key"] for row in written.samples]
+    for case in ("indexed", "never seen"):
+        if case == "never seen":
+            (Path(written.urls[0]).parent / "dataset.fastio-index.npz").unlink()
+        result = subprocess.run(
+            [sys.executable, "-c", EPOCH, remote(written, server), str(tmp_path / case)],
+            capture_output=True, text=True, check=True, cwd=REPOSITORY,
+            env={**os.environ, "FASTIO_HTTP_CLIENT": ""},
+        )  # fmt: skip
+        got = json.loads(result.stdout)
+        assert [key_of("webdataset", {"__key__": key}) for key in got["keys"]] == expected, case
+        assert got["loaded"] == [], case
+    assert server.faults.heads[os.path.basename(written.urls[0])] >= 1  # the never-seen one asked
