@@ -325,19 +325,15 @@ class ShardLayouts:
         return DatasetIndex([index for index in self.indexes if index is not None])
 
     def ask_ahead(self, shards: Sequence[int], anew: bool) -> None:
-        """Have the reader ask about the remote objects of ``shards`` (in the
+        """Have the reader confirm the remote objects of ``shards`` (in the
         order a pass reads them) in the background, for each to be checked
-        when a read opens it (see :meth:`arm`); ``anew``: forget what was
-        known of them (a later pass: one may have been replaced since). A
-        pass does not wait for a round of requests about every object first."""
+        as its reads go (see :meth:`arm` and :meth:`Reader.confirm_ahead`);
+        ``anew``: forget what was known of them (a later pass: one may have
+        been replaced since). A pass does not wait for a round of requests
+        about every object first."""
         urls = [self.urls[shard] for shard in shards if is_remote(self.urls[shard])]
-        if not urls:
-            return
-        reader = self.reader()
-        if anew:
-            reader.refresh(urls)
-        else:
-            reader.stat_ahead(urls)
+        if urls:
+            self.reader().confirm_ahead(urls, anew)
 
     def changed(self, shards: Sequence[int]) -> list[int]:
         """Of ``shards``, the local files that are no longer what their layouts

@@ -141,7 +141,7 @@ class FileTable:
         IsADirectoryError, ...) with ``filename`` set."""
         if self._remotes is not None and is_remote(path):
             if self._remotes.cache is None:
-                return self._remotes.opened(path)  # type: ignore[return-value]  # same shape
+                return self._remotes.opening(path)  # type: ignore[return-value]  # same shape
             return self._acquire_cached(path, direct)
         path = local_path(path)
         key = (path, direct)

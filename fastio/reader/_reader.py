@@ -121,8 +121,8 @@ def _pump_weakly(reader_ref: weakref.ref[Reader]) -> None:
 class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
-    __slots__ = ("closed", "count_wait", "delivered", "exhausted", "handoff", "largest",
-                 "lookahead", "plan", "queue", "queued_bytes", "started", "waiter",
+    __slots__ = ("closed", "count_wait", "delivered", "exhausted", "first_pieces", "handoff",
+                 "largest", "lookahead", "plan", "queue", "queued_bytes", "started", "waiter",
                  "warm")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
@@ -138,6 +138,7 @@ class _Stream:
         self.count_wait = count_wait
         self.started = False  # whether the consumer has had a batch yet
         self.warm = False  # whether its first remote pieces (REMOTE_START_BYTES) are in
+        self.first_pieces: list[Request] | None = None  # those pieces, while they come
         # The hand-off of a sync stream, whose consumer may stop taking batches
         # (told from the consumer's thread): it then starts no more reads,
         # though its closing waits for the loop.
@@ -191,7 +192,6 @@ class Reader:
         self._share = 1.0
         self._request_limit = self._settings.outstanding_requests
         self._closed = False
-        self._lock = threading.Lock()
         # What each remote object must still be when a read opens it (see
         # expect): kept across a fork, for the child's reads too.
         self._expected: dict[str, tuple[int, int]] = {}
@@ -202,7 +202,9 @@ class Reader:
         self._pid = os.getpid()
         self._engine: _native.Engine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()  # this process's: a parent's thread may have held it
         self._background: LoopThread | None = None
+        self._loop_starter: threading.Thread | None = None  # see stat_ahead
         self._remotes = Remotes(settings, self._storage_options, self._cache, self._expected)
         self._files = FileTable(settings.max_idle_files, self._remotes)
         self._remote_tasks: set[asyncio.Task[None]] = set()
@@ -317,12 +319,20 @@ class Reader:
         """Ask for the size and version of the remote objects of ``urls`` in
         the background, in order, ``outstanding_requests`` at a time: a
         later lookup or read of one takes its answer (asks itself where the
-        request has not started yet). Starts the reader's loop meanwhile."""
+        request has not started yet). Starts the reader's loop meanwhile, on
+        a thread of its own: in a fresh process that takes tens of ms
+        (importing uvloop, starting a thread), which the caller spends asking
+        for the dataset's index."""
         self._check_usable()
         remote = [url for url in urls if is_remote(url)]
         if remote:
             self._remotes.stat_ahead(remote)
-            self._loop_thread()  # started while the answers travel: the first read needs it
+            with self._lock:
+                if self._background is None and self._loop_starter is None:
+                    starter = threading.Thread(target=self._loop_thread, daemon=True,
+                                               name="fastio-loop-start")  # fmt: skip
+                    self._loop_starter = starter
+                    starter.start()
 
     def unask(self, urls: Iterable[str]) -> None:
         """Cancel :meth:`stat_ahead`'s questions about ``urls`` not sent yet."""
@@ -438,15 +448,19 @@ class Reader:
             return 0
         return _change_stamp(os.stat(local_path(url)))
 
-    def refresh(self, urls: Iterable[str]) -> None:
-        """Forget what is known of remote objects' sizes and versions and ask
-        again, in the background (see :meth:`stat_ahead`), so that
-        :meth:`describe` and reads see an object replaced since."""
+    def confirm_ahead(self, urls: Iterable[str], anew: bool) -> None:
+        """Have the remote objects of ``urls`` (in the order a pass reads
+        them) confirmed to be what :meth:`expect` says, ahead of their reads:
+        asked about in the background (see :meth:`stat_ahead`), except those
+        read by fastio's HTTP client, whose answers to the reads say it.
+        ``anew``: forget what was known of them first, so that reads and
+        :meth:`describe` see an object replaced since."""
         self._check_usable()
         remote = [url for url in urls if is_remote(url)]
-        for url in remote:
-            self._remotes.forget(url)
-        self.stat_ahead(remote)
+        if anew:
+            for url in remote:
+                self._remotes.forget(url)
+        self.stat_ahead([url for url in remote if not self._remotes.answers_confirm(url)])
 
     @property
     def engine_kind(self) -> str:
@@ -525,6 +539,8 @@ class Reader:
             return
         if os.getpid() != self._pid:
             self._after_fork()
+        if self._loop_starter is not None:
+            self._loop_starter.join()  # the loop it starts is closed with the rest
         # First, from this thread: the loop thread may be waiting for a shard's
         # download, which must end before that thread can run the shutdown.
         self._remotes.stop_downloads()
@@ -966,11 +982,16 @@ class Reader:
                 # started with them, on fresh connections, larger pieces take
                 # the link's bandwidth (and a rate limiter's drops, recovered
                 # only by a retransmission timeout) from the first sample.
+                # Those pieces, not whatever is queued when one is asked:
+                # reads of many small objects, the consumer taking them as
+                # they come, keep some in flight, never all in at once.
                 if (climbing and queue and not stream.warm
                         and stream.queued_bytes + size > REMOTE_START_BYTES):  # fmt: skip
-                    if not all(p.done for p in queue):
+                    if stream.first_pieces is None:
+                        stream.first_pieces = list(queue)
+                    if not all(p.done for p in stream.first_pieces):
                         break
-                    stream.warm = True
+                    stream.warm, stream.first_pieces = True, None
                 stream.lookahead = None
                 # Huge pages for O_DIRECT (one device segment a read) and for
                 # remote receives (a fault a 2 MiB page, not 512, as data

@@ -187,13 +187,17 @@ class RangeClient:
     def get_into(
         self, url: str, offset: int, length: int, into: memoryview, timeout: float,
         cancelled: threading.Event | None = None,
+        identity: Callable[[int | None, str], None] | None = None,
     ) -> int:  # fmt: skip
         """``length`` bytes of ``url`` from ``offset`` into ``into``; returns
-        how many arrived (fewer only at the object's end). Raises
-        HTTPStatusError for an answer other than the range (``status`` set),
-        RangeIgnoredError for more bytes than asked, TimeoutError when no byte
-        comes for ``timeout`` seconds or the whole request takes longer, and
-        ConnectionError (or another OSError) when the connection fails."""
+        how many arrived (fewer only at the object's end). ``identity`` is
+        called with the object's size and ETag as the answer gives them (None
+        and "" where it does not) before its body is received: what it raises
+        ends the request. Raises HTTPStatusError for an answer other than the
+        range (``status`` set), RangeIgnoredError for more bytes than asked,
+        TimeoutError when no byte comes for ``timeout`` seconds or the whole
+        request takes longer, and ConnectionError (or another OSError) when
+        the connection fails."""
 
         def body(connection: _Connection, answer: _Answer, url: str) -> int:
             status, headers = answer.status, answer.headers
@@ -203,6 +207,8 @@ class RangeClient:
                 raise range_ignored(url, offset, length, int(headers.get("content-length", -1)))
             if status == 206:
                 _check_content_range(headers.get("content-range", ""), url, offset)
+            if identity is not None:
+                identity(_size(headers), headers.get("etag", ""))
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 raise HTTPStatusError(status, "a chunked answer to a range request (unsupported)",
                                       url)  # fmt: skip
@@ -216,16 +222,16 @@ class RangeClient:
         return self._ask(url, "GET", (offset, length), timeout, body)
 
     def head(self, url: str, timeout: float) -> tuple[int | None, str]:
-        """The size and version (ETag, else Last-Modified) of ``url``, from a
-        HEAD request; the size None where the answer does not give it (or gives
-        the size of an encoding). Raises as :meth:`get_into` does."""
+        """The size and ETag of ``url`` (as fsspec's ``info`` names an HTTP
+        object's version: "" without one), from a HEAD request; the size None
+        where the answer does not give it (or gives the size of an encoding).
+        Raises as :meth:`get_into` does."""
 
         def answered(connection: _Connection, answer: _Answer, url: str) -> tuple[int | None, str]:
             if not 200 <= answer.status < 300:
                 raise HTTPStatusError(answer.status, answer.reason, url)
             self._done(connection, answer, until_close=False)  # an answer to HEAD has no body
-            return _size(answer.headers), (answer.headers.get("etag")
-                                           or answer.headers.get("last-modified", ""))  # fmt: skip
+            return _size(answer.headers), answer.headers.get("etag", "")
 
         return self._ask(url, "HEAD", None, timeout, answered)
 
@@ -500,16 +506,16 @@ def _discard(connection: _Connection, answer: _Answer, deadline: float) -> None:
 
 
 def _size(headers: dict[str, str]) -> int | None:
-    """An answer's length as it announces it (of the whole object, from a
-    range's Content-Range); None where it does not, or where it is the
+    """The object's size as an answer announces it: a range's Content-Range
+    total, else its length; None where it does not, or where it is the
     length of an encoding."""
+    total = headers.get("content-range", "").rpartition("/")[2]
+    if total.isdigit():
+        return int(total)
     if headers.get("content-encoding", "identity") not in ("identity", ""):
         return None
     length = headers.get("content-length", "")
-    if length.isdigit():
-        return int(length)
-    total = headers.get("content-range", "").rpartition("/")[2]
-    return int(total) if total.isdigit() else None
+    return int(length) if length.isdigit() else None
 
 
 def _check_content_range(value: str, url: str, offset: int) -> None:

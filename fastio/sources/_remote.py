@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import hashlib
 import logging
 import os
@@ -204,6 +205,8 @@ class Remotes:
         self.expected: dict[str, tuple[int, int]] = {} if expected is None else expected
         self._asking: _Asking | None = None  # stat_ahead's requests
         self._asked: dict[str, Future[RemoteFile]] = {}
+        self._checks: dict[str, asyncio.Future[RemoteFile]] = {}  # see _confirming
+        self._check_pool: ThreadPoolExecutor | None = None
 
     @property
     def bytes_arrived(self) -> int:
@@ -290,6 +293,17 @@ class Remotes:
         if expected is not None and expected != remote.identity:
             raise ShardChangedError.of(url)
         return remote
+
+    def opening(self, url: str) -> RemoteFile:
+        """:meth:`opened`, without waiting for an answer about ``url`` where
+        its layout says its size (``expected``): the reads of it then confirm
+        it while their bytes come (see :meth:`read_into`). A read must not
+        wait for that answer before its request goes: the loop that sends
+        every request would wait with it, a round trip per object."""
+        expected = self.expected.get(url)
+        if expected is None or url in self._info:
+            return self.opened(url)
+        return RemoteFile(url, expected[0], "")
 
     def _ask(self, url: str) -> RemoteFile:
         if self._http_usable(url):  # its threads start while the size is asked
@@ -477,15 +491,72 @@ class Remotes:
         arrived. Plain HTTP goes through fastio's own client (see
         fastio.sources._http): the body is received into ``buffer`` on a
         thread of its own, without the GIL; other HTTP(S) through aiohttp,
-        copied from the socket's chunks into ``buffer``."""
+        copied from the socket's chunks into ``buffer``. Where ``url`` is
+        not yet confirmed to be the object ``expected`` (see :meth:`opening`),
+        it is asked while the bytes come, and the read raises
+        :class:`~fastio.ShardChangedError` rather than return where it is not."""
+        own = self._http_usable(url)
+        # fastio's client confirms it from the answer's headers, where they say.
+        check = None if own else self._confirming(url)
+        count = await self._read_into(url, offset, length, buffer, own)
+        if own:
+            check = self._confirming(url)  # the answer did not say
+        if check is not None:
+            await asyncio.shield(check)  # shared by the reads of the object
+        return count
+
+    def answers_confirm(self, url: str) -> bool:
+        """Whether the answers to reads of ``url`` say its size and ETag
+        (fastio's HTTP client reads it), so that no other request need ask."""
+        return self._http_usable(url)
+
+    def _confirmed_by(self, url: str, size: int | None, etag: str) -> None:
+        """Where an answer's headers say the size and ETag of ``url``: raises
+        :class:`~fastio.ShardChangedError` if it is not the object ``expected``,
+        else records it as confirmed."""
+        expected = self.expected.get(url)
+        if expected is None or url in self._info or size is None or not etag:
+            return
+        remote = RemoteFile(url, size, etag)
+        if remote.identity != expected:
+            raise ShardChangedError.of(url)
+        self._info.setdefault(url, remote)
+
+    def _confirming(self, url: str) -> asyncio.Future[RemoteFile] | None:
+        """The question whether ``url`` is the object ``expected``, asked on
+        a thread of its own (once for every read of it); None where it was
+        answered or nothing is expected. Runs on the reader's loop."""
+        if url in self._info or url not in self.expected:
+            return None
+        check = self._checks.get(url)
+        if check is None:
+            if self._check_pool is None:
+                self._check_pool = ThreadPoolExecutor(
+                    min(self.settings.outstanding_requests, MAX_OUTSTANDING_REQUESTS),
+                    thread_name_prefix="fastio-check")  # fmt: skip
+            loop = asyncio.get_running_loop()
+            check = self._checks[url] = loop.run_in_executor(self._check_pool, self.opened, url)
+            check.add_done_callback(functools.partial(self._checked, url))
+        return check
+
+    def _checked(self, url: str, check: asyncio.Future[RemoteFile]) -> None:
+        if self._checks.get(url) is check:
+            del self._checks[url]
+        if not check.cancelled():
+            check.exception()  # taken: a read that failed first leaves it unawaited
+
+    async def _read_into(self, url: str, offset: int, length: int, buffer: Any, own: bool
+                         ) -> int:  # fmt: skip
         # The view keeps the buffer exported until the request ends, so a
         # read cancelled here never has its buffer reused while another
         # thread may still write into it (the pool holds exported buffers back).
         view = memoryview(buffer)[:length]
-        if self._http_usable(url):
+        if own:
             cancelled = threading.Event()
             assert self._http_pool is not None
-            future = self._http_pool.submit(self._get_into, url, offset, length, view, cancelled)
+            confirm = functools.partial(self._confirmed_by, url)
+            future = self._http_pool.submit(self._get_into, url, offset, length, view, cancelled,
+                                            confirm)  # fmt: skip
             try:
                 count, error = await asyncio.wrap_future(future)
             except asyncio.CancelledError:
@@ -569,11 +640,13 @@ class Remotes:
         return data[:count], error
 
     def _get_into(
-        self, url: str, offset: int, length: int, into: memoryview, cancelled: threading.Event
-    ) -> tuple[int, OSError | None]:
+        self, url: str, offset: int, length: int, into: memoryview, cancelled: threading.Event,
+        identity: Callable[[int | None, str], None] | None = None,
+    ) -> tuple[int, OSError | None]:  # fmt: skip
         """On a thread of the HTTP pool: one range into ``into``, retried as
-        the settings say. Returns the count and the error rather than raising
-        it, as ``_read_async`` does."""
+        the settings say (``identity``: see :meth:`RangeClient.get_into`).
+        Returns the count and the error rather than raising it, as
+        ``_read_async`` does."""
         from tenacity import Retrying, retry_if_exception
 
         assert self._http is not None
@@ -588,7 +661,8 @@ class Remotes:
             for attempt in Retrying(**policy):
                 with attempt:
                     attempts += 1
-                    count = self._http.get_into(url, offset, length, into, timeout, cancelled)
+                    count = self._http.get_into(url, offset, length, into, timeout, cancelled,
+                                                identity)  # fmt: skip
             return count, None
         except Exception as error:
             return 0, _final(error, url, offset, length, attempts)
@@ -693,6 +767,9 @@ class Remotes:
         if self._asking is not None:
             self._asking.close()
             self._asking = None
+        if self._check_pool is not None:
+            self._check_pool.shutdown(wait=True, cancel_futures=True)
+            self._check_pool = None
         if self._warming is not None:
             self._warming.abort()  # threads still starting return at once
         if self._http is not None:
@@ -724,13 +801,22 @@ class _Asking:
             if self._closed:
                 return {}
             self._queue.extend(asked.items())
-            start = min(self._workers - self._running, len(self._queue))
-            self._running += start
-        for _ in range(start):  # a request running at exit is left: daemon threads
-            threading.Thread(target=self._work, name="fastio-stat", daemon=True).start()
+        self._spread()
         return asked
 
+    def _spread(self) -> None:
+        """Start one more thread while questions wait for one: each thread
+        starts the next, so the caller waits for one thread to start, not
+        for ``workers`` (about a millisecond each on a busy process)."""
+        with self._lock:
+            if self._closed or self._running >= min(self._workers, len(self._queue)):
+                return
+            self._running += 1
+        # A request running at exit is left: daemon threads.
+        threading.Thread(target=self._work, name="fastio-stat", daemon=True).start()
+
     def _work(self) -> None:
+        self._spread()
         while True:
             with self._lock:
                 if self._closed or not self._queue:
@@ -846,7 +932,7 @@ def _final(error: BaseException, url: str, offset: int, length: int, attempts: i
         return FileNotFoundError(errno.ENOENT, f"no such object ({where})", url)
     if _denied(error):
         return PermissionError(errno.EACCES, f"access denied ({where})", url)
-    if isinstance(error, RangeIgnoredError):
+    if isinstance(error, RangeIgnoredError | ShardChangedError):
         return error
     tried = f"; gave up after {attempts} attempts" if attempts > 1 else ""
     kind = "timed out" if isinstance(error, (asyncio.TimeoutError, TimeoutError)) else str(error)

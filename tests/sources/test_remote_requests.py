@@ -116,6 +116,34 @@ def test_the_first_requests_go_together_and_the_rest_once_they_are_in(blob) -> N
     assert server.faults.gets["blob.bin"] == len(climb)
 
 
+def test_once_the_first_pieces_are_in_small_objects_keep_every_request_in_flight(
+    tmp_path,
+) -> None:
+    """Reads of many small objects, a request each, keep every request in
+    flight once the stream's first pieces are in, though a later object is
+    slow to answer: only those first pieces wait for each other (the pieces
+    queued at any later time, some always in flight, are never all in)."""
+    rng = random.Random(5)
+    blobs = [rng.randbytes(40_000) for _ in range(40)]  # each read into a 64 KiB buffer
+    assert REMOTE_START_BYTES // (64 << 10) < 8  # o08 is not among the first pieces
+    for number, data in enumerate(blobs):
+        (tmp_path / f"o{number:02d}").write_bytes(data)
+    server = RangeServer(tmp_path).start()
+    asked = lambda: len(server.faults.gets)  # noqa: E731  (objects asked for)
+    server.faults.hold = lambda name, start: name == "o08" and asked() < 24
+    try:
+        with fastio.Reader(read_size=1 << 20, outstanding_requests=16) as reader:
+            ranges = [fastio.ByteRange(server.url(f"o{n:02d}"), 0) for n in range(len(blobs))]
+            stream = iter(reader.stream(ranges))
+            got = [bytes(next(stream).data)]
+            wait_for(lambda: asked() >= 24, timeout=20)  # o08 is held until then
+            got += [bytes(chunk.data) for chunk in stream]
+    finally:
+        server.faults.hold = None
+        server.stop()
+    assert b"".join(got) == b"".join(blobs)
+
+
 def test_short_neighbouring_ranges_share_requests_that_grow(blob) -> None:
     server, data, _ = blob
     sample = 50_000
