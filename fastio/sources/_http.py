@@ -192,8 +192,8 @@ class RangeClient:
         """``length`` bytes of ``url`` from ``offset`` into ``into``; returns
         how many arrived (fewer only at the object's end). ``identity`` is
         called with the object's size and ETag as the answer gives them (None
-        and "" where it does not) before its body is received: what it raises
-        ends the request. Raises HTTPStatusError for an answer other than the
+        and "" where it does not) before its body is received. Raises
+        HTTPStatusError for an answer other than the
         range (``status`` set), RangeIgnoredError for more bytes than asked,
         TimeoutError when no byte comes for ``timeout`` seconds or the whole
         request takes longer, and ConnectionError (or another OSError) when

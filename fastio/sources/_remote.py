@@ -31,7 +31,12 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
-from fastio._errors import DownloadCancelled, RangeIgnoredError, ShardChangedError
+from fastio._errors import (
+    DownloadCancelled,
+    HTTPStatusError,
+    RangeIgnoredError,
+    ShardChangedError,
+)
 from fastio._native import prefault
 from fastio.sources._http import range_ignored
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
@@ -323,7 +328,9 @@ class Remotes:
         return RemoteFile(url, int(size), version)
 
     def _head(self, url: str) -> tuple[int | None, str]:
-        """:meth:`RangeClient.head` of ``url``, retried as reads are."""
+        """:meth:`RangeClient.head` of ``url``, retried as reads are; no size
+        where the server refuses HEAD (a 405, or a 403 of a URL signed for
+        GET alone): fsspec asks again, with a GET where HEAD fails."""
         from tenacity import Retrying
 
         assert self._http is not None
@@ -331,6 +338,10 @@ class Remotes:
             for attempt in Retrying(**self._policy()):
                 with attempt:
                     return self._http.head(url, self.settings.request_timeout)
+        except HTTPStatusError as error:
+            if _missing(error):
+                raise _stat_error(error, url) from None
+            return None, ""
         except OSError as error:
             raise _stat_error(error, url) from None
         raise AssertionError("unreachable: Retrying returns or raises")
@@ -493,7 +504,8 @@ class Remotes:
         thread of its own, without the GIL; other HTTP(S) through aiohttp,
         copied from the socket's chunks into ``buffer``. Where ``url`` is
         not yet confirmed to be the object ``expected`` (see :meth:`opening`),
-        it is asked while the bytes come, and the read raises
+        the answer's headers confirm it (fastio's client), or else it is asked
+        about (through fsspec, while the bytes come), and the read raises
         :class:`~fastio.ShardChangedError` rather than return where it is not."""
         own = self._http_usable(url)
         # fastio's client confirms it from the answer's headers, where they say.
@@ -511,16 +523,16 @@ class Remotes:
         return self._http_usable(url)
 
     def _confirmed_by(self, url: str, size: int | None, etag: str) -> None:
-        """Where an answer's headers say the size and ETag of ``url``: raises
-        :class:`~fastio.ShardChangedError` if it is not the object ``expected``,
-        else records it as confirmed."""
+        """Records ``url`` as confirmed where an answer's headers say the size
+        and ETag ``expected``. Otherwise it is asked about after the read (see
+        :meth:`read_into`), as where they say nothing: a server may tag the
+        answer to a range otherwise than the object."""
         expected = self.expected.get(url)
         if expected is None or url in self._info or size is None or not etag:
             return
         remote = RemoteFile(url, size, etag)
-        if remote.identity != expected:
-            raise ShardChangedError.of(url)
-        self._info.setdefault(url, remote)
+        if remote.identity == expected:
+            self._info.setdefault(url, remote)
 
     def _confirming(self, url: str) -> asyncio.Future[RemoteFile] | None:
         """The question whether ``url`` is the object ``expected``, asked on
@@ -932,7 +944,7 @@ def _final(error: BaseException, url: str, offset: int, length: int, attempts: i
         return FileNotFoundError(errno.ENOENT, f"no such object ({where})", url)
     if _denied(error):
         return PermissionError(errno.EACCES, f"access denied ({where})", url)
-    if isinstance(error, RangeIgnoredError | ShardChangedError):
+    if isinstance(error, RangeIgnoredError):
         return error
     tried = f"; gave up after {attempts} attempts" if attempts > 1 else ""
     kind = "timed out" if isinstance(error, (asyncio.TimeoutError, TimeoutError)) else str(error)

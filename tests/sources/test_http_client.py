@@ -46,6 +46,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "5")  # what a GET would have: none comes
             self.end_headers()
             return
+        if self.path.startswith("/nohead"):  # as a URL signed for GET alone
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.send_response(200)
         if not self.path.startswith("/unsized"):
             self.send_header("Content-Length", str(len(DATA)))
@@ -90,6 +95,7 @@ class _Handler(BaseHTTPRequestHandler):
         start, end = self.headers["Range"].removeprefix("bytes=").split("-")
         body = DATA[int(start) : int(end) + 1]
         self.send_response(206)
+        self.send_header("ETag", '"range"' if self.path.startswith("/retagged") else '"data"')
         self.send_header("Content-Range", f"bytes {start}-{int(start) + len(body) - 1}/{len(DATA)}")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -288,14 +294,40 @@ def test_sizes_are_asked_by_fastios_client_without_fsspec(server: _Server) -> No
     assert server.heads == 3
 
 
-def test_a_size_the_head_leaves_out_is_asked_through_fsspec(server: _Server) -> None:
+@pytest.mark.parametrize("name", ["unsized", "nohead"])
+def test_a_size_the_head_does_not_give_is_asked_through_fsspec(server: _Server, name) -> None:
     remotes = Remotes(ReaderSettings(retries=0), {})
     try:
-        remote = remotes.stat(server.url("unsized"))
+        remote = remotes.stat(server.url(name))
         assert (remote.size, remote.version) == (len(DATA), '"data"')  # from fsspec's GET
         assert "http" in remotes._filesystems
     finally:
         remotes.close()
+
+
+def test_a_read_confirms_its_object_by_its_answer_or_else_by_asking(server: _Server) -> None:
+    """A read of an object whose size and ETag a layout expects is confirmed
+    by the answer's headers, with no other request; where they differ (a
+    server may tag a range's answer otherwise) the object is asked about,
+    and only a different answer to that is a changed object."""
+    from fastio.sources._remote import version_number
+
+    def read(name: str, etag: str) -> bytes:
+        url = server.url(name)
+        remotes = Remotes(ReaderSettings(retries=0), {},
+                          expected={url: (len(DATA), version_number(etag))})  # fmt: skip
+        try:
+            return _read(remotes, url, 0, 100)
+        finally:
+            remotes.close()
+
+    assert read("data", '"data"') == DATA[:100]
+    assert server.heads == 0
+    assert read("retagged", '"data"') == DATA[:100]  # its HEAD answers '"data"'
+    assert server.heads == 1
+    with pytest.raises(fastio.ShardChangedError) as raised:
+        read("data", '"before"')
+    assert raised.value.filename == server.url("data")
 
 
 def test_a_whole_object_is_read_in_one_request(server: _Server) -> None:
