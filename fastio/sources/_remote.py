@@ -535,9 +535,9 @@ class Remotes:
             self._info.setdefault(url, remote)
 
     def _confirming(self, url: str) -> asyncio.Future[RemoteFile] | None:
-        """The question whether ``url`` is the object ``expected``, asked on
-        a thread of its own (once for every read of it); None where it was
-        answered or nothing is expected. Runs on the reader's loop."""
+        """The question whether ``url`` is the object ``expected``, asked once
+        on a thread of the check pool, for every read of it to wait for; None
+        where it was answered or nothing is expected. Runs on the reader's loop."""
         if url in self._info or url not in self.expected:
             return None
         check = self._checks.get(url)
