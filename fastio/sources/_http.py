@@ -61,7 +61,7 @@ def usable(fs: Any) -> bool:
     this client does not do: plain HTTP, no client options (authentication,
     proxies, TLS settings, cookies), request options at most ``headers``.
     Setting ``FASTIO_HTTP_CLIENT=aiohttp`` keeps every request on fsspec."""
-    if os.environ.get("FASTIO_HTTP_CLIENT", "").lower() == "aiohttp":
+    if _left_to_aiohttp():
         return False
     if type(fs).__name__ != "HTTPFileSystem" or not type(fs).__module__.startswith("fsspec."):
         return False
@@ -77,7 +77,7 @@ def plain_headers(storage_options: Mapping[str, Any]) -> dict[str, str] | None:
     client then serves plain HTTP without importing fsspec, whose HTTP
     filesystem (aiohttp) takes a few hundred ms to import. None otherwise:
     :func:`usable` decides on the filesystem fsspec makes."""
-    if os.environ.get("FASTIO_HTTP_CLIENT", "").lower() == "aiohttp":
+    if _left_to_aiohttp():
         return None
     if set(storage_options) - {"headers"}:
         return None
@@ -90,6 +90,10 @@ def plain_headers(storage_options: Mapping[str, Any]) -> dict[str, str] | None:
         return None
     headers = storage_options.get("headers") or {}
     return dict(headers) if _textual(headers) else None
+
+
+def _left_to_aiohttp() -> bool:
+    return os.environ.get("FASTIO_HTTP_CLIENT", "").lower() == "aiohttp"
 
 
 def _textual(headers: Mapping[Any, Any]) -> bool:
@@ -280,7 +284,7 @@ class RangeClient:
         while True:
             connection = self._connection(host, deadline)
             try:
-                head = self._exchange(connection, request, deadline)
+                head = self._exchange(connection, request, deadline, method != "HEAD")
                 if head is _STALE:
                     self._drop(connection)
                     continue  # an idle connection the server had closed: once more, on a fresh one
@@ -354,10 +358,11 @@ class RangeClient:
             self._active.discard(connection)
         connection.sock.close()
 
-    def _exchange(self, connection: _Connection, request: bytes, deadline: float
-                  ) -> _Answer | str | object:  # fmt: skip
+    def _exchange(self, connection: _Connection, request: bytes, deadline: float,
+                  bodied: bool) -> _Answer | str | object:  # fmt: skip
         """Sends ``request``; the answer's head, where a redirect points (the
-        connection given back), or _STALE."""
+        connection given back: past the redirect's body, where ``bodied``,
+        as answers to all but HEAD are), or _STALE."""
         sock = connection.sock
         sock.settimeout(_remaining(deadline))
         sent = time.monotonic()
@@ -372,7 +377,7 @@ class RangeClient:
             return _STALE
         self.answers.add(time.monotonic() - sent)
         if 300 <= head.status < 400 and head.status != 304 and "location" in head.headers:
-            if not request.startswith(b"HEAD"):  # an answer to HEAD has no body
+            if bodied:
                 _discard(connection, head, deadline)
             self._release(connection)
             return head.headers["location"]

@@ -203,6 +203,7 @@ class Remotes:
         self._prefetcher: Prefetcher | None = None
         self._downloads: list[threading.Thread] = []  # of shards read as they arrive
         self._http: RangeClient | None = None
+        self._fsspec_http = False  # whether plain HTTP stays with fsspec (see _http_usable)
         self._http_pool: ThreadPoolExecutor | None = None
         self._warming: threading.Barrier | None = None
         # Each remote shard's (size, version) as its layout was made, where
@@ -596,14 +597,15 @@ class Remotes:
         its threads (connected to ``url``'s server) on first use."""
         if not url.startswith("http://"):
             return False
-        if self._http is not None:
-            return True
+        if self._http is not None or self._fsspec_http:
+            return self._http is not None
         from fastio.sources._http import RangeClient, plain_headers, usable
 
         headers = plain_headers(self.storage_options)
         if headers is None:  # options for fsspec: its filesystem says what they ask
             fs = self.filesystem(url)[0]
             if not usable(fs):
+                self._fsspec_http = True  # decided once, not at every read
                 return False
             headers = fs.kwargs.get("headers")
         with self._lock:
