@@ -22,34 +22,43 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["FileExchange", "job_folder"]
+__all__ = ["FileExchange", "job_exchange"]
 
 # Variables that name one run of a distributed job (torchrun, SLURM, MPI launchers).
 _JOB_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "MASTER_ADDR", "MASTER_PORT",
                   "OMPI_COMM_WORLD_SIZE")  # fmt: skip
 
 
-def job_folder(urls: Iterable[str], seed: int, exchange_dir: str | None) -> str:
-    """``exchange_dir``, or a folder under the temporary folder named after the
-    job (its launcher's run variables) and the dataset (its URLs and seed), the
-    same for every rank of one job on a node."""
+def job_exchange(urls: Iterable[str], seed: int, exchange_dir: str | None) -> FileExchange:
+    """The exchange in ``exchange_dir``, or in a folder under the temporary
+    folder named after the job (its launcher's run variables) and the dataset
+    (its URLs and seed), the same for every rank of one job on a node."""
     if exchange_dir is not None:
-        return exchange_dir
+        return FileExchange(exchange_dir)
     key = hashlib.sha256()
     for name in _JOB_VARIABLES:
         key.update(f"{name}={os.environ.get(name, '')};".encode())
     key.update(f"seed={seed};".encode())
     for url in urls:
         key.update(url.encode() + b"\0")
-    user = os.getuid()
-    return os.path.join(tempfile.gettempdir(), f"fastio-fairness-{user}-{key.hexdigest()[:16]}")
+    return FileExchange(None, f"fastio-fairness-{os.getuid()}-{key.hexdigest()[:16]}")
 
 
 class FileExchange:
-    """Rank summaries in ``folder`` (made on first write)."""
+    """Rank summaries in ``folder`` (made on first write); None: the folder
+    ``name`` in the temporary folder, found when first used (the first
+    question for the temporary folder writes a file to try it, which a
+    dataset need not wait for before its first sample)."""
 
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
+    def __init__(self, folder: str | None, name: str = "") -> None:
+        self._folder = folder
+        self._name = name
+
+    @property
+    def folder(self) -> str:
+        if self._folder is None:
+            self._folder = os.path.join(tempfile.gettempdir(), self._name)
+        return self._folder
 
     def _path(self, rank: int) -> str:
         return os.path.join(self.folder, f"rank-{rank}.json")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio.fairness import _board as b
-from fastio.fairness._exchange import FileExchange, job_folder
+from fastio.fairness._exchange import job_exchange
 from fastio.fairness._publish import Publisher
 from fastio.fairness._steal import StealClaims
 from fastio.fairness._verdict import BUSY_FLOOR, judge, shift_budget, update_flags
@@ -59,7 +59,7 @@ class FairnessMonitor:
         self.settings = FairnessSettings.coerce(settings)
         self._owner = os.getpid()
         self._path = shared_path(b.KIND)
-        self._exchange = FileExchange(job_folder(urls, seed, self.settings.exchange_dir))
+        self._exchange = job_exchange(urls, seed, self.settings.exchange_dir)
         self._rank = (0, 1)
         self._board: b.Board | None = None
         self._iterations = 0  # with steal, in this process (names the claim table's generation)
