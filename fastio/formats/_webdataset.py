@@ -137,14 +137,21 @@ def decode_webdataset(
 
 
 def locate_webdataset(
-    chunks: Iterable[Chunk], url: str, *, whole: bool = False, own: Any = None
-) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    chunks: Iterable[Chunk], url: str, *, whole: bool = False, own: Any = None,
+    range_ends: bool = False,
+) -> Iterator[tuple[int, int, dict[str, Any]]]:  # fmt: skip
     """Like :func:`decode_webdataset`, with each sample's byte range in the shard
     (its first member's header to its last member's padded data), for the index.
     A sample's range read on its own decodes to the same sample. Values are
-    views of the chunks, or ``own(view)`` (``bytes``: copied straight)."""
+    views of the chunks, or ``own(view)`` (``bytes``: copied straight).
+    ``range_ends``: each range read ends a sample (ranges of whole samples,
+    as an index gives them), so a sample that ends where a range does comes
+    at once, not once the next member shows another key."""
     sample: dict[str, Any] | None = None
     start = end = 0
+    ended = [-1]  # where the range of the chunk last taken ends, if that chunk ends it
+    if range_ends:
+        chunks = _noting_range_ends(chunks, ended)
     scan = _TarScan(url, own)
     groups = framed(chunks, url, scan, require_end=whole)
     while True:
@@ -178,8 +185,19 @@ def locate_webdataset(
             key, extension = sample_key(name) or (name, "")
             raise DecodeError(f"{name!r} repeats extension {extension!r} of sample {key!r}",
                               url, base + offset)  # fmt: skip
+        if sample is not None and end == ended[0]:
+            yield start, end, sample
+            sample = None
     if sample is not None:
         yield start, end, sample
+
+
+def _noting_range_ends(chunks: Iterable[Chunk], ended: list[int]) -> Iterator[Chunk]:
+    """``chunks``, with ``ended[0]`` set, as each is taken, to where its range
+    ends if it is the range's last chunk (else -1)."""
+    for chunk in chunks:
+        ended[0] = chunk.offset + len(chunk.data) if chunk.end_of_range else -1
+        yield chunk
 
 
 def _merge(
@@ -362,7 +380,8 @@ class WebDatasetFormat(RecordFormat):
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
         located = locate_webdataset(self._decompressed(chunks, layout), layout.url,
-                                    whole=layout.whole, own=owned_kind())  # fmt: skip
+                                    whole=layout.whole, own=owned_kind(),
+                                    range_ends=layout.per_sample)  # fmt: skip
         return (sample for _, _, sample in located)
 
     def scanned(

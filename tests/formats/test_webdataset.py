@@ -517,3 +517,37 @@ def test_webdataset_samples_are_indifferent_to_chunk_boundaries(
         for start, end, sample in found:
             alone = list(decode_webdataset([chunk_of(data[start:end], start)], "u"))
             assert plain(alone) == plain([sample])
+
+
+@pytest.mark.parametrize("range_ends", [True, False])
+def test_a_sample_that_ends_a_range_comes_before_the_next_range_is_read(
+    tmp_path, range_ends: bool
+) -> None:
+    """Ranges of whole samples (as an index gives them): a sample whose bytes
+    end a range comes as soon as that range is in, not once the next
+    member's header shows another key (a dataset's first sample waited for
+    its second read). Without that knowledge, it waits, as it must."""
+    path = tmp_path / "shard.tar"
+    samples = write_webdataset(path, 4, tarfile.PAX_FORMAT)
+    data = path.read_bytes()
+    located = list(locate_webdataset(stream(str(path), 1 << 20), str(path)))
+    taken = 0
+
+    def one_chunk_per_sample():
+        nonlocal taken
+        for index, (start, end, _) in enumerate(located):
+            taken += 1
+            last = index == len(located) - 1
+            yield fastio.Chunk(0, index, str(path), start, memoryview(data[start:end]), True, last)
+
+    waited = []
+    got = []
+    for _, _, sample in locate_webdataset(one_chunk_per_sample(), str(path), whole=False,
+                                          range_ends=range_ends):  # fmt: skip
+        waited.append(taken)
+        got.append(sample)
+    assert plain(got) == [{**s, "__url__": str(path)} for s in samples]
+    if range_ends:
+        assert waited == [1, 2, 3, 4]
+    else:
+        assert waited == [2, 3, 4, 4]

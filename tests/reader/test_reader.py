@@ -165,6 +165,75 @@ class ReaderContract:
         assert all(c.end_of_range for c in shard_ends)
         assert [(c.shard, c.range) for c in chunks if c.end_of_range] == [(0, 0), (0, 1), (1, 0)]
 
+    @pytest.mark.parametrize("covers", ["part of a range", "a whole range", "a whole shard"])
+    def test_a_cached_first_range_is_read_where_it_is_consumed(self, make_file, covers) -> None:
+        """A stream's first bytes, where the page cache holds them, are read on
+        the consumer's thread, without a trip through the reader's loop; the
+        chunks that follow are numbered, cut and marked as a stream read all
+        through the loop numbers them (one read with O_DIRECT here), whatever
+        of the first shard those bytes were."""
+        path, data = make_file(3 << 20)
+        small, small_data = make_file(10_000)
+        shards, expected = {
+            "part of a range": (
+                [Shard((ByteRange(path, 100, 2 << 20), ByteRange(path, 0, 5000))), small],
+                [data[100 : 100 + (2 << 20)], data[:5000], small_data],
+            ),
+            "a whole range": (
+                [Shard((ByteRange(path, 100, 5000), ByteRange(path, 1 << 20))), small],
+                [data[100:5100], data[1 << 20 :], small_data],
+            ),
+            "a whole shard": (
+                [small, Shard((ByteRange(path, 7, 1000), ByteRange(path, 2 << 20)))],
+                [small_data, data[7:1007], data[2 << 20 :]],
+            ),
+        }[covers]
+
+        def ranges_of(reader: Reader) -> list[tuple[int, int, bytes, bool, bool]]:
+            joined: list[tuple[int, int, bytes, bool, bool]] = []
+            for chunk in reader.stream(shards):
+                if joined and joined[-1][:2] == (chunk.shard, chunk.range):
+                    assert not joined[-1][3], "a chunk after its range's end"
+                    joined[-1] = (chunk.shard, chunk.range, joined[-1][2] + bytes(chunk.data),
+                                  chunk.end_of_range, chunk.end_of_shard)  # fmt: skip
+                else:
+                    joined.append((chunk.shard, chunk.range, bytes(chunk.data),
+                                   chunk.end_of_range, chunk.end_of_shard))  # fmt: skip
+            return joined
+
+        with self.reader(read_size=65_536) as reader:
+            got = ranges_of(reader)
+            heads = reader._head_reads
+            stats = reader.stats()
+        with self.reader(read_size=65_536, direct=True) as reader:
+            through_the_loop = ranges_of(reader)
+            assert reader._head_reads == 0
+        assert heads == 1
+        assert got == through_the_loop
+        assert [joined for _, _, joined, _, _ in got] == expected
+        assert stats.bytes_delivered == sum(len(r[2]) for r in got)
+        assert sum(stats.latency_histogram) == stats.requests
+
+    @pytest.mark.parametrize("fails_at", [0, 1])
+    def test_shards_that_cannot_be_listed_raise_after_the_bytes_before(
+        self, make_file, fails_at: int
+    ) -> None:
+        """The shards come from an iterable that fails: the stream delivers
+        every shard before the failure, then raises its error."""
+        path, data = make_file(100_000)
+
+        def listed():
+            for index in range(2):
+                if index == fails_at:
+                    raise ValueError("no such shard list")
+                yield path
+
+        received = bytearray()
+        with self.reader() as reader, pytest.raises(ValueError, match="no such shard list"):
+            for chunk in reader.stream(listed()):
+                received += chunk.data
+        assert bytes(received) == data[: len(data) * fails_at]
+
     def test_direct_io_on_unaligned_file_sizes(self, corpus) -> None:
         paths = [p for p in sorted(corpus) if len(corpus[p]) % 4096]
         assert len(paths) >= 4
@@ -293,15 +362,18 @@ class ReaderContract:
             stream = reader.stream([path])
             for index, chunk in enumerate(stream):
                 received.append(chunk)
-                if index == 1:
+                if index == 2:
                     reader.read_size = 16_384
                     reader.outstanding_requests = 32
             stats = reader.stats()
         assert b"".join(bytes(c.data) for c in received) == data
-        # A stream's first piece is small (the first sample waits for no more);
-        # then pieces are read_size long.
-        assert received[0].data.nbytes == LOCAL_FIRST_BYTES
-        assert received[1].data.nbytes == 1 << 20
+        # A stream's first pieces are small (the first sample waits for no
+        # more): the one read on the consumer's thread where the page cache
+        # holds it, and the read-ahead's first; then pieces are read_size long.
+        sizes = [chunk.data.nbytes for chunk in received]
+        first_full = sizes.index(1 << 20)
+        assert 1 <= first_full <= 2
+        assert set(sizes[:first_full]) == {LOCAL_FIRST_BYTES}
         # Read ahead at the old size finishes, then every request is small.
         assert received[-1].data.nbytes == 16_384
         assert stats.read_size == 16_384
@@ -389,9 +461,11 @@ class ReaderContract:
             after = reader.stats()
         window = after.since(before)
         assert window.bytes_delivered == window.bytes_read == len(data)
-        # The first piece is small, then read_size pieces: 256 KiB + 4 x 1 MiB + 768 KiB.
-        assert window.requests == 1 + -(-(len(data) - LOCAL_FIRST_BYTES) // (1 << 20)) == 6
-        assert sum(window.latency_histogram) == 6
+        # The first pieces are small (the file is cached: one read on this
+        # thread, then the read-ahead's first), then read_size pieces:
+        # 2 x 256 KiB + 4 x 1 MiB + 512 KiB.
+        assert window.requests == 2 + -(-(len(data) - 2 * LOCAL_FIRST_BYTES) // (1 << 20)) == 7
+        assert sum(window.latency_histogram) == 7
         assert 0 < window.latency_percentile(0.5) < 5.0
         assert window.engine == self.engine
         numbers = window.as_dict()
@@ -692,9 +766,12 @@ def test_buffers_are_huge_pages_for_direct_reads_only(tmp_path: Path, direct: bo
         got = bytearray()
         for chunk in reader.stream([str(path)]):
             got += chunk.data
+            if isinstance(chunk.data.obj, bytearray):
+                continue  # the first bytes, cached, read on this thread into memory of their own
             address = np.frombuffer(chunk.data, np.uint8).ctypes.data
             advised.append(_advised_huge(address))
     assert bytes(got) == data
+    assert advised
     # The pool's first region is ordinary pages either way (see BufferPool.take).
     assert any(advised) if direct else not any(advised)
 
