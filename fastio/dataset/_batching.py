@@ -199,7 +199,10 @@ class _Carry:
         arrow = self.arrow
         if arrow is not None and arrow.num_rows:
             return arrow.takes(rows)
-        if not rows.num_rows or rows.nbytes < _BUILT_ROW_BYTES * rows.num_rows:
+        least = _BUILT_ROW_BYTES * rows.num_rows
+        # The buffers' whole size first (a slice's bounds it from above, in
+        # under a microsecond): the bytes the rows reference take 13 us.
+        if not rows.num_rows or rows.get_total_buffer_size() < least or rows.nbytes < least:
             return False
         if arrow is not None and arrow.takes(rows):
             return True
