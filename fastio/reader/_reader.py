@@ -677,16 +677,14 @@ class Reader:
         background event loop and hands over chunks in batches. A share of the
         memory budget is set aside for the batches waiting in the hand-off."""
         self._check_usable()
-        head, shards = _read_head(shards, self._settings.direct, self._settings.read_size)
-        first: Chunk | None = None  # the head, while the consumer has not taken it
-        shards_before = ranges_before = 0
-        if head is not None:
+        head = _read_head(shards, self._settings.direct, self._settings.read_size)
+        shards, shards_before, ranges_before = head.rest, head.shards_before, head.ranges_before
+        first = head.chunk  # while the consumer has not taken it
+        if first is not None:
             with self._lock:
-                self._head_bytes += len(head.chunk.data)
+                self._head_bytes += len(first.data)
                 self._head_reads += 1
                 self._head_latency[latency_bucket(head.nanoseconds)] += 1
-            shards, shards_before, ranges_before = head.rest, head.shards_before, head.ranges_before
-            first = head.chunk
             if self._background is None:
                 # A fresh process: the loop starts while the consumer takes the
                 # head, and the stream goes on at the consumer's next request.
@@ -705,7 +703,7 @@ class Reader:
         self._handoffs.add(handoff)
         fed = threading.Event()  # the feeder's cleanup ran
         feeder = self._feed(shards, handoff, fed)
-        head = None  # the consumer's view of it is its own
+        del head  # the consumer's view of its chunk is the consumer's own
         future = asyncio.run_coroutine_threadsafe(feeder, loop)
         handoff.watch(future)
         try:
@@ -1185,13 +1183,13 @@ def _read_cached(fd: int, buffer: bytearray, offset: int) -> int:
 
 
 class _Head(NamedTuple):
-    """A stream's first bytes, read on the consumer's thread (see
-    :func:`_read_head`), and what the stream still reads: ``rest``, where a
-    whole first range read so is left out (the stream then numbers the
-    first shard's ranges, or the shards, one lower than its caller does:
-    ``ranges_before``, ``shards_before``)."""
+    """A stream's first bytes, where they were read on the consumer's thread
+    (see :func:`_read_head`), and what the stream reads through the loop:
+    ``rest``, where a whole first range read so is left out (the stream then
+    numbers the first shard's ranges, or the shards, one lower than its
+    caller does: ``ranges_before``, ``shards_before``)."""
 
-    chunk: Chunk
+    chunk: Chunk | None
     nanoseconds: int  # the read took
     rest: Iterable[ShardLike]
     shards_before: int = 0
@@ -1207,66 +1205,62 @@ def _renumbered(chunk: Chunk, shards_before: int, ranges_before: int) -> Chunk:
     return chunk
 
 
-def _read_head(
-    shards: Iterable[ShardLike], direct: Any, read_size: int
-) -> tuple[_Head | None, Iterable[ShardLike]]:
+def _read_head(shards: Iterable[ShardLike], direct: Any, read_size: int) -> _Head:
     """The first bytes of the first shard, read on the caller's thread where
     they are a local file's and the page cache holds them (at most
-    ``LOCAL_FIRST_BYTES`` and ``read_size``, of its first range), and the shards left to
-    stream. A stream's first chunk then waits neither for the reader's loop
-    to start nor for a trip through it (about 1 ms in a fresh process, most
-    of a local dataset's time to its first sample). (None, the shards)
-    where not."""
+    ``LOCAL_FIRST_BYTES`` and ``read_size``, of its first range), and the
+    shards left to stream. A stream's first chunk then waits neither for the
+    reader's loop to start nor for a trip through it (about 1 ms in a fresh
+    process, most of a local dataset's time to its first sample)."""
     if _NOWAIT is None:
-        return None, shards
+        return _Head(None, 0, shards)
     listed = iter(shards)
     try:
-        first = next(listed)
+        given = next(listed)
     except StopIteration:
-        return None, ()
-    except Exception as error:  # bad input: the stream reports it where it meets it
-        return None, (_raise(failure) for failure in (error,))  # raised when the stream asks
-    unread = itertools.chain((first,), listed)
+        return _Head(None, 0, ())
+    except Exception as error:  # bad input: raised when the stream asks for the shard
+        return _Head(None, 0, (_raise(failure) for failure in (error,)))
+    unread = _Head(None, 0, itertools.chain((given,), listed))
     try:
-        shard = as_shard(first)
-    except Exception:
-        return None, unread
+        shard = as_shard(given)
+    except Exception:  # the stream reports it
+        return unread
     head = shard.ranges[0]
     if (shard.direct if shard.direct is not None else direct) is True or is_remote(head.path):
-        return None, unread
+        return unread
     try:
         fd = os.open(local_path(head.path), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:  # the stream reports what is wrong with it
-        return None, unread
+        return unread
     try:
-        length = os.fstat(fd).st_size - head.offset
-        if head.length is not None and head.length > length:
-            return None, unread  # past the file's end: the stream says so
-        length = length if head.length is None else head.length
-        buffer = bytearray(min(LOCAL_FIRST_BYTES, read_size, max(length, 0)))
+        size = os.fstat(fd).st_size
+        length = size - head.offset if head.length is None else head.length
+        if length <= 0 or head.offset + length > size:
+            return unread  # nothing to read, or past the file's end: the stream says so
+        buffer = bytearray(min(LOCAL_FIRST_BYTES, read_size, length))
         if shard.whole and len(buffer) < length:
-            return None, unread  # the range comes as one chunk
+            return unread  # the range comes as one chunk
         began = time.perf_counter_ns()
         count = _read_cached(fd, buffer, head.offset)
         took = time.perf_counter_ns() - began
     except OSError:  # the stream reports it
-        return None, unread
+        return unread
     finally:
         os.close(fd)
     whole = count == length
     if count <= 0 or (shard.whole and not whole):
-        return None, unread
+        return unread
     last = len(shard.ranges) == 1
-    data = memoryview(buffer)[:count]
-    chunk = Chunk(0, 0, head.path, head.offset, data, whole, whole and last)
+    chunk = Chunk(0, 0, head.path, head.offset, memoryview(buffer)[:count], whole, whole and last)
     if not whole:
         after = ByteRange(head.path, head.offset + count, length - count)  # as long as it was
         rest = dataclasses.replace(shard, ranges=(after, *shard.ranges[1:]))
-        return _Head(chunk, took, itertools.chain((rest,), listed)), ()
+        return _Head(chunk, took, itertools.chain((rest,), listed))
     if last:
-        return _Head(chunk, took, listed, shards_before=1), ()
+        return _Head(chunk, took, listed, shards_before=1)
     rest = dataclasses.replace(shard, ranges=shard.ranges[1:])
-    return _Head(chunk, took, itertools.chain((rest,), listed), ranges_before=1), ()
+    return _Head(chunk, took, itertools.chain((rest,), listed), ranges_before=1)
 
 
 def _raise(error: Exception) -> NoReturn:
