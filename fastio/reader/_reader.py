@@ -102,6 +102,9 @@ _MAX_QUEUED_PIECES = 4096
 # shards), so the first sample of 2,000 small shards waited for 16 of them
 # (3.6 ms) when the first fill went on while buffers were free.
 _FIRST_PIECES = 1
+# Reads a pump for a waiting consumer starts before it looks whether the
+# consumer's next piece is in (see Reader._pump).
+_WAITED_READS = 2
 # Share of the memory budget that the sync hand-off may hold.
 _HANDOFF_SHARE = 4
 
@@ -837,15 +840,15 @@ class Reader:
                 # consumer that has run dry would wait for all of it.
                 read_after = True
                 break
-            # Before its first batch, a stream's pump stops once the head is in:
-            # the read-ahead (a window of small shards is hundreds of reads)
-            # follows the hand-off instead of delaying the first sample.
-            first = not stream.started
-            self._pump(stream if first else None)
+            # A consumer waits: the pump stops once the head is in, and the
+            # read-ahead (a window of small shards is hundreds of reads) follows
+            # the hand-off instead of delaying the first sample, or the next
+            # (a shuffle window's first reads, one from each of its shards).
+            self._pump(stream)
             if self._failure is not None:  # this pump failed: nothing would wake the wait
                 raise self._failure
             if queue and queue[0].done:
-                read_after = first
+                read_after = True
                 break
             if not queue and stream.lookahead is None and stream.exhausted:
                 return []
@@ -910,10 +913,16 @@ class Reader:
             return
         try:
             self._reap()
-            while self._fill():
+            # For a waiting consumer, a few reads first, then its head looked
+            # at: reads of cached data complete as they start, and a fill of a
+            # whole read-ahead window (tens of reads, each opening its shard)
+            # took ms. Reads from the device then go on to the full depth.
+            most = None if until is None else _WAITED_READS
+            while self._fill(most):
                 self._reap()
                 if until is not None and until.queue and until.queue[0].done:
                     break
+                most = None
         except Exception as error:
             self._failure = error
         for stream in self._streams:
@@ -953,8 +962,9 @@ class Reader:
                 self._drop(piece)
         self._requests += len(completions)
 
-    def _fill(self) -> int:
-        """Start reads while slots, budget and planned pieces allow; returns how many."""
+    def _fill(self, most: int | None = None) -> int:
+        """Start reads while slots, budget and planned pieces allow (at most
+        ``most``); returns how many."""
         engine = self._engine
         assert engine is not None
         settings = self._settings
@@ -979,6 +989,7 @@ class Reader:
             # waits until this fill ends.
             while (
                 len(inflight) < limit
+                and (most is None or submitted < most)
                 and stream.queued_bytes < window
                 and len(queue) < _MAX_QUEUED_PIECES
                 and not stream.abandoned
