@@ -361,7 +361,12 @@ def test_a_remote_tuner_tries_more_requests_only_where_the_link_is_not_full(
     from tests.servers import BottleneckServer
 
     folder, digests = link_shards
-    server = BottleneckServer(folder, rate=rate, delay=ROUND_TRIP, shared=shared).start()
+    # Pieces of 256 KiB at the shared bottleneck: a queue of up to 16 of them
+    # (one a connection) holds a new answer's head back up to 0.2 s, as a
+    # router's buffer would. With 128 KiB the round trip under load grew by
+    # 1.19-1.35x from run to run, across the tuner's threshold of 1.2.
+    server = BottleneckServer(folder, rate=rate, delay=ROUND_TRIP, shared=shared,
+                              piece=256 << 10).start()  # fmt: skip
     try:
         urls = [server.url(f"part-{shard}.tar") for shard in range(4)]
         got = {}
