@@ -1249,9 +1249,10 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, read_size: int) -> _Hea
         length = size - head.offset if head.length is None else head.length
         if length <= 0 or head.offset + length > size:
             return unread  # nothing to read, or past the file's end: the stream says so
-        buffer = bytearray(min(LOCAL_FIRST_BYTES, read_size, length))
-        if shard.whole and len(buffer) < length:
+        want = min(LOCAL_FIRST_BYTES, read_size, length)
+        if shard.whole and want < length:
             return unread  # the range comes as one chunk
+        buffer = bytearray(want)
         began = time.perf_counter_ns()
         count = _read_cached(fd, buffer, head.offset)
         took = time.perf_counter_ns() - began
