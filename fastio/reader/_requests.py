@@ -8,13 +8,14 @@ starts and ends on 4 KiB boundaries and delivers only the bytes asked for.
 
 Remote objects are read in larger pieces: every piece is an HTTP request, and
 over a wide-area link each one costs a round trip before its first byte and
-restarts TCP's climb, so ``read_size`` pieces of 1 MiB leave a 20 ms link idle
+restarts TCP's climb, so pieces of 1 MiB leave a 20 ms link idle
 much of the time (and short flows lose their tails to a rate limiter's drops,
 recovered only by a retransmission timeout). A stream's first remote piece is
 small (``read_size``, at most ``REMOTE_FIRST_BYTES``), so that the first sample
 does not wait for TCP to climb to a full piece; each further one may be twice
-the last, up to ``REMOTE_REQUEST_BYTES`` (or ``read_size``, if larger), whether
-it is part of a long range or neighbouring short ranges coalesced. The pieces
+the last, up to ``REMOTE_REQUEST_BYTES`` (or ``read_size``, if larger than
+4 MiB), whether it is part of a long range or neighbouring short ranges
+coalesced. The pieces
 of the climb go out together, each on a connection of its own, so the first
 bytes of a stream arrive as fast as TCP's first round trips carry them.
 
@@ -38,7 +39,11 @@ from fastio._native import DIRECT_ALIGNMENT
 from fastio.reader._buffers import bucket_size
 from fastio.reader._files import FollowedFile
 from fastio.reader._ranges import ShardLike, as_shard
-from fastio.sources._remote import DOWNLOAD_FIRST_BYTES, REMOTE_REQUEST_BYTES
+from fastio.sources._remote import (
+    DOWNLOAD_FIRST_BYTES,
+    REMOTE_REQUEST_BYTES,
+    remote_piece_limit,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -56,7 +61,7 @@ __all__ = [
     "plan_requests",
 ]
 
-# Remote pieces grow to REMOTE_REQUEST_BYTES (unless read_size is larger):
+# Remote pieces grow to REMOTE_REQUEST_BYTES (unless read_size is larger than 4 MiB):
 # measured over a 20 ms link (benchmarks/bench_remote_link.py), requests of
 # about 4 MiB with 8 or more in flight reach the link's rate where 1 MiB ones
 # reach half of it; larger ones gained nothing and hold more memory per request.
@@ -125,7 +130,7 @@ class _Ramp:
             # of it start at the download's first range, the first alone.
             return min(read_size, REMOTE_FIRST_BYTES if climbing else DOWNLOAD_FIRST_BYTES)
         grown = self.last * 2 if climbing else max(self.last * 2, read_size)
-        return min(grown, max(read_size, REMOTE_REQUEST_BYTES))
+        return min(grown, remote_piece_limit(read_size))
 
     def took(self, piece: Request) -> Request:
         if piece.file is not None:

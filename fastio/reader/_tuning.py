@@ -86,7 +86,11 @@ _RECENT_SECONDS = 0.2
 def budget_for(settings: ReaderSettings, options: TunerSettings) -> int:
     if options.memory_budget is not None:
         return options.memory_budget
-    return max(settings.memory_budget // 2, MIN_TUNED_READ_SIZE)
+    # The reader's own settings fit, however far past half its memory budget
+    # they reach (16 x 4 MiB by default, which the budget holds to 8 in
+    # flight): they are where the tuner starts, and its floor.
+    defaults = settings.outstanding_requests * settings.read_size
+    return max(settings.memory_budget // 2, defaults, MIN_TUNED_READ_SIZE)
 
 
 def remote_budget_for(settings: ReaderSettings, options: TunerSettings) -> int:

@@ -59,12 +59,13 @@ __all__ = [
     "absolute_path",
     "is_remote",
     "local_path",
+    "remote_piece_limit",
     "version_number",
 ]
 
 log = logging.getLogger("fastio")
 
-# Bytes per remote request, at most, unless read_size is larger: what a
+# Bytes per remote request, at most, unless read_size is larger than 4 MiB: what a
 # reader's pieces grow to (fastio.reader._requests) and a whole-shard
 # download's step. Large enough that request overhead is small, small enough
 # that several are in flight for a shard of tens of MiB; and 64 KiB short of
@@ -75,7 +76,17 @@ log = logging.getLogger("fastio")
 # trip more: over a 20 ms link to nginx, pieces of exactly 4 MiB arrived at
 # 1.09-1.21 GB/s, pieces of 4 MiB less 32 to 128 KiB at 1.28-1.38 GB/s (with
 # the server's send buffer raised to 8 MiB, the two were alike).
-REMOTE_REQUEST_BYTES = (4 << 20) - (64 << 10)
+SEND_BUFFER_BYTES = 4 << 20
+REMOTE_REQUEST_BYTES = SEND_BUFFER_BYTES - (64 << 10)
+
+
+def remote_piece_limit(read_size: int) -> int:
+    """The largest remote request: ``REMOTE_REQUEST_BYTES``, or ``read_size``
+    where that is larger than the send buffer that size is cut to fit (a
+    ``read_size`` of 4 MiB, the default, leaves requests short of it)."""
+    return read_size if read_size > SEND_BUFFER_BYTES else REMOTE_REQUEST_BYTES
+
+
 # A download's first range (at most; read_size if smaller), the next ones
 # doubling up to the step: a reader following the download (see
 # fastio.cache._filling) gets its first sample after a small first answer,
@@ -405,7 +416,7 @@ class Remotes:
         several in flight (``outstanding_requests`` shared by the prefetches)."""
         size = self.stat(url).size
         ranges = _growing_ranges(size, min(self.settings.read_size, DOWNLOAD_FIRST_BYTES),
-                                 max(self.settings.read_size, REMOTE_REQUEST_BYTES))  # fmt: skip
+                                 remote_piece_limit(self.settings.read_size))  # fmt: skip
         in_flight = max(1, self.settings.outstanding_requests // max(1, self.prefetcher.count))
         cancelled = threading.Event()  # ends fastio's HTTP requests still running
         submit: Callable[[int, int], Future[tuple[Any, OSError | None]]]

@@ -43,7 +43,7 @@ class ReaderSettings:
         short="q",
     )  # fmt: skip
     read_size: int = knob(
-        1 * MiB, "Largest single read in bytes (rounded up to 4 KiB for O_DIRECT).", "size",
+        4 * MiB, "Largest single read in bytes (rounded up to 4 KiB for O_DIRECT).", "size",
         low=MIN_READ_SIZE, high=MAX_READ_SIZE, short="b",
     )  # fmt: skip
     engine: EngineKind = knob(

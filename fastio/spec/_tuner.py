@@ -33,7 +33,8 @@ class TunerSettings:
     memory_budget: int | None = knob(
         None,
         "Bytes in flight (outstanding requests x read size; for remote objects, requests x "
-        "4 MiB) the tuner may use; unset: half the reader's memory_budget (for remote objects, "
+        "4 MiB) the tuner may use; unset: half the reader's memory_budget, or what its "
+        "outstanding_requests x read_size are where more (for remote objects, "
         "remote_memory_budget).",
         "size", low=MIN_TUNED_READ_SIZE, optional=True,
     )  # fmt: skip

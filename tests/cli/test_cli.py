@@ -196,7 +196,7 @@ def test_run_dataset_errors_are_reported(tmp_path) -> None:
 
 def test_help_shows_the_specs_defaults_as_the_spec_writes_them() -> None:
     shown = " ".join(bench("run", "--help").stdout.split())
-    assert "[default: 1MiB]" in shown  # --read-size
+    assert "[default: 4MiB]" in shown  # --read-size
     assert "[default: 32MiB]" in shown  # --memory-budget and --shuffle-buffer
     assert "[default: 16; 1<=x<=256]" in shown  # --outstanding-requests
 

@@ -18,7 +18,7 @@ import pytest
 
 import fastio
 from fastio.reader._tuning import ReaderTuning, attach, reader_space, storage_fingerprint
-from fastio.spec import TunerSettings
+from fastio.spec import ReaderSettings, TunerSettings
 
 MiB = 1 << 20
 FILES = 8
@@ -223,7 +223,10 @@ def settle(tuning: ReaderTuning, rate_of: Any, windows: int = 40) -> list[Any]:
     return tuner.decisions
 
 
-DEFAULT_KNOBS = {"outstanding_requests": 16, "read_size": MiB}  # the reader's defaults
+_DEFAULTS = ReaderSettings()
+DEFAULT_KNOBS = {"outstanding_requests": _DEFAULTS.outstanding_requests,
+                 "read_size": _DEFAULTS.read_size}  # fmt: skip
+_Q, _R = _DEFAULTS.outstanding_requests, _DEFAULTS.read_size
 
 
 @pytest.mark.parametrize(
@@ -231,9 +234,9 @@ DEFAULT_KNOBS = {"outstanding_requests": 16, "read_size": MiB}  # the reader's d
     [
         ("every other setting measures worse", lambda c: 0.6 if c != DEFAULT_KNOBS else 1.0),
         ("others gain only within the noise", lambda c: 1.02 if c != DEFAULT_KNOBS else 1.0),
-        ("fewer, larger requests are better", lambda c: 1.3 if c["read_size"] > MiB else 1.0),
+        ("fewer, larger requests are better", lambda c: 1.3 if c["read_size"] > _R else 1.0),
         ("more, smaller requests are better",
-         lambda c: 1.0 + 0.3 * (c["read_size"] < MiB and c["outstanding_requests"] > 16)),
+         lambda c: 1.0 + 0.3 * (c["read_size"] < _R and c["outstanding_requests"] > _Q)),
     ],
 )  # fmt: skip
 def test_epoch_one_tuning_settles_early_and_never_below_the_defaults(name: str, gain: Any) -> None:
@@ -249,8 +252,8 @@ def test_epoch_one_tuning_settles_early_and_never_below_the_defaults(name: str, 
     chosen = settled.next_config
     assert gain(chosen) >= 1.0, name
     if (
-        gain({"outstanding_requests": 8, "read_size": 2 * MiB}) > 1.1
-        or gain({"outstanding_requests": 32, "read_size": MiB // 2}) > 1.1
+        gain({"outstanding_requests": _Q // 2, "read_size": 2 * _R}) > 1.1
+        or gain({"outstanding_requests": 2 * _Q, "read_size": _R // 2}) > 1.1
     ):
         assert gain(chosen) > 1.1, name  # a real gain along the budget is taken
     else:

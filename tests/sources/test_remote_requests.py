@@ -221,3 +221,24 @@ def test_dataloader_workers_share_the_remote_budget(tmp_path) -> None:
         assert list(loader) == [share] * workers
     assert dataset.reader.remote_memory_budget == 128 << 20  # one process: all of it
     dataset.close()
+
+
+@pytest.mark.parametrize("read_size", [None, 8 << 20], ids=["default", "8 MiB"])
+def test_remote_requests_fit_a_send_buffer_unless_read_size_is_larger(tmp_path, read_size) -> None:
+    """A full remote request stays 64 KiB short of 4 MiB with the default
+    read_size (4 MiB): an answer that fits the server's default send buffer
+    leaves without waiting for the client's acknowledgements. A larger
+    read_size is the user's choice, and requests grow to it."""
+    data = random.Random(4).randbytes(24 << 20)
+    (tmp_path / "big.bin").write_bytes(data)
+    server = RangeServer(tmp_path).start()
+    try:
+        knobs = {} if read_size is None else {"read_size": read_size}
+        with fastio.Reader(**knobs) as reader:
+            got = b"".join(bytes(c.data) for c in reader.stream([server.url("big.bin")]))
+    finally:
+        server.stop()
+    assert got == data
+    lengths = [length for _, _, length in server.faults.asked]
+    assert sum(lengths) == len(data)  # every byte asked for once
+    assert max(lengths) == (REMOTE_REQUEST_BYTES if read_size is None else read_size)
