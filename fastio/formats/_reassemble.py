@@ -37,7 +37,7 @@ class Framing(Generic[T]):
     next record needs, as far as its header tells; whether the format's end
     marker was seen (``done``); and an error to raise after the records."""
 
-    records: list[T]
+    records: Iterable[T]
     consumed: int
     needed: int = 0
     done: bool = False
