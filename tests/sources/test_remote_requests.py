@@ -242,3 +242,38 @@ def test_remote_requests_fit_a_send_buffer_unless_read_size_is_larger(tmp_path, 
     lengths = [length for _, _, length in server.faults.asked]
     assert sum(lengths) == len(data)  # every byte asked for once
     assert max(lengths) == (REMOTE_REQUEST_BYTES if read_size is None else read_size)
+
+
+def test_an_indexed_remote_shard_is_read_in_full_requests(tmp_path) -> None:
+    """With an index, a run of samples is cut into ranges of a full remote
+    request (4 MiB less 64 KiB), not of read_size (4 MiB): cut at read_size,
+    most ranges went as a full request and a short one."""
+    import io
+    import tarfile
+
+    rng = random.Random(6)
+    payloads = [rng.randbytes(rng.randrange(100_000, 120_000)) for _ in range(220)]
+    with tarfile.open(tmp_path / "big.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        for index, payload in enumerate(payloads):
+            member = tarfile.TarInfo(f"{index:05d}.bin")
+            member.size = len(payload)
+            tar.addfile(member, io.BytesIO(payload))
+    server = RangeServer(tmp_path).start()
+    try:
+        url = server.url("big.tar")
+        with fastio.Dataset(url, index_dir=tmp_path / "index", shuffle=False) as dataset:
+            dataset.index()
+        server.faults.asked.clear()
+        with fastio.Dataset(url, index_dir=tmp_path / "index", shuffle=False) as dataset:
+            got = [bytes(sample["bin"]) for sample in dataset]
+        asked = sorted((offset, length) for name, offset, length in server.faults.asked
+                       if name == "big.tar")  # fmt: skip
+    finally:
+        server.stop()
+    assert got == payloads
+    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(asked))  # each byte once
+    lengths = [length for _, length in asked]
+    assert max(lengths) <= REMOTE_REQUEST_BYTES
+    # Every request holds a whole sample at least: none is the tail of a
+    # range that a full request cut (4 of 18 requests were, of 24 to 64 KB).
+    assert min(lengths) >= min(map(len, payloads))
