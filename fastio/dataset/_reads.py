@@ -196,7 +196,7 @@ class SampleReads:
         layout = self.layouts[read.run.shard]
         read_size = self.reader().read_size
         # Remote ranges as long as a full request, which is not read_size:
-        # cut at read_size (4 MiB), each would go as a full request and a
+        # cut at read_size (4 MiB), most would go as a full request and a
         # short one.
         piece = remote_piece_limit(read_size) if is_remote(layout.url) else read_size
         ranges, _ = layout.ranges(read.start, read.stop, piece)

@@ -8,16 +8,16 @@ starts and ends on 4 KiB boundaries and delivers only the bytes asked for.
 
 Remote objects are read in larger pieces: every piece is an HTTP request, and
 over a wide-area link each one costs a round trip before its first byte and
-restarts TCP's climb, so pieces of 1 MiB leave a 20 ms link idle
-much of the time (and short flows lose their tails to a rate limiter's drops,
-recovered only by a retransmission timeout). A stream's first remote piece is
-small (``read_size``, at most ``REMOTE_FIRST_BYTES``), so that the first sample
-does not wait for TCP to climb to a full piece; each further one may be twice
-the last, up to ``REMOTE_REQUEST_BYTES`` (or ``read_size``, if larger than
-4 MiB), whether it is part of a long range or neighbouring short ranges
-coalesced. The pieces
-of the climb go out together, each on a connection of its own, so the first
-bytes of a stream arrive as fast as TCP's first round trips carry them.
+restarts TCP's climb, so pieces of 1 MiB leave a 20 ms link idle much of the
+time (and short flows lose their tails to a rate limiter's drops, recovered
+only by a retransmission timeout). A stream's first remote piece is small
+(``read_size``, at most ``REMOTE_FIRST_BYTES``), so that the first sample does
+not wait for TCP to climb to a full piece; each further one may be twice the
+last, up to ``REMOTE_REQUEST_BYTES`` (or ``read_size``, if larger than 4 MiB),
+whether it is part of a long range or neighbouring short ranges coalesced.
+The pieces of the climb go out together, each on a connection of its own, so
+the first bytes of a stream arrive as fast as TCP's first round trips carry
+them.
 
 A stream's first local piece is small too (at most ``LOCAL_FIRST_BYTES``): its
 buffer is the first the reader maps, and faulting in 1 MiB of fresh memory
