@@ -558,10 +558,17 @@ class Reader:
             self._after_fork()
         if self._loop_starter is not None:
             self._loop_starter.join()  # the loop it starts is closed with the rest
+        background = self._background
+        if background is not None and background.on_loop_thread():
+            # On the loop's own thread, this runs inside whatever the loop was
+            # doing (the garbage collector closing an abandoned stream's
+            # reader in the middle of a reap or a fill, say): the shutdown
+            # runs once that is done.
+            self._close_soon()
+            return
         # First, from this thread: the loop thread may be waiting for a shard's
         # download, which must end before that thread can run the shutdown.
         self._remotes.stop_downloads()
-        background = self._background
         if background is not None and not background.loop.is_closed():
             background.call(self._shutdown)
             background.stop()

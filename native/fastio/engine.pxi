@@ -127,6 +127,11 @@ cdef class Engine:
         cdef int count, i
         cdef fio_completion *done
         while True:
+            # Releasing a view or appending a result may run the garbage
+            # collector, whose finalizers may close this engine (an abandoned
+            # reader's): its completions were reaped then, and it is gone.
+            if self._engine == NULL:
+                return 0
             with nogil:
                 count = fio_engine_reap(self._engine, self._completions, self.capacity)
             for i in range(count):
