@@ -14,7 +14,6 @@ import numpy as np
 from fastio._errors import DecodeError, TruncatedShardError
 from fastio.dataset._batching import rows_of, slice_rows
 from fastio.reader._ranges import Shard
-from fastio.sources._remote import is_remote, remote_piece_limit
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -194,12 +193,9 @@ class SampleReads:
 
     def _shard(self, read: Read) -> Shard:
         layout = self.layouts[read.run.shard]
-        read_size = self.reader().read_size
-        # Remote ranges as long as a full request, which is not read_size:
-        # cut at read_size (4 MiB), most would go as a full request and a
-        # short one.
-        piece = remote_piece_limit(read_size) if is_remote(layout.url) else read_size
-        ranges, _ = layout.ranges(read.start, read.stop, piece)
+        # Cut at read_size, most remote ranges would go as a full request
+        # (4 MiB less 64 KiB) and a short one.
+        ranges, _ = layout.ranges(read.start, read.stop, self.reader().piece_limit(layout.url))
         return Shard(tuple(ranges), whole=layout.meta.get("whole", False))
 
     def finish(self, encoded: Any, read: Read, policy: ErrorPolicy | None = None) -> Any:

@@ -53,7 +53,7 @@ from fastio.reader._requests import (
 )
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
 from fastio.reader._sync import Handoff, LoopThread
-from fastio.sources._remote import Remotes, is_remote, local_path
+from fastio.sources._remote import Remotes, is_remote, local_path, remote_piece_limit
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS, ReaderSettings
 
 if TYPE_CHECKING:
@@ -326,6 +326,14 @@ class Reader:
     @read_size.setter
     def read_size(self, value: int) -> None:
         self._settings = self._settings.replace(read_size=value)
+
+    def piece_limit(self, url: str) -> int:
+        """The most bytes one read of ``url`` takes: ``read_size``, or for a
+        remote object a full request (see
+        :func:`~fastio.sources._remote.remote_piece_limit`), which is what a
+        layout's ranges are cut to."""
+        read_size = self._settings.read_size
+        return remote_piece_limit(read_size) if is_remote(url) else read_size
 
     def stat_ahead(self, urls: Iterable[str]) -> None:
         """Ask for the size and version of the remote objects of ``urls`` in
