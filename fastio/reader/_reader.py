@@ -704,9 +704,8 @@ class Reader:
                 self._head_reads += 1
                 self._head_latency[latency_bucket(head.nanoseconds)] += 1
             if self._background is None:
-                # A fresh process: the loop starts while the consumer takes the
-                # head, and the stream goes on at the consumer's next request.
-                self._start_loop_soon()
+                # A fresh process: the loop starts at the consumer's next
+                # request, not while it takes the head.
                 yield first
                 first = None
                 if self._closed:

@@ -214,6 +214,22 @@ class ReaderContract:
         assert stats.bytes_delivered == sum(len(r[2]) for r in got)
         assert sum(stats.latency_histogram) == stats.requests
 
+    def test_a_cached_first_chunk_starts_no_thread(self, make_file) -> None:
+        """A fresh reader hands over a cached first chunk before it starts its
+        loop: a thread started meanwhile would take the GIL from the consumer
+        taking that chunk. The loop starts at the consumer's next request."""
+        path, data = make_file(3 << 20)
+        before = {thread.ident for thread in threading.enumerate()}
+        with self.reader(read_size=65_536) as reader:
+            stream = reader.stream([path])
+            first = next(stream)
+            started = {thread.name for thread in threading.enumerate()
+                       if thread.ident not in before}  # fmt: skip
+            assert (started, reader._head_reads) == (set(), 1)
+            rest = b"".join(bytes(chunk.data) for chunk in stream)
+            assert reader._background is not None
+        assert bytes(first.data) + rest == data
+
     @pytest.mark.parametrize("fails_at", [0, 1])
     def test_shards_that_cannot_be_listed_raise_after_the_bytes_before(
         self, make_file, fails_at: int
