@@ -11,6 +11,13 @@ other with O_DIRECT, which reads a cold file at the device's speed without
 spending the CPU a page-cache copy costs (on a small machine that CPU is the
 decoder's), and leaves the cache to what is warm. A file reopened later (the
 next epoch, once idle descriptors are closed) is judged again.
+
+Where the data a reader serves fits in the page cache with room to spare
+(``FileTable.cold_through_cache``, which a Dataset sets from its shards'
+sizes and :func:`page_cache_room`), cold files are read through the cache
+too: the first epoch reads them a little slower than O_DIRECT would, and
+every later one finds them there. Read with O_DIRECT, they would stay cold
+for good, each epoch at the device's speed.
 """
 
 from __future__ import annotations
@@ -32,7 +39,15 @@ if TYPE_CHECKING:
     from fastio.cache._filling import Filling, FillingReader
     from fastio.sources._remote import Remotes
 
-__all__ = ["CACHED_ENOUGH", "RESIDENT_ENOUGH", "FileTable", "FollowedFile", "OpenFile"]
+__all__ = [
+    "CACHED_ENOUGH",
+    "RESIDENT_ENOUGH",
+    "FileTable",
+    "FollowedFile",
+    "OpenFile",
+    "fits_in_page_cache",
+    "page_cache_room",
+]
 
 RESIDENT_ENOUGH = 0.5
 """With ``direct="auto"``: the share of a file's sampled pages the page cache
@@ -45,6 +60,10 @@ through the cache with more missing waits for the device on those pages,
 which reads in flight together hide."""
 
 Direct = bool | Literal["auto"]
+
+CACHE_SHARE = 0.5
+"""With ``direct="auto"``: data of at most this share of :func:`page_cache_room`
+is read through the page cache even where cold (see the module)."""
 
 log = logging.getLogger("fastio")
 
@@ -111,6 +130,73 @@ def _residency(fd: int, st: os.stat_result) -> float | None:
         return None
 
 
+def page_cache_room() -> int | None:
+    """Bytes the page cache may hold for this process: the kernel's estimate
+    of memory available without swapping (``MemAvailable``, which counts the
+    page cache that could be reclaimed), bounded by this process's cgroup
+    (v2) limit less the memory its processes hold otherwise (page cache
+    counts against a container's limit). None where the kernel does not say."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            fields = dict(line.split(b":", 1) for line in meminfo if b":" in line)
+        room = int(fields[b"MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+    limited = _cgroup_room()
+    return room if limited is None else min(room, limited)
+
+
+def _cgroup_room() -> int | None:
+    """This process's cgroup memory limit less what its processes hold
+    beyond the page cache (anonymous memory, kernel memory), or None without
+    a limit. Both cgroup versions: v2 (``memory.max``) and v1 (the ``memory``
+    controller's ``memory.limit_in_bytes``, unlimited as a huge number)."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as listing:
+            lines = [line.rstrip("\n").split(":", 2) for line in listing]
+    except OSError:
+        return None
+    for _, controllers, path in (line for line in lines if len(line) == 3):
+        if "memory" in controllers.split(","):  # v1
+            folder = os.path.join("/sys/fs/cgroup/memory", path.lstrip("/"))
+            room = _room(folder, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_cache")
+            if room is not None:
+                return room
+        elif controllers == "":  # v2: the unified hierarchy, alone or beside v1's
+            for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+                folder = os.path.join(mount, path.lstrip("/"))
+                room = _room(folder, "memory.max", "memory.current", "file")
+                if room is not None:
+                    return room
+    return None
+
+
+def _room(folder: str, limit_name: str, usage_name: str, cache_field: str) -> int | None:
+    """``limit_name`` less (``usage_name`` less the page cache, the
+    ``cache_field`` of ``memory.stat``) in the cgroup ``folder``; None where
+    those files are not there or there is no limit."""
+    try:
+        with open(os.path.join(folder, limit_name), encoding="utf-8") as limit_file:
+            limit = limit_file.read().strip()
+        if limit == "max":
+            return None
+        with open(os.path.join(folder, usage_name), encoding="utf-8") as usage_file:
+            usage = int(usage_file.read())
+        with open(os.path.join(folder, "memory.stat"), encoding="utf-8") as stat_file:
+            cached = next(int(line.split()[1]) for line in stat_file
+                          if line.startswith(cache_field + " "))  # fmt: skip
+        return max(0, int(limit) - (usage - cached))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def fits_in_page_cache(nbytes: int, room: int | None) -> bool:
+    """Whether ``nbytes`` of data fit in the page cache with room to spare
+    (``CACHE_SHARE`` of ``room``, see :func:`page_cache_room`); False where
+    the room is not known."""
+    return room is not None and nbytes <= room * CACHE_SHARE
+
+
 def _set_direct(fd: int) -> bool:
     """Switch ``fd`` to O_DIRECT; False where its filesystem refuses (tmpfs on
     older kernels, some FUSE and network filesystems): the reads then go
@@ -131,6 +217,9 @@ class FileTable:
         self._files: dict[tuple[str, Direct], OpenFile] = {}
         self._idle: OrderedDict[tuple[str, Direct], OpenFile] = OrderedDict()
         self._direct_refused: set[int] = set()  # st_dev of filesystems that refused O_DIRECT
+        # With direct="auto": cold files are read through the page cache too
+        # (the data fits in it, see the module), not with O_DIRECT.
+        self.cold_through_cache = False
         self._followed: dict[str, FollowedFile] = {}  # downloads read as they arrive, by URL
 
     def acquire(self, path: str, direct: Direct) -> OpenFile:
@@ -270,7 +359,8 @@ class FileTable:
                 raise OSError(errno.EINVAL, "not a regular file or block device", path)
             # Through the page cache by choice ("auto" or False): how much it holds.
             residency = None if direct is True else _residency(fd, st)
-            if direct == "auto" and residency is not None and residency < RESIDENT_ENOUGH:
+            if (direct == "auto" and residency is not None and residency < RESIDENT_ENOUGH
+                    and not self.cold_through_cache):  # fmt: skip
                 opened_direct = _set_direct(fd)
             cached = not opened_direct and residency is not None and residency >= CACHED_ENOUGH
             file = OpenFile(key, path, fd, opened_direct, st, cached=cached)

@@ -213,7 +213,9 @@ class Reader:
         self._background: LoopThread | None = None
         self._loop_starter: threading.Thread | None = None  # see stat_ahead
         self._remotes = Remotes(settings, self._storage_options, self._cache, self._expected)
+        inherited = getattr(self, "_files", None)  # a forked child's keeps the parent's choice
         self._files = FileTable(settings.max_idle_files, self._remotes)
+        self._files.cold_through_cache = inherited is not None and inherited.cold_through_cache
         self._remote_tasks: set[asyncio.Task[None]] = set()
         self._remote_done: list[tuple[int, int | BaseException]] = []
         self._pool = BufferPool(limit=settings.memory_budget)
@@ -318,6 +320,19 @@ class Reader:
         self._consumer_window = value
         self._pool.raise_limit(self._settings.memory_budget + value)
         self._kick()
+
+    @property
+    def cold_through_cache(self) -> bool:
+        """With ``direct="auto"``: whether a file the page cache does not hold
+        is read through it anyway, not with O_DIRECT, so that it is there at
+        the next read (a Dataset sets this where its local shards fit in the
+        page cache, see :func:`~fastio.reader._files.fits_in_page_cache`).
+        Off by default: cold files are read with O_DIRECT."""
+        return self._files.cold_through_cache
+
+    @cold_through_cache.setter
+    def cold_through_cache(self, value: bool) -> None:
+        self._files.cold_through_cache = value
 
     @property
     def read_size(self) -> int:

@@ -52,7 +52,8 @@ class ReaderSettings:
     )  # fmt: skip
     direct: bool | Literal["auto"] = knob(
         "auto", "O_DIRECT, bypassing the page cache: true, false, or auto: per file, O_DIRECT "
-        "when the page cache holds less than half of it (per shard overridable).", "flag",
+        "when the page cache holds less than half of it, unless a Dataset's local shards fit in "
+        "half the memory the page cache may use (per shard overridable).", "flag",
         choices=("auto",),
     )  # fmt: skip
     memory_budget: int = knob(

@@ -4,9 +4,11 @@ stored and shuffled order, batches, random access, exactly-once splits."""
 from __future__ import annotations
 
 import collections
+import os
 import pickle
 import subprocess
 import sys
+import tarfile
 
 import numpy as np
 import pyarrow as pa
@@ -263,6 +265,83 @@ def test_tar_batches_spanning_reads_and_shards_equal_the_samples(
         for extension in ("bin", "cls", "txt"):  # a batch without "txt" has no such column
             value = sample.get(extension)
             assert row.get(extension) == (None if value is None else bytes(value))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_cold_shards_that_fit_in_memory_are_cached_by_the_first_epoch(
+    tmp_path, num_workers
+) -> None:
+    """A dataset far smaller than the memory the page cache may use, cold
+    (its pages dropped): the first epoch reads it through the page cache
+    (with the default direct="auto"), in the main process and in DataLoader
+    workers alike, so the next epoch finds it there. The shards are
+    webdataset's writer's."""
+    import webdataset
+    from torch.utils.data import DataLoader
+
+    from fastio._native import resident_fraction
+    from fastio.reader._files import fits_in_page_cache, page_cache_room
+
+    rng = np.random.default_rng(3)
+    paths = [str(tmp_path / f"cold-{shard}.tar") for shard in range(4)]
+    for shard, path in enumerate(paths):
+        with webdataset.TarWriter(path) as sink:
+            for number in range(12):
+                sink.write({"__key__": f"s{shard}-{number:03d}", "bin": rng.bytes(50_000)})
+
+    def residency(path: str) -> float:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            return float(resident_fraction(fd, 0, os.fstat(fd).st_size, 1 << 20))
+        finally:
+            os.close(fd)
+
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    if any(residency(path) > 0 for path in paths):
+        # tmpfs and ramfs hold files in the page cache itself: nothing to drop.
+        pytest.skip("this filesystem keeps the files' pages (tmpfs?)")
+    assert fits_in_page_cache(sum(os.path.getsize(path) for path in paths), page_cache_room())
+    expected = []
+    for path in paths:
+        with tarfile.open(path) as archive:
+            expected += [(member.name.removesuffix(".bin"), archive.extractfile(member).read())
+                         for member in archive]  # fmt: skip
+    for path in paths:  # that reading filled the cache: dropped again
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    assert [residency(path) for path in paths] == [0.0] * len(paths)
+    with fastio.Dataset(paths, format="webdataset", shuffle=False) as dataset:
+        assert dataset.settings.direct == "auto"
+        assert dataset.reader.cold_through_cache
+        if num_workers:
+            loader = DataLoader(dataset, batch_size=None, num_workers=num_workers)
+            got = sorted((sample["__key__"], bytes(sample["bin"])) for sample in loader)
+            expected.sort()
+        else:
+            got = [(sample["__key__"], bytes(sample["bin"])) for sample in dataset]
+    assert got == expected
+    assert [residency(path) for path in paths] == [1.0] * len(paths)
+
+
+def test_fits_in_page_cache_leaves_room_to_spare() -> None:
+    from fastio.reader._files import CACHE_SHARE, fits_in_page_cache, page_cache_room
+
+    room = page_cache_room()
+    assert room is not None
+    assert 0 < room <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert fits_in_page_cache(int(room * CACHE_SHARE), room)
+    assert not fits_in_page_cache(int(room * CACHE_SHARE) + 1, room)
+    assert not fits_in_page_cache(1, None)  # not known: cold files keep O_DIRECT
 
 
 def test_a_loop_left_at_its_first_sample_ends_quietly_with_the_process(tmp_path) -> None:

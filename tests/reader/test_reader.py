@@ -347,6 +347,22 @@ class ReaderContract:
         else:
             assert ahead <= 2 * piece  # held views count: a piece at a time
 
+    def test_auto_direct_reads_cold_files_through_the_cache_where_asked(self, make_file) -> None:
+        # Data that fits in the page cache (a Dataset says so): a cold file is
+        # read through it, so that the next epoch finds it there; the same
+        # file with the reader's default is read with O_DIRECT and stays cold.
+        files = [make_file(size) for size in (4097, 1_048_576 + 4095, 3_000_001)]
+        paths, contents = [path for path, _ in files], [data for _, data in files]
+        for through_cache, cached_after in ((False, 0.0), (True, 1.0)):
+            for path in paths:
+                evict(path)
+            with self.reader(read_size=65_536, outstanding_requests=8) as reader:
+                assert reader.cold_through_cache is False
+                reader.cold_through_cache = through_cache
+                chunks = list(reader.stream(paths))
+            assert join_by_shard(chunks, len(paths)) == contents
+            assert [resident(path) for path in paths] == [cached_after] * len(paths)
+
     def test_auto_direct_decides_per_file(self, make_file) -> None:
         (cold_path, cold_data), (warm_path, warm_data) = make_file(100_001), make_file(100_001)
         evict(cold_path)
