@@ -28,6 +28,10 @@ touching every sample (a wrong sample count or payload total fails the run):
 * fastio indexed: the same with the indexes already built (untimed, once);
 * fastio on aiohttp: fastio default with plain HTTP left to fsspec's aiohttp
   client (``FASTIO_HTTP_CLIENT=aiohttp``) instead of fastio's own;
+* fastio reader bytes: ``fastio.Reader().stream(urls)``, every shard's bytes
+  in order with the reader's defaults, no tar framing and no samples: how much
+  of fastio default's epoch is the reader's, and how much the dataset's
+  per-sample work (on a 2-core machine that work takes CPU the link needs);
 * fastio obstore, fastio obstore indexed (only with ``--methods``): fastio
   default and indexed with the reader's remote source swapped for the obstore
   prototype in obstore_remote.py.
@@ -91,6 +95,9 @@ METHODS = {
     "fastio cache": "fastio",
     "fastio indexed": "fastio",
     "fastio on aiohttp": "fastio",
+    # fastio's reader alone: every shard's bytes in order, no tar framing and no
+    # samples (where the dataset's own per-sample work shows, beside the link's).
+    "fastio reader bytes": "fastio reader",
     # Not run unless asked (--methods): fastio's reader on obstore_remote.py's prototype.
     "fastio obstore": "fastio",
     "fastio obstore indexed": "fastio",
@@ -110,6 +117,7 @@ IMPORTS = {
     "fsspec": ("fsspec", "fsspec.implementations.http", "tarfile"),
     "webdataset": ("webdataset",),
     "curl": (),
+    "fastio reader": ("fastio",),
 }
 
 
@@ -239,7 +247,29 @@ def curl_run(spec: dict[str, Any], options: dict[str, Any], clock: dict[str, flo
     return None, sum(int(row[0]) for row in rows), {}
 
 
-RUNS = {"fastio": fastio_run, "fsspec": fsspec_run, "webdataset": webdataset_run, "curl": curl_run}
+def fastio_reader_run(spec: dict[str, Any], options: dict[str, Any], clock: dict[str, float]
+                      ) -> Any:  # fmt: skip
+    """Every shard's bytes through ``fastio.Reader.stream``, in order, with the
+    reader's defaults: the reader's part of fastio's epoch, without the dataset's."""
+    import fastio
+
+    nbytes = 0
+    with fastio.Reader() as reader:
+        for chunk in reader.stream(spec["urls"]):
+            if not nbytes:
+                clock["first"] = time.perf_counter()
+            nbytes += len(chunk.data)
+        stats = reader.stats()
+    return None, nbytes, {"requests": stats.requests, "wait_seconds": stats.wait_seconds}
+
+
+RUNS = {
+    "fastio": fastio_run,
+    "fastio reader": fastio_reader_run,
+    "fsspec": fsspec_run,
+    "webdataset": webdataset_run,
+    "curl": curl_run,
+}
 
 
 def child(spec_path: str) -> None:
@@ -381,9 +411,9 @@ def build_index(spec: dict[str, Any], expected: int) -> float:
 
 
 def check_run(report: dict[str, Any], manifest: dict[str, Any], kind: str) -> None:
-    if kind == "curl":
+    if kind in ("curl", "fastio reader"):
         if report["payload"] != manifest["bytes"]:
-            raise RuntimeError(f"curl fetched {report['payload']} bytes, not {manifest['bytes']}")
+            raise RuntimeError(f"{kind} fetched {report['payload']} bytes, not {manifest['bytes']}")
         return
     if report["samples"] != manifest["case"]["samples"]:
         raise RuntimeError(f"{report['samples']} samples, not {manifest['case']['samples']}")
