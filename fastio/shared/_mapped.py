@@ -7,7 +7,9 @@ that died without cleaning up (killed by SIGKILL) are removed by the next
 process that names one of the same kind on the machine. Not
 ``multiprocessing.shared_memory``: its resource tracker would count every
 worker's attach as a leak. Changes that must not interleave are made under an
-exclusive ``flock`` of the file.
+exclusive ``flock`` of the file, and the file grows under it too: a process
+that read the size before another one grew the file and wrote past the old
+end would otherwise set the old size again, zeroing what was written there.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import mmap
 import os
 import secrets
 import tempfile
+import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -61,11 +64,15 @@ class SharedArray:
         self.path = path
         self.dtype = np.dtype(dtype)
         self._map: mmap.mmap | None = None
+        self._holder: int | None = None  # the thread in :meth:`locked`, if any
         self.values = np.zeros(0, self.dtype)
         self.ensure(length)
 
     def ensure(self, length: int) -> None:
-        """Map at least ``length`` numbers (growing the file if it is shorter)."""
+        """Map at least ``length`` numbers, growing the file if it is shorter:
+        under the file's lock (taken here unless this thread holds it), with
+        the size read again under it, so that a file grown meanwhile by
+        another process is never shortened."""
         nbytes = self.dtype.itemsize * length
         if self._map is not None and len(self._map) >= nbytes:
             return
@@ -73,7 +80,16 @@ class SharedArray:
         try:
             size = os.fstat(fd).st_size
             if size < nbytes:
-                os.ftruncate(fd, nbytes)
+                lock = self._holder != threading.get_ident()
+                if lock:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    size = os.fstat(fd).st_size
+                    if size < nbytes:
+                        os.ftruncate(fd, nbytes)
+                finally:
+                    if lock:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
             mapped = mmap.mmap(fd, max(size, nbytes))
         finally:
             os.close(fd)
@@ -96,9 +112,11 @@ class SharedArray:
             except BlockingIOError:
                 yield False
                 return
+            self._holder = threading.get_ident()
             try:
                 yield True
             finally:
+                self._holder = None
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)

@@ -7,11 +7,15 @@ repeating or skipping a sample."""
 from __future__ import annotations
 
 import collections
+import functools
 import gc
+import multiprocessing
 import os
 import pickle
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -21,6 +25,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 import fastio
 import fastio.sources._throttled  # registers throttled://
 from fastio.fairness import FairnessSettings
+from fastio.fairness._claims import REGISTERED
+from fastio.fairness._monitor import _claims_path
 from tests.shards import batch_keys, key_of, write
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -201,6 +207,85 @@ def test_resume_with_the_same_dataset_and_restored_seed(written, tmp_path) -> No
         rest = [k for _, keys in resumed for k in keys]
         assert collections.Counter(head + rest) == all_keys(written)
     dataset.close()
+
+
+def stop_at_the_claim_table(paused, go, worker_id: int) -> None:
+    """A worker_init_fn (audit hooks, in the worker processes only): worker 1
+    stops right before it sets the size of the claim table it just found
+    short, until ``go``; worker 0 opens the table only once worker 1 stopped
+    there, so that all it does with the table falls between worker 1 reading
+    the file's size and setting it."""
+    stopped = False
+
+    def hook(event: str, args: tuple) -> None:
+        nonlocal stopped
+        if stopped:
+            return
+        if worker_id == 1 and event == "os.truncate":
+            if os.readlink(f"/proc/self/fd/{args[0]}").endswith(".claims"):
+                stopped = True
+                paused.set()
+                go.wait()
+        elif worker_id == 0 and event == "open" and str(args[0]).endswith(".claims"):
+            stopped = True
+            paused.wait()
+
+    sys.addaudithook(hook)
+
+
+def release_when_the_peer_registered_or_waits(path: str, paused, go, done) -> None:
+    """Let worker 1 go on once worker 0 registered its units in the table at
+    ``path``, or waits for the table's lock (which worker 1 then holds)."""
+    while not paused.wait(0.01):
+        if done.is_set():
+            return
+    info = os.stat(path)
+    lock = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino} "
+    while not done.is_set():
+        with open(path, "rb") as table:
+            table.seek(REGISTERED * 8)
+            if int.from_bytes(table.read(8).ljust(8, b"\0"), "little"):
+                break
+        with open("/proc/locks") as locks:
+            if any("->" in line and lock in line for line in locks):
+                break
+        time.sleep(0.005)
+    go.set()
+
+
+def test_resume_keeps_what_a_worker_registered_while_its_peer_opened_the_table(
+    written, tmp_path
+) -> None:
+    # Worker 1 reads the new claim table's size (too short) and stops before it
+    # sets it; meanwhile worker 0 grows the table and registers the units it
+    # delivered before the save. Setting the size worker 1 read must not
+    # shorten the file over them: they would be claimed and delivered again.
+    first = make(written, tmp_path, slow=False)
+    head, state = run_until(
+        StatefulDataLoader(first, batch_size=4, num_workers=2, collate_fn=tagged), 8
+    )
+    first.close()
+    second = make(written, tmp_path, slow=False)
+    context = multiprocessing.get_context("fork")  # the workers share the events
+    paused, go, done = context.Event(), context.Event(), threading.Event()
+    resumed = StatefulDataLoader(
+        second, batch_size=4, num_workers=2, collate_fn=tagged, multiprocessing_context=context,
+        worker_init_fn=functools.partial(stop_at_the_claim_table, paused, go),
+    )  # fmt: skip
+    resumed.load_state_dict(state)
+    releaser = threading.Thread(
+        target=release_when_the_peer_registered_or_waits,
+        args=(_claims_path(second.fairness._path), paused, go, done),
+    )
+    releaser.start()
+    try:
+        rest = [k for _, keys in resumed for k in keys]
+    finally:
+        done.set()
+        go.set()
+        releaser.join()
+    assert collections.Counter(head + rest) == all_keys(written)
+    second.close()
 
 
 RESUME_SCRIPT = """
