@@ -13,7 +13,11 @@ loader's base seed (the same in all of its workers, new for every iterator)
 and how many iterations this worker process ran (persistent workers keep their
 seed). The first worker of a generation to arrive resets the table; a worker
 that finds its own place already taken by another process with the same name
-(a loader that restored its base seed from a saved state) resets it too.
+(a loader that restored its base seed from a saved state) resets it too. A
+worker whose place another process took since it joined belongs to an older
+iteration (one whose loader is still alive: its workers go on with the batches
+they were asked for): it must not change the newer iteration's table, so its
+next use of the table raises instead.
 """
 
 from __future__ import annotations
@@ -76,10 +80,21 @@ class ClaimTable:
                 )
             pids[self.worker] = os.getpid()
 
+    def _check_place(self, values: np.ndarray) -> None:
+        """Raise RuntimeError when another process took this worker's place
+        since it joined (see the module)."""
+        if values[PIDS + self.worker] != os.getpid():
+            raise RuntimeError(
+                f"balance='steal': another iteration over this dataset took DataLoader worker "
+                f"{self.worker}'s place in the claim table (a loader started, or resumed from a "
+                "saved state, while this one was still running): this iteration stops here"
+            )
+
     def register(self, units: Iterable[tuple[int, int]]) -> None:
         """Mark ``units`` (owner, window) as this worker's (delivered before a
         resume), and count this worker as registered."""
         with self._locked() as values:
+            self._check_place(values)
             for owner, window in units:
                 values[self.offsets[owner] + window] = 1 + self.worker
             values[REGISTERED] += 1
@@ -91,6 +106,7 @@ class ClaimTable:
         deadline = time.monotonic() + BARRIER_SECONDS
         while True:
             with self._locked() as values:
+                self._check_place(values)
                 if values[REGISTERED] >= num_workers:
                     return
             if time.monotonic() > deadline:
@@ -105,6 +121,7 @@ class ClaimTable:
         """Claim this worker's own units ``first``.. up to ``limit`` of them,
         stopping at one another worker has; returns how many it claimed."""
         with self._locked() as values:
+            self._check_place(values)
             entries = values[self.offsets[self.worker] : self.offsets[self.worker + 1]]
             count = 0
             while count < limit and first + count < len(entries) and not entries[first + count]:
@@ -120,6 +137,7 @@ class ClaimTable:
         first, last)`` under the lock and returns the same; None when none is
         left."""
         with self._locked() as values:
+            self._check_place(values)
             best, left = -1, 0
             for owner in range(len(self.offsets) - 1):
                 if owner == self.worker:

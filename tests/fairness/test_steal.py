@@ -209,6 +209,35 @@ def test_resume_with_the_same_dataset_and_restored_seed(written, tmp_path) -> No
     dataset.close()
 
 
+def test_the_old_loaders_workers_claim_nothing_once_a_resumed_loader_took_the_table(
+    written, tmp_path
+) -> None:
+    # The old loader stays alive: its workers go on with what they were asked
+    # for (prefetching, here its remaining batches), claiming units as they
+    # go. The resumed loader over the same dataset has the same generation
+    # (its base seed restored) and took the table: the old workers must not
+    # claim units in it, which it would then never deliver.
+    dataset = make(written, tmp_path, slow=False)
+    old = StatefulDataLoader(dataset, batch_size=4, num_workers=2, collate_fn=tagged)
+    old_batches = iter(old)
+    head: list[int] = []
+    for index, (_, keys) in enumerate(old_batches):
+        head.extend(keys)
+        if index == 3:
+            break
+    resumed = StatefulDataLoader(dataset, batch_size=4, num_workers=2, collate_fn=tagged)
+    resumed.load_state_dict(old.state_dict())
+    batches = iter(resumed)
+    rest = list(next(batches)[1])  # both of its workers joined the table and registered
+    with pytest.raises(RuntimeError, match=r"took DataLoader worker \d's place"):
+        for _ in old_batches:
+            pass
+    rest.extend(k for _, keys in batches for k in keys)
+    assert collections.Counter(head + rest) == all_keys(written)
+    del old_batches, old
+    dataset.close()
+
+
 def stop_at_the_claim_table(paused, go, worker_id: int) -> None:
     """A worker_init_fn (audit hooks, in the worker processes only): worker 1
     stops right before it sets the size of the claim table it just found
