@@ -134,8 +134,9 @@ def page_cache_room() -> int | None:
     """Bytes the page cache may hold for this process: the kernel's estimate
     of memory available without swapping (``MemAvailable``, which counts the
     page cache that could be reclaimed), bounded by this process's cgroup
-    (v2) limit less the memory its processes hold otherwise (page cache
-    counts against a container's limit). None where the kernel does not say."""
+    memory limit (v1 or v2) less the memory its processes hold otherwise
+    (page cache counts against a container's limit). None where the kernel
+    does not say."""
     try:
         with open("/proc/meminfo", "rb") as meminfo:
             fields = dict(line.split(b":", 1) for line in meminfo if b":" in line)
