@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import fastio
+from tests.pagecache import drop_pages, resident
 from tests.shards import FORMATS, batch_keys, check_sample, gnu_tar, key_of, write
 
 
@@ -279,7 +280,6 @@ def test_cold_shards_that_fit_in_memory_are_cached_by_the_first_epoch(
     import webdataset
     from torch.utils.data import DataLoader
 
-    from fastio._native import resident_fraction
     from fastio.reader._files import fits_in_page_cache, page_cache_room
 
     rng = np.random.default_rng(3)
@@ -288,23 +288,7 @@ def test_cold_shards_that_fit_in_memory_are_cached_by_the_first_epoch(
         with webdataset.TarWriter(path) as sink:
             for number in range(12):
                 sink.write({"__key__": f"s{shard}-{number:03d}", "bin": rng.bytes(50_000)})
-
-    def residency(path: str) -> float:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            return float(resident_fraction(fd, 0, os.fstat(fd).st_size, 1 << 20))
-        finally:
-            os.close(fd)
-
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    if any(residency(path) > 0 for path in paths):
+    if any(drop_pages(path) > 0 for path in paths):
         # tmpfs and ramfs hold files in the page cache itself: nothing to drop.
         pytest.skip("this filesystem keeps the files' pages (tmpfs?)")
     assert fits_in_page_cache(sum(os.path.getsize(path) for path in paths), page_cache_room())
@@ -313,13 +297,8 @@ def test_cold_shards_that_fit_in_memory_are_cached_by_the_first_epoch(
         with tarfile.open(path) as archive:
             expected += [(member.name.removesuffix(".bin"), archive.extractfile(member).read())
                          for member in archive]  # fmt: skip
-    for path in paths:  # that reading filled the cache: dropped again
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    assert [residency(path) for path in paths] == [0.0] * len(paths)
+    # That reading filled the cache: dropped again.
+    assert [drop_pages(path) for path in paths] == [0.0] * len(paths)
     with fastio.Dataset(paths, format="webdataset", shuffle=False) as dataset:
         assert dataset.settings.direct == "auto"
         assert dataset.reader.cold_through_cache
@@ -330,7 +309,7 @@ def test_cold_shards_that_fit_in_memory_are_cached_by_the_first_epoch(
         else:
             got = [(sample["__key__"], bytes(sample["bin"])) for sample in dataset]
     assert got == expected
-    assert [residency(path) for path in paths] == [1.0] * len(paths)
+    assert [resident(path) for path in paths] == [1.0] * len(paths)
 
 
 def test_fits_in_page_cache_leaves_room_to_spare() -> None:

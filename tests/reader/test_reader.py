@@ -21,32 +21,19 @@ from hypothesis import strategies as st
 
 import fastio
 from fastio import ByteRange, Chunk, Reader, Shard
-from fastio._native import resident_fraction, stat_stamps
+from fastio._native import stat_stamps
 from fastio.reader._reader import CACHED_REQUESTS, _change_stamp
 from fastio.reader._requests import LOCAL_FIRST_BYTES
 from fastio.reader._sync import Handoff, LoopThread
 from tests.conftest import ResourceSnapshot
+from tests.pagecache import drop_pages, resident
 
 _CACHE_ATTEMPTS = 5
 
 
 def evict(path: str) -> None:
     """Drop ``path``'s pages from the page cache (written back first)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    assert resident(path) == 0.0
-
-
-def resident(path: str) -> float:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return resident_fraction(fd, 0, os.fstat(fd).st_size, 1 << 20)
-    finally:
-        os.close(fd)
+    assert drop_pages(path) == 0.0
 
 
 def expected_bytes(corpus: dict[str, bytes], shards: Sequence[Shard]) -> list[bytes]:

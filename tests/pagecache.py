@@ -1,0 +1,29 @@
+"""A file's pages in the page cache: dropped, and counted."""
+
+from __future__ import annotations
+
+import os
+
+from fastio._native import resident_fraction
+
+
+def drop_pages(path: str) -> float:
+    """Drop ``path``'s pages from the page cache (written back first); returns
+    the share still resident (above 0 on filesystems that keep files in the
+    page cache itself, as tmpfs does)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return resident(path)
+
+
+def resident(path: str) -> float:
+    """The share of ``path``'s pages the page cache holds."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return float(resident_fraction(fd, 0, os.fstat(fd).st_size, 1 << 20))
+    finally:
+        os.close(fd)
