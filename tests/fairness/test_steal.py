@@ -238,6 +238,11 @@ def test_the_old_loaders_workers_claim_nothing_once_a_resumed_loader_took_the_ta
     dataset.close()
 
 
+# The longest a worker is held by the test below: bounded, so that a path the
+# test did not foresee makes it pass or fail, never hang.
+_HELD_SECONDS = 120.0
+
+
 def stop_at_the_claim_table(paused, go, worker_id: int) -> None:
     """A worker_init_fn (audit hooks, in the worker processes only): worker 1
     stops right before it sets the size of the claim table it just found
@@ -254,10 +259,10 @@ def stop_at_the_claim_table(paused, go, worker_id: int) -> None:
             if os.readlink(f"/proc/self/fd/{args[0]}").endswith(".claims"):
                 stopped = True
                 paused.set()
-                go.wait()
+                go.wait(_HELD_SECONDS)
         elif worker_id == 0 and event == "open" and str(args[0]).endswith(".claims"):
             stopped = True
-            paused.wait()
+            paused.wait(_HELD_SECONDS)
 
     sys.addaudithook(hook)
 
