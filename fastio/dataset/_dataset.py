@@ -56,7 +56,6 @@ from fastio.plan._resume import (
 from fastio.plan._stream import stream_shards
 from fastio.plan._windows import Run
 from fastio.reader import _tuning
-from fastio.reader._files import fits_in_page_cache, page_cache_room
 from fastio.reader._reader import Reader
 from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
@@ -239,10 +238,9 @@ class Dataset(_Base):
         # Local shards that fit in the page cache with room to spare are read
         # through it even where cold (direct="auto"): later epochs find them
         # there, where O_DIRECT would leave them cold for good.
-        local = sum(size for url, size in zip(self.urls, self._shards.sizes, strict=True)
-                    if not is_remote(url))  # fmt: skip
-        self._cold_through_cache = local > 0 and fits_in_page_cache(local, page_cache_room())
-        self.reader.cold_through_cache = self._cold_through_cache
+        sizes = zip(self.urls, self._shards.sizes, strict=True)
+        self._local_bytes = sum(size for url, size in sizes if not is_remote(url))
+        self.reader.data_bytes = self._local_bytes
         # Not indexed yet: the first epoch streams whole shards, unless the split
         # needs every rank's count from its start (equal counts across ranks).
         self._first_streams = not self._shards.known
@@ -295,7 +293,7 @@ class Dataset(_Base):
             # Samples held for a window (or a batch) to be gathered are the
             # shuffle buffer's memory, not read-ahead.
             self._reader.consumer_window = self.spec.shuffle.buffer
-            self._reader.cold_through_cache = self.__dict__.get("_cold_through_cache", False)
+            self._reader.data_bytes = self.__dict__.get("_local_bytes")
             if self._tuning is not None:
                 self._tuning.close()
             self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)

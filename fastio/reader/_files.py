@@ -13,11 +13,12 @@ decoder's), and leaves the cache to what is warm. A file reopened later (the
 next epoch, once idle descriptors are closed) is judged again.
 
 Where the data a reader serves fits in the page cache with room to spare
-(``FileTable.cold_through_cache``, which a Dataset sets from its shards'
-sizes and :func:`page_cache_room`), cold files are read through the cache
-too: the first epoch reads them a little slower than O_DIRECT would, and
-every later one finds them there. Read with O_DIRECT, they would stay cold
-for good, each epoch at the device's speed.
+(``FileTable.cold_through_cache``: a Dataset gives its local shards' bytes as
+``data_bytes``, weighed against :func:`page_cache_room` when a cold file is
+first opened), cold files are read through the cache too: the first epoch
+reads them a little slower than O_DIRECT would, and every later one finds
+them there. Read with O_DIRECT, they would stay cold for good, each epoch at
+the device's speed.
 """
 
 from __future__ import annotations
@@ -218,10 +219,37 @@ class FileTable:
         self._files: dict[tuple[str, Direct], OpenFile] = {}
         self._idle: OrderedDict[tuple[str, Direct], OpenFile] = OrderedDict()
         self._direct_refused: set[int] = set()  # st_dev of filesystems that refused O_DIRECT
-        # With direct="auto": cold files are read through the page cache too
-        # (the data fits in it, see the module), not with O_DIRECT.
-        self.cold_through_cache = False
+        # The bytes of the local files this table's reader serves (a Dataset's
+        # shards), where known, and whether cold ones are read through the
+        # page cache with direct="auto" (see the module): decided when a cold
+        # file is first opened, unless set.
+        self._data_bytes: int | None = None
+        self._cold_through_cache: bool | None = False
         self._followed: dict[str, FollowedFile] = {}  # downloads read as they arrive, by URL
+
+    @property
+    def data_bytes(self) -> int | None:
+        return self._data_bytes
+
+    @data_bytes.setter
+    def data_bytes(self, value: int | None) -> None:
+        self._data_bytes = value
+        self._cold_through_cache = None if value else False
+
+    @property
+    def cold_through_cache(self) -> bool:
+        if self._cold_through_cache is None:
+            assert self._data_bytes is not None
+            self._cold_through_cache = fits_in_page_cache(self._data_bytes, page_cache_room())
+        return self._cold_through_cache
+
+    @cold_through_cache.setter
+    def cold_through_cache(self, value: bool) -> None:
+        self._cold_through_cache = value
+
+    def take_choices(self, other: FileTable) -> None:
+        """Read cold files as ``other`` does (a forked child's table, its parent's)."""
+        self._data_bytes, self._cold_through_cache = other._data_bytes, other._cold_through_cache
 
     def acquire(self, path: str, direct: Direct) -> OpenFile:
         """An open file for ``path`` with one more reference (read with O_DIRECT

@@ -215,7 +215,8 @@ class Reader:
         self._remotes = Remotes(settings, self._storage_options, self._cache, self._expected)
         inherited = getattr(self, "_files", None)  # a forked child's keeps the parent's choice
         self._files = FileTable(settings.max_idle_files, self._remotes)
-        self._files.cold_through_cache = inherited is not None and inherited.cold_through_cache
+        if inherited is not None:
+            self._files.take_choices(inherited)
         self._remote_tasks: set[asyncio.Task[None]] = set()
         self._remote_done: list[tuple[int, int | BaseException]] = []
         self._pool = BufferPool(limit=settings.memory_budget)
@@ -322,12 +323,25 @@ class Reader:
         self._kick()
 
     @property
+    def data_bytes(self) -> int | None:
+        """The bytes of the local files this reader serves (a Dataset gives its
+        shards'), where known: with ``direct="auto"``, cold files are read
+        through the page cache where they fit in it with room to spare (see
+        :attr:`cold_through_cache`)."""
+        return self._files.data_bytes
+
+    @data_bytes.setter
+    def data_bytes(self, value: int | None) -> None:
+        self._files.data_bytes = value
+
+    @property
     def cold_through_cache(self) -> bool:
         """With ``direct="auto"``: whether a file the page cache does not hold
         is read through it anyway, not with O_DIRECT, so that it is there at
-        the next read (a Dataset sets this where its local shards fit in the
-        page cache, see :func:`~fastio.reader._files.fits_in_page_cache`).
-        Off by default: cold files are read with O_DIRECT."""
+        the next read: where :attr:`data_bytes` fit in the page cache (see
+        :func:`~fastio.reader._files.fits_in_page_cache`, asked when a cold
+        file is first opened), or as set. Off without ``data_bytes``: cold
+        files are read with O_DIRECT."""
         return self._files.cold_through_cache
 
     @cold_through_cache.setter
