@@ -38,10 +38,11 @@ Every run is a fresh process (so libraries do not share threads, forks or
 memory), timed inside from constructing the dataset to the last sample. Cold
 runs drop the page cache first (root); warm runs read the files once, untimed,
 first, and again in the run's process after its imports (a VM that pages out
-what was left idle for seconds would otherwise have dropped part of them). Methods run in a shuffled order in each of ``--repeats`` rounds; the
-tables show medians, with the seconds from constructing the dataset to its
-first sample (or batch), and the issue's targets as ratios. MB/s is the bytes
-of the files each method reads (its own copy) per second. Results go to
+what was left idle for seconds would otherwise have dropped part of them).
+Methods run in a shuffled order in each of ``--repeats`` rounds; the tables
+show medians, with the seconds from constructing the dataset to its first
+sample (or batch), and the targets as ratios. MB/s is the bytes of the files
+each method reads (its own copy) per second. Results go to
 benchmarks/results/ as JSON.
 """
 
