@@ -60,7 +60,6 @@ from fastio.reader._reader import Reader
 from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
 from fastio.shared._inherited import freeze_inherited
-from fastio.sources._remote import is_remote
 from fastio.sources._urls import expand_urls
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
 
@@ -235,12 +234,6 @@ class Dataset(_Base):
             spec.format_options.index, self.storage_options, self.cache,
         )  # fmt: skip
         self.layouts = self._shards.layouts
-        # Local shards that fit in the page cache with room to spare are read
-        # through it even where cold (direct="auto"): later epochs find them
-        # there, where O_DIRECT would leave them cold for good.
-        sizes = zip(self.urls, self._shards.sizes, strict=True)
-        self._local_bytes = sum(size for url, size in sizes if not is_remote(url))
-        self.reader.data_bytes = self._local_bytes
         # Not indexed yet: the first epoch streams whole shards, unless the split
         # needs every rank's count from its start (equal counts across ranks).
         self._first_streams = not self._shards.known
@@ -293,7 +286,6 @@ class Dataset(_Base):
             # Samples held for a window (or a batch) to be gathered are the
             # shuffle buffer's memory, not read-ahead.
             self._reader.consumer_window = self.spec.shuffle.buffer
-            self._reader.data_bytes = self.__dict__.get("_local_bytes")
             if self._tuning is not None:
                 self._tuning.close()
             self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)

@@ -130,9 +130,14 @@ class ShardLayouts:
 
     def arm(self, reader: Reader) -> None:
         """Have ``reader`` check each remote shard, when a read opens it,
-        against what its layout was made from."""
+        against what its layout was made from; and tell it how many bytes of
+        local shards it serves, so that with ``direct="auto"`` it reads cold
+        ones through the page cache where they fit there (later epochs then
+        find them cached; see :attr:`Reader.data_bytes`)."""
         reader.expect({url: stamp[:2] for url, stamp in zip(self.urls, self.stamps, strict=True)
                        if is_remote(url)})  # fmt: skip
+        reader.data_bytes = sum(size for url, size in zip(self.urls, self.sizes, strict=True)
+                                if not is_remote(url))  # fmt: skip
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
