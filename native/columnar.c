@@ -41,8 +41,9 @@ int fio_tfrecord_collect(const uint8_t *buf, size_t len, uint64_t base, int veri
     *needed = 0;
     if (max_bytes > FIO_COLUMN_MAX_BYTES)
         max_bytes = FIO_COLUMN_MAX_BYTES;
+    int checks = verify ? FIO_TFRECORD_VERIFY : 0;
     for (;;) {
-        size_t count = fio_tfrecord_scan(buf + pos, len - pos, verify, found, FRAME_STEP,
+        size_t count = fio_tfrecord_scan(buf + pos, len - pos, checks, found, FRAME_STEP,
                                          &step_consumed, needed, error);
         if (fio_grow((void **)&out->pieces, &out->capacity, out->count + count, sizeof(fio_piece)))
             return -ENOMEM;

@@ -301,7 +301,7 @@ size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record 
             break;
         }
         uint64_t length = load_le64(buf + pos);
-        if (verify && masked_crc(buf + pos, 8) != load_le32(buf + pos + 8)) {
+        if ((verify & FIO_TFRECORD_LENGTHS) && masked_crc(buf + pos, 8) != load_le32(buf + pos + 8)) {
             error->kind = FIO_FRAME_LENGTH_CRC;
             error->offset = pos;
             break;
@@ -311,7 +311,7 @@ size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record 
             break;
         }
         const uint8_t *data = buf + pos + 12;
-        if (verify && masked_crc(data, length) != load_le32(data + length)) {
+        if ((verify & FIO_TFRECORD_DATA) && masked_crc(data, length) != load_le32(data + length)) {
             error->kind = FIO_FRAME_DATA_CRC;
             error->offset = pos;
             break;
@@ -322,6 +322,17 @@ size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record 
         pos += 16 + length;
     }
     *consumed = pos;
+    return count;
+}
+
+size_t fio_tfrecord_check(const uint8_t *buf, const uint64_t *offsets, const uint64_t *lengths,
+                          size_t count)
+{
+    for (size_t index = 0; index < count; index++) {
+        const uint8_t *data = buf + offsets[index];
+        if (masked_crc(data, lengths[index]) != load_le32(data + lengths[index]))
+            return index;
+    }
     return count;
 }
 

@@ -49,16 +49,30 @@ typedef struct fio_frame_error {
     uint64_t offset; /* of the record's header within the buffer */
 } fio_frame_error;
 
+/* What fio_tfrecord_scan checks: the length's checksum, the data's, or both. */
+enum fio_tfrecord_checks {
+    FIO_TFRECORD_LENGTHS = 1,
+    FIO_TFRECORD_DATA = 2,
+    FIO_TFRECORD_VERIFY = 3,
+};
+
 /* TFRecord framing: uint64 length, uint32 masked CRC-32C of the length, the
  * data, uint32 masked CRC-32C of the data (little-endian). Finds up to
  * `max_out` complete records from the start of `buf`. Stops early at a record
- * that is not complete yet, or at a checksum mismatch (when `verify`), which it
- * describes in `error`. `*consumed` is where the next scan should start;
+ * that is not complete yet, or at a checksum mismatch of the kinds `verify`
+ * (enum fio_tfrecord_checks) asks for, which it describes in `error`. `*consumed` is where the next scan should start;
  * `*needed` is how many bytes from there the next record needs in all (as far
  * as its header tells; 0 when the scan did not stop at an incomplete record). */
 size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record *out,
                          size_t max_out, size_t *consumed, size_t *needed,
                          fio_frame_error *error);
+
+/* The first of `count` records (data offsets and lengths in `buf`, as
+ * fio_tfrecord_scan found them) whose data checksum does not match; `count`
+ * where all do. Checking a few records at a time right before their data is
+ * copied out reads the data from memory once for both. */
+size_t fio_tfrecord_check(const uint8_t *buf, const uint64_t *offsets, const uint64_t *lengths,
+                          size_t count);
 
 /* Line framing: the end offsets (the positions of '\n') of up to `max_out`
  * complete lines at the start of `buf`; `*consumed` is just past the last one. */

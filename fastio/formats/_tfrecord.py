@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 import numpy as np
 
 from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
-from fastio._native import ExampleBatch, RecordColumns, crc32c, gather_examples, scan_tfrecords
+from fastio._native import (
+    ExampleBatch,
+    RecordColumns,
+    check_tfrecords,
+    crc32c,
+    gather_examples,
+    scan_tfrecords,
+)
 from fastio._native import parse_example as _parse_example
 from fastio.formats._index import Locator
 from fastio.formats._layout import batch_of
@@ -105,26 +112,23 @@ def _framed_tfrecords(
 ) -> Iterator[Any]:
     """The items ``records_of(view, base, offsets, lengths)`` makes of each
     scan's records (data offsets and lengths in ``view``, which lies at shard
-    offset ``base``), a scan's records at a time. With ``step_over`` a record
+    offset ``base``), a few records at a time. With ``step_over`` a record
     whose data checksum fails comes as ``damaged(start, end, error)``."""
     count = 0
 
     def scan(view: memoryview, base: int) -> Framing[Any]:
         nonlocal count
-        found = scan_tfrecords(view, verify)
-        records = _made_in_slices(records_of, view, base, found.offsets, found.lengths)
+        found = scan_tfrecords(view, verify, data_checks=False)
+        records: Iterable[Any]
+        if verify:
+            records = _checked(records_of, view, base, found.offsets, found.lengths, url, count,
+                               step_over, damaged)  # fmt: skip
+        else:
+            records = _made_in_slices(records_of, view, base, found.offsets, found.lengths)
         count += len(found.offsets)
+        # A length checksum that fails ends the scan: where its record ends is not known.
         problem = _checksum_problem(found.error, url, base, count)
-        error = found.error
-        if problem is None or error is None or not step_over or error.kind != "data_crc":
-            return Framing(records, found.consumed, found.needed, False, problem)
-        # The checksum was checked over the whole record: it is all in view.
-        length = int.from_bytes(view[error.offset : error.offset + 8], "little")
-        end = error.offset + _HEADER + length + 4
-        count += 1
-        return Framing(
-            itertools.chain(records, (damaged(base + error.offset, base + end, problem),)), end
-        )
+        return Framing(records, found.consumed, found.needed, False, problem)
 
     return framed(chunks, url, scan)
 
@@ -150,6 +154,45 @@ def _made_in_slices(
         records_of(view, base, offsets[i : i + _MADE_AT_ONCE], lengths[i : i + _MADE_AT_ONCE])
         for i in range(0, len(offsets), _MADE_AT_ONCE)
     )
+
+
+# Bytes of records whose data checksums are checked at once, right before
+# they are made into Python objects: small enough that the data is still in
+# the core's cache when it is copied out, so it comes from memory once for
+# both (110 KB records: 3.7 GB/s checked and copied record by record, 3.3
+# GB/s with a 4 MiB read's records all checked first).
+_CHECKED_AT_ONCE = 256 << 10
+
+
+def _checked(
+    records_of: Callable[[memoryview, int, Any, Any], list[Any]],
+    view: memoryview, base: int, offsets: Any, lengths: Any, url: str, count: int,
+    step_over: bool, damaged: Callable[[int, int, CorruptRecordError], Any],
+) -> Iterator[Any]:  # fmt: skip
+    """``records_of`` over a scan's records (found with the lengths' checksums
+    checked, ``count`` records of the shard before them), their data
+    checksums checked a few at a time as they are taken. A record whose
+    checksum fails raises its :class:`CorruptRecordError` after the records
+    before it, or with ``step_over`` comes as ``damaged(start, end, error)``
+    in its place, and the records after it follow."""
+    total, first = len(offsets), 0
+    while first < total:
+        last, size = first, 0
+        while last < total and size < _CHECKED_AT_ONCE and last - first < _MADE_AT_ONCE:
+            size += lengths[last]
+            last += 1
+        bad = check_tfrecords(view, offsets, lengths, first, last)
+        if bad > first:
+            yield from records_of(view, base, offsets[first:bad], lengths[first:bad])
+        if bad == last:
+            first = last
+            continue
+        start = base + offsets[bad] - _HEADER
+        problem = CorruptRecordError("data checksum mismatch", url, start, count + bad)
+        if not step_over:
+            raise problem
+        yield damaged(start, base + offsets[bad] + lengths[bad] + 4, problem)
+        first = bad + 1
 
 
 def resync_tfrecord(reader: Reader, url: str, error: DecodeError) -> int | None:

@@ -18,6 +18,11 @@ cdef extern from "framing.h" nogil:
     size_t fio_tfrecord_scan(const unsigned char *buf, size_t len, int verify, fio_record *out,
                              size_t max_out, size_t *consumed, size_t *needed,
                              fio_frame_error *error)
+    size_t fio_tfrecord_check(const unsigned char *buf, const uint64_t *offsets,
+                              const uint64_t *lengths, size_t count)
+    enum:
+        FIO_TFRECORD_LENGTHS
+        FIO_TFRECORD_VERIFY
     size_t fio_split_lines(const unsigned char *buf, size_t len, uint64_t *ends, size_t max_out,
                            size_t *consumed)
 

@@ -283,13 +283,14 @@ cdef inline void _append(array.array target, const uint64_t *values, size_t coun
         target.data.as_ulonglongs[start + index] = values[index] + shift
 
 
-def scan_tfrecords(object data, bint verify=True):
+def scan_tfrecords(object data, bint verify=True, bint data_checks=True):
     """Find the complete TFRecord records at the start of ``data``.
 
     Returns a :class:`TFRecordScan`. Records before a checksum mismatch are
     found, and ``error`` describes it (kind ``"length_crc"`` or
     ``"data_crc"``); a record cut off at the end is left for the next scan.
-    Runs without the GIL.
+    Without ``data_checks`` only the lengths' checksums are checked (the
+    data's are left to :func:`check_tfrecords`). Runs without the GIL.
     """
     cdef Py_buffer view
     cdef fio_record *found = <fio_record *>malloc(_FRAMING_BATCH * sizeof(fio_record))
@@ -299,18 +300,21 @@ def scan_tfrecords(object data, bint verify=True):
     cdef size_t total = 0, consumed = 0, needed = 0, count = 0, index
     cdef fio_frame_error error
     cdef const unsigned char *start
+    cdef int checks = 0
     cdef TFRecordScan scan = TFRecordScan.__new__(TFRecordScan)
     if found == NULL or parts == NULL:
         free(found)
         free(parts)
         raise MemoryError()
     error.kind = 0
+    if verify:
+        checks = FIO_TFRECORD_VERIFY if data_checks else FIO_TFRECORD_LENGTHS
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         start = <const unsigned char *>view.buf
         while True:
             with nogil:
-                count = fio_tfrecord_scan(start + total, <size_t>view.len - total, verify,
+                count = fio_tfrecord_scan(start + total, <size_t>view.len - total, checks,
                                           found, _FRAMING_BATCH, &consumed, &needed, &error)
             for index in range(count):
                 parts[index] = found[index].offset
@@ -334,6 +338,33 @@ def scan_tfrecords(object data, bint verify=True):
     if error.kind:
         scan.error = _frame_error(_FRAME_ERRORS[error.kind], error.offset, len(offsets))
     return scan
+
+
+def check_tfrecords(object data, array.array offsets, array.array lengths, Py_ssize_t start,
+                    Py_ssize_t stop):
+    """The index of the first of records ``start..stop`` (data offsets and
+    lengths in ``data``, as :func:`scan_tfrecords` found them) whose data
+    checksum does not match, or ``stop`` where all do. Runs without the GIL."""
+    cdef Py_buffer view
+    cdef size_t found, end
+    if not 0 <= start <= stop <= min(len(offsets), len(lengths)):
+        raise IndexError(f"records {start}..{stop} of {len(offsets)}")
+    if offsets.typecode != "Q" or lengths.typecode != "Q":
+        raise TypeError("offsets and lengths are arrays of typecode 'Q'")
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        for found in range(<size_t>start, <size_t>stop):
+            end = offsets.data.as_ulonglongs[found] + lengths.data.as_ulonglongs[found] + 4
+            if end > <size_t>view.len:
+                raise IndexError(f"record {found} lies past the data's end")
+        with nogil:
+            found = fio_tfrecord_check(<const unsigned char *>view.buf,
+                                       <const uint64_t *>offsets.data.as_ulonglongs + start,
+                                       <const uint64_t *>lengths.data.as_ulonglongs + start,
+                                       <size_t>(stop - start))
+    finally:
+        PyBuffer_Release(&view)
+    return start + <Py_ssize_t>found
 
 
 def split_lines(object data):

@@ -22,6 +22,7 @@ from fastio._native import (
     TarBatch,
     TarColumns,
     TarMember,
+    check_tfrecords,
     crc32c,
     crc32c_kernels,
     scan_tar,
@@ -143,6 +144,20 @@ def test_corrupt_data_checksum_is_reported_after_the_good_records(tmp_path) -> N
     scan = scan_tfrecords(data, verify=False)
     assert scan.error is None
     assert (len(scan.offsets), scan.consumed) == (3, len(data))
+    # With the data's checksums left for later, the lengths' are still checked,
+    # and check_tfrecords finds the damaged record among any of them.
+    scan = scan_tfrecords(data, data_checks=False)
+    assert scan.error is None
+    assert (len(scan.offsets), scan.consumed) == (3, len(data))
+    spans = [(0, 3), (0, 1), (1, 3), (2, 3), (3, 3)]
+    found = [check_tfrecords(data, scan.offsets, scan.lengths, *span) for span in spans]
+    assert found == [1, 1, 1, 3, 3]
+    with pytest.raises(IndexError):
+        check_tfrecords(data[:-1], scan.offsets, scan.lengths, 2, 3)  # past the data's end
+    with pytest.raises(IndexError):
+        check_tfrecords(data, scan.offsets, scan.lengths, 2, 4)
+    data[9] ^= 0xFF  # the first record's length checksum
+    assert scan_tfrecords(data, data_checks=False).error.kind == "length_crc"
 
 
 def test_corrupt_length_checksum(tmp_path) -> None:

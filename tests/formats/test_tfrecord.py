@@ -92,6 +92,46 @@ def test_tfrecord_corrupt_checksum_names_url_offset_and_record(tmp_path) -> None
     assert len(unverified) == 20
 
 
+@pytest.mark.parametrize("read_size", [1 << 20, 64 << 20])
+def test_damaged_records_anywhere_in_a_read_each_come_in_their_place(tmp_path, read_size) -> None:
+    """Data checksums are checked a few records at a time, as the records are
+    taken: records damaged at the first, last and inner places of those
+    groups (and of the reads) each come as their error, in their place,
+    with every other record whole and in order; unskipped, the first raises
+    after exactly the records before it."""
+    path = tmp_path / "bad.tfrecord"
+    write_examples(path, 700, seed=3)
+    data = bytearray(path.read_bytes())
+    located = list(locate_tfrecords([chunk_of(bytes(data))], str(path)))
+    rng = random.Random(7)
+    damaged = sorted({0, 1, 255, 256, 257, 511, 512, len(located) - 1,
+                      *rng.sample(range(len(located)), 12)})  # fmt: skip
+    for index in damaged:
+        start, end, record = located[index]
+        if len(record) == 0:
+            data[end - 1] ^= 0xFF  # no data: its checksum itself
+        else:
+            data[start + 12 + len(record) // 2] ^= 0xFF
+    path.write_bytes(data)
+
+    items = list(locate_tfrecords(stream(str(path), read_size), str(path), step_over=True))
+    assert [(start, end) for start, end, _ in items] == [(s, e) for s, e, _ in located]
+    for index, (start, _, item) in enumerate(items):
+        if index in damaged:
+            assert isinstance(item, fastio.CorruptRecordError)
+            assert (item.url, item.offset, item.record) == (str(path), start, index)
+            assert "data checksum" in str(item)
+        else:
+            assert bytes(item) == bytes(located[index][2])
+
+    decoded = []
+    with pytest.raises(fastio.CorruptRecordError) as caught:
+        for record in decode_tfrecord(stream(str(path), read_size), str(path)):
+            decoded.append(bytes(record))
+    assert (caught.value.offset, caught.value.record) == (located[damaged[0]][0], damaged[0])
+    assert decoded == [bytes(r) for _, _, r in located[: damaged[0]]]
+
+
 def test_tfrecord_truncated_shard(tmp_path) -> None:
     path = tmp_path / "cut.tfrecord"
     write_examples(path, 10)
