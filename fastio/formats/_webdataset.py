@@ -146,7 +146,8 @@ def locate_webdataset(
     views of the chunks, or ``own(view)`` (``bytes``: copied straight).
     ``range_ends``: each range read ends a sample (ranges of whole samples,
     as an index gives them), so a sample that ends where a range does comes
-    at once, not once the next member shows another key."""
+    at once. Otherwise a sample comes once the next member's header (whole
+    or not) shows another key."""
     sample: dict[str, Any] | None = None
     start = end = 0
     ended = [-1]  # where the range of the chunk last taken ends, if that chunk ends it
@@ -165,6 +166,9 @@ def locate_webdataset(
             raise
         samples = found.samples
         if not samples:
+            if sample is not None and _ended_by(scan, sample):
+                yield start, end, sample
+                sample = None
             continue
         starts, ends = found.starts, found.ends
         first = 0
@@ -185,11 +189,19 @@ def locate_webdataset(
             key, extension = sample_key(name) or (name, "")
             raise DecodeError(f"{name!r} repeats extension {extension!r} of sample {key!r}",
                               url, base + offset)  # fmt: skip
-        if sample is not None and end == ended[0]:
+        if sample is not None and (end == ended[0] or _ended_by(scan, sample)):
             yield start, end, sample
             sample = None
     if sample is not None:
         yield start, end, sample
+
+
+def _ended_by(scan: _TarScan, sample: dict[str, Any]) -> bool:
+    """Whether the member ``scan`` stopped at (cut off by the buffer's end)
+    names another sample in its header: the sample in progress then has all
+    its members, and need not wait for the next buffer to show that (the
+    first sample of a remote shard waited a round trip for it)."""
+    return scan.stopped_key is not None and scan.stopped_key != sample["__key__"]
 
 
 def _noting_range_ends(chunks: Iterable[Chunk], ended: list[int]) -> Iterator[Chunk]:

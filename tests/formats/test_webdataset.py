@@ -551,3 +551,35 @@ def test_a_sample_that_ends_a_range_comes_before_the_next_range_is_read(
         assert waited == [1, 2, 3, 4]
     else:
         assert waited == [2, 3, 4, 4]
+
+
+@pytest.mark.parametrize("tar_format", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT])
+@pytest.mark.parametrize("header_bytes", [157, 300, 512, 700])
+def test_a_sample_comes_once_the_next_header_names_another_key(
+    tmp_path, tar_format: int, header_bytes: int
+) -> None:
+    """A buffer that ends inside the next sample's first member, its header
+    (enough of it to name the member) in view: the sample before it has all
+    its members and comes at once, not once the next buffer is in (a remote
+    shard's first sample waited a round trip for it)."""
+    path = tmp_path / "shard.tar"
+    samples = write_webdataset(path, 5, tar_format)
+    data = path.read_bytes()
+    located = list(locate_webdataset([chunk_of(data)], str(path)))
+    for index, (next_start, _, _) in enumerate(located[1:], start=1):
+        taken = 0
+
+        def two_chunks(cut: int = next_start + header_bytes):
+            nonlocal taken
+            for chunk in chunked(data, [cut]):
+                taken += 1
+                yield chunk
+
+        got = locate_webdataset(two_chunks(), str(path))
+        for before in range(index):
+            start, end, sample = next(got)
+            assert taken == 1, f"sample {before} waited for the next buffer"
+            assert (start, end) == located[before][:2]
+            assert plain([sample]) == [{**samples[before], "__url__": str(path)}]
+        assert plain([s for _, _, s in got]) == [{**s, "__url__": str(path)}
+                                                 for s in samples[index:]]  # fmt: skip
