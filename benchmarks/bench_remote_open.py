@@ -10,8 +10,11 @@ process of its own (the test suite's, aiohttp) that waits ``--latency-ms``
 before every answer, HEAD or GET, and writes their dataset index through it
 (as ``fastio-bench index URL`` does). Then each method runs in a fresh
 process, its imports done before the clock starts: fastio with the dataset
-index, in stored order and shuffled, and webdataset's first sample over the
-same server (it streams from the first shard: no request per shard).
+index, in stored order and shuffled; fastio never seen (the same shards,
+hard-linked into a folder of their own with no index, served alike, and a
+fresh index folder: each object is asked about before the first sample);
+and webdataset's first sample over the same server (it streams from the
+first shard: no request per shard).
 Prints medians of ``--runs`` processes, then JSON.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -42,7 +46,7 @@ server.stop()
 """
 
 CHILD = """
-import json, sys, time
+import json, sys, tempfile, time
 import fastio, fastio.dataset, gc, webdataset
 gc.collect()
 method, url = sys.argv[1], sys.argv[2]
@@ -52,7 +56,10 @@ if method == "webdataset":
     next(iterator)
     print(json.dumps({"first": time.perf_counter() - started}))
     sys.exit(0)
-dataset = fastio.Dataset(url, format="webdataset", shuffle=method == "fastio shuffled")
+# Never seen: shards with no dataset index beside them, and no index kept
+# from an earlier run (a fresh index folder).
+fresh = {"index_dir": tempfile.mkdtemp()} if method == "fastio never seen" else {}
+dataset = fastio.Dataset(url, format="webdataset", shuffle=method == "fastio shuffled", **fresh)
 opened = time.perf_counter()
 iterator = iter(dataset)
 next(iterator)
@@ -62,7 +69,7 @@ print(json.dumps({"open": opened - started, "first": first - started,
                   "epoch": time.perf_counter() - started, "samples": count}))
 """
 
-METHODS = ["fastio", "fastio shuffled", "webdataset"]
+METHODS = ["fastio", "fastio shuffled", "fastio never seen", "webdataset"]
 
 
 def write_shards(folder: Path, shards: int) -> None:
@@ -78,6 +85,43 @@ def write_shards(folder: Path, shards: int) -> None:
                 writer.write({"__key__": f"{number:05d}-{sample}", "bin": payload})
 
 
+def unindexed(folder: Path, shards: int) -> Path:
+    """The same shards (hard links) in a folder of their own, no index beside them."""
+    other = folder.with_name(folder.name + "-unindexed")
+    other.mkdir(exist_ok=True)
+    for number in range(shards):
+        name = f"shard-{number:05d}.tar"
+        if not (other / name).exists():
+            os.link(folder / name, other / name)
+    return other
+
+
+def serve(folder: Path, latency_ms: float) -> tuple[subprocess.Popen[str], str]:
+    """The Range server of ``folder`` in a process of its own, and its base URL."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(folder), str(ROOT), str(latency_ms / 1e3)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert server.stdout is not None
+    return server, server.stdout.readline().strip()
+
+
+def released(server: subprocess.Popen[str]) -> None:
+    """Every answer waits from now on."""
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdin.write("go\n")
+    server.stdin.flush()
+    server.stdout.readline()
+
+
+def stopped(server: subprocess.Popen[str]) -> None:
+    assert server.stdin is not None
+    server.stdin.write("stop\n")
+    server.stdin.flush()
+    server.wait(30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--data-dir", type=Path, default=Path("/work/data/bench-datasets"))
@@ -89,37 +133,34 @@ def main() -> None:
     args = parser.parse_args()
     folder = args.data_dir / f"remote-open-{args.shards}-shards"
     write_shards(folder, args.shards)
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(folder), str(ROOT), str(args.latency_ms / 1e3)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert server.stdin is not None
-    assert server.stdout is not None
+    pattern = f"shard-{{00000..{args.shards - 1:05d}}}.tar"
+    server, base = serve(folder, args.latency_ms)
+    bare, bare_base = serve(unindexed(folder, args.shards), args.latency_ms)
     try:
-        url = server.stdout.readline().strip() + f"shard-{{00000..{args.shards - 1:05d}}}.tar"
+        url = base + pattern
         index = folder / "dataset.fastio-index.npz"  # served beside the shards
         command = str(Path(sys.executable).parent / "fastio-bench")
         subprocess.run([command, "index", url, "--index", str(index)], check=True,
                        capture_output=True)  # fmt: skip
-        server.stdin.write("go\n")
-        server.stdin.flush()
-        server.stdout.readline()
+        released(server)
+        released(bare)
         runs: dict[str, list[dict[str, float]]] = {method: [] for method in args.methods}
         for run in range(args.runs):
             for method in args.methods:
-                done = subprocess.run([sys.executable, "-c", CHILD, method, url],
+                served = bare_base + pattern if method == "fastio never seen" else url
+                done = subprocess.run([sys.executable, "-c", CHILD, method, served],
                                       capture_output=True, text=True, cwd="/tmp")  # fmt: skip
                 if done.returncode:
                     raise RuntimeError(f"{method}: {done.stderr[-2000:]}")
                 runs[method].append(json.loads(done.stdout))
                 print(f"run {run + 1}/{args.runs} {method}: {runs[method][-1]}", file=sys.stderr)
     finally:
-        server.stdin.write("stop\n")
-        server.stdin.flush()
-        server.wait(30)
+        stopped(server)
+        stopped(bare)
     medians = {method: {key: statistics.median(row[key] for row in rows) for key in rows[0]}
                for method, rows in runs.items()}  # fmt: skip
-    print(f"{args.shards} shards of 8 x 1 KB, indexed, each answer after {args.latency_ms:g} ms; "
+    print(f"{args.shards} shards of 8 x 1 KB, indexed (but where never seen), each answer after "
+          f"{args.latency_ms:g} ms; "
           f"medians of {args.runs} processes")  # fmt: skip
     print("| method | open (ms) | first sample (ms) | epoch (s) |")
     print("|---|---|---|---|")

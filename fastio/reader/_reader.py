@@ -366,7 +366,7 @@ class Reader:
 
     def stat_ahead(self, urls: Iterable[str]) -> None:
         """Ask for the size and version of the remote objects of ``urls`` in
-        the background, in order, ``outstanding_requests`` at a time: a
+        the background, in order, many at a time (see ``Remotes.stat_ahead``): a
         later lookup or read of one takes its answer (asks itself where the
         request has not started yet). Starts the reader's loop meanwhile, on
         a thread of its own: in a fresh process that takes tens of ms

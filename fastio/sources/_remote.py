@@ -97,6 +97,11 @@ _READ_BUFFER_LIMIT = 8 << 20
 _CANCEL_POLL_SECONDS = 0.05  # how soon a running download notices its reader closed
 _WARM_SECONDS = 5.0  # the longest a request thread started ahead waits for its siblings
 _CONNECT_AHEAD_SECONDS = 2.0
+# Questions about objects' sizes and versions asked at once, at least: each
+# is a small request (a HEAD), and a dataset not indexed yet asks about every
+# object before its first sample (500 objects over a 20 ms link: 0.70 s
+# opening with 16 at a time, 0.28-0.31 s with 64; 128 gained nothing more).
+STAT_REQUESTS = 64
 _WHOLE_OBJECT_SECONDS = 300.0  # as aiohttp's default for a whole request
 
 _TRANSIENT_ERRNOS = frozenset(
@@ -284,13 +289,14 @@ class Remotes:
     def stat_ahead(self, urls: Sequence[str]) -> None:
         """Ask for the size and version of ``urls`` in the background, in
         order (after those asked before), ``outstanding_requests`` at a
-        time, for :meth:`stat` to find."""
+        time but at least ``STAT_REQUESTS``, for :meth:`stat` to find."""
         urls = [url for url in urls if url not in self._info and url not in self._asked]
         if not urls:
             return
         with self._lock:
             if self._asking is None:
-                workers = min(self.settings.outstanding_requests, MAX_OUTSTANDING_REQUESTS)
+                workers = min(max(self.settings.outstanding_requests, STAT_REQUESTS),
+                              MAX_OUTSTANDING_REQUESTS)  # fmt: skip
                 self._asking = _Asking(self._ask, workers)
         self._asked.update(self._asking.submit(urls))
 
@@ -834,7 +840,9 @@ class _Asking:
         starts the next, so the caller waits for one thread to start, not
         for ``workers`` (about a millisecond each on a busy process)."""
         with self._lock:
-            if self._closed or self._running >= min(self._workers, len(self._queue)):
+            # Running threads are busy with questions of their own: one more
+            # while any question waits and the limit allows.
+            if self._closed or self._running >= self._workers or not self._queue:
                 return
             self._running += 1
         # A request running at exit is left: daemon threads.

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import fastio
-from tests.servers import RangeServer
+from tests.servers import RangeServer, wait_for
 from tests.shards import key_of, write
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -208,3 +208,31 @@ def test_an_object_replaced_between_epochs_is_caught(served, tmp_path) -> None:
     got = list(skipping)
     assert len(got) + skipping.stats()["skipped"] == len(written.samples)
     assert len(got) == len(written.samples) - skipping.counts[5]
+
+
+def test_a_never_seen_dataset_asks_about_many_objects_at_once(tmp_path) -> None:
+    """Not indexed yet, a dataset asks each object's size and version before
+    its first sample: many questions in flight at once (each a small HEAD),
+    not one round of outstanding_requests after another."""
+    from fastio.sources._remote import STAT_REQUESTS
+
+    shards = STAT_REQUESTS + 16
+    written = write("webdataset", tmp_path / "data", shards=shards, per_shard=2, index=False)
+    server = RangeServer(tmp_path / "data").start()
+    server.faults.hold_heads = True  # every HEAD waits, in flight, until released
+    opened: list[fastio.Dataset] = []
+    try:
+        opener = threading.Thread(target=lambda: opened.append(
+            dataset(written, server, tmp_path, outstanding_requests=4)))  # fmt: skip
+        opener.start()
+        wait_for(lambda: sum(server.faults.heads.values()) >= STAT_REQUESTS, timeout=60)
+        assert not opened  # the open waits for their answers
+        server.faults.hold_heads = False
+        opener.join(60)
+        assert opened, "the dataset did not open once its questions were answered"
+        with opened[0] as ds:
+            assert Counter(key_of("webdataset", s) for s in ds) == everything(written)
+        assert sum(server.faults.heads.values()) == shards  # each object asked about once
+    finally:
+        server.faults.hold_heads = False
+        server.stop()
