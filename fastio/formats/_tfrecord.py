@@ -177,11 +177,8 @@ def _checked(
     in its place, and the records after it follow."""
     total, first = len(offsets), 0
     while first < total:
-        last, size = first, 0
-        while last < total and size < _CHECKED_AT_ONCE and last - first < _MADE_AT_ONCE:
-            size += lengths[last]
-            last += 1
-        bad = check_tfrecords(view, offsets, lengths, first, last)
+        last, bad = check_tfrecords(view, offsets, lengths, first, _MADE_AT_ONCE,
+                                    _CHECKED_AT_ONCE)  # fmt: skip
         if bad > first:
             yield from records_of(view, base, offsets[first:bad], lengths[first:bad])
         if bad == last:

@@ -341,30 +341,38 @@ def scan_tfrecords(object data, bint verify=True, bint data_checks=True):
 
 
 def check_tfrecords(object data, array.array offsets, array.array lengths, Py_ssize_t start,
-                    Py_ssize_t stop):
-    """The index of the first of records ``start..stop`` (data offsets and
-    lengths in ``data``, as :func:`scan_tfrecords` found them) whose data
-    checksum does not match, or ``stop`` where all do. Runs without the GIL."""
+                    Py_ssize_t most_records, uint64_t most_bytes):
+    """The data checksums of records from ``start`` on (data offsets and
+    lengths in ``data``, as :func:`scan_tfrecords` found them): at most
+    ``most_records`` of them, and no more once they hold ``most_bytes``
+    (but one at least). Returns ``(stop, bad)``: the end of the records
+    checked, and the first whose checksum does not match (``stop`` where
+    all do). Checked without the GIL."""
     cdef Py_buffer view
-    cdef size_t found, end
-    if not 0 <= start <= stop <= min(len(offsets), len(lengths)):
-        raise IndexError(f"records {start}..{stop} of {len(offsets)}")
-    if offsets.typecode != "Q" or lengths.typecode != "Q":
-        raise TypeError("offsets and lengths are arrays of typecode 'Q'")
+    cdef size_t found, end, stop, total = len(offsets)
+    cdef uint64_t held = 0
+    if offsets.typecode != "Q" or lengths.typecode != "Q" or len(lengths) != len(offsets):
+        raise TypeError("offsets and lengths are arrays of typecode 'Q' and one length")
+    if not 0 <= start < <Py_ssize_t>total or most_records < 1:
+        raise IndexError(f"record {start} of {total}, at most {most_records}")
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        for found in range(<size_t>start, <size_t>stop):
-            end = offsets.data.as_ulonglongs[found] + lengths.data.as_ulonglongs[found] + 4
+        stop = <size_t>start
+        while stop < total and stop - <size_t>start < <size_t>most_records and (
+                held < most_bytes or stop == <size_t>start):
+            end = offsets.data.as_ulonglongs[stop] + lengths.data.as_ulonglongs[stop] + 4
             if end > <size_t>view.len:
-                raise IndexError(f"record {found} lies past the data's end")
+                raise IndexError(f"record {stop} lies past the data's end")
+            held += lengths.data.as_ulonglongs[stop]
+            stop += 1
         with nogil:
             found = fio_tfrecord_check(<const unsigned char *>view.buf,
                                        <const uint64_t *>offsets.data.as_ulonglongs + start,
                                        <const uint64_t *>lengths.data.as_ulonglongs + start,
-                                       <size_t>(stop - start))
+                                       stop - <size_t>start)
     finally:
         PyBuffer_Release(&view)
-    return start + <Py_ssize_t>found
+    return <Py_ssize_t>stop, start + <Py_ssize_t>found
 
 
 def split_lines(object data):

@@ -149,13 +149,16 @@ def test_corrupt_data_checksum_is_reported_after_the_good_records(tmp_path) -> N
     scan = scan_tfrecords(data, data_checks=False)
     assert scan.error is None
     assert (len(scan.offsets), scan.consumed) == (3, len(data))
-    spans = [(0, 3), (0, 1), (1, 3), (2, 3), (3, 3)]
-    found = [check_tfrecords(data, scan.offsets, scan.lengths, *span) for span in spans]
-    assert found == [1, 1, 1, 3, 3]
+    # (start, at most so many records, no more once they hold so many bytes)
+    first = scan.lengths[0]
+    windows = [(0, 3, 1000), (0, 1, 1000), (0, 3, first), (0, 3, first + 1), (1, 5, 1000),
+               (2, 3, 0)]  # fmt: skip
+    found = [check_tfrecords(data, scan.offsets, scan.lengths, *window) for window in windows]
+    assert found == [(3, 1), (1, 1), (1, 1), (2, 1), (3, 1), (3, 3)]
     with pytest.raises(IndexError):
-        check_tfrecords(data[:-1], scan.offsets, scan.lengths, 2, 3)  # past the data's end
+        check_tfrecords(data[:-1], scan.offsets, scan.lengths, 2, 1, 1000)  # past the data's end
     with pytest.raises(IndexError):
-        check_tfrecords(data, scan.offsets, scan.lengths, 2, 4)
+        check_tfrecords(data, scan.offsets, scan.lengths, 3, 1, 1000)
     data[9] ^= 0xFF  # the first record's length checksum
     assert scan_tfrecords(data, data_checks=False).error.kind == "length_crc"
 
