@@ -822,6 +822,7 @@ class _Asking:
         self._workers = workers
         self._queue: deque[tuple[str, Future[RemoteFile]]] = deque()
         self._running = 0
+        self._starting = 0  # of _running: threads that have not taken a question yet
         self._closed = False
         self._lock = threading.Lock()
 
@@ -840,18 +841,24 @@ class _Asking:
         starts the next, so the caller waits for one thread to start, not
         for ``workers`` (about a millisecond each on a busy process)."""
         with self._lock:
-            # Running threads are busy with questions of their own: one more
-            # while any question waits and the limit allows.
-            if self._closed or self._running >= self._workers or not self._queue:
+            # Threads that took a question are busy with it: one more while
+            # more questions wait than threads about to take one.
+            if (self._closed or self._running >= self._workers
+                    or len(self._queue) <= self._starting):  # fmt: skip
                 return
             self._running += 1
+            self._starting += 1
         # A request running at exit is left: daemon threads.
         threading.Thread(target=self._work, name="fastio-stat", daemon=True).start()
 
     def _work(self) -> None:
         self._spread()
+        starting = True
         while True:
             with self._lock:
+                if starting:
+                    self._starting -= 1
+                    starting = False
                 if self._closed or not self._queue:
                     self._running -= 1
                     return
