@@ -286,6 +286,12 @@ static uint32_t load_le32(const uint8_t *p)
     return value;
 }
 
+/* Whether the `len` bytes at `data` are followed by their masked CRC-32C. */
+static int crc_holds(const uint8_t *data, size_t len)
+{
+    return masked_crc(data, len) == load_le32(data + len);
+}
+
 size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record *out,
                          size_t max_out, size_t *consumed, size_t *needed,
                          fio_frame_error *error)
@@ -301,7 +307,7 @@ size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record 
             break;
         }
         uint64_t length = load_le64(buf + pos);
-        if ((verify & FIO_TFRECORD_LENGTHS) && masked_crc(buf + pos, 8) != load_le32(buf + pos + 8)) {
+        if ((verify & FIO_TFRECORD_LENGTHS) && !crc_holds(buf + pos, 8)) {
             error->kind = FIO_FRAME_LENGTH_CRC;
             error->offset = pos;
             break;
@@ -311,7 +317,7 @@ size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record 
             break;
         }
         const uint8_t *data = buf + pos + 12;
-        if ((verify & FIO_TFRECORD_DATA) && masked_crc(data, length) != load_le32(data + length)) {
+        if ((verify & FIO_TFRECORD_DATA) && !crc_holds(data, length)) {
             error->kind = FIO_FRAME_DATA_CRC;
             error->offset = pos;
             break;
@@ -329,8 +335,7 @@ size_t fio_tfrecord_check(const uint8_t *buf, const uint64_t *offsets, const uin
                           size_t count)
 {
     for (size_t index = 0; index < count; index++) {
-        const uint8_t *data = buf + offsets[index];
-        if (masked_crc(data, lengths[index]) != load_le32(data + lengths[index]))
+        if (!crc_holds(buf + offsets[index], lengths[index]))
             return index;
     }
     return count;
