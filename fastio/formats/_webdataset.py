@@ -77,6 +77,7 @@ class _TarScan:
         self.own = own
         self.members = 0  # members framed so far, for record indices
         self.stopped_key: str | None = None
+        self.stopped_whole = False  # whether that member's header block is wholly in view
 
     def __call__(self, view: memoryview, base: int) -> Framing[tuple[TarSamples, int]]:
         found = group_tar(view, self.url, sample_key, self.own)
@@ -88,6 +89,7 @@ class _TarScan:
             problem = CorruptRecordError(f"damaged tar header ({found.error.kind})", self.url,
                                          base + stop, self.members)  # fmt: skip
         self.stopped_key = None if found.at_end else header_key(view[stop:])
+        self.stopped_whole = len(view) - stop >= _BLOCK
         return Framing([(found, base)], found.consumed, found.needed, found.at_end, problem)
 
 
@@ -146,8 +148,8 @@ def locate_webdataset(
     views of the chunks, or ``own(view)`` (``bytes``: copied straight).
     ``range_ends``: each range read ends a sample (ranges of whole samples,
     as an index gives them), so a sample that ends where a range does comes
-    at once. Otherwise a sample comes once the next member's header (whole
-    or not) shows another key."""
+    at once. Otherwise a sample comes once the next member's whole header
+    shows another key."""
     sample: dict[str, Any] | None = None
     start = end = 0
     ended = [-1]  # where the range of the chunk last taken ends, if that chunk ends it
@@ -200,8 +202,11 @@ def _ended_by(scan: _TarScan, sample: dict[str, Any]) -> bool:
     """Whether the member ``scan`` stopped at (cut off by the buffer's end)
     names another sample in its header: the sample in progress then has all
     its members, and need not wait for the next buffer to show that (the
-    first sample of a remote shard waited a round trip for it)."""
-    return scan.stopped_key is not None and scan.stopped_key != sample["__key__"]
+    first sample of a remote shard waited a round trip for it). Only a
+    whole header block settles it: one cut short may show part of a ustar
+    prefix, and so a key the member does not have."""
+    return (scan.stopped_whole and scan.stopped_key is not None
+            and scan.stopped_key != sample["__key__"])  # fmt: skip
 
 
 def _noting_range_ends(chunks: Iterable[Chunk], ended: list[int]) -> Iterator[Chunk]:
