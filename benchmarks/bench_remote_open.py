@@ -12,7 +12,7 @@ before every answer, HEAD or GET, and writes their dataset index through it
 process, its imports done before the clock starts: fastio with the dataset
 index, in stored order and shuffled; fastio never seen (the same shards,
 hard-linked into a folder of their own with no index, served alike, and a
-fresh index folder: each object is asked about before the first sample);
+fresh index folder: each object is asked about as the epoch reads it);
 and webdataset's first sample over the same server (it streams from the
 first shard: no request per shard).
 Prints medians of ``--runs`` processes, then JSON.

@@ -16,16 +16,18 @@ DataLoader worker then reads its own part of the rank's samples.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import os
 import secrets
+import threading
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
-from fastio._errors import import_extra
+from fastio._errors import ReaderClosedError, import_extra
 from fastio.dataset._batching import rebatch
 from fastio.dataset._delivery import deliver
 from fastio.dataset._layouts import ShardLayouts
@@ -242,7 +244,9 @@ class Dataset(_Base):
             self._first_streams = False
         self._stream: StreamPass | None = None
         options = spec.format_options
-        self._plan = plan_fingerprint(self._shards.sizes, self.format, {
+        # Remote objects' sizes are not in it: a never-seen one's is learned
+        # as it is read, so a state saved then resumes where it is known.
+        self._plan = plan_fingerprint(self._shards.local_sizes(), self.format, {
             "columns": None if options.columns is None else list(options.columns),
             "record_size": options.record_size, "example": options.example,
             "verify": options.verify}, spec.shuffle, self.remainder)  # fmt: skip
@@ -671,7 +675,10 @@ class Dataset(_Base):
         cursor = self._cursor
         cursor.begin(participant, Start(epoch, position))
         self._history, self._remaining = None, None
-        shards = stream_shards(self._shards.sizes, self.spec.shuffle, epoch, participant)
+        # Remote objects are shared by number: their sizes may not be known.
+        sizes = None if self._shards.any_remote else self._shards.sizes
+        shards = stream_shards(len(self.urls), sizes, self.spec.shuffle, epoch, participant)
+        self._shards.ask_unknown(shards)
         if self.cache is not None:
             self.cache.plan([self.urls[shard] for shard in shards])
         stream = self._stream = StreamPass(
@@ -679,19 +686,33 @@ class Dataset(_Base):
             self.spec.shuffle, epoch, participant, resume, self._shards.learned,
             self.spec.tiering.shuffle_memory,
         )  # fmt: skip
-        # Rates are per share of the work: here bytes, the same for every worker.
-        assigned = sum(self._shards.sizes[shard] for shard in shards)
+        # Rates are per share of the work: here bytes (or shards), the same
+        # for every worker.
+        assigned = len(shards) if sizes is None else sum(sizes[shard] for shard in shards)
         observer = self.fairness.observe(participant, epoch, assigned, self.reader,
                                          lambda: cursor.delivered)  # fmt: skip
-        self._expect(lambda: assigned)
+        self._expect(lambda: self._shards.size_of(shards), soon=not self._shards.sized(shards))
         items = stream.items(columnar)
         return (rebatch(items, batch_size, drop_last, cursor) if columnar else items), observer
 
-    def _expect(self, nbytes: Callable[[], int]) -> None:
+    def _expect(self, nbytes: Callable[[], int], soon: bool = False) -> None:
         """The tuner's first pass bounds its trials (see ReaderTuning.expect);
-        the pass's size is worked out only for a dataset that tunes."""
-        if self._tuning is not None and self._tuning.first_pass_bytes is None:
-            self._tuning.expect(nbytes())
+        the pass's size is worked out only for a dataset that tunes. With
+        ``soon``, on a thread of its own, as the answers it waits for come
+        (the sizes of remote objects not asked about at open): the pass's
+        reads do not wait for them all."""
+        tuning = self._tuning
+        if tuning is None or tuning.first_pass_bytes is not None:
+            return
+        if not soon:
+            tuning.expect(nbytes())
+            return
+
+        def expect() -> None:
+            with contextlib.suppress(ReaderClosedError):  # the dataset closed meanwhile
+                tuning.expect(nbytes())
+
+        threading.Thread(target=expect, daemon=True, name="fastio-expect").start()
 
     def _check_unchanged(self, shards: list[int]) -> None:
         """Shards rewritten or replaced since their layouts were found raise

@@ -9,6 +9,8 @@ streams those shards and learns them on the way (:mod:`fastio.dataset._stream`),
 or :meth:`ShardLayouts.complete` scans them, many at once. What each shard
 was when its layout was found (size, version, change stamp) is kept, so a
 shard rewritten or replaced later is told apart before it is read. A remote
+object that nothing here knows of is not asked about at open: the read that
+streams it asks, in reading order, and its index keeps what it was. A remote
 shard that a dataset index holds is laid out from it at once; whether it is
 still that object is asked in the background, and a read that finds it
 replaced fails before using any of its bytes (a bucket of thousands of
@@ -67,7 +69,9 @@ class ShardLayouts:
         self.indexes: list[ShardIndex | None] = []
         """Record shards' indexes, where known (what a dataset index is made of)."""
         self.sizes: list[int] = []
-        self.stamps: list[tuple[int, int, int]] = []  # size, version, change stamp
+        # Size, version, change stamp; None for a remote object not asked about
+        # yet (its size is 0 until a read learns it).
+        self.stamps: list[tuple[int, int, int] | None] = []
         keys = [index_key(url) for url in self.urls]  # how indexes name the shards
         # The first remote objects' sizes are asked for while the dataset index
         # is (a small dataset not indexed yet waits for one round trip, not
@@ -92,7 +96,7 @@ class ShardLayouts:
         # What every shard's open asks, asked once: a dataset may have thousands.
         opener = reader()
         reusable = None if records is None else records.locator().reusable
-        stamps = self._stamps_now(opener, keys, known, reusable)
+        stamps = self._stamps_now(opener, keys, known, records, reusable)
         # Footers and the like are read ahead a group of shards at a time: one
         # wait per group, with a group's bytes held at once.
         for first in range(0, len(self.urls), _PREFETCH_SHARDS):
@@ -108,25 +112,33 @@ class ShardLayouts:
         self.arm(opener)
 
     def _stamps_now(self, reader: Reader, keys: list[str], known: dict[str, ShardIndex],
-                    reusable: Callable[[str], bool] | None,
-                    ) -> list[tuple[int, int, int] | OSError]:  # fmt: skip
+                    records: RecordFormat | None, reusable: Callable[[str], bool] | None,
+                    ) -> list[tuple[int, int, int] | OSError | None]:  # fmt: skip
         """Each shard's stamp: local files' in one call, not a stat each;
         a remote one's as its index in ``known`` holds it, where that was
         made from the object and serves this dataset's reads (``reusable``;
         checked when a read opens it: a dataset of thousands of objects does
         not wait for an answer about each before its first sample). An index
         made from local files and uploaded with them holds their times, not
-        the objects' versions: those are asked."""
+        the objects' versions: those are asked. None for a remote record
+        shard no index anywhere holds: the read that streams it asks (a
+        bucket never seen does not wait for an answer about each object)."""
         trusted = {
             url: known[key].stamp for url, key in zip(self.urls, keys, strict=True)
             if key in known and is_remote(url) and known[key].of_an_object
             and reusable is not None and reusable(known[key].format)
         }  # fmt: skip
         reader.unask(trusted)  # asked again in reading order, as each pass begins (see ask_ahead)
-        untrusted = [url for url in self.urls if url not in trusted]
+        unknown = set()
+        if records is not None and reusable is not None:
+            unknown = {url for url, key in zip(self.urls, keys, strict=True)
+                       if url not in trusted and key not in known and is_remote(url)
+                       and not records.store.holds(url)}  # fmt: skip
+        untrusted = [url for url in self.urls if url not in trusted and url not in unknown]
         reader.stat_ahead(untrusted)  # sizes needed now: all at once
         asked = iter(reader.stamps(untrusted))
-        return [trusted[url] if url in trusted else next(asked) for url in self.urls]
+        return [trusted[url] if url in trusted else None if url in unknown else next(asked)
+                for url in self.urls]  # fmt: skip
 
     def arm(self, reader: Reader) -> None:
         """Have ``reader`` check each remote shard, when a read opens it,
@@ -135,7 +147,7 @@ class ShardLayouts:
         ones through the page cache where they fit there (later epochs then
         find them cached; see :attr:`Reader.data_bytes`)."""
         reader.expect({url: stamp[:2] for url, stamp in zip(self.urls, self.stamps, strict=True)
-                       if is_remote(url)})  # fmt: skip
+                       if is_remote(url) and stamp is not None})  # fmt: skip
         reader.data_bytes = sum(size for url, size in zip(self.urls, self.sizes, strict=True)
                                 if not is_remote(url))  # fmt: skip
 
@@ -147,6 +159,38 @@ class ShardLayouts:
     @property
     def record_format(self) -> RecordFormat | None:
         return self._records
+
+    @property
+    def any_remote(self) -> bool:
+        """Whether some shard is a remote object."""
+        return any(is_remote(url) for url in self.urls)
+
+    def local_sizes(self) -> list[int]:
+        """Each shard's size, 0 for remote objects (whose sizes may be
+        learned only as they are read)."""
+        return [0 if is_remote(url) else size
+                for url, size in zip(self.urls, self.sizes, strict=True)]  # fmt: skip
+
+    def ask_unknown(self, shards: Sequence[int]) -> None:
+        """Have the reader ask, in the background and in this order, about
+        the remote objects of ``shards`` not asked about at open (a read
+        needs an object's size before its requests go)."""
+        unknown = [self.urls[shard] for shard in shards if self.stamps[shard] is None]
+        if unknown:
+            self.reader().stat_ahead(unknown)
+
+    def sized(self, shards: Sequence[int]) -> bool:
+        """Whether the sizes of ``shards`` are known without asking."""
+        return all(self.stamps[shard] is not None for shard in shards)
+
+    def size_of(self, shards: Sequence[int]) -> int:
+        """How many bytes ``shards`` hold; the answers about objects not asked
+        about at open are waited for (see :meth:`ask_unknown`; one that
+        cannot be asked about counts 0)."""
+        unknown = [self.urls[shard] for shard in shards if self.stamps[shard] is None]
+        known = sum(self.sizes[shard] for shard in shards if self.stamps[shard] is not None)
+        asked = self.reader().stamps(unknown) if unknown else []
+        return known + sum(stamp[0] for stamp in asked if not isinstance(stamp, OSError))
 
     def _dataset_index(self, index: str | None, storage_options: dict[str, Any],
                        keys: list[str]) -> dict[str, ShardIndex]:  # fmt: skip
@@ -164,13 +208,17 @@ class ShardLayouts:
             raise FileNotFoundError(2, "no dataset index there", index)
         return {} if found is None else found.lookup()
 
-    def _open(self, reader: Reader, url: str, key: str, stamp: tuple[int, int, int] | OSError,
-              known: dict[str, ShardIndex], reusable: Callable[[str], bool] | None,
-              ) -> Layout | None:  # fmt: skip
+    def _open(self, reader: Reader, url: str, key: str,
+              stamp: tuple[int, int, int] | OSError | None, known: dict[str, ShardIndex],
+              reusable: Callable[[str], bool] | None) -> Layout | None:  # fmt: skip
         """The layout of ``url`` (its :func:`index_key` ``key``) at open
-        (``stamp``: what it is now, or why that is not known), None where only
-        a read can find it. ``reusable``: whether an index of a format (by its
-        locator's name) serves this dataset's reads."""
+        (``stamp``: what it is now, or why that is not known; None: not
+        asked), None where only a read can find it. ``reusable``: whether an
+        index of a format (by its locator's name) serves this dataset's reads."""
+        if stamp is None:
+            self.sizes.append(0)
+            self.stamps.append(None)
+            return None
         if isinstance(stamp, OSError):
             self.sizes.append(0)
             self.stamps.append((0, 0, 0))
@@ -257,14 +305,23 @@ class ShardLayouts:
         url = self.urls[shard]
         index = stamped(self.reader(), url, records.locator().name, *ranges)
         if damaged:
-            self.layouts[shard] = records.layout_of(index)
+            self._laid_out(shard, records, index)
             return
         records.store.save(index)
         self._found(shard, records, index)
 
     def _found(self, shard: int, records: RecordFormat, index: ShardIndex) -> None:
         self.indexes[shard] = index
+        self._laid_out(shard, records, index)
+
+    def _laid_out(self, shard: int, records: RecordFormat, index: ShardIndex) -> None:
+        """Shard ``shard`` is as ``index`` says: its layout, and what it was
+        when indexed (a remote object not asked about at open learns it
+        here; later reads of it check that it still is)."""
         self.layouts[shard] = records.layout_of(index)
+        if self.stamps[shard] is None:
+            self.sizes[shard], self.stamps[shard] = index.size, index.stamp
+            self.reader().expect({self.urls[shard]: index.stamp[:2]})
 
     def _keep_together(self) -> None:
         """Where every shard has its index, keep them in one file of the index
@@ -282,6 +339,9 @@ class ShardLayouts:
         if records is None or not missing:
             return
         reader = self.reader()
+        # Stored indexes are checked against their objects: asked many at a time.
+        reader.stat_ahead([self.urls[shard] for shard in missing
+                           if records.store.holds(self.urls[shard])])  # fmt: skip
         for shard in missing:
             stored = self._stored(records, reader, self.urls[shard])
             if stored is not None:
@@ -313,7 +373,7 @@ class ShardLayouts:
             for problem in problems:
                 self.policy.failure(problem, problem.lost, f"shard {url} is indexed without it")
             if problems:  # a damaged shard's index is this dataset's alone
-                self.layouts[shard] = records.layout_of(index)
+                self._laid_out(shard, records, index)
             else:
                 self._found(shard, records, index)
         self._keep_together()

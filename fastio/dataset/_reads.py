@@ -343,6 +343,7 @@ class Guarded:
         self.stream = stream
         self.failure: OSError | None = None
         self.failed_at: int | None = None
+        self.untouched = False  # whether no byte of the failed shard came
 
     def __iter__(self) -> Iterator[Any]:
         last = None
@@ -353,9 +354,10 @@ class Guarded:
         except OSError as error:
             self.failure = error
             if last is None:
-                self.failed_at = 0
+                self.failed_at, self.untouched = 0, True
             else:
                 self.failed_at = last.shard + 1 if last.end_of_shard else last.shard
+                self.untouched = last.end_of_shard
 
     def close(self) -> None:
         self.stream.close()  # type: ignore[attr-defined]

@@ -256,8 +256,13 @@ class StreamPass:
                 continue
             if guarded.failure is not None and guarded.failed_at is not None:
                 failed = ordinal + guarded.failed_at
-                self.policy.failure(guarded.failure, None, f"shard {self.urls[self.shards[failed]]}"
-                                    " could not be read to its end")  # fmt: skip
+                failed_url = self.urls[self.shards[failed]]
+                if guarded.untouched and shard.from_start:  # not one byte of it
+                    self.policy.shard_left_out(guarded.failure, failed_url)
+                else:
+                    self.policy.failure(
+                        guarded.failure, None, f"shard {failed_url} could not be read to its end"
+                    )
                 ordinal, offset, number = failed + 1, 0, 0
                 shard = _ShardRead(from_start=True)
                 continue

@@ -450,6 +450,12 @@ class IndexStore:
             return [Path(folder) for folder in self.placement.directories]
         return [default_index_dir()]
 
+    def holds(self, url: str) -> bool:
+        """Whether an index of ``url`` is stored here, fresh or not (only
+        the folder is looked at)."""
+        name = self.name(url) + INDEX_SUFFIX
+        return any(os.path.exists(os.path.join(folder, name)) for folder in self._folders())
+
     def load(self, reader: Reader, url: str, locator: Locator) -> ShardIndex | None:
         """The stored index of ``url`` if one is there and still matches it.
         Raises :class:`fastio.IndexFileError` for a damaged one."""

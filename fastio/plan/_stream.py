@@ -3,9 +3,12 @@
 Without its shards' sample counts a dataset cannot split samples, so the
 epoch's shards (in the epoch's shard order) are split instead: each
 participant (rank x DataLoader worker) takes a contiguous run of them
-balanced by bytes, and reads each whole, from its first byte, once, building
-its index on the way. Every sample is still delivered exactly once across
-ranks and workers; how many each participant delivers depends on its shards.
+balanced by bytes (local files), or by number (remote objects, whose sizes
+are not asked before their reads: a bucket never seen does not wait for an
+answer about each object), and reads each whole, from its first byte, once,
+building its index on the way. Every sample is still delivered exactly once
+across ranks and workers; how many each participant delivers depends on its
+shards.
 
 Shuffling uses windows over the stream: consecutive samples, about
 ``window_budget(k)`` bytes for the ``k``-th window
@@ -35,18 +38,20 @@ __all__ = ["stream_shards"]
 
 
 def stream_shards(
-    sizes: Sequence[int], shuffle: ShuffleSettings, epoch: int, participant: Participant
-) -> list[int]:
-    """The shards ``participant`` streams in ``epoch``, in order: of the epoch's
-    shard order, those whose middle byte falls in the participant's equal
-    share of all the bytes (participants numbered rank by rank, then worker)."""
+    shards: int, sizes: Sequence[int] | None, shuffle: ShuffleSettings, epoch: int,
+    participant: Participant,
+) -> list[int]:  # fmt: skip
+    """The ``shards`` shards ``participant`` streams in ``epoch``, in order: of
+    the epoch's shard order, those whose middle byte falls in the
+    participant's equal share of all the bytes (participants numbered rank by
+    rank, then worker); without ``sizes``, an equal share of the shards."""
     who = participant
-    order = shard_order(len(sizes), shuffle.seed, epoch, shuffle.enabled)
+    order = shard_order(shards, shuffle.seed, epoch, shuffle.enabled)
     shares = who.world_size * max(who.num_workers, 1)
     me = who.rank * max(who.num_workers, 1) + who.worker
-    ordered = np.asarray([sizes[shard] for shard in order], np.float64)
+    ordered = np.asarray([0 if sizes is None else sizes[shard] for shard in order], np.float64)
     total = float(ordered.sum())
-    if total == 0:  # empty shards: by position instead
+    if total == 0:  # no sizes, or empty shards: by position
         owners = np.arange(len(order)) * shares // max(len(order), 1)
     else:
         middles = np.cumsum(ordered) - ordered / 2

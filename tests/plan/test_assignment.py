@@ -101,3 +101,31 @@ def test_rank_from_environment(monkeypatch) -> None:
     monkeypatch.delenv("RANK")
     assert current_rank() == (0, 1)
     assert current_worker() == (0, 1)  # not inside a DataLoader worker
+
+
+@given(
+    sizes=st.lists(st.integers(0, 10**9), min_size=1, max_size=40),
+    world_size=st.integers(1, 3),
+    num_workers=st.integers(0, 3),
+    by_number=st.booleans(),
+    epoch=st.integers(0, 3),
+)
+@settings(max_examples=200, deadline=None)
+def test_streamed_shards_go_to_one_participant_each(sizes, world_size, num_workers, by_number,
+                                                    epoch) -> None:  # fmt: skip
+    """A streamed first epoch hands out whole shards: each to exactly one
+    participant; without sizes (remote objects not asked about yet), an equal
+    number each, within one."""
+    from fastio.plan._participant import Participant
+    from fastio.plan._stream import stream_shards
+    from fastio.spec._dataset import ShuffleSettings
+
+    shuffle = ShuffleSettings(seed=7)
+    got = []
+    for rank in range(world_size):
+        for worker in range(max(num_workers, 1)):
+            who = Participant(rank, world_size, worker, num_workers)
+            got.append(stream_shards(len(sizes), None if by_number else sizes, shuffle, epoch, who))
+    assert sorted(shard for mine in got for shard in mine) == list(range(len(sizes)))
+    if by_number:
+        assert max(map(len, got)) - min(map(len, got)) <= 1

@@ -176,15 +176,21 @@ def test_a_forbidden_object_is_a_permission_error(http, tars, tmp_path) -> None:
     denied = http_dataset(http, tars, tmp_path).urls[1]
     name = denied.rsplit("/", 2)[1] + "/" + denied.rsplit("/", 1)[1]
     http.faults.forbidden.add(name)
-    # Indexing asks for its size: the answer is a 403, not "no such object".
+    # Never seen: the open asks nothing of it; the streamed read asks for its
+    # size, and the answer is a 403, not "no such object".
+    fresh = http_dataset(http, tars, tmp_path / "fresh")
     with pytest.raises(PermissionError, match="HTTP 403") as caught:
-        http_dataset(http, tars, tmp_path / "fresh")
+        list(fresh)
     assert caught.value.filename == denied
     skipping = http_dataset(http, tars, tmp_path / "fresh", on_error="skip")
+    kept = [url for url in tars.urls if url != tars.urls[1]]
+    local = fastio.Dataset(kept, shuffle=False, index_dir=tmp_path / "local")
+    held = [key_of("webdataset", s) for s in skipping]
+    assert held == [key_of("webdataset", s) for s in local]
     assert skipping.stats()["shards_skipped"] == 1
     # Reading it after it was indexed: a 403 to a range request.
     http.faults.forbidden.clear()
-    dataset = http_dataset(http, tars, tmp_path)
+    dataset = http_dataset(http, tars, tmp_path).index()
     http.faults.forbidden.add(name)
     with pytest.raises(PermissionError, match="access denied") as caught:
         list(dataset)

@@ -193,6 +193,33 @@ def test_equal_counts_across_two_ranks_in_the_first_epoch(served, tmp_path, rema
     assert set(got) <= set(everything(written))
 
 
+def test_ranks_share_a_never_seen_dataset_by_objects(tmp_path) -> None:
+    """remainder="exact": each of 2 ranks streams half the objects, whole,
+    however their sizes differ (not asked before their reads, they play no
+    part), and every sample comes exactly once across them."""
+    big = write("webdataset", tmp_path / "data" / "big", shards=1, per_shard=200, index=False)
+    small = write("webdataset", tmp_path / "data" / "small", shards=7, per_shard=3, index=False)
+    server = RangeServer(tmp_path / "data").start()
+    try:
+        local = big.urls + small.urls
+        urls = [server.url(f"{Path(url).parent.name}/{Path(url).name}") for url in local]
+        held = Counter({url: sum(1 for _ in fastio.Dataset(path))
+                        for url, path in zip(urls, local, strict=True)})  # fmt: skip
+        got: Counter[tuple[str, int]] = Counter()
+        for rank in range(2):
+            ds = fastio.Dataset(urls, index_dir=tmp_path / f"r{rank}", seed=2, rank=rank,
+                                world_size=2)  # fmt: skip
+            samples = [(s["__url__"], key_of("webdataset", s)) for s in ds]
+            mine = Counter(url for url, _ in samples)
+            assert len(mine) == len(urls) // 2
+            assert all(held[url] == count for url, count in mine.items())  # each whole
+            got.update(samples)
+        assert Counter(url for url, _ in got) == held
+        assert set(got.values()) == {1}
+    finally:
+        server.stop()
+
+
 def test_an_object_replaced_between_epochs_is_caught(served, tmp_path) -> None:
     written, server = served
     ds = dataset(written, server, tmp_path, shuffle=False)
@@ -210,10 +237,12 @@ def test_an_object_replaced_between_epochs_is_caught(served, tmp_path) -> None:
     assert len(got) == len(written.samples) - skipping.counts[5]
 
 
-def test_a_never_seen_dataset_asks_about_many_objects_at_once(tmp_path) -> None:
-    """Not indexed yet, a dataset asks each object's size and version before
-    its first sample: many questions in flight at once (each a small HEAD),
-    not one round of outstanding_requests after another."""
+def test_a_never_seen_dataset_opens_without_asking_about_each_object(tmp_path) -> None:
+    """Not indexed yet, a dataset opens without an answer about any object
+    (a bucket of thousands does not wait for a HEAD of each before its first
+    sample); its first epoch asks about its objects in reading order, many at
+    once (each a small HEAD), as its reads go, and about each once."""
+    from fastio.dataset._layouts import _ASKED_WITH_THE_INDEX
     from fastio.sources._remote import STAT_REQUESTS
 
     shards = STAT_REQUESTS + 16
@@ -225,13 +254,20 @@ def test_a_never_seen_dataset_asks_about_many_objects_at_once(tmp_path) -> None:
         opener = threading.Thread(target=lambda: opened.append(
             dataset(written, server, tmp_path, outstanding_requests=4)))  # fmt: skip
         opener.start()
-        wait_for(lambda: sum(server.faults.heads.values()) >= STAT_REQUESTS, timeout=60)
-        assert not opened  # the open waits for their answers
-        server.faults.hold_heads = False
         opener.join(60)
-        assert opened, "the dataset did not open once its questions were answered"
+        assert opened, "the dataset waited for answers about its objects to open"
+        assert sum(server.faults.heads.values()) <= _ASKED_WITH_THE_INDEX
+        got: list[int] = []
         with opened[0] as ds:
-            assert Counter(key_of("webdataset", s) for s in ds) == everything(written)
+            taker = threading.Thread(target=lambda: got.extend(key_of("webdataset", s)
+                                                              for s in ds))  # fmt: skip
+            taker.start()
+            wait_for(lambda: sum(server.faults.heads.values()) >= STAT_REQUESTS, timeout=60)
+            assert not got  # a read waits for its object's size
+            server.faults.hold_heads = False
+            taker.join(60)
+            assert not taker.is_alive(), "the epoch did not end once the answers came"
+        assert Counter(got) == everything(written)
         assert sum(server.faults.heads.values()) == shards  # each object asked about once
     finally:
         server.faults.hold_heads = False
