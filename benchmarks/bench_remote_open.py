@@ -58,8 +58,9 @@ if method == "webdataset":
     sys.exit(0)
 # Never seen: shards with no dataset index beside them, and no index kept
 # from an earlier run (a fresh index folder).
-fresh = {"index_dir": tempfile.mkdtemp()} if method == "fastio never seen" else {}
-dataset = fastio.Dataset(url, format="webdataset", shuffle=method == "fastio shuffled", **fresh)
+fresh = {"index_dir": tempfile.mkdtemp()} if method.startswith("fastio never seen") else {}
+shuffled = method.endswith("shuffled")
+dataset = fastio.Dataset(url, format="webdataset", shuffle=shuffled, **fresh)
 opened = time.perf_counter()
 iterator = iter(dataset)
 next(iterator)
@@ -69,7 +70,8 @@ print(json.dumps({"open": opened - started, "first": first - started,
                   "epoch": time.perf_counter() - started, "samples": count}))
 """
 
-METHODS = ["fastio", "fastio shuffled", "fastio never seen", "webdataset"]
+METHODS = ["fastio", "fastio shuffled", "fastio never seen", "fastio never seen shuffled",
+           "webdataset"]
 
 
 def write_shards(folder: Path, shards: int) -> None:
@@ -147,7 +149,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, float]]] = {method: [] for method in args.methods}
         for run in range(args.runs):
             for method in args.methods:
-                served = bare_base + pattern if method == "fastio never seen" else url
+                served = bare_base + pattern if method.startswith("fastio never seen") else url
                 done = subprocess.run([sys.executable, "-c", CHILD, method, served],
                                       capture_output=True, text=True, cwd="/tmp")  # fmt: skip
                 if done.returncode:

@@ -62,6 +62,7 @@ from fastio.reader._reader import Reader
 from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
 from fastio.shared._inherited import freeze_inherited
+from fastio.sources._remote import is_remote
 from fastio.sources._urls import expand_urls
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
 
@@ -231,9 +232,16 @@ class Dataset(_Base):
         self._remaining: np.ndarray | None = None  # what of that epoch is left to read
         self._pass_batch_size = spec.split.batch_size
         self.fairness = FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed)
+        # A never-seen remote dataset's first reads: the first shards this
+        # process would stream (where it is a DataLoader worker's parent, its
+        # workers' differ: what it asked about then goes unused).
+        first = None
+        if any(is_remote(url) for url in self.urls):
+            first = stream_shards(len(self.urls), None, spec.shuffle, self._ledger.first_epoch(),
+                                  self._participant())  # fmt: skip
         self._shards = ShardLayouts(
             self.urls, self._format, lambda: self.reader, self._policy,
-            spec.format_options.index, self.storage_options, self.cache,
+            spec.format_options.index, self.storage_options, self.cache, first,
         )  # fmt: skip
         self.layouts = self._shards.layouts
         # Not indexed yet: the first epoch streams whole shards, unless the split

@@ -59,7 +59,10 @@ class ShardLayouts:
         index: str | None,
         storage_options: dict[str, Any],
         cache: ShardCache | None,
+        read_first: Sequence[int] | None = None,
     ) -> None:
+        """``read_first``: the shards this process would read first (their remote
+        objects are asked about while the dataset index is looked for)."""
         self.urls = list(urls)
         self.format = shard_format
         self._records = shard_format if isinstance(shard_format, RecordFormat) else None
@@ -77,7 +80,8 @@ class ShardLayouts:
         # is (a small dataset not indexed yet waits for one round trip, not
         # two); what the index holds is laid out from it without waiting for
         # them, and checked when a read opens it.
-        reader().stat_ahead(self.urls[:_ASKED_WITH_THE_INDEX])
+        ahead = range(len(self.urls)) if read_first is None else read_first
+        reader().stat_ahead([self.urls[shard] for shard in ahead[:_ASKED_WITH_THE_INDEX]])
         known = self._dataset_index(index, storage_options, keys)
         if cache is not None:  # shards without an index are read in this order
             cache.plan(self.urls)

@@ -193,6 +193,37 @@ def test_equal_counts_across_two_ranks_in_the_first_epoch(served, tmp_path, rema
     assert set(got) <= set(everything(written))
 
 
+def test_a_shuffled_never_seen_dataset_asks_first_about_what_it_reads_first(tmp_path) -> None:
+    """Shuffled, the first objects a never-seen dataset streams are not the
+    first it names: those it reads first are the ones asked about at open
+    (their answers then come with the dataset index's)."""
+    from fastio.dataset._layouts import _ASKED_WITH_THE_INDEX
+    from fastio.plan._participant import Participant
+    from fastio.plan._stream import stream_shards
+    from fastio.spec._dataset import ShuffleSettings
+
+    shards = 3 * _ASKED_WITH_THE_INDEX
+    written = write("webdataset", tmp_path / "data", shards=shards, per_shard=2, index=False)
+    server = RangeServer(tmp_path / "data").start()
+    server.faults.hold_heads = True
+    try:
+        ds = dataset(written, server, tmp_path)  # shuffled (the default)
+        wait_for(lambda: sum(server.faults.heads.values()) >= _ASKED_WITH_THE_INDEX, timeout=60)
+        asked = set(server.faults.heads)
+        server.faults.hold_heads = False
+        assert Counter(key_of("webdataset", s) for s in ds) == everything(written)
+        # The epoch's plan, and the objects as the epoch read them.
+        plan = [os.path.basename(written.urls[shard]) for shard in stream_shards(
+            shards, None, ShuffleSettings(seed=2), 0, Participant(0, 1))]  # fmt: skip
+        read = list(server.faults.gets)
+        assert sorted(read) == sorted(plan) and read[0] == plan[0]
+        assert asked == set(plan[:_ASKED_WITH_THE_INDEX])
+        assert asked != set(sorted(plan)[:_ASKED_WITH_THE_INDEX])  # not the first named
+    finally:
+        server.faults.hold_heads = False
+        server.stop()
+
+
 def test_ranks_share_a_never_seen_dataset_by_objects(tmp_path) -> None:
     """remainder="exact": each of 2 ranks streams half the objects, whole,
     however their sizes differ (not asked before their reads, they play no
