@@ -70,8 +70,13 @@ print(json.dumps({"open": opened - started, "first": first - started,
                   "epoch": time.perf_counter() - started, "samples": count}))
 """
 
-METHODS = ["fastio", "fastio shuffled", "fastio never seen", "fastio never seen shuffled",
-           "webdataset"]
+METHODS = [
+    "fastio",
+    "fastio shuffled",
+    "fastio never seen",
+    "fastio never seen shuffled",
+    "webdataset",
+]
 
 
 def write_shards(folder: Path, shards: int) -> None:
