@@ -53,6 +53,7 @@ from fastio.reader._requests import (
 )
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
 from fastio.reader._sync import Handoff, LoopThread
+from fastio.shared._imports import BACKGROUND_IMPORTS
 from fastio.sources._remote import Remotes, is_remote, local_path, remote_piece_limit
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS, ReaderSettings
 
@@ -383,10 +384,15 @@ class Reader:
         or is starting: the caller goes on meanwhile."""
         with self._lock:
             if self._background is None and self._loop_starter is None:
-                starter = threading.Thread(target=self._loop_thread, daemon=True,
+                starter = threading.Thread(target=self._start_loop, daemon=True,
                                            name="fastio-loop-start")  # fmt: skip
                 self._loop_starter = starter
                 starter.start()
+
+    def _start_loop(self) -> None:
+        # Importing uvloop on this thread: a fork waits (see fastio.shared._imports).
+        with BACKGROUND_IMPORTS:
+            self._loop_thread()
 
     def unask(self, urls: Iterable[str]) -> None:
         """Cancel :meth:`stat_ahead`'s questions about ``urls`` not sent yet."""

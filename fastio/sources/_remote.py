@@ -38,6 +38,7 @@ from fastio._errors import (
     ShardChangedError,
 )
 from fastio._native import prefault
+from fastio.shared._imports import ready_request_imports
 from fastio.sources._http import range_ignored
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
@@ -356,6 +357,7 @@ class Remotes:
         """:meth:`RangeClient.head` of ``url``, retried as reads are; no size
         where the server refuses HEAD (a 405, or a 403 of a URL signed for
         GET alone): fsspec asks again, with a GET where HEAD fails."""
+        ready_request_imports()
         from tenacity import Retrying
 
         assert self._http is not None
@@ -660,7 +662,7 @@ class Remotes:
                 barrier.wait(timeout=_WARM_SECONDS)
 
         def start() -> None:
-            import tenacity  # noqa: F401  (the requests' retries: imported here, not by the first)
+            ready_request_imports()  # the requests' retries: imported here, not by the first
 
             with contextlib.suppress(RuntimeError):  # the pool shut down meanwhile
                 for _ in range(count):
@@ -685,6 +687,7 @@ class Remotes:
         the settings say (``identity``: see :meth:`RangeClient.get_into`).
         Returns the count and the error rather than raising it, as
         ``_read_async`` does."""
+        ready_request_imports()
         from tenacity import Retrying, retry_if_exception
 
         assert self._http is not None
@@ -726,6 +729,7 @@ class Remotes:
                                           length)  # fmt: skip
 
     def _policy(self) -> dict[str, Any]:
+        ready_request_imports()
         from tenacity import (
             retry_if_exception,
             stop_after_attempt,
@@ -749,6 +753,7 @@ class Remotes:
         """Runs on fsspec's loop. Returns the data (with ``into``: the count
         of bytes written into it) and its error rather than raising it: a read
         whose consumer went away must not leave an unretrieved exception."""
+        ready_request_imports()
         from tenacity import AsyncRetrying
 
         attempts = 0
@@ -773,6 +778,7 @@ class Remotes:
             return b"", _final(error, url, offset, length, attempts)
 
     def _read_sync(self, fs: Any, path: str, url: str, offset: int, length: int) -> bytes:
+        ready_request_imports()
         from tenacity import Retrying
 
         attempts = 0

@@ -210,6 +210,30 @@ def test_dataloader_workers_read_remote_shards(http, tars, tmp_path) -> None:
     assert sorted(got) == [row["key"] for row in tars.samples]
 
 
+def keys_of(samples: list[dict]) -> list[int]:
+    return [key_of("webdataset", s) for s in samples]
+
+
+def test_persistent_workers_read_a_never_seen_remote_dataset_each_epoch(http, tars, tmp_path
+                                                                         ) -> None:  # fmt: skip
+    """Persistent workers over objects nothing has asked about: each worker
+    asks about and streams its own in epoch 1 (no object is read twice), and
+    epoch 2 plans by the indexes the workers left; every sample once each
+    epoch."""
+    dataset = fastio.Dataset(remote_pattern(tars, http.url("faulty/")), index_dir=tmp_path, seed=3)
+    # Workers fork while the open's first questions may still be on their way
+    # (a worker that inherited a half-done import waited for ever: a timeout).
+    loader = DataLoader(dataset, batch_size=4, num_workers=2, persistent_workers=True,
+                        collate_fn=keys_of, timeout=60)  # fmt: skip
+    expected = sorted(row["key"] for row in tars.samples)
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        assert sorted(k for batch in loader for k in batch) == expected
+        if epoch == 0:
+            sizes = {"faulty/" + os.path.basename(url): os.path.getsize(url) for url in tars.urls}
+            assert dict(http.faults.served) == sizes  # each object's bytes once
+
+
 def test_remote_shards_are_served_from_the_shard_cache(http, tars, tmp_path) -> None:
     shard_bytes = [os.path.getsize(url) for url in tars.urls]
     limit = sum(shard_bytes) // 2 + max(shard_bytes)  # about half the dataset
