@@ -133,11 +133,11 @@ class ShardLayouts:
             and reusable is not None and reusable(known[key].format)
         }  # fmt: skip
         reader.unask(trusted)  # asked again in reading order, as each pass begins (see ask_ahead)
-        unknown = set()
+        unknown: set[str] = set()
         if records is not None and reusable is not None:
             unknown = {url for url, key in zip(self.urls, keys, strict=True)
-                       if url not in trusted and key not in known and is_remote(url)
-                       and not records.store.holds(url)}  # fmt: skip
+                       if url not in trusted and key not in known and is_remote(url)}  # fmt: skip
+            unknown -= records.store.holding(unknown)
         untrusted = [url for url in self.urls if url not in trusted and url not in unknown]
         reader.stat_ahead(untrusted)  # sizes needed now: all at once
         asked = iter(reader.stamps(untrusted))
@@ -344,8 +344,8 @@ class ShardLayouts:
             return
         reader = self.reader()
         # Stored indexes are checked against their objects: asked many at a time.
-        reader.stat_ahead([self.urls[shard] for shard in missing
-                           if records.store.holds(self.urls[shard])])  # fmt: skip
+        held = records.store.holding(self.urls[shard] for shard in missing)
+        reader.stat_ahead([self.urls[shard] for shard in missing if self.urls[shard] in held])
         for shard in missing:
             stored = self._stored(records, reader, self.urls[shard])
             if stored is not None:

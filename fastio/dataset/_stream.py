@@ -257,7 +257,8 @@ class StreamPass:
             if guarded.failure is not None and guarded.failed_at is not None:
                 failed = ordinal + guarded.failed_at
                 failed_url = self.urls[self.shards[failed]]
-                if guarded.untouched and shard.from_start:  # not one byte of it
+                resumed_inside = guarded.failed_at == 0 and begin > 0
+                if guarded.untouched and not resumed_inside:  # not one byte of it
                     self.policy.shard_left_out(guarded.failure, failed_url)
                 else:
                     self.policy.failure(

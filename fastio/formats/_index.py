@@ -450,11 +450,14 @@ class IndexStore:
             return [Path(folder) for folder in self.placement.directories]
         return [default_index_dir()]
 
-    def holds(self, url: str) -> bool:
-        """Whether an index of ``url`` is stored here, fresh or not (only
-        the folder is looked at)."""
-        name = self.name(url) + INDEX_SUFFIX
-        return any(os.path.exists(os.path.join(folder, name)) for folder in self._folders())
+    def holding(self, urls: Iterable[str]) -> set[str]:
+        """Those of ``urls`` whose index is stored here, fresh or not (each
+        folder is listed once, not asked about each URL)."""
+        names: set[str] = set()
+        for folder in self._folders():
+            with contextlib.suppress(OSError):  # no such folder yet: nothing stored
+                names.update(os.listdir(folder))
+        return {url for url in urls if self.name(url) + INDEX_SUFFIX in names}
 
     def load(self, reader: Reader, url: str, locator: Locator) -> ShardIndex | None:
         """The stored index of ``url`` if one is there and still matches it.
