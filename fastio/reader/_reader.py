@@ -53,7 +53,7 @@ from fastio.reader._requests import (
 )
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
 from fastio.reader._sync import Handoff, LoopThread
-from fastio.shared._imports import BACKGROUND_IMPORTS
+from fastio.sources._imports import BACKGROUND_IMPORTS
 from fastio.sources._remote import Remotes, is_remote, local_path, remote_piece_limit
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS, ReaderSettings
 
@@ -390,7 +390,7 @@ class Reader:
                 starter.start()
 
     def _start_loop(self) -> None:
-        # Importing uvloop on this thread: a fork waits (see fastio.shared._imports).
+        # Importing uvloop on this thread: a fork waits (see fastio.sources._imports).
         with BACKGROUND_IMPORTS:
             self._loop_thread()
 

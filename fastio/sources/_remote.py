@@ -38,8 +38,8 @@ from fastio._errors import (
     ShardChangedError,
 )
 from fastio._native import prefault
-from fastio.shared._imports import ready_request_imports
 from fastio.sources._http import range_ignored
+from fastio.sources._imports import ready_request_imports
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
 if TYPE_CHECKING:
