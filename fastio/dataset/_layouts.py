@@ -353,6 +353,8 @@ class ShardLayouts:
         missing = [i for i in missing if self.layouts[i] is None]
         if not scan or not missing:
             return
+        # Each scan opens its object: their sizes asked many at a time first.
+        reader.stat_ahead([self.urls[shard] for shard in missing])
         tolerate = self.policy.tolerates
 
         def scan_one(shard: int) -> Any:

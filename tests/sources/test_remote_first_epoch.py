@@ -193,6 +193,32 @@ def test_equal_counts_across_two_ranks_in_the_first_epoch(served, tmp_path, rema
     assert set(got) <= set(everything(written))
 
 
+def test_indexing_a_never_seen_dataset_asks_about_many_objects_at_once(tmp_path) -> None:
+    """``index()`` (what ``fastio-bench index`` and equal counts across ranks
+    run) scans ``outstanding_requests`` objects at a time, and asks about
+    many more at once ahead of their scans: not a round trip per object."""
+    from fastio.sources._remote import STAT_REQUESTS
+
+    shards = STAT_REQUESTS + 16
+    written = write("webdataset", tmp_path / "data", shards=shards, per_shard=2, index=False)
+    server = RangeServer(tmp_path / "data").start()
+    server.faults.hold_heads = True
+    try:
+        ds = dataset(written, server, tmp_path, outstanding_requests=4)
+        indexer = threading.Thread(target=ds.index)
+        indexer.start()
+        wait_for(lambda: sum(server.faults.heads.values()) >= STAT_REQUESTS, timeout=60)
+        server.faults.hold_heads = False
+        indexer.join(60)
+        assert not indexer.is_alive()
+        assert len(ds) == len(written.samples)
+        assert sum(server.faults.heads.values()) == shards  # each object asked about once
+        assert Counter(key_of("webdataset", s) for s in ds) == everything(written)
+    finally:
+        server.faults.hold_heads = False
+        server.stop()
+
+
 def test_a_shuffled_never_seen_dataset_asks_first_about_what_it_reads_first(tmp_path) -> None:
     """Shuffled, the first objects a never-seen dataset streams are not the
     first it names: those it reads first are the ones asked about at open
