@@ -60,7 +60,8 @@ enum fio_tfrecord_checks {
  * data, uint32 masked CRC-32C of the data (little-endian). Finds up to
  * `max_out` complete records from the start of `buf`. Stops early at a record
  * that is not complete yet, or at a checksum mismatch of the kinds `verify`
- * (enum fio_tfrecord_checks) asks for, which it describes in `error`. `*consumed` is where the next scan should start;
+ * (enum fio_tfrecord_checks) asks for, which it describes in `error`.
+ * `*consumed` is where the next scan should start;
  * `*needed` is how many bytes from there the next record needs in all (as far
  * as its header tells; 0 when the scan did not stop at an incomplete record). */
 size_t fio_tfrecord_scan(const uint8_t *buf, size_t len, int verify, fio_record *out,

@@ -236,7 +236,8 @@ class Dataset(_Base):
         # process would stream (where it is a DataLoader worker's parent, its
         # workers' differ: what it asked about then goes unused).
         first = None
-        if any(is_remote(url) for url in self.urls):
+        self._remote = any(is_remote(url) for url in self.urls)
+        if self._remote:
             first = stream_shards(len(self.urls), None, spec.shuffle, self._ledger.first_epoch(),
                                   self._participant())  # fmt: skip
         self._shards = ShardLayouts(
@@ -684,7 +685,7 @@ class Dataset(_Base):
         cursor.begin(participant, Start(epoch, position))
         self._history, self._remaining = None, None
         # Remote objects are shared by number: their sizes may not be known.
-        sizes = None if self._shards.any_remote else self._shards.sizes
+        sizes = None if self._remote else self._shards.sizes
         shards = stream_shards(len(self.urls), sizes, self.spec.shuffle, epoch, participant)
         self._shards.ask_unknown(shards)
         if self.cache is not None:

@@ -164,11 +164,6 @@ class ShardLayouts:
     def record_format(self) -> RecordFormat | None:
         return self._records
 
-    @property
-    def any_remote(self) -> bool:
-        """Whether some shard is a remote object."""
-        return any(is_remote(url) for url in self.urls)
-
     def local_sizes(self) -> list[int]:
         """Each shard's size, 0 for remote objects (whose sizes may be
         learned only as they are read)."""

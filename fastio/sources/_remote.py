@@ -357,12 +357,12 @@ class Remotes:
         """:meth:`RangeClient.head` of ``url``, retried as reads are; no size
         where the server refuses HEAD (a 405, or a 403 of a URL signed for
         GET alone): fsspec asks again, with a GET where HEAD fails."""
-        ready_request_imports()
+        policy = self._policy()  # first: it imports tenacity (see ready_request_imports)
         from tenacity import Retrying
 
         assert self._http is not None
         try:
-            for attempt in Retrying(**self._policy()):
+            for attempt in Retrying(**policy):
                 with attempt:
                     return self._http.head(url, self.settings.request_timeout)
         except HTTPStatusError as error:
@@ -687,7 +687,7 @@ class Remotes:
         the settings say (``identity``: see :meth:`RangeClient.get_into`).
         Returns the count and the error rather than raising it, as
         ``_read_async`` does."""
-        ready_request_imports()
+        policy = self._policy()  # first: it imports tenacity (see ready_request_imports)
         from tenacity import Retrying, retry_if_exception
 
         assert self._http is not None
@@ -695,7 +695,6 @@ class Remotes:
         # would wait for tens of MiB to be zeroed before its next request):
         # this thread does it, in one call, while the request is on its way.
         prefault(into)
-        policy = self._policy()
         policy["retry"] = retry_if_exception(lambda e: _transient(e) and not cancelled.is_set())
         attempts, timeout = 0, self.settings.request_timeout
         try:
@@ -729,6 +728,9 @@ class Remotes:
                                           length)  # fmt: skip
 
     def _policy(self) -> dict[str, Any]:
+        """Retries as the settings say (tenacity's keywords). Every request
+        asks for them before it imports from tenacity itself: here tenacity
+        is imported under the lock a fork waits for."""
         ready_request_imports()
         from tenacity import (
             retry_if_exception,
@@ -753,12 +755,12 @@ class Remotes:
         """Runs on fsspec's loop. Returns the data (with ``into``: the count
         of bytes written into it) and its error rather than raising it: a read
         whose consumer went away must not leave an unretrieved exception."""
-        ready_request_imports()
+        policy = self._policy()  # first: it imports tenacity (see ready_request_imports)
         from tenacity import AsyncRetrying
 
         attempts = 0
         try:
-            async for attempt in AsyncRetrying(**self._policy()):
+            async for attempt in AsyncRetrying(**policy):
                 with attempt:
                     attempts += 1
                     if into is not None:
@@ -778,12 +780,12 @@ class Remotes:
             return b"", _final(error, url, offset, length, attempts)
 
     def _read_sync(self, fs: Any, path: str, url: str, offset: int, length: int) -> bytes:
-        ready_request_imports()
+        policy = self._policy()  # first: it imports tenacity (see ready_request_imports)
         from tenacity import Retrying
 
         attempts = 0
         try:
-            for attempt in Retrying(**self._policy()):
+            for attempt in Retrying(**policy):
                 with attempt:
                     attempts += 1
                     data = fs.cat_file(path, start=offset, end=offset + length)
