@@ -137,7 +137,8 @@ class ShardLayouts:
         if records is not None and reusable is not None:
             unknown = {url for url, key in zip(self.urls, keys, strict=True)
                        if url not in trusted and key not in known and is_remote(url)}  # fmt: skip
-            unknown -= records.store.holding(unknown)
+            if unknown:
+                unknown -= records.store.holding(unknown)
         untrusted = [url for url in self.urls if url not in trusted and url not in unknown]
         reader.stat_ahead(untrusted)  # sizes needed now: all at once
         asked = iter(reader.stamps(untrusted))

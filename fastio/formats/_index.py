@@ -89,6 +89,9 @@ SET_PREFIX = "dataset-"
 SET_SUFFIX = ".fastio-dataset.npz"
 """The index folder's file of a whole dataset's indexes: never a shard's
 index name, nor a shard cache's file name."""
+_LOOKUPS = 256
+"""Up to this many URLs, which of them have a stored index is looked up file
+by file rather than by listing the folder."""
 _META_BYTES = 2048  # the npz container and its metadata (about 1,200 bytes and the URL)
 _FINGERPRINT_BYTES = 4096
 _VERSION = 3
@@ -451,8 +454,15 @@ class IndexStore:
         return [default_index_dir()]
 
     def holding(self, urls: Iterable[str]) -> set[str]:
-        """Those of ``urls`` whose index is stored here, fresh or not (each
-        folder is listed once, not asked about each URL)."""
+        """Those of ``urls`` whose index is stored here, fresh or not: a few
+        are looked up one by one, many by listing each folder once (a
+        folder that has kept the indexes of many datasets takes about 0.5 us
+        an entry to list, a lookup 2-5 us)."""
+        urls = list(urls)
+        if len(urls) <= _LOOKUPS:
+            return {url for url in urls
+                    if any(os.path.exists(os.path.join(folder, self.name(url) + INDEX_SUFFIX))
+                           for folder in self._folders())}  # fmt: skip
         names: set[str] = set()
         for folder in self._folders():
             with contextlib.suppress(OSError):  # no such folder yet: nothing stored

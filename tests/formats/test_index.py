@@ -35,6 +35,7 @@ from fastio.formats._index import (
     INDEX_SUFFIX,
     UNREADABLE,
     DatasetIndex,
+    IndexStore,
     Locator,
     ShardIndex,
     _index_file,
@@ -120,6 +121,21 @@ def test_index_is_kept_in_the_index_folder_never_beside_the_shard(tmp_path) -> N
     assert os.listdir(data) == ["s.tfrecord"]  # the dataset's folder is never written to
     [stored] = list(folder.glob(f"*{INDEX_SUFFIX}"))
     assert ShardIndex.load(stored).format == "tfrecord"
+
+
+@pytest.mark.parametrize("asked", [3, 300])  # looked up one by one; the folder listed
+def test_the_store_knows_which_shards_it_holds_an_index_of(tmp_path, asked: int) -> None:
+    data, folder = tmp_path / "data", tmp_path / "index"
+    data.mkdir()
+    url = make_shard(data, "tfrecord")
+    with fastio.Reader() as reader:
+        index_of(reader, url, "tfrecord", folder)
+    others = [f"https://example.com/shard-{i}.tfrecord" for i in range(asked - 1)]
+    (folder / "unrelated.npz").write_bytes(b"")
+    (folder / IndexStore.name(others[0])).write_bytes(b"")  # the name without the suffix
+    assert IndexStore(folder).holding([*others, url]) == {url}
+    assert IndexStore(folder).holding(others) == set()
+    assert IndexStore(tmp_path / "no such folder").holding([url, *others]) == set()
 
 
 def test_a_changed_shard_is_indexed_again(tmp_path) -> None:
