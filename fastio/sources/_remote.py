@@ -26,10 +26,11 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections import deque
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastio._errors import (
     DownloadCancelled,
@@ -357,21 +358,16 @@ class Remotes:
         """:meth:`RangeClient.head` of ``url``, retried as reads are; no size
         where the server refuses HEAD (a 405, or a 403 of a URL signed for
         GET alone): fsspec asks again, with a GET where HEAD fails."""
-        policy = self._policy()  # first: it imports tenacity (see ready_request_imports)
-        from tenacity import Retrying
-
-        assert self._http is not None
+        http = self._http
+        assert http is not None
         try:
-            for attempt in Retrying(**policy):
-                with attempt:
-                    return self._http.head(url, self.settings.request_timeout)
+            return self._retried(lambda: http.head(url, self.settings.request_timeout))
         except HTTPStatusError as error:
             if _missing(error):
                 raise _stat_error(error, url) from None
             return None, ""
         except OSError as error:
             raise _stat_error(error, url) from None
-        raise AssertionError("unreachable: Retrying returns or raises")
 
     def local_copy(self, url: str) -> str | Filling:
         """The path of a verified local copy of ``url`` in the shard cache; on
@@ -662,8 +658,6 @@ class Remotes:
                 barrier.wait(timeout=_WARM_SECONDS)
 
         def start() -> None:
-            ready_request_imports()  # the requests' retries: imported here, not by the first
-
             with contextlib.suppress(RuntimeError):  # the pool shut down meanwhile
                 for _ in range(count):
                     pool.submit(meet)
@@ -687,22 +681,21 @@ class Remotes:
         the settings say (``identity``: see :meth:`RangeClient.get_into`).
         Returns the count and the error rather than raising it, as
         ``_read_async`` does."""
-        policy = self._policy()  # first: it imports tenacity (see ready_request_imports)
-        from tenacity import Retrying, retry_if_exception
-
-        assert self._http is not None
+        http = self._http
+        assert http is not None
         # The reader maps remote buffers without faulting them in (its loop
         # would wait for tens of MiB to be zeroed before its next request):
         # this thread does it, in one call, while the request is on its way.
         prefault(into)
-        policy["retry"] = retry_if_exception(lambda e: _transient(e) and not cancelled.is_set())
         attempts, timeout = 0, self.settings.request_timeout
+
+        def attempt() -> int:
+            nonlocal attempts
+            attempts += 1
+            return http.get_into(url, offset, length, into, timeout, cancelled, identity)
+
         try:
-            for attempt in Retrying(**policy):
-                with attempt:
-                    attempts += 1
-                    count = self._http.get_into(url, offset, length, into, timeout, cancelled,
-                                                identity)  # fmt: skip
+            count = self._retried(attempt, lambda e: _transient(e) and not cancelled.is_set())
             return count, None
         except Exception as error:
             return 0, _final(error, url, offset, length, attempts)
@@ -727,10 +720,39 @@ class Remotes:
         return await loop.run_in_executor(self._pool, self._read_sync, fs, path, url, offset,
                                           length)  # fmt: skip
 
-    def _policy(self) -> dict[str, Any]:
-        """Retries as the settings say (tenacity's keywords). Every request
-        asks for them before it imports from tenacity itself: here tenacity
-        is imported under the lock a fork waits for."""
+    def _retried(self, call: Callable[[], _T],
+                 retry: Callable[[BaseException], bool] = _transient) -> _T:  # fmt: skip
+        """``call()``, retried as the settings say while it fails as ``retry``
+        accepts; the last failure is raised. The first attempt needs no
+        tenacity: nearly every request succeeds at once, and importing it
+        (5 ms alone, 15-17 ms while a dataset's other threads start) held
+        up a never-seen dataset's first requests."""
+        started = time.monotonic()
+        try:
+            return call()
+        except Exception as error:
+            replay = _Replay(error)
+        policy = self._policy_after(replay, retry, started)
+        from tenacity import Retrying
+
+        for retried in Retrying(**policy):
+            with retried:
+                replay.first()
+                return call()
+        raise AssertionError("unreachable: Retrying returns or raises")
+
+    def _policy_after(self, replay: _Replay, retry: Callable[[BaseException], bool],
+                      started: float) -> dict[str, Any]:  # fmt: skip
+        """Retries (tenacity's keywords) of a request whose first attempt,
+        begun at ``started``, failed as ``replay`` holds; raises that failure
+        where it is not to be retried. The retries replay it as their first
+        attempt, so that tenacity counts and spaces the attempts as though it
+        had made it. tenacity is imported here, under the lock a fork waits
+        for."""
+        error = replay.error
+        assert error is not None
+        if not retry(error) or not self.settings.retries:
+            raise error
         ready_request_imports()
         from tenacity import (
             retry_if_exception,
@@ -740,11 +762,12 @@ class Remotes:
         )
 
         settings = self.settings
+        spent = time.monotonic() - started
         return {
             "stop": stop_after_attempt(settings.retries + 1) | stop_after_delay(
-                settings.retry_seconds),
+                max(0.0, settings.retry_seconds - spent)),
             "wait": wait_random_exponential(multiplier=0.05, max=2.0),
-            "retry": retry_if_exception(_transient),
+            "retry": retry_if_exception(retry),
             "reraise": True,
         }  # fmt: skip
 
@@ -755,40 +778,48 @@ class Remotes:
         """Runs on fsspec's loop. Returns the data (with ``into``: the count
         of bytes written into it) and its error rather than raising it: a read
         whose consumer went away must not leave an unretrieved exception."""
-        policy = self._policy()  # first: it imports tenacity (see ready_request_imports)
-        from tenacity import AsyncRetrying
-
         attempts = 0
-        try:
-            async for attempt in AsyncRetrying(**policy):
-                with attempt:
-                    attempts += 1
-                    if into is not None:
-                        count = await asyncio.wait_for(
-                            _http_read_into(fs, path, url, offset, length, into),
-                            self.settings.request_timeout,
-                        )
-                    else:
-                        data = await asyncio.wait_for(
-                            fs._cat_file(path, start=offset, end=offset + length),
-                            self.settings.request_timeout,
-                        )
+
+        async def attempt() -> Any:
+            nonlocal attempts
+            attempts += 1
             if into is not None:
-                return count, None
-            return _checked(data, url, offset, length), None
+                return await asyncio.wait_for(_http_read_into(fs, path, url, offset, length, into),
+                                              self.settings.request_timeout)  # fmt: skip
+            return await asyncio.wait_for(fs._cat_file(path, start=offset, end=offset + length),
+                                          self.settings.request_timeout)  # fmt: skip
+
+        try:
+            started, replay = time.monotonic(), None
+            try:
+                result = await attempt()
+            except Exception as error:
+                replay = _Replay(error)
+            if replay is not None:
+                policy = self._policy_after(replay, _transient, started)
+                from tenacity import AsyncRetrying
+
+                async for retried in AsyncRetrying(**policy):
+                    with retried:
+                        replay.first()
+                        result = await attempt()
+            if into is not None:
+                return result, None
+            return _checked(result, url, offset, length), None
         except Exception as error:
             return b"", _final(error, url, offset, length, attempts)
 
     def _read_sync(self, fs: Any, path: str, url: str, offset: int, length: int) -> bytes:
-        policy = self._policy()  # first: it imports tenacity (see ready_request_imports)
-        from tenacity import Retrying
-
         attempts = 0
+
+        def attempt() -> bytes:
+            nonlocal attempts
+            attempts += 1
+            data: bytes = fs.cat_file(path, start=offset, end=offset + length)
+            return data
+
         try:
-            for attempt in Retrying(**policy):
-                with attempt:
-                    attempts += 1
-                    data = fs.cat_file(path, start=offset, end=offset + length)
+            data = self._retried(attempt)
         except Exception as error:
             raise _final(error, url, offset, length, attempts) from None
         return _checked(data, url, offset, length)
@@ -979,6 +1010,22 @@ def _stat_error(error: OSError, url: str) -> OSError:
     if _missing(error):
         return FileNotFoundError(errno.ENOENT, "no such object", url)
     return OSError(error.errno or errno.EIO, f"cannot stat: {reason}", url)
+
+
+_T = TypeVar("_T")
+
+
+class _Replay:
+    """The failure of a request's first attempt, made without tenacity:
+    raised once more as the first attempt tenacity sees."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error: Exception | None = error
+
+    def first(self) -> None:
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
 
 
 def _final(error: BaseException, url: str, offset: int, length: int, attempts: int) -> OSError:

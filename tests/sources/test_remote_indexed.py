@@ -29,7 +29,8 @@ import json, sys
 import fastio
 with fastio.Dataset(sys.argv[1], index_dir=sys.argv[2], shuffle=False) as ds:
     keys = [sample["__key__"] for sample in ds]
-print(json.dumps({"keys": keys, "loaded": [m for m in ("fsspec", "aiohttp") if m in sys.modules]}))
+print(json.dumps({"keys": keys, "loaded": [m for m in ("fsspec", "aiohttp", "tenacity")
+                                           if m in sys.modules]}))
 """
 
 
@@ -182,7 +183,9 @@ def test_dataloader_workers_check_what_they_open(served, tmp_path) -> None:
 def test_plain_http_needs_neither_fsspec_nor_aiohttp(served, tmp_path):
     """A fresh process reads an epoch of a plain-HTTP dataset, indexed and
     never seen, with fastio's own client alone: importing fsspec's HTTP
-    filesystem (aiohttp) would take a few hundred ms before the first sample."""
+    filesystem (aiohttp) would take a few hundred ms before the first sample.
+    Where no request fails, the retries' library (tenacity) is not imported
+    either: the first requests would wait for it."""
     written, server = served
     expected = [row["key"] for row in written.samples]
     for case in ("indexed", "never seen"):
