@@ -39,6 +39,8 @@ class Faults:
     hold_after: int | None = None  # data requests past this many wait until it is None
     # Data requests for which hold(name, offset) is true wait until it is None.
     hold: Callable[[str, int], bool] | None = None
+    # Data requests for which failing(name, offset) is true answer 503.
+    failing: Callable[[str, int], bool] | None = None
 
     def take(self, name: str) -> bool:
         count = getattr(self, name)
@@ -129,6 +131,8 @@ class RangeServer:
                 raise web.HTTPRequestRangeNotSatisfiable()
             while faults.hold is not None and faults.hold(name, start):
                 await asyncio.sleep(0.005)
+            if faults.failing is not None and faults.failing(name, start):
+                raise web.HTTPServiceUnavailable()
             body = data[start:end]
             faults.asked.append((name, start, len(body)))
             status = 206

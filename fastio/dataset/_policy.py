@@ -58,6 +58,16 @@ class ErrorPolicy:
             self.shards_skipped += 1
         self.failure(error, None, f"shard {url} is unreadable and left out")
 
+    def shard_cut(self, error: Exception, url: str) -> None:
+        """A read of shard ``url`` failed (after its retries) with part of it
+        delivered, in a pass that had no index of it: how many samples it
+        held past the failure is not known. Under skip/warn the rest of it is
+        left out, and it counts among the shards skipped."""
+        if self.on_error != "raise":
+            self.shards_skipped += 1
+        self.failure(error, None, f"shard {url} could not be read to its end; the rest of it "
+                                  "is left out")  # fmt: skip
+
     def iteration_ended(self) -> None:
         """Under ``"skip"``, say once per iteration what was skipped so far."""
         if self.on_error == "skip" and (self.skipped or self.shards_skipped):

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError
-from fastio.dataset._reads import Guarded
+from fastio.dataset._reads import Guarded, StreamCut
 from fastio.formats._compression import codec_for
 from fastio.formats._layout import batch_of
 from fastio.plan._windows import permutation, window_budget
@@ -213,7 +213,7 @@ class StreamPass:
             # The later shards as the reader comes to them: a pass may have thousands.
             later = (Shard((ByteRange(self.urls[s]),)) for s in self.shards[ordinal + 1 :])
             guarded = Guarded(self.reader().stream(chain([Shard((ByteRange(url, begin),))],
-                                                         later)))  # fmt: skip
+                                                         later)), cut=True)  # fmt: skip
             again: tuple[int, int, int] | None = None  # the same shard, past damage
             try:
                 for position, chunks in groupby(guarded, key=attrgetter("shard")):
@@ -238,6 +238,8 @@ class StreamPass:
                             shard.ends.append(end)
                             yield here, count, start, end, sample
                             count += 1
+                    except StreamCut:  # its read failed: said below, after the samples before
+                        break
                     except DecodeError as error:
                         shard.damaged = True
                         again = self._failed(error, here, count)
@@ -261,9 +263,7 @@ class StreamPass:
                 if guarded.untouched and not resumed_inside:  # not one byte of it
                     self.policy.shard_left_out(guarded.failure, failed_url)
                 else:
-                    self.policy.failure(
-                        guarded.failure, None, f"shard {failed_url} could not be read to its end"
-                    )
+                    self.policy.shard_cut(guarded.failure, failed_url)
                 ordinal, offset, number = failed + 1, 0, 0
                 shard = _ShardRead(from_start=True)
                 continue

@@ -150,6 +150,53 @@ def test_giving_up_names_url_offset_and_attempts(http, tars, tmp_path) -> None:
     assert "at offset 0" in str(caught.value)
 
 
+@pytest.mark.parametrize("indexed", [False, True], ids=["never seen", "indexed"])
+@pytest.mark.parametrize("format_name", ["webdataset", "jsonl", "lines"])
+def test_a_shard_cut_by_a_failed_read(http, folder, tmp_path, format_name, indexed) -> None:
+    """A shard whose read fails midway, after its retries. Under raise: the
+    read's error, naming the URL and offset, not damage. Under skip: every
+    sample before the failure intact, the rest of the shard left out and
+    counted (never seen, the shard; indexed, its samples), every other shard
+    whole. The bytes before the failure are never taken for the shard's end
+    (its last record or line cut there would be reported as damage, or
+    delivered cut)."""
+    written = write(format_name, folder / f"cut-{format_name}", shards=3, per_shard=40,
+                    index=False)  # fmt: skip
+    shards = [[without_url(s) for s in fastio.Dataset(url, shuffle=False, index_dir=tmp_path / "l",
+                                                      **written.options)]
+              for url in written.urls]  # fmt: skip
+    # The first shard: never seen, its first request is a small one (a pass
+    # starts with small pieces); the later ones fail.
+    name = f"cut-{format_name}/{os.path.basename(written.urls[0])}"
+
+    def dataset(on_error: str) -> fastio.Dataset:
+        made = fastio.Dataset(remote_pattern(written, http.url(f"cut-{format_name}/")),
+                              shuffle=False, index_dir=tmp_path / on_error, read_size=4096,
+                              retries=1, on_error=on_error, **written.options)  # fmt: skip
+        return made.index() if indexed else made
+
+    raising, skipping = dataset("raise"), dataset("skip")
+    http.faults.served.clear()  # of the indexing
+    http.faults.failing = lambda asked, offset: asked == name and offset > 8192
+    got: list[object] = []
+    with pytest.raises(OSError, match="HTTP 503") as caught:
+        got.extend(without_url(s) for s in raising)
+    assert not isinstance(caught.value, fastio.DecodeError)
+    assert caught.value.filename.endswith(name)
+    assert "at offset" in str(caught.value)
+    assert "gave up after 2 attempts" in str(caught.value)
+    assert got == shards[0][: len(got)]
+    served = http.faults.served[name]
+    got = [without_url(s) for s in skipping]
+    before = len(got) - len(shards[1]) - len(shards[2])
+    assert 0 <= before < len(shards[0])
+    assert got == shards[0][:before] + shards[1] + shards[2]
+    assert 0 < served < os.path.getsize(written.urls[0])  # it was cut
+    stats = skipping.stats()
+    lost = len(shards[0]) - before
+    assert (stats["skipped"], stats["shards_skipped"]) == ((lost, 0) if indexed else (0, 1))
+
+
 def test_a_server_ignoring_range_is_an_error(http, tars, tmp_path) -> None:
     dataset = http_dataset(http, tars, tmp_path)
     http.faults.ignore_range = True
