@@ -14,6 +14,7 @@ import contextlib
 import gzip
 import zlib
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from urllib.parse import urlsplit
 
 from fastio._errors import CorruptRecordError, TruncatedShardError
 
@@ -32,9 +33,17 @@ _ZSTD_CHECKSUM = 4  # a zstd frame's content checksum (when written)
 _ZSTD_MAX_HEADER = 18
 
 
+def named_path(url: str) -> str:
+    """The part of ``url`` whose extension names what it holds: a remote
+    URL's path, without a query (a signed URL's) or fragment."""
+    if "://" in url and not url.startswith("file://") and ("?" in url or "#" in url):
+        return urlsplit(url).path
+    return url
+
+
 def codec_for(url: str) -> str | None:
     """``"gzip"``, ``"zstd"`` or None, from the URL's extension."""
-    lowered = url.lower()
+    lowered = named_path(url).lower()
     if lowered.endswith((".gz", ".tgz")):
         return "gzip"
     if lowered.endswith((".zst", ".zstd")):

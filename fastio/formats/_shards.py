@@ -8,6 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from fastio.formats._arrays import FixedFormat, NpyFormat
+from fastio.formats._compression import named_path
 from fastio.formats._layout import Layout, ShardFormat
 from fastio.formats._lines import JsonLinesFormat, LinesFormat
 from fastio.formats._records import RecordFormat
@@ -42,8 +43,9 @@ _EXTENSIONS = {
 
 
 def format_for_url(url: str) -> str:
-    """The format a shard's extension names (compression suffixes looked through)."""
-    name = url.lower()
+    """The format a shard's extension names (compression suffixes looked
+    through; a remote URL's query left out)."""
+    name = named_path(url).lower()
     for suffix in (".gz", ".zst", ".zstd"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]

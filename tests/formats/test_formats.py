@@ -116,3 +116,15 @@ def test_expand_urls_globs_remote_filesystems_through_fsspec() -> None:
     assert fastio.expand_urls("memory://fastio-test/shard-*.tar") == [
         f"memory:///fastio-test/shard-{index}.tar" for index in range(3)
     ]
+
+
+def test_a_remote_urls_query_does_not_hide_its_extension() -> None:
+    from fastio.formats._compression import codec_for
+    from fastio.formats._shards import format_for_url
+
+    signed = "https://bucket.example.com/a/b-0001.tar.gz?X-Amz-Signature=x%2Fy.json#part"
+    assert (format_for_url(signed), codec_for(signed)) == ("webdataset", "gzip")
+    assert format_for_url("s3://bucket/data.parquet?versionId=3") == "parquet"
+    with pytest.raises(ValueError, match="cannot tell the format"):
+        format_for_url("https://example.com/download?file=x.tar")  # the path names none
+    assert format_for_url("/data/odd?name.jsonl") == "jsonl"  # a local name is taken whole
