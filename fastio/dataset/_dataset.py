@@ -202,6 +202,22 @@ class Dataset(_Base):
         return dataset
 
     def _setup(self, spec: DatasetSpec, tiering: Tiering | None) -> None:
+        """Opens the dataset; where that fails, what it had made so far (the
+        reader's threads, descriptors and connections, the shard cache's
+        connection) is released before the error is raised."""
+        self._reader: Reader | None = None
+        self._tuning: _tuning.ReaderTuning | None = None
+        self.cache: ShardCache | None = None
+        try:
+            self._open(spec, tiering)
+        except BaseException:
+            for name in ("_tuning", "_reader", "cache", "fairness", "_ledger"):  # as close()
+                made = self.__dict__.get(name)
+                if made is not None:
+                    made.close()
+            raise
+
+    def _open(self, spec: DatasetSpec, tiering: Tiering | None) -> None:
         self.spec = spec
         if tiering is None and spec.tiering.enabled:
             tiering = _tiering_of(spec.tiering)
@@ -222,8 +238,6 @@ class Dataset(_Base):
         ))  # fmt: skip
         split = spec.split
         self._explicit_rank = None if split.rank is None else (split.rank, split.world_size or 1)
-        self._reader: Reader | None = None
-        self._tuning: _tuning.ReaderTuning | None = None
         self._cursor = EpochCursor()
         self._ledger = EpochLedger()
         self._policy = ErrorPolicy(spec.on_error)

@@ -20,6 +20,7 @@ objects does not wait for an answer about each before its first sample).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from fastio.reader._reader import Reader
 
 __all__ = ["ShardLayouts"]
+
+log = logging.getLogger("fastio")
 
 _PREFETCH_SHARDS = 64
 _ASKED_WITH_THE_INDEX = 16  # remote sizes asked while the dataset index is: one default round
@@ -199,6 +202,14 @@ class ShardLayouts:
         location = index if index is not None else dataset_index_location(keys)
         try:
             found = DatasetIndex.fetch(location, storage_options)
+        except PermissionError as error:
+            if index is not None:
+                raise
+            # Where it is only looked for: a store that answers 403 for a key
+            # it lacks (S3 without ListBucket) has none there to give.
+            log.info("fastio: no dataset index readable at %s (%s); the shards are read "
+                     "without one", location, error)  # fmt: skip
+            return {}
         except IndexFileError as error:
             if index is not None or not self.policy.tolerates:
                 raise

@@ -165,7 +165,8 @@ class RemoteFile:
 def read_object(url: str, storage_options: dict[str, Any]) -> bytes | bytearray:
     """The whole object at ``url``, in one request: plain HTTP through fastio's
     client (fsspec is not imported), anything else through fsspec. Raises
-    FileNotFoundError where there is none."""
+    FileNotFoundError where there is none, PermissionError where it may not
+    be read (an HTTP 401 or 403)."""
     from fastio.sources._http import RangeClient, plain_headers
 
     headers = plain_headers(storage_options) if url.startswith("http://") else None
@@ -176,6 +177,8 @@ def read_object(url: str, storage_options: dict[str, Any]) -> bytes | bytearray:
         except OSError as error:
             if _missing(error):
                 raise FileNotFoundError(errno.ENOENT, "no such object", url) from None
+            if _denied(error):
+                raise PermissionError(errno.EACCES, f"access denied ({error})", url) from None
             raise
         finally:
             client.close()
@@ -184,7 +187,14 @@ def read_object(url: str, storage_options: dict[str, Any]) -> bytes | bytearray:
     import fsspec  # and where the answer gave no length: fsspec reads such answers
 
     filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
-    return bytes(filesystem.cat_file(path))
+    try:
+        return bytes(filesystem.cat_file(path))
+    except Exception as error:  # aiohttp's answer errors are no OSError
+        if _missing(error):
+            raise FileNotFoundError(errno.ENOENT, "no such object", url) from error
+        if _denied(error):
+            raise PermissionError(errno.EACCES, f"access denied ({error})", url) from error
+        raise
 
 
 def _transient(error: BaseException) -> bool:

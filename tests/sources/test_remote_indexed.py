@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import fastio
+from tests.conftest import ResourceSnapshot
 from tests.servers import RangeServer, wait_for
 from tests.shards import key_of, write
 
@@ -200,3 +201,44 @@ def test_plain_http_needs_neither_fsspec_nor_aiohttp(served, tmp_path):
         assert [key_of("webdataset", {"__key__": key}) for key in got["keys"]] == expected, case
         assert got["loaded"] == [], case
     assert server.faults.heads[os.path.basename(written.urls[0])] >= 1  # the never-seen one asked
+
+
+@pytest.mark.parametrize("client", ["fastio", "aiohttp"])
+def test_a_dataset_index_that_may_not_be_read_is_passed_over_unless_named(
+    served, tmp_path, monkeypatch, client
+):
+    """A store that answers 403 for a key it lacks (S3 to a reader without
+    ListBucket) or may not show: the dataset index looked for by default is
+    taken for absent, and the shards are read without it; one named by
+    ``index=`` is an error naming it, and the open that failed leaves no
+    thread behind."""
+    written, server = served
+    if client == "aiohttp":
+        monkeypatch.setenv("FASTIO_HTTP_CLIENT", "aiohttp")
+    server.faults.forbidden.add("dataset.fastio-index.npz")
+    url = remote(written, server)
+    with fastio.Dataset(url, index_dir=tmp_path / "index", shuffle=False) as ds:
+        assert [key_of("webdataset", s) for s in ds] == [row["key"] for row in written.samples]
+    named = server.url("dataset.fastio-index.npz")
+    before = ResourceSnapshot()
+    with pytest.raises(PermissionError, match="access denied") as caught:
+        fastio.Dataset(url, index=named, index_dir=tmp_path / "named")
+    assert caught.value.filename == named
+    # The error (kept here, as a log of it would) holds the dataset that
+    # failed to open: what it had started is released all the same.
+    before.assert_released(sockets=False)  # the server's own are in this process
+
+
+def test_signed_urls_name_their_format_by_their_path(served, tmp_path):
+    """A query (a signed URL's) does not hide the shard's extension."""
+    written, server = served
+    (Path(written.urls[0]).parent / "dataset.fastio-index.npz").unlink()
+    signed = [server.url(os.path.basename(path)) + "?X-Amz-Signature=a%2Fb.json&X-Amz-Expires=60"
+              for path in written.urls]  # fmt: skip
+    for case in ("never seen", "indexed"):
+        with fastio.Dataset(signed, index_dir=tmp_path / "index", shuffle=False) as ds:
+            if case == "indexed":
+                ds.index()
+            assert ds.format == "webdataset"
+            got = [key_of("webdataset", s) for s in ds]
+        assert got == [row["key"] for row in written.samples], case
