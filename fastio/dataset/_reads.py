@@ -4,7 +4,6 @@ policy."""
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from itertools import groupby, islice
 from operator import attrgetter
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
     from fastio.plan._windows import Run, Window
     from fastio.reader._reader import Reader
 
-__all__ = ["SKIPPED", "Read", "ReadSamples", "SampleReads", "StreamCut", "located"]
+__all__ = ["SKIPPED", "Read", "ReadSamples", "SampleReads", "located"]
 
 
 class _Skipped:
@@ -158,7 +157,8 @@ class SampleReads:
             guarded = Guarded(self.reader().stream(map(self._shard, reads[k:stop])), cut=True)
             expected = k
             try:
-                for position, group in _uncut(groupby(guarded, key=attrgetter("shard"))):
+                for position, group in _uncut(groupby(guarded, key=attrgetter("shard")),
+                                              guarded):  # fmt: skip
                     index = k + position
                     while expected < index:  # reads that produced no bytes
                         yield reads[expected], _nothing(columnar)
@@ -277,22 +277,25 @@ class SampleReads:
         _cut_short(policy, error, guarded, position, want - taken.count)
 
 
-def _uncut(groups: Iterator[Any]) -> Iterator[Any]:
+def _uncut(groups: Iterator[Any], guarded: Guarded) -> Iterator[Any]:
     """``groups`` until a read's failure cuts one short where its decoder
     had stopped taking it (said after the groups, see Guarded)."""
-    with contextlib.suppress(StreamCut):
+    try:
         yield from groups
+    except OSError as error:
+        if error is not guarded.failure:
+            raise
 
 
 def _until_failure(items: Iterator[Any], layout: Layout, failed: list[Exception]
                    ) -> Iterator[Any]:  # fmt: skip
-    """``items`` up to the first that raises (a DecodeError or OSError, or
-    a read's failure, :class:`StreamCut`): that error, naming the sample
-    where the index knows it, goes to ``failed``, and the items end there."""
+    """``items`` up to the first that raises (a DecodeError or OSError, a
+    read's failure among them): that error, naming the sample where the
+    index knows it, goes to ``failed``, and the items end there."""
     while True:
         try:
             item = next(items, _END)
-        except (DecodeError, OSError, StreamCut) as failure:
+        except (DecodeError, OSError) as failure:
             failed.append(located(failure, layout))
             return
         if item is _END:
@@ -341,19 +344,14 @@ def located(error: Exception, layout: Layout) -> Exception:
                        sample)  # fmt: skip
 
 
-class StreamCut(Exception):
-    """Raised to the framing of a shard whose read failed midway: the end of
-    its bytes there is not the shard's end (a record cut there is not
-    damage, a line cut there is not the shard's last line)."""
-
-
 class Guarded:
     """A reader stream that ends, instead of raising, at a failed read, and
     says which of its shards failed: the decoder of the shard before never
     sees the next shard's error (the reader raises it right after the last
     chunk it delivered). With ``cut``, a shard whose read fails after some
-    of its bytes came ends in :class:`StreamCut` instead, for framing that
-    would otherwise take those bytes for the whole shard."""
+    of its bytes came ends in that failure instead (:attr:`failure`, raised
+    to its framing): the end of its bytes there is not the shard's end (a
+    record cut there is not damage, a line cut there is not its last line)."""
 
     def __init__(self, stream: Iterator[Any], cut: bool = False) -> None:
         self.stream = stream
@@ -376,7 +374,7 @@ class Guarded:
                 self.failed_at = last.shard + 1 if last.end_of_shard else last.shard
                 self.untouched = last.end_of_shard
                 if self.cut and not self.untouched:
-                    raise StreamCut from error
+                    raise
 
     def close(self) -> None:
         self.stream.close()  # type: ignore[attr-defined]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError
-from fastio.dataset._reads import Guarded, StreamCut
+from fastio.dataset._reads import Guarded
 from fastio.formats._compression import codec_for
 from fastio.formats._layout import batch_of
 from fastio.plan._windows import permutation, window_budget
@@ -238,8 +238,10 @@ class StreamPass:
                             shard.ends.append(end)
                             yield here, count, start, end, sample
                             count += 1
-                    except StreamCut:  # its read failed: said below, after the samples before
-                        break
+                    except OSError as error:
+                        if error is not guarded.failure:
+                            raise
+                        break  # its read failed: said below, after the samples before it
                     except DecodeError as error:
                         shard.damaged = True
                         again = self._failed(error, here, count)
