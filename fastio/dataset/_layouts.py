@@ -201,7 +201,7 @@ class ShardLayouts:
             return {}
         location = index if index is not None else dataset_index_location(keys)
         try:
-            found = DatasetIndex.fetch(location, storage_options)
+            found = DatasetIndex.fetch(location, storage_options, self.reader().settings)
         except PermissionError as error:
             if index is not None:
                 raise

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from fastio.reader._reader import Reader
+    from fastio.spec._reader import ReaderSettings
 
 __all__ = [
     "DATASET_INDEX",
@@ -622,13 +623,14 @@ class DatasetIndex:
         _write_atomically(Path(local_path(location)), data)
 
     @classmethod
-    def fetch(cls, location: str, storage_options: dict[str, Any] | None = None
-              ) -> DatasetIndex | None:  # fmt: skip
-        """The dataset index at ``location``, read with one request; None where
-        there is none. Raises :class:`fastio.IndexFileError` for a damaged one."""
+    def fetch(cls, location: str, storage_options: dict[str, Any] | None = None,
+              settings: ReaderSettings | None = None) -> DatasetIndex | None:  # fmt: skip
+        """The dataset index at ``location``, read with one request (retried
+        as ``settings`` say); None where there is none. Raises
+        :class:`fastio.IndexFileError` for a damaged one."""
         try:
             if is_remote(location):
-                data = read_object(location, storage_options or {})
+                data = read_object(location, storage_options or {}, settings)
             else:
                 data = Path(local_path(location)).read_bytes()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):

@@ -162,11 +162,22 @@ class RemoteFile:
         return self.size, version_number(self.version)
 
 
-def read_object(url: str, storage_options: dict[str, Any]) -> bytes | bytearray:
-    """The whole object at ``url``, in one request: plain HTTP through fastio's
-    client (fsspec is not imported), anything else through fsspec. Raises
-    FileNotFoundError where there is none, PermissionError where it may not
-    be read (an HTTP 401 or 403)."""
+def read_object(url: str, storage_options: dict[str, Any],
+                settings: ReaderSettings | None = None) -> bytes | bytearray:  # fmt: skip
+    """The whole object at ``url``, in one request (retried as ``settings``
+    say: every rank of a large job asks for it at once, and a store may
+    answer some of them 503): plain HTTP through fastio's client (fsspec is
+    not imported), anything else through fsspec. Raises FileNotFoundError
+    where there is none, PermissionError where it may not be read (an HTTP
+    401 or 403)."""
+    if settings is None:
+        from fastio.spec._reader import ReaderSettings
+
+        settings = ReaderSettings()
+    return retried(lambda: _read_object(url, storage_options), settings)
+
+
+def _read_object(url: str, storage_options: dict[str, Any]) -> bytes | bytearray:
     from fastio.sources._http import RangeClient, plain_headers
 
     headers = plain_headers(storage_options) if url.startswith("http://") else None
@@ -732,54 +743,7 @@ class Remotes:
 
     def _retried(self, call: Callable[[], _T],
                  retry: Callable[[BaseException], bool] = _transient) -> _T:  # fmt: skip
-        """``call()``, retried as the settings say while it fails as ``retry``
-        accepts; the last failure is raised. The first attempt needs no
-        tenacity: nearly every request succeeds at once, and importing it
-        (5 ms alone, 15-17 ms while a dataset's other threads start) held
-        up a never-seen dataset's first requests."""
-        started = time.monotonic()
-        try:
-            return call()
-        except Exception as error:
-            replay = _Replay(error)
-        policy = self._policy_after(replay, retry, started)
-        from tenacity import Retrying
-
-        for retried in Retrying(**policy):
-            with retried:
-                replay.first()
-                return call()
-        raise AssertionError("unreachable: Retrying returns or raises")
-
-    def _policy_after(self, replay: _Replay, retry: Callable[[BaseException], bool],
-                      started: float) -> dict[str, Any]:  # fmt: skip
-        """Retries (tenacity's keywords) of a request whose first attempt,
-        begun at ``started``, failed as ``replay`` holds; raises that failure
-        where it is not to be retried. The retries replay it as their first
-        attempt, so that tenacity counts and spaces the attempts as though it
-        had made it. tenacity is imported here, under the lock a fork waits
-        for."""
-        error = replay.error
-        assert error is not None
-        if not retry(error) or not self.settings.retries:
-            raise error
-        ready_request_imports()
-        from tenacity import (
-            retry_if_exception,
-            stop_after_attempt,
-            stop_after_delay,
-            wait_random_exponential,
-        )
-
-        settings = self.settings
-        spent = time.monotonic() - started
-        return {
-            "stop": stop_after_attempt(settings.retries + 1) | stop_after_delay(
-                max(0.0, settings.retry_seconds - spent)),
-            "wait": wait_random_exponential(multiplier=0.05, max=2.0),
-            "retry": retry_if_exception(retry),
-            "reraise": True,
-        }  # fmt: skip
+        return retried(call, self.settings, retry)
 
     async def _read_async(
         self, fs: Any, path: str, url: str, offset: int, length: int,
@@ -806,7 +770,7 @@ class Remotes:
             except Exception as error:
                 replay = _Replay(error)
             if replay is not None:
-                policy = self._policy_after(replay, _transient, started)
+                policy = _policy_after(replay, _transient, started, self.settings)
                 from tenacity import AsyncRetrying
 
                 async for retried in AsyncRetrying(**policy):
@@ -1023,6 +987,57 @@ def _stat_error(error: OSError, url: str) -> OSError:
 
 
 _T = TypeVar("_T")
+
+
+def retried(call: Callable[[], _T], settings: ReaderSettings,
+            retry: Callable[[BaseException], bool] = _transient) -> _T:  # fmt: skip
+    """``call()``, retried as ``settings`` say while it fails as ``retry``
+    accepts; the last failure is raised. The first attempt needs no
+    tenacity: nearly every request succeeds at once, and importing it (5 ms
+    alone, 15-17 ms while a dataset's other threads start) held up a
+    never-seen dataset's first requests."""
+    started = time.monotonic()
+    try:
+        return call()
+    except Exception as error:
+        replay = _Replay(error)
+    policy = _policy_after(replay, retry, started, settings)
+    from tenacity import Retrying
+
+    for attempt in Retrying(**policy):
+        with attempt:
+            replay.first()
+            return call()
+    raise AssertionError("unreachable: Retrying returns or raises")
+
+
+def _policy_after(replay: _Replay, retry: Callable[[BaseException], bool], started: float,
+                  settings: ReaderSettings) -> dict[str, Any]:  # fmt: skip
+    """Retries (tenacity's keywords) of a request whose first attempt, begun
+    at ``started``, failed as ``replay`` holds; raises that failure where it
+    is not to be retried. The retries replay it as their first attempt, so
+    that tenacity counts and spaces the attempts as though it had made it.
+    tenacity is imported here, under the lock a fork waits for."""
+    error = replay.error
+    assert error is not None
+    if not retry(error) or not settings.retries:
+        raise error
+    ready_request_imports()
+    from tenacity import (
+        retry_if_exception,
+        stop_after_attempt,
+        stop_after_delay,
+        wait_random_exponential,
+    )
+
+    spent = time.monotonic() - started
+    return {
+        "stop": stop_after_attempt(settings.retries + 1) | stop_after_delay(
+            max(0.0, settings.retry_seconds - spent)),
+        "wait": wait_random_exponential(multiplier=0.05, max=2.0),
+        "retry": retry_if_exception(retry),
+        "reraise": True,
+    }  # fmt: skip
 
 
 class _Replay:

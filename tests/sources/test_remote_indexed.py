@@ -242,3 +242,20 @@ def test_signed_urls_name_their_format_by_their_path(served, tmp_path):
             assert ds.format == "webdataset"
             got = [key_of("webdataset", s) for s in ds]
         assert got == [row["key"] for row in written.samples], case
+
+
+def test_a_dataset_index_answered_503_is_asked_again(served, tmp_path):
+    """Every rank of a job asks for the dataset index at once, and a store
+    may answer some of them 503 (S3's SlowDown): it is asked again, as reads
+    are, and the dataset opens with it."""
+    written, server = served
+    server.faults.errors_5xx = 2
+    with fastio.Dataset(remote(written, server), index_dir=tmp_path / "index", shuffle=False,
+                        retries=3) as ds:  # fmt: skip
+        assert server.faults.errors_5xx == 0
+        assert server.faults.gets["dataset.fastio-index.npz"] == 3
+        assert len(ds) == len(written.samples)  # counted by the index: no shard scanned
+        assert [key_of("webdataset", s) for s in ds] == [row["key"] for row in written.samples]
+    server.faults.errors_5xx = 1
+    with pytest.raises(OSError, match="503"):
+        fastio.Dataset(remote(written, server), index_dir=tmp_path / "again", retries=0)
