@@ -323,8 +323,8 @@ class RangeClient:
             connection.reused = True
         with self._lock:
             self._active.add(connection)
-            closed = self._closed
-        if closed:  # close() ran meanwhile and did not see this one
+        if self.closed:  # close() ran meanwhile and did not see this one
+            self._drop(connection)
             raise ConnectionAbortedError(errno.ECONNABORTED, "the reader is closed")
         return connection
 
@@ -407,6 +407,10 @@ class RangeClient:
             self._drop(connection)
         else:
             self._release(connection)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         """End every connection; requests in flight fail with a connection error."""

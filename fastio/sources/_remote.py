@@ -382,7 +382,8 @@ class Remotes:
         http = self._http
         assert http is not None
         try:
-            return self._retried(lambda: http.head(url, self.settings.request_timeout))
+            return self._retried(lambda: http.head(url, self.settings.request_timeout),
+                                 lambda e: _transient(e) and not http.closed)  # fmt: skip
         except HTTPStatusError as error:
             if _missing(error):
                 raise _stat_error(error, url) from None
@@ -716,7 +717,8 @@ class Remotes:
             return http.get_into(url, offset, length, into, timeout, cancelled, identity)
 
         try:
-            count = self._retried(attempt, lambda e: _transient(e) and not cancelled.is_set())
+            count = self._retried(attempt, lambda e: _transient(e) and not cancelled.is_set()
+                                  and not http.closed)  # fmt: skip
             return count, None
         except Exception as error:
             return 0, _final(error, url, offset, length, attempts)
