@@ -60,6 +60,9 @@ class RangeServer:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
         self.port = 0
+        # Every connection's transport: closed at stop, as a client that keeps
+        # its idle connections (fsspec's cached sessions) may outlive the server.
+        self._transports: set[asyncio.BaseTransport] = set()
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/{name}"
@@ -87,17 +90,23 @@ class RangeServer:
         self._loop.close()
 
     async def _cancel_handlers(self) -> None:
-        """Handlers still sleeping (stalls) end with the server, not at exit."""
+        """Handlers still sleeping (stalls) end with the server, not at exit;
+        so do the connections clients keep open."""
         current = asyncio.current_task()
         pending = [t for t in asyncio.all_tasks() if t is not current]
         for task in pending:
             task.cancel()
+        for transport in self._transports:
+            transport.close()
+        await asyncio.sleep(0.01)  # their closing callbacks run
         await asyncio.gather(*pending, return_exceptions=True)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         path = self.root / name
         faults = self.faults
+        if request.transport is not None:
+            self._transports.add(request.transport)
         if faults.latency:
             await asyncio.sleep(faults.latency)
         if name in faults.forbidden:
