@@ -174,7 +174,15 @@ def read_object(url: str, storage_options: dict[str, Any],
         from fastio.spec._reader import ReaderSettings
 
         settings = ReaderSettings()
-    return retried(lambda: _read_object(url, storage_options), settings)
+    try:
+        return retried(lambda: _read_object(url, storage_options), settings)
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        # A connection's failure names no object: the error says which.
+        reason = error.strerror or str(error)
+        raise type(error)(error.errno or errno.EIO, f"{reason} (reading the whole object)",
+                          url) from error  # fmt: skip
 
 
 def _read_object(url: str, storage_options: dict[str, Any]) -> bytes | bytearray:

@@ -259,3 +259,14 @@ def test_a_dataset_index_answered_503_is_asked_again(served, tmp_path):
     server.faults.errors_5xx = 1
     with pytest.raises(OSError, match="503"):
         fastio.Dataset(remote(written, server), index_dir=tmp_path / "again", retries=0)
+
+
+def test_a_server_that_cannot_be_reached_is_named(tmp_path):
+    """The open's first request (for the dataset index) fails to connect:
+    the error names what it asked for, not only the socket's errno."""
+    server = RangeServer(tmp_path).start()
+    url = server.url("train-{0..3}.tar")
+    server.stop()  # nothing listens there now
+    with pytest.raises(ConnectionRefusedError) as caught:
+        fastio.Dataset(url, index_dir=tmp_path / "index", retries=0)
+    assert caught.value.filename == server.url("dataset.fastio-index.npz")
