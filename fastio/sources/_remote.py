@@ -783,8 +783,8 @@ class Remotes:
                 policy = _policy_after(replay, _transient, started, self.settings)
                 from tenacity import AsyncRetrying
 
-                async for retried in AsyncRetrying(**policy):
-                    with retried:
+                async for again in AsyncRetrying(**policy):
+                    with again:
                         replay.first()
                         result = await attempt()
             if into is not None:
