@@ -50,6 +50,13 @@ class Faults:
         return False
 
 
+def _current(path: Path) -> tuple[bytes, str]:
+    """A file's bytes and the ETag it is served with (of its size and mtime)."""
+    data = path.read_bytes()
+    stat = path.stat()
+    return data, '"' + hashlib.md5(f"{stat.st_size}-{stat.st_mtime_ns}".encode()).hexdigest() + '"'
+
+
 class RangeServer:
     """Serves the files under `root` over HTTP on 127.0.0.1 with Range, HEAD and ETag."""
 
@@ -113,9 +120,7 @@ class RangeServer:
             raise web.HTTPForbidden()
         if name in faults.missing or not path.is_file():
             raise web.HTTPNotFound()
-        data = path.read_bytes()
-        stat = path.stat()
-        etag = '"' + hashlib.md5(f"{stat.st_size}-{stat.st_mtime_ns}".encode()).hexdigest() + '"'
+        data, etag = _current(path)
         headers = {"ETag": etag, "Accept-Ranges": "bytes"}
         if request.method == "HEAD":
             faults.heads[name] += 1
@@ -138,8 +143,10 @@ class RangeServer:
             end = int(end_text) + 1 if end_text else len(data)
             if start >= len(data):
                 raise web.HTTPRequestRangeNotSatisfiable()
-            while faults.hold is not None and faults.hold(name, start):
-                await asyncio.sleep(0.005)
+            if faults.hold is not None:
+                while (hold := faults.hold) is not None and hold(name, start):
+                    await asyncio.sleep(0.005)
+                data, headers["ETag"] = _current(path)  # as it is now: replaced while held?
             if faults.failing is not None and faults.failing(name, start):
                 raise web.HTTPServiceUnavailable()
             body = data[start:end]

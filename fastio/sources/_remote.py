@@ -246,6 +246,9 @@ class Remotes:
         self.cache = cache
         self._filesystems: dict[str, Any] = {}
         self._info: dict[str, RemoteFile] = {}
+        # Size and ETag of the first answer to a read of each object: later
+        # answers must name the same (see _confirmed_by).
+        self._answered: dict[str, tuple[int, str]] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._prefetcher: Prefetcher | None = None
@@ -545,6 +548,7 @@ class Remotes:
     def forget(self, url: str) -> None:
         """Drop what is known of ``url`` (after an error: it may have changed)."""
         self._info.pop(url, None)
+        self._answered.pop(url, None)
         asked = self._asked.pop(url, None)
         if asked is not None:
             asked.cancel()  # an answer on its way is not kept
@@ -579,7 +583,18 @@ class Remotes:
         """Records ``url`` as confirmed where an answer's headers say the size
         and ETag ``expected``. Otherwise it is asked about after the read (see
         :meth:`read_into`), as where they say nothing: a server may tag the
-        answer to a range otherwise than the object."""
+        answer to a range otherwise than the object. Raises
+        :class:`~fastio.ShardChangedError` where the answer names another
+        size or (strong) ETag than the first answer to a read of ``url`` did:
+        the object was replaced while it was being read, and its bytes would
+        mix two objects (compared with answers alone, as a server tags its
+        answers to ranges alike)."""
+        if size is not None:
+            strong = "" if etag.startswith("W/") else etag  # a weak one may vary by answer
+            seen = self._answered.setdefault(url, (size, strong))
+            if size != seen[0] or (strong and seen[1] and strong != seen[1]):
+                raise ShardChangedError(url, f"{url} changed while it was read (another size "
+                                             "or ETag from one answer to the next)")  # fmt: skip
         expected = self.expected.get(url)
         if expected is None or url in self._info or size is None or not etag:
             return
@@ -1069,9 +1084,11 @@ def _final(error: BaseException, url: str, offset: int, length: int, attempts: i
         return FileNotFoundError(errno.ENOENT, f"no such object ({where})", url)
     if _denied(error):
         return PermissionError(errno.EACCES, f"access denied ({where})", url)
-    if isinstance(error, RangeIgnoredError):
+    if isinstance(error, (RangeIgnoredError, ShardChangedError)):
         return error
     tried = f"; gave up after {attempts} attempts" if attempts > 1 else ""
-    kind = "timed out" if isinstance(error, (asyncio.TimeoutError, TimeoutError)) else str(error)
+    kind = ("timed out" if isinstance(error, (asyncio.TimeoutError, TimeoutError))
+            else error.strerror if isinstance(error, OSError) and error.strerror
+            else str(error))  # fmt: skip
     code = error.errno if isinstance(error, OSError) and error.errno else errno.EIO
     return OSError(code, f"{kind or type(error).__name__} ({where}{tried})", url)

@@ -9,6 +9,8 @@ import os
 import random
 import sqlite3
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -192,6 +194,66 @@ def test_a_shard_cut_by_a_failed_read(http, folder, tmp_path, format_name, index
     assert 0 <= before < len(shards[0])
     assert got == shards[0][:before] + shards[1] + shards[2]
     assert 0 < served < os.path.getsize(written.urls[0])  # it was cut
+    stats = skipping.stats()
+    lost = len(shards[0]) - before
+    assert (stats["skipped"], stats["shards_skipped"]) == ((lost, 0) if indexed else (0, 1))
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["never seen", "indexed"])
+def test_an_object_replaced_while_it_is_read(http, folder, tmp_path, indexed) -> None:
+    """The object is replaced between two requests of one read of it (the
+    server's answers name another ETag from then on): its bytes would mix
+    two objects. Under raise: ShardChangedError naming it, after the
+    samples before. Under skip: the rest of it is left out and counted."""
+    written = write("webdataset", folder / f"replaced-{indexed}", shards=2, per_shard=40,
+                    index=False)  # fmt: skip
+    shards = [[without_url(s) for s in fastio.Dataset(url, shuffle=False, index_dir=tmp_path / "l")]
+              for url in written.urls]  # fmt: skip
+    name = f"replaced-{indexed}/{os.path.basename(written.urls[0])}"
+
+    def dataset(on_error: str) -> fastio.Dataset:
+        made = fastio.Dataset(remote_pattern(written, http.url(f"replaced-{indexed}/")),
+                              shuffle=False, index_dir=tmp_path / on_error, read_size=4096,
+                              retries=1, on_error=on_error)  # fmt: skip
+        return made.index() if indexed else made
+
+    def replaced_past(at: int) -> Callable[[str, int], bool]:
+        http.faults.asked.clear()
+
+        def hold(asked: str, offset: int) -> bool:
+            """Replaces the object (same bytes, a new mtime: a new ETag) as
+            the first request past ``at`` comes, once the request of its
+            first bytes was answered (until then that request waits)."""
+            if asked == name and offset > at and not done:
+                if (name, 0) not in {(a, o) for a, o, _ in http.faults.asked}:
+                    return True
+                new = Path(written.urls[0]).with_suffix(".new")
+                new.write_bytes(Path(written.urls[0]).read_bytes())
+                os.utime(new, ns=(time.time_ns(), time.time_ns() + 10**9))
+                os.replace(new, written.urls[0])
+                done.append(offset)
+            return False
+
+        done: list[int] = []
+        return hold
+
+    raising = dataset("raise")
+    http.faults.hold = replaced_past(8192)
+    got: list[object] = []
+    # Indexed, a read may also find it changed against its index first.
+    changed = r"changed (while it was read|since it was indexed)"
+    with pytest.raises(fastio.ShardChangedError, match=changed) as caught:
+        got.extend(without_url(s) for s in raising)
+    assert caught.value.filename.endswith(name)
+    assert got == shards[0][: len(got)]
+    http.faults.hold = None
+    skipping = dataset("skip")  # (indexed: the object as it is now)
+    http.faults.hold = replaced_past(8192)
+    got = [without_url(s) for s in skipping]
+    http.faults.hold = None
+    before = len(got) - len(shards[1])
+    assert 0 <= before < len(shards[0])
+    assert got == shards[0][:before] + shards[1]
     stats = skipping.stats()
     lost = len(shards[0]) - before
     assert (stats["skipped"], stats["shards_skipped"]) == ((lost, 0) if indexed else (0, 1))
