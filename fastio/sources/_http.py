@@ -41,7 +41,7 @@ from fastio._errors import HTTPStatusError, RangeIgnoredError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["RangeClient", "plain_headers", "range_ignored", "usable"]
+__all__ = ["RangeClient", "answer_size", "plain_headers", "range_ignored", "usable"]
 
 _T = TypeVar("_T")
 
@@ -212,7 +212,7 @@ class RangeClient:
             if status == 206:
                 _check_content_range(headers.get("content-range", ""), url, offset)
             if identity is not None:
-                identity(_size(headers), headers.get("etag", ""))
+                identity(answer_size(headers), headers.get("etag", ""))
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 raise HTTPStatusError(status, "a chunked answer to a range request (unsupported)",
                                       url)  # fmt: skip
@@ -235,7 +235,7 @@ class RangeClient:
             if not 200 <= answer.status < 300:
                 raise HTTPStatusError(answer.status, answer.reason, url)
             self._done(connection, answer, until_close=False)  # an answer to HEAD has no body
-            return _size(answer.headers), answer.headers.get("etag", "")
+            return answer_size(answer.headers), answer.headers.get("etag", "")
 
         return self._ask(url, "HEAD", None, timeout, answered)
 
@@ -248,7 +248,7 @@ class RangeClient:
             headers = answer.headers
             if answer.status != 200:
                 raise HTTPStatusError(answer.status, answer.reason, url)
-            length = _size(headers) if "transfer-encoding" not in headers else None
+            length = answer_size(headers) if "transfer-encoding" not in headers else None
             if length is None:
                 self._drop(connection)  # its body is not read
                 return None
@@ -514,7 +514,7 @@ def _discard(connection: _Connection, answer: _Answer, deadline: float) -> None:
         left -= count
 
 
-def _size(headers: dict[str, str]) -> int | None:
+def answer_size(headers: Mapping[str, str]) -> int | None:
     """The object's size as an answer announces it: a range's Content-Range
     total, else its length; None where it does not, or where it is the
     length of an encoding."""

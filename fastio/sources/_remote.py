@@ -39,7 +39,7 @@ from fastio._errors import (
     ShardChangedError,
 )
 from fastio._native import prefault
-from fastio.sources._http import range_ignored
+from fastio.sources._http import answer_size, range_ignored
 from fastio.sources._imports import ready_request_imports
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
@@ -783,8 +783,10 @@ class Remotes:
             nonlocal attempts
             attempts += 1
             if into is not None:
-                return await asyncio.wait_for(_http_read_into(fs, path, url, offset, length, into),
-                                              self.settings.request_timeout)  # fmt: skip
+                confirm = functools.partial(self._confirmed_by, url)
+                return await asyncio.wait_for(
+                    _http_read_into(fs, path, url, offset, length, into, confirm),
+                    self.settings.request_timeout)  # fmt: skip
             return await asyncio.wait_for(fs._cat_file(path, start=offset, end=offset + length),
                                           self.settings.request_timeout)  # fmt: skip
 
@@ -942,13 +944,16 @@ def _is_http(fs: Any) -> bool:
 
 
 async def _http_read_into(
-    fs: Any, path: str, url: str, offset: int, length: int, into: memoryview
-) -> int:
+    fs: Any, path: str, url: str, offset: int, length: int, into: memoryview,
+    identity: Callable[[int | None, str], None],
+) -> int:  # fmt: skip
     """One ranged GET through ``fs``'s aiohttp session (with its headers and
     request options, as ``fs._cat_file`` sends them), the body copied chunk by
     chunk into ``into`` as the socket delivers it. The session's read buffer
     grows to the request (aiohttp's 64 KiB default pauses and resumes the
-    socket several times per MiB). Returns the bytes written."""
+    socket several times per MiB). ``identity`` is called with the object's
+    size and ETag as the answer gives them, before its body. Returns the
+    bytes written."""
     options = fs.kwargs.copy()
     headers = dict(options.pop("headers", None) or {})
     headers["Range"] = f"bytes={offset}-{offset + length - 1}"
@@ -956,6 +961,7 @@ async def _http_read_into(
     session = await fs.set_session()
     async with session.get(fs.encode_url(path), headers=headers, **options) as response:
         fs._raise_not_found_for_status(response, url)
+        identity(answer_size(response.headers), response.headers.get("etag", ""))
         announced = response.content_length
         if announced is not None and announced > length:
             raise range_ignored(url, offset, length, announced)

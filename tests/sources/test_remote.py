@@ -199,20 +199,25 @@ def test_a_shard_cut_by_a_failed_read(http, folder, tmp_path, format_name, index
     assert (stats["skipped"], stats["shards_skipped"]) == ((lost, 0) if indexed else (0, 1))
 
 
+@pytest.mark.parametrize("client", ["fastio", "aiohttp"])
 @pytest.mark.parametrize("indexed", [False, True], ids=["never seen", "indexed"])
-def test_an_object_replaced_while_it_is_read(http, folder, tmp_path, indexed) -> None:
+def test_an_object_replaced_while_it_is_read(http, folder, tmp_path, monkeypatch, indexed,
+                                             client) -> None:  # fmt: skip
     """The object is replaced between two requests of one read of it (the
     server's answers name another ETag from then on): its bytes would mix
     two objects. Under raise: ShardChangedError naming it, after the
-    samples before. Under skip: the rest of it is left out and counted."""
-    written = write("webdataset", folder / f"replaced-{indexed}", shards=2, per_shard=40,
-                    index=False)  # fmt: skip
+    samples before. Under skip: the rest of it is left out and counted.
+    Through fastio's HTTP client and through fsspec's aiohttp alike."""
+    if client == "aiohttp":
+        monkeypatch.setenv("FASTIO_HTTP_CLIENT", "aiohttp")
+    written = write("webdataset", folder / f"replaced-{indexed}-{client}", shards=2,
+                    per_shard=40, index=False)  # fmt: skip
     shards = [[without_url(s) for s in fastio.Dataset(url, shuffle=False, index_dir=tmp_path / "l")]
               for url in written.urls]  # fmt: skip
-    name = f"replaced-{indexed}/{os.path.basename(written.urls[0])}"
+    name = f"replaced-{indexed}-{client}/{os.path.basename(written.urls[0])}"
 
     def dataset(on_error: str) -> fastio.Dataset:
-        made = fastio.Dataset(remote_pattern(written, http.url(f"replaced-{indexed}/")),
+        made = fastio.Dataset(remote_pattern(written, http.url(f"replaced-{indexed}-{client}/")),
                               shuffle=False, index_dir=tmp_path / on_error, read_size=4096,
                               retries=1, on_error=on_error)  # fmt: skip
         return made.index() if indexed else made
