@@ -211,10 +211,7 @@ class Dataset(_Base):
         try:
             self._open(spec, tiering)
         except BaseException:
-            for name in ("_tuning", "_reader", "cache", "fairness", "_ledger"):  # as close()
-                made = self.__dict__.get(name)
-                if made is not None:
-                    made.close()
+            self.close()
             raise
 
     def _open(self, spec: DatasetSpec, tiering: Tiering | None) -> None:
@@ -370,14 +367,13 @@ class Dataset(_Base):
     def close(self) -> None:
         """Release the reader (its descriptors, buffers and loop thread) and the
         shard cache's connection; using the dataset again makes them anew."""
-        if self._tuning is not None:  # its summary stays readable
-            self._tuning.close()
-        if self._reader is not None:
-            self._reader.close()
-        if self.cache is not None:  # its index connection and pins; reopened on use
-            self.cache.close()
-        self.fairness.close()
-        self._ledger.close()
+        # The tuning's summary stays readable; the cache (its index connection
+        # and pins) is reopened on use. What an open that failed did not make
+        # yet is not there.
+        for name in ("_tuning", "_reader", "cache", "fairness", "_ledger"):
+            made = self.__dict__.get(name)
+            if made is not None:
+                made.close()
 
     def __enter__(self) -> Dataset:
         return self

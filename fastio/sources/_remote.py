@@ -44,7 +44,7 @@ from fastio.sources._imports import ready_request_imports
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from fastio.cache._cache import ShardCache
     from fastio.cache._files import Download
@@ -176,8 +176,12 @@ def read_object(url: str, storage_options: dict[str, Any],
         settings = ReaderSettings()
     try:
         return retried(lambda: _read_object(url, storage_options), settings)
-    except OSError as error:
-        if error.filename is not None:
+    except Exception as error:  # aiohttp's answer errors are no OSError
+        if _missing(error):
+            raise FileNotFoundError(errno.ENOENT, "no such object", url) from error
+        if _denied(error):
+            raise PermissionError(errno.EACCES, f"access denied ({error})", url) from error
+        if not isinstance(error, OSError) or error.filename is not None:
             raise
         # A connection's failure names no object: the error says which.
         reason = error.strerror or str(error)
@@ -193,12 +197,6 @@ def _read_object(url: str, storage_options: dict[str, Any]) -> bytes | bytearray
         client = RangeClient(headers)
         try:
             data = client.get(url, _WHOLE_OBJECT_SECONDS)
-        except OSError as error:
-            if _missing(error):
-                raise FileNotFoundError(errno.ENOENT, "no such object", url) from None
-            if _denied(error):
-                raise PermissionError(errno.EACCES, f"access denied ({error})", url) from None
-            raise
         finally:
             client.close()
         if data is not None:
@@ -206,14 +204,7 @@ def _read_object(url: str, storage_options: dict[str, Any]) -> bytes | bytearray
     import fsspec  # and where the answer gave no length: fsspec reads such answers
 
     filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
-    try:
-        return bytes(filesystem.cat_file(path))
-    except Exception as error:  # aiohttp's answer errors are no OSError
-        if _missing(error):
-            raise FileNotFoundError(errno.ENOENT, "no such object", url) from error
-        if _denied(error):
-            raise PermissionError(errno.EACCES, f"access denied ({error})", url) from error
-        raise
+    return bytes(filesystem.cat_file(path))
 
 
 def _transient(error: BaseException) -> bool:
@@ -393,8 +384,8 @@ class Remotes:
         http = self._http
         assert http is not None
         try:
-            return self._retried(lambda: http.head(url, self.settings.request_timeout),
-                                 lambda e: _transient(e) and not http.closed)  # fmt: skip
+            return retried(lambda: http.head(url, self.settings.request_timeout), self.settings,
+                           lambda e: _transient(e) and not http.closed)  # fmt: skip
         except HTTPStatusError as error:
             if _missing(error):
                 raise _stat_error(error, url) from None
@@ -740,8 +731,8 @@ class Remotes:
             return http.get_into(url, offset, length, into, timeout, cancelled, identity)
 
         try:
-            count = self._retried(attempt, lambda e: _transient(e) and not cancelled.is_set()
-                                  and not http.closed)  # fmt: skip
+            count = retried(attempt, self.settings, lambda e: _transient(e)
+                            and not cancelled.is_set() and not http.closed)  # fmt: skip
             return count, None
         except Exception as error:
             return 0, _final(error, url, offset, length, attempts)
@@ -766,10 +757,6 @@ class Remotes:
         return await loop.run_in_executor(self._pool, self._read_sync, fs, path, url, offset,
                                           length)  # fmt: skip
 
-    def _retried(self, call: Callable[[], _T],
-                 retry: Callable[[BaseException], bool] = _transient) -> _T:  # fmt: skip
-        return retried(call, self.settings, retry)
-
     async def _read_async(
         self, fs: Any, path: str, url: str, offset: int, length: int,
         into: memoryview | None = None,
@@ -791,19 +778,7 @@ class Remotes:
                                           self.settings.request_timeout)  # fmt: skip
 
         try:
-            started, replay = time.monotonic(), None
-            try:
-                result = await attempt()
-            except Exception as error:
-                replay = _Replay(error)
-            if replay is not None:
-                policy = _policy_after(replay, _transient, started, self.settings)
-                from tenacity import AsyncRetrying
-
-                async for again in AsyncRetrying(**policy):
-                    with again:
-                        replay.first()
-                        result = await attempt()
+            result = await retried_async(attempt, self.settings)
             if into is not None:
                 return result, None
             return _checked(result, url, offset, length), None
@@ -820,7 +795,7 @@ class Remotes:
             return data
 
         try:
-            data = self._retried(attempt)
+            data = retried(attempt, self.settings)
         except Exception as error:
             raise _final(error, url, offset, length, attempts) from None
         return _checked(data, url, offset, length)
@@ -1040,6 +1015,24 @@ def retried(call: Callable[[], _T], settings: ReaderSettings,
             replay.first()
             return call()
     raise AssertionError("unreachable: Retrying returns or raises")
+
+
+async def retried_async(call: Callable[[], Awaitable[_T]], settings: ReaderSettings,
+                        retry: Callable[[BaseException], bool] = _transient) -> _T:  # fmt: skip
+    """:func:`retried` of a coroutine function, on the caller's loop."""
+    started = time.monotonic()
+    try:
+        return await call()
+    except Exception as error:
+        replay = _Replay(error)
+    policy = _policy_after(replay, retry, started, settings)
+    from tenacity import AsyncRetrying
+
+    async for attempt in AsyncRetrying(**policy):
+        with attempt:
+            replay.first()
+            return await call()
+    raise AssertionError("unreachable: AsyncRetrying returns or raises")
 
 
 def _policy_after(replay: _Replay, retry: Callable[[BaseException], bool], started: float,
