@@ -27,6 +27,7 @@ from fastio.reader._requests import LOCAL_FIRST_BYTES
 from fastio.reader._sync import Handoff, LoopThread
 from tests.conftest import ResourceSnapshot
 from tests.pagecache import drop_pages, resident
+from tests.servers import RangeServer
 
 _CACHE_ATTEMPTS = 5
 
@@ -793,6 +794,29 @@ def test_buffers_are_huge_pages_for_direct_reads_only(tmp_path: Path, direct: bo
     assert advised
     # The pool's first region is ordinary pages either way (see BufferPool.take).
     assert any(advised) if direct else not any(advised)
+
+
+def test_remote_reads_receive_into_ordinary_pages(tmp_path: Path) -> None:
+    """Remote reads get ordinary pages too: faulting in huge ones, as the
+    data arrives, cost more than the receives gained from them."""
+    import numpy as np
+
+    (tmp_path / "data").write_bytes(data := random.Random(6).randbytes(24 << 20))
+    server = RangeServer(tmp_path).start()
+    advised = []
+    try:
+        with Reader(read_size=1 << 20, outstanding_requests=8) as reader:
+            got = bytearray()
+            for chunk in reader.stream([server.url("data")]):
+                got += chunk.data
+                if isinstance(chunk.data.obj, bytearray):
+                    continue  # not a pool buffer
+                advised.append(_advised_huge(np.frombuffer(chunk.data, np.uint8).ctypes.data))
+    finally:
+        server.stop()
+    assert bytes(got) == data
+    assert len(advised) > 2  # beyond the pool's first region, which is ordinary pages anyway
+    assert not any(advised)
 
 
 def test_a_failure_to_map_buffers_reaches_the_consumer(tmp_path: Path, monkeypatch) -> None:
