@@ -239,10 +239,15 @@ class RangeClient:
 
         return self._ask(url, "HEAD", None, timeout, answered)
 
-    def get(self, url: str, timeout: float) -> bytearray | None:
+    def get(self, url: str, timeout: float, first_byte: float | None = None
+            ) -> bytearray | None:  # fmt: skip
         """The whole of ``url`` in one request; None where the answer does not
         announce its length (chunked, or until the connection closes) or
-        comes encoded. Raises as :meth:`get_into` does."""
+        comes encoded. Raises as :meth:`get_into` does; TimeoutError too
+        where the connection or the answer's first byte takes longer than
+        ``first_byte`` seconds (``timeout`` bounds the whole request, which a
+        large object needs: a server that never answers is not waited for
+        that long)."""
 
         def whole(connection: _Connection, answer: _Answer, url: str) -> bytearray | None:
             headers = answer.headers
@@ -256,15 +261,20 @@ class RangeClient:
             self._body(connection, answer, url, memoryview(into), length, None, until_close=False)
             return into
 
-        return self._ask(url, "GET", None, timeout, whole)
+        return self._ask(url, "GET", None, timeout, whole, first_byte)
 
     def _ask(self, url: str, method: str, byte_range: tuple[int, int] | None, timeout: float,
-             answer: Callable[[_Connection, _Answer, str], _T]) -> _T:  # fmt: skip
+             answer: Callable[[_Connection, _Answer, str], _T], first_byte: float | None = None,
+             ) -> _T:  # fmt: skip
         """One request, following redirects; ``answer`` reads the answer (its
-        body too) and gives the connection back."""
+        body too) and gives the connection back. The connection and the
+        answer's head come within ``first_byte`` seconds (None: ``timeout``)."""
         deadline = time.monotonic() + timeout
         for _ in range(_REDIRECTS + 1):
-            result = self._attempt(url, method, byte_range, deadline, answer)
+            head_by = (
+                deadline if first_byte is None else min(deadline, time.monotonic() + first_byte)
+            )
+            result = self._attempt(url, method, byte_range, deadline, answer, head_by)
             if not isinstance(result, _Moved):
                 return result
             url = result.location
@@ -272,8 +282,10 @@ class RangeClient:
 
     def _attempt(self, url: str, method: str, byte_range: tuple[int, int] | None,
                  deadline: float, answer: Callable[[_Connection, _Answer, str], _T],
-                 ) -> _T | _Moved:  # fmt: skip
-        """One request and its answer, or where a redirect points."""
+                 head_by: float | None = None) -> _T | _Moved:  # fmt: skip
+        """One request and its answer, or where a redirect points; the
+        connection and the answer's head by ``head_by`` (None: ``deadline``)."""
+        head_by = deadline if head_by is None else head_by
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"{url}: only http:// URLs are read by this client")
@@ -282,9 +294,9 @@ class RangeClient:
                                                               else "")  # fmt: skip
         request = self._request(method, target, parts.netloc, byte_range)
         while True:
-            connection = self._connection(host, deadline)
+            connection = self._connection(host, head_by)
             try:
-                head = self._exchange(connection, request, deadline, method != "HEAD")
+                head = self._exchange(connection, request, deadline, method != "HEAD", head_by)
                 if head is _STALE:
                     self._drop(connection)
                     continue  # an idle connection the server had closed: once more, on a fresh one
@@ -358,13 +370,15 @@ class RangeClient:
             self._active.discard(connection)
         connection.sock.close()
 
-    def _exchange(self, connection: _Connection, request: bytes, deadline: float,
-                  bodied: bool) -> _Answer | str | object:  # fmt: skip
-        """Sends ``request``; the answer's head, where a redirect points (the
-        connection given back: past the redirect's body, where ``bodied``,
-        as answers to all but HEAD are), or _STALE."""
+    def _exchange(self, connection: _Connection, request: bytes, deadline: float, bodied: bool,
+                  head_by: float | None = None) -> _Answer | str | object:  # fmt: skip
+        """Sends ``request``; the answer's head (by ``head_by``, None:
+        ``deadline``), where a redirect points (the connection given back:
+        past the redirect's body, where ``bodied``, as answers to all but
+        HEAD are), or _STALE."""
+        head_by = deadline if head_by is None else head_by
         sock = connection.sock
-        sock.settimeout(_remaining(deadline))
+        sock.settimeout(_remaining(head_by))
         sent = time.monotonic()
         try:
             sock.sendall(request)
@@ -372,7 +386,7 @@ class RangeClient:
             if connection.reused:
                 return _STALE
             raise
-        head = _read_head(connection, deadline)
+        head = _read_head(connection, deadline, head_by)
         if head is None:
             return _STALE
         self.answers.add(time.monotonic() - sent)
@@ -444,14 +458,16 @@ def _remaining(deadline: float) -> float:
     return left
 
 
-def _read_head(connection: _Connection, deadline: float) -> _Answer | None:
-    """The answer's head; None when a reused connection ends before the
+def _read_head(connection: _Connection, deadline: float, head_by: float | None = None
+               ) -> _Answer | None:  # fmt: skip
+    """The answer's head, by ``head_by`` (None: ``deadline``, which the
+    answer's body keeps); None when a reused connection ends before the
     answer's first byte."""
     sock, head = connection.sock, connection.head
     view = memoryview(head)
     filled = 0
     while True:
-        sock.settimeout(_remaining(deadline))
+        sock.settimeout(_remaining(deadline if head_by is None else head_by))
         try:
             count = sock.recv_into(view[filled:])
         except ConnectionResetError:

@@ -175,7 +175,8 @@ def read_object(url: str, storage_options: dict[str, Any],
 
         settings = ReaderSettings()
     try:
-        return retried(lambda: _read_object(url, storage_options), settings)
+        return retried(lambda: _read_object(url, storage_options, settings.request_timeout),
+                       settings)  # fmt: skip
     except Exception as error:  # aiohttp's answer errors are no OSError
         if _missing(error):
             raise FileNotFoundError(errno.ENOENT, "no such object", url) from error
@@ -185,18 +186,22 @@ def read_object(url: str, storage_options: dict[str, Any],
             raise
         # A connection's failure names no object: the error says which.
         reason = error.strerror or str(error)
-        raise type(error)(error.errno or errno.EIO, f"{reason} (reading the whole object)",
-                          url) from error  # fmt: skip
+        number = error.errno or (errno.ETIMEDOUT if isinstance(error, TimeoutError) else errno.EIO)
+        raise type(error)(number, f"{reason} (reading the whole object)", url) from error
 
 
-def _read_object(url: str, storage_options: dict[str, Any]) -> bytes | bytearray:
+def _read_object(url: str, storage_options: dict[str, Any], first_byte: float
+                 ) -> bytes | bytearray:  # fmt: skip
+    """One request for the whole of ``url``: its answer begins within
+    ``first_byte`` seconds (a server that never answers fails the request
+    as a read's does), its body may take up to ``_WHOLE_OBJECT_SECONDS``."""
     from fastio.sources._http import RangeClient, plain_headers
 
     headers = plain_headers(storage_options) if url.startswith("http://") else None
     if headers is not None:
         client = RangeClient(headers)
         try:
-            data = client.get(url, _WHOLE_OBJECT_SECONDS)
+            data = client.get(url, _WHOLE_OBJECT_SECONDS, first_byte)
         finally:
             client.close()
         if data is not None:

@@ -261,6 +261,34 @@ def test_a_dataset_index_answered_503_is_asked_again(served, tmp_path):
         fastio.Dataset(remote(written, server), index_dir=tmp_path / "again", retries=0)
 
 
+def test_a_dataset_index_whose_answer_never_comes_fails_at_the_request_timeout(
+    served, tmp_path
+):
+    """A server that takes the request for the dataset index and never
+    answers (overloaded, or a proxy that hangs) fails the open after
+    ``request_timeout``, as a read's request would, with the index named;
+    it is not waited on for the minutes a whole large object may take."""
+    written, server = served
+    server.faults.stalls, server.faults.stall_seconds = 1, 600.0
+    outcome: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            fastio.Dataset(remote(written, server), index_dir=tmp_path / "index",
+                           request_timeout=0.5, retries=0)  # fmt: skip
+        except BaseException as error:  # what the open raised, for the test to look at
+            outcome.append(error)
+
+    opening = threading.Thread(target=open_it, daemon=True)
+    opening.start()
+    opening.join(120)  # a hang, not a speed: the stalled answer would take 600 s
+    assert not opening.is_alive(), "the open waits for an answer that never comes"
+    [error] = outcome
+    assert isinstance(error, TimeoutError)
+    assert error.filename == server.url("dataset.fastio-index.npz")
+    assert server.faults.gets["dataset.fastio-index.npz"] == 1  # retries=0: asked once
+
+
 def test_a_server_that_cannot_be_reached_is_named(tmp_path):
     """The open's first request (for the dataset index) fails to connect:
     the error names what it asked for, not only the socket's errno."""
