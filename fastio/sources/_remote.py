@@ -208,7 +208,10 @@ def _read_object(url: str, storage_options: dict[str, Any], first_byte: float
             return data
     import fsspec  # and where the answer gave no length: fsspec reads such answers
 
-    filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
+    options = storage_options
+    if url.startswith(("http://", "https://")):
+        options = _answering_within(storage_options, first_byte)
+    filesystem, path = fsspec.core.url_to_fs(url, **options)
     return bytes(filesystem.cat_file(path))
 
 
@@ -372,7 +375,7 @@ class Remotes:
                 return RemoteFile(url, size, version)
         fs, path = self.filesystem(url)  # fsspec asks again, and with a GET where HEAD fails
         try:
-            info = fs.info(path)
+            info = fs.info(path, **_within(fs, self.settings.request_timeout))
         except OSError as error:
             raise _stat_error(error, url) from None
         size = info.get("size")
@@ -923,6 +926,32 @@ def _is_http(fs: Any) -> bool:
     return type(fs).__name__ == "HTTPFileSystem" and type(fs).__module__.startswith("fsspec.")
 
 
+def _within(fs: Any, seconds: float) -> dict[str, Any]:
+    """What a call of an asynchronous fsspec filesystem's blocking method
+    (a question about one object) is given to fail after ``seconds``, as a
+    read's request does: otherwise the client's own bound applies (aiohttp
+    waits five minutes for an answer that never comes). Nothing for other
+    filesystems."""
+    from fsspec.asyn import AsyncFileSystem
+
+    return {"timeout": seconds} if isinstance(fs, AsyncFileSystem) else {}
+
+
+def _answering_within(storage_options: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``storage_options`` for fsspec's HTTP filesystem, its client told to
+    give up on a connection, or an answer, that sends nothing for
+    ``seconds``: a whole object may take minutes to arrive, an answer that
+    never begins may not (aiohttp waits five). As they are where they set
+    a timeout of their own."""
+    client = dict(storage_options.get("client_kwargs") or {})
+    if "timeout" in client:
+        return storage_options
+    import aiohttp
+
+    client["timeout"] = aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=seconds)
+    return {**storage_options, "client_kwargs": client}
+
+
 async def _http_read_into(
     fs: Any, path: str, url: str, offset: int, length: int, into: memoryview,
     identity: Callable[[int | None, str], None],
@@ -989,11 +1018,13 @@ def _missing(error: BaseException) -> bool:
 
 def _stat_error(error: OSError, url: str) -> OSError:
     status = _http_status(error)
-    reason = str(error) if status is None else f"HTTP {status}"
+    reason = (str(error) or type(error).__name__) if status is None else f"HTTP {status}"
     if _denied(error):
         return PermissionError(errno.EACCES, f"access denied ({reason})", url)
     if _missing(error):
         return FileNotFoundError(errno.ENOENT, "no such object", url)
+    if isinstance(error, TimeoutError):  # fsspec's own says nothing
+        return TimeoutError(errno.ETIMEDOUT, "cannot stat: no answer in time", url)
     return OSError(error.errno or errno.EIO, f"cannot stat: {reason}", url)
 
 

@@ -152,6 +152,50 @@ def test_giving_up_names_url_offset_and_attempts(http, tars, tmp_path) -> None:
     assert "at offset 0" in str(caught.value)
 
 
+@pytest.mark.parametrize("client", ["fastio", "aiohttp"])
+def test_a_question_about_an_object_that_is_never_answered_times_out(
+    http, folder, tmp_path, monkeypatch, client
+) -> None:
+    """A server that takes the question about an object's size (a HEAD) and
+    never answers fails the read that needs it after ``request_timeout``,
+    with a TimeoutError naming the object, through fastio's client and
+    through fsspec's aiohttp alike (whose own bound is five minutes)."""
+    import threading
+
+    if client == "aiohttp":
+        monkeypatch.setenv("FASTIO_HTTP_CLIENT", "aiohttp")
+    written = write("webdataset", folder / f"unanswered-{client}", shards=2, per_shard=3,
+                    index=False)  # fmt: skip
+    url = http.url(f"unanswered-{client}/" + written.pattern.rsplit("/", 1)[1])
+    http.faults.hold_heads = True  # every HEAD waits until released
+    outcome: list[BaseException] = []
+
+    def epoch() -> None:
+        try:
+            with fastio.Dataset(url, index_dir=tmp_path / "index", shuffle=False,
+                                request_timeout=0.5, retries=0) as dataset:  # fmt: skip
+                list(dataset)
+        except BaseException as error:  # what the epoch raised, for the test to look at
+            outcome.append(error)
+
+    reading = threading.Thread(target=epoch, daemon=True)
+    try:
+        reading.start()
+        reading.join(120)  # a hang, not a speed: the HEAD is held until released
+        assert not reading.is_alive(), "the read waits for an answer that never comes"
+    finally:
+        http.faults.hold_heads = False
+    [error] = outcome
+    assert isinstance(error, TimeoutError)
+    assert error.filename in written_urls(written, url)
+
+
+def written_urls(written, url: str) -> set[str]:
+    """The URLs of ``written``'s shards under the served pattern ``url``."""
+    base = url.rsplit("/", 1)[0]
+    return {f"{base}/{os.path.basename(path)}" for path in written.urls}
+
+
 @pytest.mark.parametrize("indexed", [False, True], ids=["never seen", "indexed"])
 @pytest.mark.parametrize("format_name", ["webdataset", "jsonl", "lines"])
 def test_a_shard_cut_by_a_failed_read(http, folder, tmp_path, format_name, indexed) -> None:

@@ -261,14 +261,18 @@ def test_a_dataset_index_answered_503_is_asked_again(served, tmp_path):
         fastio.Dataset(remote(written, server), index_dir=tmp_path / "again", retries=0)
 
 
+@pytest.mark.parametrize("client", ["fastio", "aiohttp"])
 def test_a_dataset_index_whose_answer_never_comes_fails_at_the_request_timeout(
-    served, tmp_path
+    served, tmp_path, monkeypatch, client
 ):
     """A server that takes the request for the dataset index and never
     answers (overloaded, or a proxy that hangs) fails the open after
     ``request_timeout``, as a read's request would, with the index named;
-    it is not waited on for the minutes a whole large object may take."""
+    it is not waited on for the minutes a whole large object may take
+    (aiohttp's own bound is five minutes)."""
     written, server = served
+    if client == "aiohttp":
+        monkeypatch.setenv("FASTIO_HTTP_CLIENT", "aiohttp")
     server.faults.stalls, server.faults.stall_seconds = 1, 600.0
     outcome: list[BaseException] = []
 
