@@ -927,14 +927,16 @@ def _is_http(fs: Any) -> bool:
 
 
 def _within(fs: Any, seconds: float) -> dict[str, Any]:
-    """What a call of an asynchronous fsspec filesystem's blocking method
-    (a question about one object) is given to fail after ``seconds``, as a
-    read's request does: otherwise the client's own bound applies (aiohttp
-    waits five minutes for an answer that never comes). Nothing for other
-    filesystems."""
-    from fsspec.asyn import AsyncFileSystem
+    """What ``fs.info`` is given to fail after ``seconds``, as a read's
+    request does: otherwise the client's own bound applies (aiohttp waits
+    five minutes for an answer that never comes). Where ``info`` is the
+    blocking wrapper fsspec makes of an asynchronous filesystem's ``_info``
+    (HTTP, S3, GCS), the wrapper takes ``timeout`` as its own bound; nothing
+    for filesystems whose ``info`` is their own (which may not take it)."""
+    import inspect
 
-    return {"timeout": seconds} if isinstance(fs, AsyncFileSystem) else {}
+    wrapped = getattr(fs.info, "__wrapped__", None)
+    return {"timeout": seconds} if inspect.iscoroutinefunction(wrapped) else {}
 
 
 def _answering_within(storage_options: dict[str, Any], seconds: float) -> dict[str, Any]:
