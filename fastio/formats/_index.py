@@ -582,7 +582,7 @@ class DatasetIndex:
         KeyError, EOFError or BadZipFile for one that is damaged or not an
         index of this version."""
         stored = _npz_arrays(data)
-        meta = json.loads(str(stored["meta"]))
+        meta = json.loads(stored["meta"].item())  # not str(): numpy would format it first
         made = meta.get("version")
         if made not in _READ_VERSIONS:
             raise ValueError(f"{location}: index version {made}, not {_VERSION}")
