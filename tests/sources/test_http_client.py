@@ -510,11 +510,17 @@ def test_asking_a_size_readies_a_window_of_connected_request_threads(server: _Se
         assert remotes.stat(url).size == len(DATA)
         client = remotes._http
         assert client is not None
+
+        def held() -> int:  # connections waiting idle for a request
+            return sum(len(idle) for idle in client._idle.values())
+
         # They start on threads of their own; the server accepts each a little
-        # after the client's connect returns.
-        wait_for(lambda: sum(len(idle) for idle in client._idle.values()) >= window
-                 and server.accepted - len(server.asking_sizes) >= window)  # fmt: skip
-        assert server.accepted - len(server.asking_sizes) == window  # aiohttp's own are not ours
+        # after the client's connect returns. The question about the size went
+        # on a connection of its own, or on one of theirs where it was idle
+        # first (a busy machine): either way a window of them waits.
+        wait_for(lambda: held() >= window and server.accepted >= held())
+        connected = server.accepted
+        assert connected in (window, window + 1)
         assert server.requests == 0  # connected, nothing read yet
         names = [t.name for t in threading.enumerate() if t.name.startswith("fastio-http")]
         assert len(names) >= window
@@ -525,8 +531,7 @@ def test_asking_a_size_readies_a_window_of_connected_request_threads(server: _Se
         for thread in readers:
             thread.join(30)
         assert server.requests == window
-        # The reads took the connections made ahead.
-        assert server.accepted - len(server.asking_sizes) == window
+        assert server.accepted == connected  # the reads took the connections made ahead
     finally:
         remotes.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("fastio-http")]
