@@ -282,10 +282,9 @@ class RangeClient:
 
     def _attempt(self, url: str, method: str, byte_range: tuple[int, int] | None,
                  deadline: float, answer: Callable[[_Connection, _Answer, str], _T],
-                 head_by: float | None = None) -> _T | _Moved:  # fmt: skip
+                 head_by: float) -> _T | _Moved:  # fmt: skip
         """One request and its answer, or where a redirect points; the
-        connection and the answer's head by ``head_by`` (None: ``deadline``)."""
-        head_by = deadline if head_by is None else head_by
+        connection and the answer's head by ``head_by``, the rest by ``deadline``."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"{url}: only http:// URLs are read by this client")
@@ -371,12 +370,10 @@ class RangeClient:
         connection.sock.close()
 
     def _exchange(self, connection: _Connection, request: bytes, deadline: float, bodied: bool,
-                  head_by: float | None = None) -> _Answer | str | object:  # fmt: skip
-        """Sends ``request``; the answer's head (by ``head_by``, None:
-        ``deadline``), where a redirect points (the connection given back:
-        past the redirect's body, where ``bodied``, as answers to all but
-        HEAD are), or _STALE."""
-        head_by = deadline if head_by is None else head_by
+                  head_by: float) -> _Answer | str | object:  # fmt: skip
+        """Sends ``request``; the answer's head (by ``head_by``), where a
+        redirect points (the connection given back: past the redirect's body,
+        where ``bodied``, as answers to all but HEAD are), or _STALE."""
         sock = connection.sock
         sock.settimeout(_remaining(head_by))
         sent = time.monotonic()
@@ -458,16 +455,14 @@ def _remaining(deadline: float) -> float:
     return left
 
 
-def _read_head(connection: _Connection, deadline: float, head_by: float | None = None
-               ) -> _Answer | None:  # fmt: skip
-    """The answer's head, by ``head_by`` (None: ``deadline``, which the
-    answer's body keeps); None when a reused connection ends before the
-    answer's first byte."""
+def _read_head(connection: _Connection, deadline: float, head_by: float) -> _Answer | None:
+    """The answer's head, by ``head_by`` (its body keeps ``deadline``); None
+    when a reused connection ends before the answer's first byte."""
     sock, head = connection.sock, connection.head
     view = memoryview(head)
     filled = 0
     while True:
-        sock.settimeout(_remaining(deadline if head_by is None else head_by))
+        sock.settimeout(_remaining(head_by))
         try:
             count = sock.recv_into(view[filled:])
         except ConnectionResetError:

@@ -38,7 +38,6 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_HEAD(self) -> None:  # how an object's size is asked
-        self.server.asking_sizes.add(self.client_address)
         self.server.heads += 1
         if self.path.startswith("/moved"):
             self.send_response(302)
@@ -115,7 +114,6 @@ class _Server(ThreadingHTTPServer):
         self.order: list[tuple[str, int]] = []
         self.close_after_answer = False
         self.accepted = 0
-        self.asking_sizes: set[tuple[str, int]] = set()
         self.heads = 0
 
     def verify_request(self, request: object, client_address: object) -> bool:
