@@ -339,6 +339,51 @@ def test_webdataset_repeated_extension(tmp_path) -> None:
     assert rows(batches) == plain(samples)
 
 
+@pytest.mark.parametrize("ending", ["whole", "repeated extension", "damaged header"])
+@pytest.mark.parametrize("read_size", [None, 1 << 20])
+def test_owned_values_are_their_members_bytes_however_the_scan_ends(
+    tmp_path, ending: str, read_size: int | None
+) -> None:
+    """Values a dataset owns (``bytes``) are made empty as the scan finds them
+    and filled after it, many at once and with the GIL given up where a
+    buffer holds many of their bytes: each is its member's payload, in a
+    buffer the scan reads to its end and in one it stops in, at a repeated
+    extension or a damaged header (the samples before are delivered)."""
+    path = tmp_path / "large.tar"
+    rng = random.Random(11)
+    payloads = [rng.randbytes(rng.choice([0, 3, 90_000, 300_000])) for _ in range(14)]
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as archive:
+        for index, payload in enumerate(payloads):
+            add_file(archive, f"s{index:03d}.bin", payload)
+            add_file(archive, f"s{index:03d}.cls", str(index).encode())
+            if ending == "repeated extension" and index == 9:
+                add_file(archive, f"s{index:03d}.bin", b"again")
+    with tarfile.open(path) as archive:
+        headers = [member.offset for member in archive.getmembers()]
+    data = bytearray(path.read_bytes())
+    delivered = len(payloads)
+    if ending == "damaged header":
+        delivered = 9
+        data[headers[2 * delivered] + 148] ^= 0x01  # sample 9's first header's checksum
+    elif ending == "repeated extension":
+        delivered = 9  # sample 9 is the one lost
+    path.write_bytes(bytes(data))
+    chunks = [chunk_of(bytes(data))] if read_size is None else stream(str(path), read_size)
+    found: list = []
+    if ending == "whole":
+        found.extend(locate_webdataset(chunks, str(path), whole=True, own=bytes))
+    else:
+        with pytest.raises(fastio.DecodeError):
+            found.extend(locate_webdataset(chunks, str(path), whole=True, own=bytes))
+    samples = [sample for _, _, sample in found]
+    assert [sample["__key__"] for sample in samples] == [f"s{i:03d}" for i in range(delivered)]
+    for index, sample in enumerate(samples):
+        assert type(sample["bin"]) is bytes
+        assert type(sample["cls"]) is bytes
+        assert sample["bin"] == payloads[index]
+        assert sample["cls"] == str(index).encode()
+
+
 def test_webdataset_keys_must_be_utf8(tmp_path) -> None:
     path = str(tmp_path / "latin1.tar")
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as archive:
