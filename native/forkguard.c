@@ -38,14 +38,20 @@
 
 #define RUNTIME_WORDS 16 /* where in _PyRuntime the interpreters are looked for */
 
-static int installed = -1; /* -1: not tried yet */
-static PyThread_type_lock held; /* the lock taken for the fork in progress */
+static int installed = -1;   /* -1: not tried yet */
+static void **runtime_words; /* where _PyRuntime is, found once */
+/* The lock taken for the fork in progress, by the thread that forks (the
+ * child's one thread is its copy). */
+static __thread PyThread_type_lock held;
 
 /* The thread-state lock as the runtime holds it now (a child makes it anew
- * after a fork), or NULL. Needs no GIL. */
+ * after a fork), or NULL. Needs no GIL, and no loader lock once the runtime
+ * is found (it is, when the guard is installed, before any fork). */
 static PyThread_type_lock head_lock(void)
 {
-    void **words = dlsym(RTLD_DEFAULT, "_PyRuntime");
+    if (!runtime_words)
+        runtime_words = dlsym(RTLD_DEFAULT, "_PyRuntime");
+    void **words = runtime_words;
     void *main_interpreter = PyInterpreterState_Main();
     if (!words || !main_interpreter)
         return NULL;
