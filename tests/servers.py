@@ -324,5 +324,25 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def raised_within(call: Callable[[], object], seconds: float, hang: str) -> BaseException:
+    """What ``call`` raises, run on a thread of its own: a hang check, not a
+    speed (``seconds`` far beyond what it takes), failing with ``hang``
+    where it is still running then (and where it raised nothing)."""
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as error:  # what it raised, for the test to look at
+            outcome.append(error)
+
+    running = threading.Thread(target=run, daemon=True)
+    running.start()
+    running.join(seconds)
+    assert not running.is_alive(), hang
+    [error] = outcome
+    return error
+
+
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

@@ -167,9 +167,9 @@ def group_tar(object data, str url, object split_name, object own=None):
     cdef Py_buffer view
     cdef fio_tar_member *found = <fio_tar_member *>malloc(
         _FRAMING_BATCH * sizeof(fio_tar_member))
-    # One pass's values still to be copied (a member each at most).
-    cdef _pending_copy *copies = <_pending_copy *>malloc(
-        _FRAMING_BATCH * sizeof(_pending_copy))
+    # One pass's values still to be copied (a member each at most), where
+    # values are copied: views (an index's scan) need none.
+    cdef _pending_copy *copies = NULL
     cdef size_t copy_count = 0, copy_bytes = 0
     cdef size_t total = 0, consumed = 0, needed = 0, count = 0, index, members = 0
     cdef size_t name_length, base_length, key_length = 0, open_length = 0
@@ -191,7 +191,9 @@ def group_tar(object data, str url, object split_name, object own=None):
     cdef array.array first_offsets = array.clone(_OFFSETS, 0, False)
     cdef TarSamples result = TarSamples.__new__(TarSamples)
     cdef object joined, open_joined = None, key_bytes, extension, full_name
-    if found == NULL or copies == NULL:
+    if own is bytes:
+        copies = <_pending_copy *>malloc(_FRAMING_BATCH * sizeof(_pending_copy))
+    if found == NULL or (own is bytes and copies == NULL):
         free(found)
         free(copies)
         raise MemoryError()

@@ -22,7 +22,7 @@ from fastio import RangeIgnoredError
 from fastio.cache._cache import INDEX_ROOM, ShardCache
 from fastio.sources._remote import absolute_path
 from tests.conftest import ResourceSnapshot
-from tests.servers import RangeServer, S3Server
+from tests.servers import RangeServer, S3Server, raised_within
 from tests.shards import FORMATS, key_of, write
 
 
@@ -160,40 +160,25 @@ def test_a_question_about_an_object_that_is_never_answered_times_out(
     never answers fails the read that needs it after ``request_timeout``,
     with a TimeoutError naming the object, through fastio's client and
     through fsspec's aiohttp alike (whose own bound is five minutes)."""
-    import threading
-
     if client == "aiohttp":
         monkeypatch.setenv("FASTIO_HTTP_CLIENT", "aiohttp")
     written = write("webdataset", folder / f"unanswered-{client}", shards=2, per_shard=3,
                     index=False)  # fmt: skip
     url = http.url(f"unanswered-{client}/" + written.pattern.rsplit("/", 1)[1])
     http.faults.hold_heads = True  # every HEAD waits until released
-    outcome: list[BaseException] = []
 
     def epoch() -> None:
-        try:
-            with fastio.Dataset(url, index_dir=tmp_path / "index", shuffle=False,
-                                request_timeout=0.5, retries=0) as dataset:  # fmt: skip
-                list(dataset)
-        except BaseException as error:  # what the epoch raised, for the test to look at
-            outcome.append(error)
+        with fastio.Dataset(url, index_dir=tmp_path / "index", shuffle=False,
+                            request_timeout=0.5, retries=0) as dataset:  # fmt: skip
+            list(dataset)
 
-    reading = threading.Thread(target=epoch, daemon=True)
-    try:
-        reading.start()
-        reading.join(120)  # a hang, not a speed: the HEAD is held until released
-        assert not reading.is_alive(), "the read waits for an answer that never comes"
+    try:  # the HEAD is held until released
+        error = raised_within(epoch, 120, "the read waits for an answer that never comes")
     finally:
         http.faults.hold_heads = False
-    [error] = outcome
     assert isinstance(error, TimeoutError)
-    assert error.filename in written_urls(written, url)
-
-
-def written_urls(written, url: str) -> set[str]:
-    """The URLs of ``written``'s shards under the served pattern ``url``."""
-    base = url.rsplit("/", 1)[0]
-    return {f"{base}/{os.path.basename(path)}" for path in written.urls}
+    shards = {http.url(f"unanswered-{client}/{os.path.basename(path)}") for path in written.urls}
+    assert error.filename in shards
 
 
 @pytest.mark.parametrize("indexed", [False, True], ids=["never seen", "indexed"])
