@@ -323,8 +323,10 @@ def reference_parse_example(record: bytes | memoryview) -> dict[str, np.ndarray 
                 if entry_number != 1:
                     continue
                 name, feature = "", memoryview(b"")
-                for part, _, value in _fields(entry):
+                for part, wire, value in _fields(entry):
                     if part == 1:
+                        if wire == 0:  # bytes() of a varint would allocate that many
+                            raise TypeError("a name given as a varint")
                         name = bytes(value).decode()
                     elif part == 2:
                         feature = value
