@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -122,4 +123,29 @@ int fio_resident_pages(int fd, uint64_t offset, uint64_t length, unsigned probes
     if (map != MAP_FAILED)
         munmap(map, map_length);
     return rc;
+}
+
+int fio_map_resident(int fd, uint64_t offset, uint64_t length, void **base, uint64_t *mapped,
+                     uint64_t *available) {
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if ((uint64_t)st.st_size <= offset || length == 0)
+        return 0;
+    if (length > (uint64_t)st.st_size - offset)
+        length = (uint64_t)st.st_size - offset;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t resident = 0, probed = 0;
+    if (count_cachestat(fd, offset, offset + length, page, &resident, &probed) < 0 ||
+        resident < probed)
+        return 0;
+    uint64_t lead = offset % page;
+    void *map = mmap(NULL, lead + length, PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
+                     (off_t)(offset - lead));
+    if (map == MAP_FAILED)
+        return errno == ENODEV || errno == EACCES ? 0 : -errno;
+    *base = map;
+    *mapped = lead + length;
+    *available = length;
+    return 1;
 }

@@ -24,4 +24,15 @@
 int fio_resident_pages(int fd, uint64_t offset, uint64_t length, unsigned probes,
                        uint64_t window, int flags, uint64_t *resident, uint64_t *probed);
 
+/* Maps bytes offset..offset+length of `fd` read-only (MAP_SHARED, its pages
+ * entered at once) where the page cache holds every page of them, cut to the
+ * file's size now. Returns 1 with *base (the mapping, from the page holding
+ * `offset`), *mapped (its bytes) and *available (the range's bytes mapped,
+ * from base + offset % page); 0 where the range is not wholly cached, the
+ * file ends at or before `offset`, or cachestat(2) cannot tell (nothing is
+ * mapped: read it); or a negative errno. Populating cached pages enters them
+ * in the page tables, without a copy or a wait for the device. */
+int fio_map_resident(int fd, uint64_t offset, uint64_t length, void **base, uint64_t *mapped,
+                     uint64_t *available);
+
 #endif

@@ -8,6 +8,7 @@ from fastio._native import (
     DIRECT_ALIGNMENT,
     HUGE_PAGE,
     AlignedBuffer,
+    MappedRange,
     allocate_buffers,
     prefault,
 )
@@ -74,7 +75,7 @@ class BufferPool:
         self._free: dict[int, list[AlignedBuffer]] = {}
         self._idle_members: dict[int, int] = {}  # region -> its buffers now idle
         self._mapped_bytes = 0  # regions mapped and not yet released
-        self._lent: deque[AlignedBuffer] = deque()
+        self._lent: deque[AlignedBuffer | MappedRange] = deque()
         self._lent_bytes = 0
         self._cold: set[int] = set()  # ids of spare buffers not faulted in yet
 
@@ -139,7 +140,10 @@ class BufferPool:
         size = bucket_size(nbytes)
         return any(free for s, free in self._free.items() if s >= size)
 
-    def give_back(self, buffer: AlignedBuffer) -> None:
+    def give_back(self, buffer: AlignedBuffer | MappedRange) -> None:
+        """Returns a buffer taken from the pool, or a range mapped from the
+        page cache in its place, once read: reused, or counted as lent while
+        views of it live."""
         if buffer.exports:
             self._reclaim_lent()
             self._lent.append(buffer)
@@ -147,6 +151,8 @@ class BufferPool:
             while self._lent_bytes > 2 * self._limit + self.held:
                 forgotten = self._lent.popleft()
                 self._lent_bytes -= len(forgotten)
+                if type(forgotten) is MappedRange:
+                    continue  # never the pool's: unmapped once the last view goes
                 # Its region now never becomes wholly idle here: the pool keeps
                 # its siblings for reuse and stops counting this buffer's share.
                 self._mapped_bytes -= len(forgotten)
@@ -171,7 +177,9 @@ class BufferPool:
         self._idle_members[_region_of(buffer)] -= 1
         return buffer
 
-    def _keep(self, buffer: AlignedBuffer) -> None:
+    def _keep(self, buffer: AlignedBuffer | MappedRange) -> None:
+        if not isinstance(buffer, AlignedBuffer):
+            return  # a mapped range is not reused: unmapped when dropped
         self._free.setdefault(len(buffer), []).append(buffer)
         region = _region_of(buffer)
         self._idle_members[region] = self._idle_members.get(region, 0) + 1
@@ -208,7 +216,7 @@ class BufferPool:
             self._lent_bytes -= len(buffer)
             self._keep(buffer)
         if lent and any(not buffer.exports for buffer in lent):
-            still: deque[AlignedBuffer] = deque()
+            still: deque[AlignedBuffer | MappedRange] = deque()
             for buffer in lent:
                 if buffer.exports:
                     still.append(buffer)

@@ -220,6 +220,7 @@ class Reader:
             self._files.take_choices(inherited)
         self._remote_tasks: set[asyncio.Task[None]] = set()
         self._remote_done: list[tuple[int, int | BaseException]] = []
+        self._mapped_done: list[tuple[int, int]] = []  # ranges mapped: done as they start
         self._pool = BufferPool(limit=settings.memory_budget)
         self._inflight: dict[int, Request] = {}
         self._inflight_peak = 0
@@ -641,6 +642,7 @@ class Reader:
         self._loop = None
         self._engine = None
         self._inflight.clear()
+        self._mapped_done.clear()
         self._cached_inflight = 0
         self._files.close_all()
         self._pool.clear()
@@ -985,9 +987,9 @@ class Reader:
         engine = self._engine
         assert engine is not None
         completions: Sequence[tuple[int, int | BaseException]] = engine.reap()
-        if self._remote_done:
-            completions = [*completions, *self._remote_done]
-            self._remote_done = []
+        if self._remote_done or self._mapped_done:
+            completions = [*completions, *self._remote_done, *self._mapped_done]
+            self._remote_done, self._mapped_done = [], []
         if not completions:
             return
         now = time.perf_counter_ns()
@@ -1028,6 +1030,7 @@ class Reader:
         submitted = 0
         throttled = False
         cached_limit = min(limit, CACHED_REQUESTS)
+        map_cached = settings.map_cached
         for stream in self._streams:
             queue = stream.queue
             piece_size = max(settings.read_size, stream.largest)
@@ -1098,15 +1101,25 @@ class Reader:
                 # 8 x 260 MB over a 20 ms link, uncapped, then ran at 954 MB/s
                 # against 908 (medians of 9 alternated pairs).
                 huge = bool(piece.direct)
-                buffer = pool.take(piece.length, populate=not remote, huge=huge)
-                size = len(buffer)  # may be a larger free one: count what is held
                 tag = self._next_tag
                 self._next_tag = tag + 1
-                if remote:
-                    self._start_remote(piece, buffer, tag)
+                # What the page cache holds is mapped, not copied into a
+                # buffer: the consumer's copy (a sample's bytes, a batch's
+                # column) is then the only one, and no reader thread spends
+                # a core on the other (110 KB tar samples: 12% more a
+                # second, a quarter less CPU).
+                mapping = _map_resident(piece) if cached and map_cached else None
+                if mapping is not None:
+                    buffer = mapping
+                    self._mapped_done.append((tag, len(mapping)))
                 else:
-                    engine.submit(piece.file.fd, memoryview(buffer)[: piece.length], piece.offset,
-                                  tag, piece.direct)  # fmt: skip
+                    buffer = pool.take(piece.length, populate=not remote, huge=huge)
+                    if remote:
+                        self._start_remote(piece, buffer, tag)
+                    else:
+                        engine.submit(piece.file.fd, memoryview(buffer)[: piece.length],
+                                      piece.offset, tag, piece.direct)  # fmt: skip
+                size = len(buffer)  # may be a larger free one: count what is held
                 piece.buffer = buffer
                 piece.tag = tag
                 piece.submitted_ns = time.perf_counter_ns()
@@ -1326,6 +1339,17 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, read_size: int) -> _Hea
         return _Head(chunk, took, listed, shards_before=1)
     rest = dataclasses.replace(shard, ranges=shard.ranges[1:])
     return _Head(chunk, took, itertools.chain((rest,), listed), ranges_before=1)
+
+
+def _map_resident(piece: Request) -> Any:
+    """The piece's bytes mapped from the page cache, where it holds them all
+    (else None: read them). The mapping ends where the file ends now: a file
+    cut short since it was opened reads as it would."""
+    assert piece.file is not None
+    try:
+        return _native.map_resident(piece.file.fd, piece.offset, piece.length)
+    except OSError:
+        return None  # the read reports it, with the path
 
 
 def _raise(error: Exception) -> NoReturn:

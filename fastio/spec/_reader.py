@@ -56,6 +56,11 @@ class ReaderSettings:
         "half the memory the page cache may use (per shard overridable).", "flag",
         choices=("auto",),
     )  # fmt: skip
+    map_cached: bool = knob(
+        True, "Local data the page cache holds is mapped (mmap) rather than copied into read "
+        "buffers: one copy fewer. A file cut short while its mapped bytes are in use ends the "
+        "process (SIGBUS); false reads it.", "flag",
+    )  # fmt: skip
     memory_budget: int = knob(
         32 * MiB, "Bytes that reads in flight plus data read ahead but not yet consumed may hold.",
         "size", low=MIN_READ_SIZE, high=1 << 50,

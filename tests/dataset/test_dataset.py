@@ -4,11 +4,13 @@ stored and shuffled order, batches, random access, exactly-once splits."""
 from __future__ import annotations
 
 import collections
+import gc
 import os
 import pickle
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -28,8 +30,10 @@ def keys(written, dataset) -> list[int]:
     return [key_of(written.options["format"], sample) for sample in dataset]
 
 
-def test_stored_order_yields_every_sample_as_written(written) -> None:
-    dataset = fastio.Dataset(written.pattern, shuffle=False, read_size=4096, **written.options)
+@pytest.mark.parametrize("map_cached", [True, False], ids=["mapped", "read"])
+def test_stored_order_yields_every_sample_as_written(written, map_cached) -> None:
+    dataset = fastio.Dataset(written.pattern, shuffle=False, read_size=4096,
+                             map_cached=map_cached, **written.options)  # fmt: skip
     assert dataset.total == len(written.samples) == len(dataset)
     got = list(dataset)
     assert len(got) == len(written.samples)
@@ -39,6 +43,29 @@ def test_stored_order_yields_every_sample_as_written(written) -> None:
     # Samples are owned: they pickle (DataLoader workers send them) and outlive the reader.
     dataset.close()
     assert pickle.loads(pickle.dumps(got[-1])) is not None
+    # Arrays come writable, as numpy makes them, whether their bytes were mapped or read.
+    arrays = [s for s in got if isinstance(s, np.ndarray)]
+    assert all(array.flags.writeable for array in arrays)
+    del got, arrays
+    gc.collect()
+    maps = Path("/proc/self/maps").read_text()
+    assert not [url for url in written.urls if url in maps]
+
+
+@pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
+def test_an_epoch_left_early_leaves_no_file_mapped(tmp_path, batches) -> None:
+    written = write("webdataset", tmp_path, shards=4, per_shard=30)
+    dataset = fastio.Dataset(written.pattern, read_size=4096, **written.options)
+    items = iter(dataset.batches(8) if batches else dataset)
+    for _ in range(10):
+        next(items)
+    # Written just now, the shards are in the page cache: read mapped.
+    assert any(url in Path("/proc/self/maps").read_text() for url in written.urls)
+    del items
+    dataset.close()
+    gc.collect()
+    maps = Path("/proc/self/maps").read_text()
+    assert not [url for url in written.urls if url in maps]
 
 
 def test_shuffled_epoch_is_a_permutation_reproducible_by_seed_and_epoch(written) -> None:

@@ -100,6 +100,7 @@ KNOBS = st.fixed_dictionaries(
         "read_size": st.sampled_from([4096, 16_384, 65_536, 1 << 20]),
         "direct": st.sampled_from([False, True, "auto"]),
         "coalesce_gap": st.sampled_from([0, 4096, 65_536]),
+        "map_cached": st.booleans(),
     }
 )
 
@@ -549,6 +550,58 @@ class ReaderContract:
             # Usable afterwards, and the truncated file reads as what is left.
             assert b"".join(bytes(c.data) for c in r.stream([path])) == data[: 1 << 20]
 
+    @pytest.mark.parametrize("map_cached", [True, False])
+    def test_a_file_the_page_cache_holds_is_mapped_not_copied(self, make_file, map_cached) -> None:
+        # Mapped, the consumer's views are of the page cache itself (read-only),
+        # with the bytes a read copies; ranges at offsets and ends that are not
+        # page-aligned, and a file whose size is not a multiple of a page.
+        path, data = make_file(3_000_001)
+        Path(path).read_bytes()
+        shards = [Shard((ByteRange(path, 4097, 1_000_000), ByteRange(path, 2_999_000))), path]
+        with self.reader(read_size=65_536, direct=False, map_cached=map_cached) as reader:
+            chunks = list(reader.stream(shards))
+        assert join_by_shard(chunks, 2) == [data[4097:1_004_097] + data[2_999_000:], data]
+        # The machine may reclaim a page meanwhile: that range is then read.
+        assert any(chunk.data.readonly for chunk in chunks) is map_cached
+        del chunks
+        assert path not in Path("/proc/self/maps").read_text()
+
+    def test_ranges_the_page_cache_lacks_are_read_the_rest_mapped(self, make_file) -> None:
+        mib = 1 << 20
+        path, data = make_file(8 * mib)
+        evict(path)  # written back: what is dropped then leaves the cache
+        for _ in range(_CACHE_ATTEMPTS):  # all but the last half MiB cached
+            Path(path).read_bytes()
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 8 * mib - mib // 2, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+            if resident(path) == 15 / 16:
+                break
+        assert resident(path) == 15 / 16
+        with self.reader(read_size=mib, direct=False) as reader:
+            chunks = list(reader.stream([path]))
+        assert join_by_shard(chunks, 1) == [data]
+        mapped = {chunk.offset // mib for chunk in chunks if chunk.data.readonly}
+        assert mapped
+        assert 7 not in mapped  # the last MiB: half of it from the device
+
+    def test_a_file_cut_short_after_it_was_opened_reads_as_cut(self, make_file) -> None:
+        # Mapped or read, the reader sees the file as it is when it reads it.
+        path, data = make_file(4 << 20)
+        with self.reader(read_size=1 << 20, memory_budget=1 << 20, outstanding_requests=1,
+                         direct=False) as reader:  # fmt: skip
+            stream = iter(reader.stream([path]))
+            received = bytearray(next(stream).data)
+            os.truncate(path, 2 << 20)
+            with pytest.raises(fastio.TruncatedFileError) as caught:
+                for chunk in stream:
+                    received += chunk.data
+        assert caught.value.offset == 2 << 20
+        assert bytes(received) == data[: len(received)]
+        assert len(received) <= 2 << 20
+
     def test_error_in_async_stream(self, tmp_path) -> None:
         async def run() -> None:
             async with self.reader() as reader:
@@ -831,7 +884,10 @@ def test_a_failure_to_map_buffers_reaches_the_consumer(tmp_path: Path, monkeypat
     monkeypatch.setattr(buffers, "allocate_buffers", refused)
     path = tmp_path / "data"
     path.write_bytes(b"x" * (1 << 20))
-    with Reader(read_size=256 << 10) as reader, pytest.raises(MemoryError, match="cannot map"):
+    with (
+        Reader(read_size=256 << 10, map_cached=False) as reader,
+        pytest.raises(MemoryError, match="cannot map"),
+    ):
         for _ in reader.stream([Shard((ByteRange(str(path)),))]):
             pass
 
