@@ -11,7 +11,8 @@ Two datasets, written once with ``fastio-bench gen`` (reused from ``--data-dir``
   built then too (like MDS's index, it is part of preparing a dataset).
 
 Methods: fastio.Dataset per sample (default settings: ``direct="auto"``; cold
-also forced ``direct=True`` and ``False``), ``.batches(1024)`` and
+also forced ``direct=True`` and ``False``; warm, ``map_cached`` forced
+either way, ``... map_cached=...``, beside the default's choice), ``.batches(1024)`` and
 ``.batches(256)``, and in a torch DataLoader (2 workers, samples and batches);
 shuffled as training reads (``fastio shuffled``, ``fastio batches 256
 shuffled``, the TFRecord copy's alike, and in a DataLoader; ``webdataset
@@ -658,6 +659,31 @@ METHODS = [
     ),
     Method("pyarrow ipc", "arrow", pyarrow_ipc_batches),
     Method("pyarrow ipc 256", "arrow", lambda c: pyarrow_ipc_batches(c, LOADER_BATCH)),
+    # map_cached forced either way, beside the default's choice ("auto").
+    Method("fastio map_cached=False", "webdataset", lambda c: fastio_samples(c, map_cached=False)),
+    Method("fastio map_cached=True", "webdataset", lambda c: fastio_samples(c, map_cached=True)),
+    Method(
+        "fastio batches 256 map_cached=False",
+        "webdataset",
+        lambda c: fastio_batches(c, batch=LOADER_BATCH, map_cached=False),
+    ),
+    Method(
+        "fastio batches 256 map_cached=True",
+        "webdataset",
+        lambda c: fastio_batches(c, batch=LOADER_BATCH, map_cached=True),
+    ),
+    Method(
+        "fastio tfrecord map_cached=True",
+        "tfrecord",
+        lambda c: fastio_samples(c, "tfrecord", map_cached=True),
+        imports="webdataset",
+    ),
+    Method(
+        "fastio arrow map_cached=False",
+        "arrow",
+        lambda c: fastio_batches(c, "arrow", LOADER_BATCH, map_cached=False),
+        imports="webdataset",
+    ),
     Method("fio", "webdataset", None),
     # fio's default (malloc) buffers read the page cache at ~2.6 GB/s here, its
     # hugetlbfs ones at ~14 GB/s: the best of its variants is the reference.

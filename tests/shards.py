@@ -29,16 +29,21 @@ class Written:
     options: dict[str, Any]
 
 
-def _payload(rng: random.Random, key: int, small: bool) -> bytes:
-    size = rng.choice([0, 1, 37, 900]) if small else rng.choice([10, 3000, 20_000])
+def _payload(rng: random.Random, key: int, small: bool, large: bool = False) -> bytes:
+    if large:
+        size = rng.choice([30_000, 60_000, 110_000])
+    else:
+        size = rng.choice([0, 1, 37, 900]) if small else rng.choice([10, 3000, 20_000])
     return key.to_bytes(8, "little") + rng.randbytes(size)
 
 
 def write(format_name: str, folder: Path, shards: int = 4, per_shard: int = 30, seed: int = 0,
-          compression: str | None = None, index: bool = True) -> Written:  # fmt: skip
+          compression: str | None = None, index: bool = True, large: bool = False
+          ) -> Written:  # fmt: skip
     """``shards`` shards of about ``per_shard`` samples (counts vary) of one
     format; with ``index``, and a dataset index beside them (as ``fastio-bench
-    index`` writes it), else never seen by fastio."""
+    index`` writes it), else never seen by fastio. ``large``: payloads of 30
+    to 110 KB (else up to 20 KB)."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     counts = [
@@ -52,7 +57,7 @@ def write(format_name: str, folder: Path, shards: int = 4, per_shard: int = 30, 
         for _ in range(count):
             small = format_name in ("jsonl", "lines")
             rows.append({"key": key, "label": rng.randrange(1000),
-                         "data": _payload(rng, key, small)})  # fmt: skip
+                         "data": _payload(rng, key, small, large)})  # fmt: skip
             key += 1
         samples.extend(rows)
         urls.append(str(_WRITERS[format_name](folder, shard, rows)))

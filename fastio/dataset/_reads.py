@@ -154,7 +154,10 @@ class SampleReads:
                         len(reads))  # fmt: skip
             # Each read's ranges are worked out as the reader comes to it, not
             # all before the first: an epoch's part may be thousands of reads.
-            guarded = Guarded(self.reader().stream(map(self._shard, reads[k:stop])), cut=True)
+            leading = self.layouts[reads[k].run.shard]
+            mapped = self.format.maps_cached(columnar, leading.size / max(leading.count, 1))
+            chunks = self.reader().stream(map(self._shard, reads[k:stop]), mapped=mapped)
+            guarded = Guarded(chunks, cut=True)
             expected = k
             try:
                 for position, group in _uncut(groupby(guarded, key=attrgetter("shard")),

@@ -212,8 +212,10 @@ class StreamPass:
             begin = 0 if compressed else offset
             # The later shards as the reader comes to them: a pass may have thousands.
             later = (Shard((ByteRange(self.urls[s]),)) for s in self.shards[ordinal + 1 :])
-            guarded = Guarded(self.reader().stream(chain([Shard((ByteRange(url, begin),))],
-                                                         later)), cut=True)  # fmt: skip
+            # Scanned sample by sample, batches too.
+            chunks = self.reader().stream(chain([Shard((ByteRange(url, begin),))], later),
+                                          mapped=self.format.maps_cached(False, None))  # fmt: skip
+            guarded = Guarded(chunks, cut=True)
             again: tuple[int, int, int] | None = None  # the same shard, past damage
             try:
                 for position, chunks in groupby(guarded, key=attrgetter("shard")):

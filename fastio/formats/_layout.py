@@ -181,6 +181,17 @@ class ShardFormat(abc.ABC):
         it are sound) may come as its DecodeError in its place; damage it
         cannot step over is raised."""
 
+    def maps_cached(self, columnar: bool, sample_bytes: float | None) -> bool:
+        """Whether the ranges of a read (of :meth:`parts` with ``columnar``,
+        else of :meth:`samples`; of shards whose samples take
+        ``sample_bytes`` on average, where known) that the page cache holds
+        are best mapped rather than read (``map_cached="auto"``): where
+        decoding copies each byte once, mapped, that copy is the only one.
+        Where it passes over the bytes twice (a checksum, a scan, then a
+        copy), a read into a buffer, whose copy leaves them in the CPU's
+        caches, was faster."""
+        return False
+
     @property
     def encodes(self) -> bool:
         """Whether a shuffle window holds this format's samples encoded

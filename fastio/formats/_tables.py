@@ -569,6 +569,13 @@ class ArrowFormat(_ColumnFile):
         self._heads: dict[str, tuple[_ArrowBlocks, bytes, dict[int, bytes]]] = {}
         self._schemas: dict[bytes, pa.Schema | None] = {}  # by schema message
 
+    def maps_cached(self, columnar: bool, sample_bytes: float | None) -> bool:
+        # A record batch is decoded in place (its buffers are views of the
+        # bytes) and copied once, into a batch or a sample: 110 KB rows in
+        # .batches(256), 36k rows/s read and 49k mapped; 1 KB rows, 3.08M
+        # and 3.18M.
+        return True
+
     def prefetch(self, reader: Reader, urls: Sequence[str]) -> None:
         # After the footers, each file's schema and record batch headers,
         # again read together for the group: one wait, not one per file.

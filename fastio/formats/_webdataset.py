@@ -384,8 +384,22 @@ def _tar_problem(error: FrameError, data: Any, url: str, base: int, members: int
     return CorruptRecordError(f"damaged tar header ({kind})", url, offset, index)
 
 
+# Average sample bytes from which tar shards are mapped (see maps_cached).
+_MAPPED_SAMPLE_BYTES = 16 << 10
+
+
 class WebDatasetFormat(RecordFormat):
     name = "webdataset"
+
+    def maps_cached(self, columnar: bool, sample_bytes: float | None) -> bool:
+        # Large members are copied once, into a sample's bytes or a batch's
+        # column, past the headers (110 KB samples: 44k/s read, 55k mapped;
+        # .batches(256) 40k and 46k). Small ones are a header each: the scan
+        # passes over nearly every byte before the copy (1 KB samples in
+        # .batches(256): 1.17M/s read, 1.11M mapped).
+        if sample_bytes is None:
+            return not columnar
+        return sample_bytes >= _MAPPED_SAMPLE_BYTES
 
     def locator(self) -> Locator:
         # The index scans whole archives, which end in their end marker.

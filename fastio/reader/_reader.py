@@ -130,8 +130,8 @@ class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
     __slots__ = ("closed", "count_wait", "delivered", "exhausted", "first_pieces", "handoff",
-                 "largest", "lookahead", "plan", "queue", "queued_bytes", "started", "waiter",
-                 "warm")  # fmt: skip
+                 "largest", "lookahead", "mapped", "plan", "queue", "queued_bytes", "started",
+                 "waiter", "warm")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
         self.plan: Iterator[Request] = iter(())
@@ -144,6 +144,7 @@ class _Stream:
         self.exhausted = False
         self.closed = False
         self.count_wait = count_wait
+        self.mapped = False  # ranges the page cache holds are mapped, not read
         self.started = False  # whether the consumer has had a batch yet
         self.warm = False  # whether its first remote pieces (REMOTE_START_BYTES) are in
         self.first_pieces: list[Request] | None = None  # those pieces, while they come
@@ -709,14 +710,17 @@ class Reader:
 
     # ---- streaming -----------------------------------------------------------------
 
-    async def astream(self, shards: Iterable[ShardLike]) -> AsyncIterator[Chunk]:
+    async def astream(self, shards: Iterable[ShardLike], *, mapped: bool = False
+                      ) -> AsyncIterator[Chunk]:  # fmt: skip
         """Every shard's bytes in order, as chunks. Shards are
         :class:`~fastio.Shard`, paths (whole files), or lists of
         :class:`~fastio.ByteRange`. Raises the OSError of a failing range
-        after delivering every chunk before it."""
+        after delivering every chunk before it. With ``map_cached="auto"``,
+        ``mapped`` says whether ranges the page cache holds are mapped
+        rather than read (read-only chunks; see ``ReaderSettings``)."""
         self._check_usable()
         self._bind(asyncio.get_running_loop())
-        stream = self._open_stream(shards, count_wait=True)
+        stream = self._open_stream(shards, count_wait=True, mapped=mapped)
         try:
             while batch := await self._next_batch(stream):
                 for chunk in batch:
@@ -727,7 +731,7 @@ class Reader:
         finally:
             self._close_stream(stream)
 
-    def stream(self, shards: Iterable[ShardLike]) -> Iterator[Chunk]:
+    def stream(self, shards: Iterable[ShardLike], *, mapped: bool = False) -> Iterator[Chunk]:
         """Like :meth:`astream`, for synchronous callers: the reader runs on a
         background event loop and hands over chunks in batches. A share of the
         memory budget is set aside for the batches waiting in the hand-off."""
@@ -756,7 +760,7 @@ class Reader:
         handoff = Handoff(loop, holds, on_wait=self._count_wait)
         self._handoffs.add(handoff)
         fed = threading.Event()  # the feeder's cleanup ran
-        feeder = self._feed(shards, handoff, fed)
+        feeder = self._feed(shards, handoff, fed, mapped)
         del head  # the consumer's view of its chunk is the consumer's own
         future = asyncio.run_coroutine_threadsafe(feeder, loop)
         handoff.watch(future)
@@ -802,14 +806,14 @@ class Reader:
     def _count_wait(self, seconds: float) -> None:
         self._wait_seconds += seconds
 
-    async def _feed(self, shards: Iterable[ShardLike], handoff: Handoff, fed: threading.Event
-                    ) -> None:  # fmt: skip
+    async def _feed(self, shards: Iterable[ShardLike], handoff: Handoff, fed: threading.Event,
+                    mapped: bool) -> None:  # fmt: skip
         """Loop-thread half of :meth:`stream`: moves batches into the hand-off;
         sets ``fed`` when it has cleaned up."""
         stream: _Stream | None = None
         try:
             self._bind(asyncio.get_running_loop())
-            stream = self._open_stream(shards, count_wait=False)
+            stream = self._open_stream(shards, count_wait=False, mapped=mapped)
             stream.handoff = handoff
             while batch := await self._next_batch(stream):
                 await handoff.put(batch, sum(len(chunk.data) for chunk in batch))
@@ -830,9 +834,11 @@ class Reader:
                 self._close_stream(stream)
             fed.set()
 
-    def _open_stream(self, shards: Iterable[ShardLike], count_wait: bool) -> _Stream:
+    def _open_stream(self, shards: Iterable[ShardLike], count_wait: bool, mapped: bool
+                     ) -> _Stream:  # fmt: skip
         stream = _Stream(count_wait)
         settings = self._settings
+        stream.mapped = mapped if settings.map_cached == "auto" else settings.map_cached
         stream.plan = plan_requests(
             stream, shards, self._files, settings.direct,
             lambda: self._settings.read_size, settings.coalesce_gap, settings.memory_budget // 2,
@@ -1030,7 +1036,6 @@ class Reader:
         submitted = 0
         throttled = False
         cached_limit = min(limit, CACHED_REQUESTS)
-        map_cached = settings.map_cached
         for stream in self._streams:
             queue = stream.queue
             piece_size = max(settings.read_size, stream.largest)
@@ -1106,9 +1111,9 @@ class Reader:
                 # What the page cache holds is mapped, not copied into a
                 # buffer: the consumer's copy (a sample's bytes, a batch's
                 # column) is then the only one, and no reader thread spends
-                # a core on the other (110 KB tar samples: 12% more a
-                # second, a quarter less CPU).
-                mapping = _map_resident(piece) if cached and map_cached else None
+                # a core on the other (110 KB tar samples: a quarter more a
+                # second, and less CPU).
+                mapping = _map_resident(piece) if cached and stream.mapped else None
                 if mapping is not None:
                     buffer = mapping
                     self._mapped_done.append((tag, len(mapping)))

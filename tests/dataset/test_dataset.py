@@ -55,7 +55,7 @@ def test_stored_order_yields_every_sample_as_written(written, map_cached) -> Non
 @pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
 def test_an_epoch_left_early_leaves_no_file_mapped(tmp_path, batches) -> None:
     written = write("webdataset", tmp_path, shards=4, per_shard=30)
-    dataset = fastio.Dataset(written.pattern, read_size=4096, **written.options)
+    dataset = fastio.Dataset(written.pattern, read_size=4096, map_cached=True, **written.options)
     items = iter(dataset.batches(8) if batches else dataset)
     for _ in range(10):
         next(items)
@@ -66,6 +66,30 @@ def test_an_epoch_left_early_leaves_no_file_mapped(tmp_path, batches) -> None:
     gc.collect()
     maps = Path("/proc/self/maps").read_text()
     assert not [url for url in written.urls if url in maps]
+
+
+@pytest.mark.parametrize(
+    ("format_name", "large", "batches", "maps"),
+    [("arrow", False, False, True), ("arrow", False, True, True),
+     ("webdataset", True, False, True), ("webdataset", True, True, True),
+     ("webdataset", False, False, False), ("webdataset", False, True, False),
+     ("tfrecord", True, False, False)],
+)  # fmt: skip
+def test_by_default_cached_shards_are_mapped_where_the_format_gains(
+    tmp_path, format_name, large, batches, maps
+) -> None:
+    # Arrow IPC always; tar where samples are large; TFRecord never.
+    written = write(format_name, tmp_path, shards=4, per_shard=30, large=large)
+    with fastio.Dataset(written.pattern, read_size=4096, shuffle=False,
+                        **written.options) as dataset:  # fmt: skip
+        items = iter(dataset.batches(8) if batches else dataset)
+        got = [next(items) for _ in range(10)]
+        maps_now = Path("/proc/self/maps").read_text()
+        assert any(url in maps_now for url in written.urls) is maps
+        got += list(items)
+    keys = [k for item in got for k in (batch_keys(format_name, item) if batches
+                                        else [key_of(format_name, item)])]  # fmt: skip
+    assert keys == [row["key"] for row in written.samples]
 
 
 def test_shuffled_epoch_is_a_permutation_reproducible_by_seed_and_epoch(written) -> None:

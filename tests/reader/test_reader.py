@@ -100,7 +100,7 @@ KNOBS = st.fixed_dictionaries(
         "read_size": st.sampled_from([4096, 16_384, 65_536, 1 << 20]),
         "direct": st.sampled_from([False, True, "auto"]),
         "coalesce_gap": st.sampled_from([0, 4096, 65_536]),
-        "map_cached": st.booleans(),
+        "map_cached": st.sampled_from([False, True, "auto"]),
     }
 )
 
@@ -566,6 +566,18 @@ class ReaderContract:
         del chunks
         assert path not in Path("/proc/self/maps").read_text()
 
+    def test_by_default_a_stream_maps_only_where_its_consumer_asks(self, make_file) -> None:
+        # map_cached="auto": a plain stream's chunks are writable buffers; a
+        # consumer that copies each byte once asks for mapped ranges.
+        path, data = make_file(1 << 20)
+        Path(path).read_bytes()
+        with self.reader(read_size=65_536, direct=False) as reader:
+            read = list(reader.stream([path]))
+            mapped = list(reader.stream([path], mapped=True))
+        assert join_by_shard(read, 1) == join_by_shard(mapped, 1) == [data]
+        assert not any(chunk.data.readonly for chunk in read)
+        assert any(chunk.data.readonly for chunk in mapped)
+
     def test_ranges_the_page_cache_lacks_are_read_the_rest_mapped(self, make_file) -> None:
         mib = 1 << 20
         path, data = make_file(8 * mib)
@@ -580,18 +592,20 @@ class ReaderContract:
             if resident(path) == 15 / 16:
                 break
         assert resident(path) == 15 / 16
-        with self.reader(read_size=mib, direct=False) as reader:
+        with self.reader(read_size=mib, direct=False, map_cached=True) as reader:
             chunks = list(reader.stream([path]))
         assert join_by_shard(chunks, 1) == [data]
         mapped = {chunk.offset // mib for chunk in chunks if chunk.data.readonly}
         assert mapped
         assert 7 not in mapped  # the last MiB: half of it from the device
 
-    def test_a_file_cut_short_after_it_was_opened_reads_as_cut(self, make_file) -> None:
+    @pytest.mark.parametrize("map_cached", [True, False])
+    def test_a_file_cut_short_after_it_was_opened_reads_as_cut(self, make_file, map_cached
+                                                               ) -> None:  # fmt: skip
         # Mapped or read, the reader sees the file as it is when it reads it.
         path, data = make_file(4 << 20)
         with self.reader(read_size=1 << 20, memory_budget=1 << 20, outstanding_requests=1,
-                         direct=False) as reader:  # fmt: skip
+                         direct=False, map_cached=map_cached) as reader:  # fmt: skip
             stream = iter(reader.stream([path]))
             received = bytearray(next(stream).data)
             os.truncate(path, 2 << 20)
