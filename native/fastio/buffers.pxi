@@ -149,6 +149,9 @@ cdef class MappedRange:
         self._base = NULL
         self._itemsize = 1
 
+    def __init__(self):
+        raise TypeError("a MappedRange is made by map_resident()")
+
     def __dealloc__(self):
         if self._base != NULL:
             munmap(self._base, self._mapped)

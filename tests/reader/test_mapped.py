@@ -76,6 +76,11 @@ def test_a_range_the_page_cache_lacks_is_not_mapped(make_file) -> None:
         os.close(fd)
 
 
+def test_a_mapped_range_is_made_only_by_mapping() -> None:
+    with pytest.raises(TypeError, match="map_resident"):
+        MappedRange()
+
+
 def test_a_descriptor_that_is_not_open_is_an_os_error() -> None:
     with pytest.raises(OSError, match="Bad file descriptor"):
         map_resident(1_000_000, 0, 4096)
