@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 import fastio
 from tests.ranks import run_ranks
-from tests.shards import batch_keys, key_of, write
+from tests.shards import batch_keys, check_sample, key_of, write
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,37 @@ def test_batches_in_a_dataloader_with_workers(written) -> None:
     loader = DataLoader(batches, batch_size=None, num_workers=2)
     got = [k for batch in loader for k in batch_keys("webdataset", batch)]
     assert sorted(got) == [row["key"] for row in written.samples]
+
+
+@pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
+def test_persistent_workers_deliver_mapped_samples_whole_every_epoch(tmp_path, batches) -> None:
+    # Samples of 30-110 KB: their shards, cached, are mapped in the workers
+    # (map_cached="auto"); every sample comes once an epoch, as written.
+    large = write("webdataset", tmp_path, shards=4, per_shard=10, large=True)
+    rows = {row["key"]: row for row in large.samples}
+    dataset = fastio.Dataset(large.pattern, seed=3)
+    if batches:
+        loader = DataLoader(dataset.batches(7), batch_size=None, num_workers=2,
+                            persistent_workers=True)  # fmt: skip
+    else:
+        loader = DataLoader(dataset, batch_size=5, num_workers=2, persistent_workers=True,
+                            collate_fn=list)  # fmt: skip
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        got = []
+        for item in loader:
+            if batches:
+                keys = batch_keys("webdataset", item)
+                payloads = item.column("bin").to_pylist()
+                for key, payload in zip(keys, payloads, strict=True):
+                    assert payload == rows[key]["data"]
+                got += keys
+            else:
+                for sample in item:
+                    check_sample("webdataset", sample, rows[key_of("webdataset", sample)])
+                    got.append(key_of("webdataset", sample))
+        assert sorted(got) == sorted(rows)
+    del loader
 
 
 def test_spawned_workers_receive_a_pickled_dataset(written) -> None:
