@@ -162,6 +162,14 @@ def gather(chunks: Iterable[Chunk]) -> dict[int, bytes]:
     return {starts[r]: b"".join(parts[r]) for r in parts}
 
 
+MAPPED_SAMPLE_BYTES = 16 << 10
+"""Average sample bytes from which a format that copies each sample's bytes
+once, past a header or a record boundary each, gains by mapping cached
+ranges (:meth:`ShardFormat.maps_cached`): 110 KB tar samples ran 1.26x
+mapped, 1 KB ones 0.92x (the scan of their headers passes over nearly every
+byte before the copy)."""
+
+
 class ShardFormat(abc.ABC):
     """A format as the dataset drives it. Subclasses set ``name`` and implement
     :meth:`layout` and :meth:`samples`; :meth:`batches` has a generic default

@@ -16,6 +16,7 @@ from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
 from fastio._native import TarColumns, group_tar, scan_tar
 from fastio.formats._compression import codec_for, decompress
 from fastio.formats._index import Locator
+from fastio.formats._layout import MAPPED_SAMPLE_BYTES
 from fastio.formats._parts import TarPart
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter, owned, owned_kind
@@ -384,10 +385,6 @@ def _tar_problem(error: FrameError, data: Any, url: str, base: int, members: int
     return CorruptRecordError(f"damaged tar header ({kind})", url, offset, index)
 
 
-# Average sample bytes from which tar shards are mapped (see maps_cached).
-_MAPPED_SAMPLE_BYTES = 16 << 10
-
-
 class WebDatasetFormat(RecordFormat):
     name = "webdataset"
 
@@ -399,7 +396,7 @@ class WebDatasetFormat(RecordFormat):
         # .batches(256): 1.17M/s read, 1.11M mapped).
         if sample_bytes is None:
             return not columnar
-        return sample_bytes >= _MAPPED_SAMPLE_BYTES
+        return sample_bytes >= MAPPED_SAMPLE_BYTES
 
     def locator(self) -> Locator:
         # The index scans whole archives, which end in their end marker.

@@ -58,9 +58,10 @@ class ReaderSettings:
     )  # fmt: skip
     map_cached: bool | Literal["auto"] = knob(
         "auto", "Local data the page cache holds is mapped (mmap) rather than copied into read "
-        "buffers: one copy fewer. auto: where the consumer gains (a Dataset's Arrow IPC shards, "
-        "tar shards of samples of 16 KiB and more). A file cut short while its mapped bytes are "
-        "in use ends the process (SIGBUS); false reads it.", "flag", choices=("auto",),
+        "buffers: one copy fewer. auto: where the consumer gains (a Dataset's Arrow IPC shards; "
+        "tar, npy and fixed shards of samples of 16 KiB and more). A file cut short while its "
+        "mapped bytes are in use ends the process (SIGBUS); false reads it.", "flag",
+        choices=("auto",),
     )  # fmt: skip
     memory_budget: int = knob(
         32 * MiB, "Bytes that reads in flight plus data read ahead but not yet consumed may hold.",

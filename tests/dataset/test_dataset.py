@@ -92,6 +92,36 @@ def test_by_default_cached_shards_are_mapped_where_the_format_gains(
     assert keys == [row["key"] for row in written.samples]
 
 
+@pytest.mark.parametrize(
+    ("format_name", "row_bytes", "maps"),
+    [("npy", 20_000, True), ("npy", 64, False), ("fixed", 20_000, True), ("fixed", 64, False)],
+)
+def test_by_default_array_shards_are_mapped_where_rows_are_large(
+    tmp_path, format_name, row_bytes, maps
+) -> None:
+    rng = np.random.default_rng(1)
+    arrays = [rng.integers(0, 256, (40 if maps else 3000, row_bytes), dtype=np.uint8)
+              for _ in range(3)]  # fmt: skip
+    urls = []
+    for index, array in enumerate(arrays):
+        path = tmp_path / f"part-{index}.{format_name}"
+        if format_name == "npy":
+            np.save(path, array)
+        else:
+            path.write_bytes(array.tobytes())
+        urls.append(str(path))
+    options = {"record_size": row_bytes} if format_name == "fixed" else {}
+    with fastio.Dataset(urls, format=format_name, read_size=65_536, shuffle=False,
+                        **options) as dataset:  # fmt: skip
+        items = iter(dataset)
+        got = [next(items) for _ in range(60)]
+        maps_now = Path("/proc/self/maps").read_text()
+        assert any(url in maps_now for url in urls) is maps
+        got += list(items)
+    rows = [bytes(row) for array in arrays for row in array]
+    assert [bytes(memoryview(item).cast("B")) for item in got] == rows
+
+
 def test_shuffled_epoch_is_a_permutation_reproducible_by_seed_and_epoch(written) -> None:
     options = dict(shuffle_buffer=40_000, shuffle_shards=3, **written.options)
     first = keys(written, fastio.Dataset(written.pattern, seed=7, **options))
