@@ -59,8 +59,9 @@ class ReaderSettings:
     map_cached: bool | Literal["auto"] = knob(
         "auto", "Local data the page cache holds is mapped (mmap) rather than copied into read "
         "buffers: one copy fewer. auto: where the consumer gains (a Dataset's Arrow IPC shards; "
-        "tar, npy and fixed shards of samples of 16 KiB and more). A file cut short while its "
-        "mapped bytes are in use ends the process (SIGBUS); false reads it.", "flag",
+        "tar, npy and fixed shards of samples of 16 KiB and more), in reads of 512 KiB and more. "
+        "A file cut short while its mapped bytes are in use ends the process (SIGBUS); false "
+        "reads it.", "flag",
         choices=("auto",),
     )  # fmt: skip
     memory_budget: int = knob(

@@ -66,9 +66,10 @@ def test_batches_in_a_dataloader_with_workers(written) -> None:
 
 @pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
 def test_persistent_workers_deliver_mapped_samples_whole_every_epoch(tmp_path, batches) -> None:
-    # Samples of 30-110 KB: their shards, cached, are mapped in the workers
-    # (map_cached="auto"); every sample comes once an epoch, as written.
-    large = write("webdataset", tmp_path, shards=4, per_shard=10, large=True)
+    # Samples of 30-110 KB in shards of about 2 MB: cached, they are mapped
+    # in the workers (map_cached="auto"); every sample comes once an epoch,
+    # as written.
+    large = write("webdataset", tmp_path, shards=4, per_shard=30, large=True)
     rows = {row["key"]: row for row in large.samples}
     dataset = fastio.Dataset(large.pattern, seed=3)
     if batches:

@@ -70,7 +70,7 @@ def test_an_epoch_left_early_leaves_no_file_mapped(tmp_path, batches) -> None:
 
 @pytest.mark.parametrize(
     ("format_name", "large", "batches", "maps"),
-    [("arrow", False, False, True), ("arrow", False, True, True),
+    [("arrow", True, False, True), ("arrow", True, True, True),
      ("webdataset", True, False, True), ("webdataset", True, True, True),
      ("webdataset", False, False, False), ("webdataset", False, True, False),
      ("tfrecord", True, False, False)],
@@ -78,10 +78,10 @@ def test_an_epoch_left_early_leaves_no_file_mapped(tmp_path, batches) -> None:
 def test_by_default_cached_shards_are_mapped_where_the_format_gains(
     tmp_path, format_name, large, batches, maps
 ) -> None:
-    # Arrow IPC always; tar where samples are large; TFRecord never.
+    # Arrow IPC always; tar where samples are large; TFRecord never. Shards
+    # of about 2 MB, read in pieces large enough to be mapped.
     written = write(format_name, tmp_path, shards=4, per_shard=30, large=large)
-    with fastio.Dataset(written.pattern, read_size=4096, shuffle=False,
-                        **written.options) as dataset:  # fmt: skip
+    with fastio.Dataset(written.pattern, shuffle=False, **written.options) as dataset:
         items = iter(dataset.batches(8) if batches else dataset)
         got = [next(items) for _ in range(10)]
         maps_now = Path("/proc/self/maps").read_text()
@@ -100,7 +100,7 @@ def test_by_default_array_shards_are_mapped_where_rows_are_large(
     tmp_path, format_name, row_bytes, maps
 ) -> None:
     rng = np.random.default_rng(1)
-    arrays = [rng.integers(0, 256, (40 if maps else 3000, row_bytes), dtype=np.uint8)
+    arrays = [rng.integers(0, 256, (100 if maps else 30_000, row_bytes), dtype=np.uint8)
               for _ in range(3)]  # fmt: skip
     urls = []
     for index, array in enumerate(arrays):
@@ -111,8 +111,7 @@ def test_by_default_array_shards_are_mapped_where_rows_are_large(
             path.write_bytes(array.tobytes())
         urls.append(str(path))
     options = {"record_size": row_bytes} if format_name == "fixed" else {}
-    with fastio.Dataset(urls, format=format_name, read_size=65_536, shuffle=False,
-                        **options) as dataset:  # fmt: skip
+    with fastio.Dataset(urls, format=format_name, shuffle=False, **options) as dataset:
         items = iter(dataset)
         got = [next(items) for _ in range(60)]
         maps_now = Path("/proc/self/maps").read_text()

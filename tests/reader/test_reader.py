@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import fastio
 from fastio import ByteRange, Chunk, Reader, Shard
 from fastio._native import stat_stamps
-from fastio.reader._reader import CACHED_REQUESTS, _change_stamp
+from fastio.reader._reader import CACHED_REQUESTS, MAPPED_PIECE_BYTES, _change_stamp
 from fastio.reader._requests import LOCAL_FIRST_BYTES
 from fastio.reader._sync import Handoff, LoopThread
 from tests.conftest import ResourceSnapshot
@@ -566,17 +566,20 @@ class ReaderContract:
         del chunks
         assert path not in Path("/proc/self/maps").read_text()
 
-    def test_by_default_a_stream_maps_only_where_its_consumer_asks(self, make_file) -> None:
+    @pytest.mark.parametrize("read_size", [MAPPED_PIECE_BYTES, MAPPED_PIECE_BYTES // 2])
+    def test_by_default_a_stream_maps_only_where_its_consumer_asks(self, make_file, read_size
+                                                                   ) -> None:  # fmt: skip
         # map_cached="auto": a plain stream's chunks are writable buffers; a
-        # consumer that copies each byte once asks for mapped ranges.
-        path, data = make_file(1 << 20)
+        # consumer that copies each byte once asks for mapped ranges, which
+        # are mapped where a piece is large enough to gain.
+        path, data = make_file(4 << 20)
         Path(path).read_bytes()
-        with self.reader(read_size=65_536, direct=False) as reader:
+        with self.reader(read_size=read_size, direct=False) as reader:
             read = list(reader.stream([path]))
-            mapped = list(reader.stream([path], mapped=True))
-        assert join_by_shard(read, 1) == join_by_shard(mapped, 1) == [data]
+            asked = list(reader.stream([path], mapped=True))
+        assert join_by_shard(read, 1) == join_by_shard(asked, 1) == [data]
         assert not any(chunk.data.readonly for chunk in read)
-        assert any(chunk.data.readonly for chunk in mapped)
+        assert any(chunk.data.readonly for chunk in asked) is (read_size >= MAPPED_PIECE_BYTES)
 
     def test_ranges_the_page_cache_lacks_are_read_the_rest_mapped(self, make_file) -> None:
         mib = 1 << 20
