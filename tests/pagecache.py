@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from pathlib import Path
 
 from fastio._native import resident_fraction
 
@@ -18,6 +20,12 @@ def drop_pages(path: str) -> float:
     finally:
         os.close(fd)
     return resident(path)
+
+
+def mapped(paths: Iterable[str]) -> list[str]:
+    """Those of ``paths`` this process has mapped right now (``/proc/self/maps``)."""
+    maps = Path("/proc/self/maps").read_text()
+    return [path for path in paths if path in maps]
 
 
 def resident(path: str) -> float:

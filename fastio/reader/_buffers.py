@@ -151,7 +151,7 @@ class BufferPool:
             while self._lent_bytes > 2 * self._limit + self.held:
                 forgotten = self._lent.popleft()
                 self._lent_bytes -= len(forgotten)
-                if type(forgotten) is MappedRange:
+                if isinstance(forgotten, MappedRange):
                     continue  # never the pool's: unmapped once the last view goes
                 # Its region now never becomes wholly idle here: the pool keeps
                 # its siblings for reuse and stops counting this buffer's share.
@@ -178,7 +178,7 @@ class BufferPool:
         return buffer
 
     def _keep(self, buffer: AlignedBuffer | MappedRange) -> None:
-        if not isinstance(buffer, AlignedBuffer):
+        if isinstance(buffer, MappedRange):
             return  # a mapped range is not reused: unmapped when dropped
         self._free.setdefault(len(buffer), []).append(buffer)
         region = _region_of(buffer)

@@ -137,8 +137,8 @@ class _Stream:
     """One pass over a list of shards: planned pieces in delivery order."""
 
     __slots__ = ("closed", "count_wait", "delivered", "exhausted", "first_pieces", "handoff",
-                 "largest", "lookahead", "map_least", "mapped", "plan", "queue", "queued_bytes",
-                 "started", "waiter", "warm")  # fmt: skip
+                 "largest", "lookahead", "map_least", "plan", "queue", "queued_bytes", "started",
+                 "waiter", "warm")  # fmt: skip
 
     def __init__(self, count_wait: bool) -> None:
         self.plan: Iterator[Request] = iter(())
@@ -151,8 +151,9 @@ class _Stream:
         self.exhausted = False
         self.closed = False
         self.count_wait = count_wait
-        self.mapped = False  # ranges the page cache holds are mapped, not read
-        self.map_least = 0  # bytes of the smallest piece mapped
+        # Pieces of at least this many bytes that the page cache holds are
+        # mapped, not read; None: none is.
+        self.map_least: int | None = None
         self.started = False  # whether the consumer has had a batch yet
         self.warm = False  # whether its first remote pieces (REMOTE_START_BYTES) are in
         self.first_pieces: list[Request] | None = None  # those pieces, while they come
@@ -847,9 +848,9 @@ class Reader:
         stream = _Stream(count_wait)
         settings = self._settings
         if settings.map_cached == "auto":
-            stream.mapped, stream.map_least = mapped, MAPPED_PIECE_BYTES
+            stream.map_least = MAPPED_PIECE_BYTES if mapped else None
         else:
-            stream.mapped, stream.map_least = settings.map_cached, 0
+            stream.map_least = 0 if settings.map_cached else None
         stream.plan = plan_requests(
             stream, shards, self._files, settings.direct,
             lambda: self._settings.read_size, settings.coalesce_gap, settings.memory_budget // 2,
@@ -1124,8 +1125,9 @@ class Reader:
                 # column) is then the only one, and no reader thread spends
                 # a core on the other (110 KB tar samples: a quarter more a
                 # second, and less CPU).
-                mapping = (_map_resident(piece) if cached and stream.mapped
-                           and piece.length >= stream.map_least else None)  # fmt: skip
+                least = stream.map_least
+                mapping = (_map_resident(piece) if cached and least is not None
+                           and piece.length >= least else None)  # fmt: skip
                 if mapping is not None:
                     buffer = mapping
                     self._mapped_done.append((tag, len(mapping)))

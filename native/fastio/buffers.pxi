@@ -67,6 +67,26 @@ def allocate_buffers(Py_ssize_t size, Py_ssize_t count, bint huge=True, bint pop
             for index in range(count)]
 
 
+cdef inline void _flat_bytes(Py_buffer *buffer, char *data, Py_ssize_t *size,
+                             Py_ssize_t *itemsize, bint readonly, int flags):
+    """Describes ``*size`` bytes at ``data`` in ``buffer`` (a flat array of
+    unsigned bytes); the caller sets its owner. ``size`` and ``itemsize``
+    point into the owner, which the view keeps alive."""
+    buffer.buf = data
+    buffer.len = size[0]
+    buffer.readonly = readonly
+    buffer.itemsize = 1
+    if flags & PyBUF_FORMAT:
+        buffer.format = b"B"
+    else:
+        buffer.format = NULL
+    buffer.ndim = 1
+    buffer.shape = size if flags & PyBUF_ND else NULL
+    buffer.strides = itemsize if flags & PyBUF_STRIDES else NULL
+    buffer.suboffsets = NULL
+    buffer.internal = NULL
+
+
 # A buffer refers only to its Region, which refers to nothing: no cycle can run
 # through it, so the cyclic GC must leave it alone (a GC "clear" dropping the
 # region first would unmap memory that the buffer still exposes).
@@ -114,20 +134,8 @@ cdef class AlignedBuffer:
         return <uintptr_t>self._data
 
     def __getbuffer__(self, Py_buffer *buffer, int flags):
-        buffer.buf = self._data
+        _flat_bytes(buffer, self._data, &self._size, &self._itemsize, False, flags)
         buffer.obj = self
-        buffer.len = self._size
-        buffer.readonly = 0
-        buffer.itemsize = 1
-        if flags & PyBUF_FORMAT:
-            buffer.format = b"B"
-        else:
-            buffer.format = NULL
-        buffer.ndim = 1
-        buffer.shape = &self._size if flags & PyBUF_ND else NULL
-        buffer.strides = &self._itemsize if flags & PyBUF_STRIDES else NULL
-        buffer.suboffsets = NULL
-        buffer.internal = NULL
         self.exports += 1
 
     def __releasebuffer__(self, Py_buffer *buffer):
@@ -162,20 +170,8 @@ cdef class MappedRange:
     def __getbuffer__(self, Py_buffer *buffer, int flags):
         if flags & PyBUF_WRITABLE:
             raise BufferError("a mapped range of a file is read-only")
-        buffer.buf = self._data
+        _flat_bytes(buffer, self._data, &self._size, &self._itemsize, True, flags)
         buffer.obj = self
-        buffer.len = self._size
-        buffer.readonly = 1
-        buffer.itemsize = 1
-        if flags & PyBUF_FORMAT:
-            buffer.format = b"B"
-        else:
-            buffer.format = NULL
-        buffer.ndim = 1
-        buffer.shape = &self._size if flags & PyBUF_ND else NULL
-        buffer.strides = &self._itemsize if flags & PyBUF_STRIDES else NULL
-        buffer.suboffsets = NULL
-        buffer.internal = NULL
         self.exports += 1
 
     def __releasebuffer__(self, Py_buffer *buffer):

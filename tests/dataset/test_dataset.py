@@ -10,14 +10,13 @@ import pickle
 import subprocess
 import sys
 import tarfile
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 import fastio
-from tests.pagecache import drop_pages, resident
+from tests.pagecache import drop_pages, mapped, resident
 from tests.shards import FORMATS, batch_keys, check_sample, gnu_tar, key_of, write
 
 
@@ -48,8 +47,7 @@ def test_stored_order_yields_every_sample_as_written(written, map_cached) -> Non
     assert all(array.flags.writeable for array in arrays)
     del got, arrays
     gc.collect()
-    maps = Path("/proc/self/maps").read_text()
-    assert not [url for url in written.urls if url in maps]
+    assert not mapped(written.urls)
 
 
 @pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
@@ -60,12 +58,11 @@ def test_an_epoch_left_early_leaves_no_file_mapped(tmp_path, batches) -> None:
     for _ in range(10):
         next(items)
     # Written just now, the shards are in the page cache: read mapped.
-    assert any(url in Path("/proc/self/maps").read_text() for url in written.urls)
+    assert mapped(written.urls)
     del items
     dataset.close()
     gc.collect()
-    maps = Path("/proc/self/maps").read_text()
-    assert not [url for url in written.urls if url in maps]
+    assert not mapped(written.urls)
 
 
 @pytest.mark.parametrize(
@@ -84,8 +81,7 @@ def test_by_default_cached_shards_are_mapped_where_the_format_gains(
     with fastio.Dataset(written.pattern, shuffle=False, **written.options) as dataset:
         items = iter(dataset.batches(8) if batches else dataset)
         got = [next(items) for _ in range(10)]
-        maps_now = Path("/proc/self/maps").read_text()
-        assert any(url in maps_now for url in written.urls) is maps
+        assert bool(mapped(written.urls)) is maps
         got += list(items)
     keys = [k for item in got for k in (batch_keys(format_name, item) if batches
                                         else [key_of(format_name, item)])]  # fmt: skip
@@ -114,8 +110,7 @@ def test_by_default_array_shards_are_mapped_where_rows_are_large(
     with fastio.Dataset(urls, format=format_name, shuffle=False, **options) as dataset:
         items = iter(dataset)
         got = [next(items) for _ in range(60)]
-        maps_now = Path("/proc/self/maps").read_text()
-        assert any(url in maps_now for url in urls) is maps
+        assert bool(mapped(urls)) is maps
         got += list(items)
     rows = [bytes(row) for array in arrays for row in array]
     assert [bytes(memoryview(item).cast("B")) for item in got] == rows

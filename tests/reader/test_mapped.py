@@ -11,11 +11,7 @@ import pytest
 
 from fastio._native import MappedRange, map_resident
 from tests.conftest import FILE_SIZES
-from tests.pagecache import drop_pages
-
-
-def _mapped_files() -> str:
-    return Path("/proc/self/maps").read_text()
+from tests.pagecache import drop_pages, mapped
 
 
 @pytest.mark.parametrize("size", [size for size in FILE_SIZES if size])
@@ -54,12 +50,12 @@ def test_a_mapping_is_read_only_outlives_its_descriptor_and_is_unmapped_once_dro
     array = np.frombuffer(mapping, np.uint8)
     assert not array.flags.writeable
     assert bytes(array[:10]) == data[5:15]
-    assert path in _mapped_files()
+    assert mapped([path])
     del view, array
     gc.collect()
     assert mapping.exports == 0
     del mapping
-    assert path not in _mapped_files()
+    assert not mapped([path])
 
 
 def test_a_range_the_page_cache_lacks_is_not_mapped(make_file) -> None:
