@@ -26,6 +26,7 @@ cdef class AlignedBuffer:
     cdef Region _owner  # the region the bytes are carved from, kept alive with them
     cdef bint _owns_data  # allocated by us (posix_memalign): free it
     cdef Py_ssize_t _alignment
+    cdef Py_ssize_t _populated  # bytes from the start known to be faulted in
     cdef readonly Py_ssize_t exports
 
 cdef extern from "residency.h" nogil:

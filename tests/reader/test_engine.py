@@ -283,6 +283,37 @@ def test_buffers_mapped_without_faulting_are_faulted_in_by_prefault() -> None:
         prefault(b"read-only bytes")
 
 
+def test_prefault_faults_in_every_page_it_was_not_seen_to_fault_in_before() -> None:
+    """A buffer remembers how much of it prefault faulted in, so that a
+    remote read into a reused buffer does not ask the kernel for its pages
+    again; pieces asked for out of order, or past what is known, are still
+    faulted in whole."""
+    from fastio._native import allocate_buffers, prefault
+
+    mib = 1 << 20
+    [buffer] = allocate_buffers(8 * mib, 1, huge=False, populate=False)
+    view = memoryview(buffer)
+
+    def resident(start: int, end: int) -> int:
+        return _resident_bytes(buffer.address + start * mib, (end - start) * mib)
+
+    prefault(view[: 2 * mib])
+    assert resident(0, 2) == 2 * mib
+    assert resident(2, 8) == 0
+    prefault(view[4 * mib : 6 * mib])  # past what is known to be in
+    assert resident(4, 6) == 2 * mib
+    assert resident(2, 4) == resident(6, 8) == 0
+    prefault(view[: 4 * mib])  # the 2 MiB between are still to be faulted in
+    assert resident(0, 6) == 6 * mib
+    prefault(view[: 1 * mib])  # known to be in: nothing to do, nothing lost
+    assert resident(0, 6) == 6 * mib
+    assert resident(6, 8) == 0
+    prefault(buffer)  # the whole buffer, by the buffer itself
+    assert resident(0, 8) == 8 * mib
+    view[-5:] = b"lasts"
+    assert bytes(view[-5:]) == b"lasts"
+
+
 def test_a_pool_faults_in_the_buffer_it_hands_out_and_the_spares_as_they_are_taken() -> None:
     """The first read of a stream waits for its own buffer's pages only: the
     spares carved from the same region are faulted in as they are taken (or
