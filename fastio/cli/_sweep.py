@@ -185,9 +185,9 @@ def sweep(
 
 def _dataset_files(spec: DatasetSpec) -> list[str]:
     """The files of a config's urls (patterns and globs, as a dataset reads them)."""
-    from fastio.sources._urls import expand_urls
+    from fastio.formats._shards import shard_urls
 
-    return expand_urls(spec.urls)
+    return shard_urls(spec.urls, spec.format, spec.storage_options)
 
 
 def _mode_label(direct: bool | str) -> str:

@@ -192,9 +192,10 @@ def tune(ctx: click.Context, /, paths: tuple[str, ...], config_file: Path | None
 
     spec = command_spec(ctx, config_file, paths)
     if not paths:
-        from fastio.sources._urls import expand_urls
+        from fastio.formats._shards import shard_urls
 
-        paths = tuple(expand_urls(spec.urls))  # patterns and globs, as a dataset reads them
+        # patterns, globs and folders, as a dataset reads them
+        paths = tuple(shard_urls(spec.urls, spec.format, spec.storage_options))
     files = files_to_read(paths)
     if config_file is None:  # the config written names the files read, not their folders
         spec = spec.replace(urls=tuple(files))

@@ -41,7 +41,7 @@ from fastio.fairness._monitor import FairnessMonitor
 from fastio.formats._index import dataset_index_location
 from fastio.formats._layout import Layout
 from fastio.formats._records import own_bytes_as
-from fastio.formats._shards import format_for_url, format_options, make_format
+from fastio.formats._shards import format_for_url, format_options, make_format, shard_urls
 from fastio.plan._assignment import part_bounds
 from fastio.plan._cursor import EpochCursor, Start
 from fastio.plan._ledger import EpochLedger
@@ -63,7 +63,6 @@ from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
 from fastio.shared._inherited import freeze_inherited
 from fastio.sources._remote import is_remote
-from fastio.sources._urls import expand_urls
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
 
 if TYPE_CHECKING:
@@ -222,8 +221,8 @@ class Dataset(_Base):
         self._spill = make_spill(spec.tiering.shuffle_memory, tiering)
         self.cache = _make_cache(spec, tiering)
         urls = spec.urls
-        self.urls = expand_urls(urls if isinstance(urls, str) else list(urls),
-                                self.storage_options)  # fmt: skip
+        self.urls = shard_urls(urls if isinstance(urls, str) else list(urls), spec.format,
+                               self.storage_options)  # fmt: skip
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
         self.format = spec.format or format_for_url(self.urls[0])

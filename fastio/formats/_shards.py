@@ -15,13 +15,22 @@ from fastio.formats._records import RecordFormat
 from fastio.formats._tables import ArrowFormat, ParquetFormat
 from fastio.formats._tfrecord import TFRecordFormat
 from fastio.formats._webdataset import WebDatasetFormat
+from fastio.sources._urls import expand_urls
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from fastio.formats._index import IndexPlacement
 
-__all__ = ["FORMATS", "Layout", "ShardFormat", "format_for_url", "format_options", "make_format"]
+__all__ = [
+    "FORMATS",
+    "Layout",
+    "ShardFormat",
+    "format_for_url",
+    "format_options",
+    "make_format",
+    "shard_urls",
+]
 
 FORMATS: dict[str, type[ShardFormat]] = {
     "webdataset": WebDatasetFormat,
@@ -58,6 +67,40 @@ def format_for_url(url: str) -> str:
             f"pass format= (one of {', '.join(sorted(FORMATS))})"
         )
     return _EXTENSIONS[extension]
+
+
+def shard_urls(patterns: str | Sequence[str], format: str | None,
+               storage_options: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
+    """The shard URLs of a dataset's ``patterns`` (see :func:`expand_urls`):
+    a folder stands for its files of ``format``, or, with no format given,
+    for its files of the one format their extensions name."""
+    return expand_urls(patterns, storage_options,
+                       lambda folder, names: shards_in_folder(folder, names, format))  # fmt: skip
+
+
+def shards_in_folder(folder: str, names: list[str], format: str | None) -> list[str]:
+    """The shards among the file ``names`` of ``folder``: those whose
+    extension names ``format`` (with no such name, those whose extension
+    names no format: shards named without one). With no format given, those
+    of the format most of the names name (tar shards beside a README.txt
+    and a metadata.jsonl); raises ValueError where two formats are named
+    by as many files."""
+    formats: dict[str, list[str]] = {}
+    for name in names:
+        try:
+            formats.setdefault(format_for_url(name), []).append(name)
+        except ValueError:
+            formats.setdefault("", []).append(name)
+    if format is not None:
+        return formats.get(format) or formats.get("", [])
+    found = sorted(((len(chosen), kind) for kind, chosen in formats.items() if kind), reverse=True)
+    if len(found) > 1 and found[0][0] == found[1][0]:
+        tied = [kind for count, kind in found if count == found[0][0]]
+        raise ValueError(
+            f"the folder {folder} holds as many files of {' as of '.join(sorted(tied))}; "
+            "pass format= to choose, or name the shards with a pattern"
+        )
+    return formats[found[0][1]] if found else []
 
 
 def make_format(name: str, **options: Any) -> ShardFormat:

@@ -8,7 +8,9 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
+
+    Chooser = Callable[[str, list[str]], list[str]]
 
 __all__ = ["OWN_MARK", "expand_urls", "is_own_file"]
 
@@ -28,6 +30,7 @@ def is_own_file(url: str) -> bool:
 def expand_urls(
     patterns: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     storage_options: dict[str, Any] | None = None,
+    choose: Chooser | None = None,
 ) -> list[str]:
     """The shard URLs that ``patterns`` name, in order.
 
@@ -37,6 +40,13 @@ def expand_urls(
     URLs with a protocol (``s3://``, ``gs://``, ...) through fsspec; files fastio
     wrote (:func:`is_own_file`) never match. Raises FileNotFoundError for a
     glob that matches nothing, so that a typo does not become an empty dataset.
+
+    A local folder (a name ending in ``/``, or one without a ``.`` in its
+    last part, that is a folder) stands for the files in it, in sorted
+    order: not its subfolders, nor names that begin with ``.`` or ``_``
+    (``_SUCCESS``, ``.cache``), nor fastio's own files. ``choose(folder,
+    names)`` picks the shards among those names (a dataset keeps those of
+    its format); raises FileNotFoundError for a folder left with none.
     """
     from braceexpand import braceexpand
 
@@ -51,7 +61,8 @@ def expand_urls(
         else:
             expanded = _one_range(pattern) or braceexpand(pattern)
         if not _GLOB_CHARACTERS & set(pattern):  # expanding adds no glob character
-            urls.extend(expanded)
+            for url in expanded:
+                urls.extend(_folder_files(url, choose) if _may_be_folder(url) else [url])
             continue
         for url in expanded:
             if not _GLOB_CHARACTERS & set(url):
@@ -63,6 +74,36 @@ def expand_urls(
                 raise FileNotFoundError(2, "no file matches the pattern", url)
             urls.extend(matches)
     return urls
+
+
+def _may_be_folder(url: str) -> bool:
+    """Whether ``url`` may name a local folder: it ends in a separator, or
+    its last part has no extension. Only those are looked up, so that a
+    list of thousands of shard files costs no system call each."""
+    if "://" in url:
+        return False
+    last = url.rstrip("/" + os.sep).rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1]
+    return url.endswith(("/", os.sep)) or "." not in last.strip(".")
+
+
+def _folder_files(url: str, choose: Chooser | None) -> list[str]:
+    """The shards of the folder ``url`` (see :func:`expand_urls`), or
+    ``[url]`` where it is not a folder."""
+    try:
+        entries = list(os.scandir(url))
+    except (NotADirectoryError, FileNotFoundError):
+        return [url]  # a file, or a name whose absence the read reports
+    folder = url.rstrip("/" + os.sep) or url
+    names = sorted(entry.name for entry in entries
+                   if entry.is_file() and not entry.name.startswith((".", "_"))
+                   and not is_own_file(entry.name))  # fmt: skip
+    chosen = choose(folder, names) if choose is not None else names
+    if not chosen:
+        inside = sorted(entry.name for entry in entries
+                        if entry.is_dir() and not entry.name.startswith((".", "_")))  # fmt: skip
+        hint = f"; its subfolders ({', '.join(inside[:5])}) may: name them" if inside else ""
+        raise FileNotFoundError(2, f"the folder holds no shard files{hint}", url)
+    return [os.path.join(folder, name) for name in chosen]
 
 
 def _one_range(pattern: str) -> list[str] | None:

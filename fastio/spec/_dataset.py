@@ -205,7 +205,9 @@ class DatasetSpec:
     the knob."""
 
     urls: str | tuple[str, ...] = knob(
-        REQUIRED, "A URL pattern (braces, globs, fsspec chains) or a list of them.", "urls",
+        REQUIRED,
+        "A URL pattern (braces, globs, fsspec chains), a local folder, or a list of them.",
+        "urls",
     )  # fmt: skip
     format: str | None = knob(
         None, "The shard format; unset: from the first URL's extension.", "text",

@@ -1,0 +1,121 @@
+"""A dataset named by its folder: the shards in it, of its format, in sorted
+order, as a user who points a loader at ``/data/train`` expects; what else
+lies there (a README, a marker, indexes other tools wrote, subfolders) is
+not read."""
+
+from __future__ import annotations
+
+import collections
+import os
+from pathlib import Path
+
+import pytest
+
+import fastio
+from fastio.formats._shards import shard_urls
+from tests.shards import FORMATS, check_sample, key_of, write
+
+
+def _clutter(folder: Path) -> None:
+    """What sits beside shards in real dataset folders."""
+    (folder / "README.txt").write_text("what this dataset is\n")
+    (folder / "_SUCCESS").write_bytes(b"")  # Spark's and Hadoop's marker
+    (folder / ".hidden.tar").write_bytes(b"not a shard")
+    (folder / "nested").mkdir()
+    (folder / "nested" / "other-0000.tar").write_bytes(b"not read either")
+
+
+@pytest.mark.parametrize("format_name", FORMATS)
+def test_a_folder_is_its_shards_each_sample_once(tmp_path: Path, format_name: str) -> None:
+    written = write(format_name, tmp_path / "data", shards=3, per_shard=12)
+    folder = tmp_path / "data"
+    if format_name == "tfrecord":  # the tfrecord package's index files beside its shards
+        for url in written.urls:
+            Path(url + ".index").write_text("0 10\n")
+    if format_name != "lines":  # a README.txt is itself a "lines" shard by its name
+        _clutter(folder)
+    options = dict(written.options)
+    if format_name not in ("fixed",):  # fixed shards end in .bin: the format must be given
+        options.pop("format")
+    for named in (str(folder), f"{folder}/", folder):
+        with fastio.Dataset(named, shuffle=False, fairness=False, **options) as dataset:
+            assert dataset.urls == sorted(written.urls)
+            samples = list(dataset)
+        assert [key_of(format_name, sample) for sample in samples] == list(
+            range(len(written.samples))
+        )
+        for sample in samples:
+            check_sample(format_name, sample, written.samples[key_of(format_name, sample)])
+
+
+def test_folders_in_braces_and_a_list(tmp_path: Path) -> None:
+    train = write("webdataset", tmp_path / "train", shards=2, per_shard=5)
+    val = write("webdataset", tmp_path / "val", shards=2, per_shard=5, seed=1)
+    assert shard_urls(f"{tmp_path}/{{train,val}}", None) == train.urls + val.urls
+    assert shard_urls([str(tmp_path / "val"), train.urls[1]], None) == [*val.urls, train.urls[1]]
+
+
+def test_a_folder_read_by_dataloader_workers_each_sample_once(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader
+
+    written = write("webdataset", tmp_path / "data", shards=4, per_shard=15)
+    _clutter(tmp_path / "data")
+    dataset = fastio.Dataset(tmp_path / "data", fairness=False)
+    keys: collections.Counter[int] = collections.Counter()
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    for _ in range(2):
+        keys.clear()
+        keys.update(key_of("webdataset", sample) for sample in loader)
+        assert keys == collections.Counter(range(len(written.samples)))
+
+
+def test_the_format_given_picks_the_files_of_the_folder(tmp_path: Path) -> None:
+    parquet = write("parquet", tmp_path, shards=2, per_shard=5)
+    jsonl = write("jsonl", tmp_path, shards=3, per_shard=5)
+    assert shard_urls(str(tmp_path), "parquet") == parquet.urls
+    assert shard_urls(str(tmp_path), "jsonl") == jsonl.urls
+    # No format given: the one most of the files are in (3 jsonl against 2 parquet).
+    assert shard_urls(str(tmp_path), None) == jsonl.urls
+    (tmp_path / "extra.parquet").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"as many files of jsonl as of parquet.*format="):
+        shard_urls(str(tmp_path), None)
+
+
+def test_shards_named_without_an_extension(tmp_path: Path) -> None:
+    written = write("tfrecord", tmp_path / "data", shards=2, per_shard=6)
+    for url in written.urls:
+        os.rename(url, url.removesuffix(".tfrecord"))
+    folder = tmp_path / "data"
+    (folder / "notes.txt").write_text("a lines file: not a tfrecord shard\n")
+    bare = [url.removesuffix(".tfrecord") for url in written.urls]
+    assert shard_urls(str(folder), "tfrecord") == bare
+    # A file named without an extension is a file, not a folder.
+    with fastio.Dataset(bare[0], format="tfrecord", shuffle=False, fairness=False) as dataset:
+        keys = [key_of("tfrecord", sample) for sample in dataset]
+    assert keys == list(range(len(keys)))  # the first shard's samples, and no more
+    assert 0 < len(keys) < len(written.samples)
+
+
+@pytest.mark.parametrize("layout", ["empty", "only subfolders", "only clutter"])
+def test_a_folder_without_shards_is_an_error_naming_it(tmp_path: Path, layout: str) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    if layout == "only subfolders":
+        write("webdataset", folder / "part-a", shards=1, per_shard=3)
+    if layout == "only clutter":
+        (folder / "_SUCCESS").write_bytes(b"")
+        (folder / ".DS_Store").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="holds no shard files") as raised:
+        fastio.Dataset(folder, format="webdataset")
+    assert raised.value.filename == str(folder)
+    if layout == "only subfolders":
+        assert "part-a" in str(raised.value)
+
+
+def test_a_long_list_of_files_is_not_looked_up_one_by_one(tmp_path: Path) -> None:
+    """Names with an extension are files: no system call each (a list of
+    tens of thousands of shards opens at once)."""
+    names = [str(tmp_path / f"shard-{i:05d}.tar") for i in range(100)]
+    for name in names:
+        os.mkdir(name)  # were they looked up, they would be read as folders of no shard
+    assert shard_urls(names, None) == names
