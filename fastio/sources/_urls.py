@@ -61,6 +61,10 @@ def expand_urls(
         else:
             expanded = _one_range(pattern) or braceexpand(pattern)
         if not _GLOB_CHARACTERS & set(pattern):  # expanding adds no glob character
+            tail = pattern.rsplit("}", 1)[-1]
+            if tail is not pattern and _names_files(tail):  # "shard-{0000..1999}.tar"
+                urls.extend(expanded)
+                continue
             for url in expanded:
                 urls.extend(_folder_files(url, choose) if _may_be_folder(url) else [url])
             continue
@@ -83,7 +87,15 @@ def _may_be_folder(url: str) -> bool:
     if "://" in url:
         return False
     last = url.rstrip("/" + os.sep).rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1]
-    return url.endswith(("/", os.sep)) or "." not in last.strip(".")
+    return url.endswith(("/", os.sep)) or "." not in last.lstrip(".")
+
+
+def _names_files(tail: str) -> bool:
+    """Whether every name that ends in ``tail`` (what follows a pattern's
+    last brace) is one :func:`_may_be_folder` passes over."""
+    if "/" in tail or os.sep in tail:
+        return not _may_be_folder(tail)
+    return "." in tail.rstrip(".")
 
 
 def _folder_files(url: str, choose: Chooser | None) -> list[str]:

@@ -119,3 +119,4 @@ def test_a_long_list_of_files_is_not_looked_up_one_by_one(tmp_path: Path) -> Non
     for name in names:
         os.mkdir(name)  # were they looked up, they would be read as folders of no shard
     assert shard_urls(names, None) == names
+    assert shard_urls(f"{tmp_path}/shard-{{00000..00099}}.tar", None) == names
