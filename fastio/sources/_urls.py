@@ -41,9 +41,10 @@ def expand_urls(
     wrote (:func:`is_own_file`) never match. Raises FileNotFoundError for a
     glob that matches nothing, so that a typo does not become an empty dataset.
 
-    A local folder (a name ending in ``/``, or one without a ``.`` in its
-    last part, that is a folder) stands for the files in it, in sorted
-    order: not its subfolders, nor names that begin with ``.`` or ``_``
+    A folder (a local name ending in ``/``, or one without a ``.`` in its
+    last part, that is a folder; an object store's prefix ending in ``/``,
+    ``s3://bucket/train/``) stands for the files in it, in sorted order:
+    not its subfolders, nor names that begin with ``.`` or ``_``
     (``_SUCCESS``, ``.cache``), nor fastio's own files. ``choose(folder,
     names)`` picks the shards among those names (a dataset keeps those of
     its format); raises FileNotFoundError for a folder left with none.
@@ -66,7 +67,8 @@ def expand_urls(
                 urls.extend(expanded)
                 continue
             for url in expanded:
-                urls.extend(_folder_files(url, choose) if _may_be_folder(url) else [url])
+                urls.extend(_folder_files(url, choose, storage_options)
+                            if _may_be_folder(url) else [url])  # fmt: skip
             continue
         for url in expanded:
             if not _GLOB_CHARACTERS & set(url):
@@ -81,11 +83,13 @@ def expand_urls(
 
 
 def _may_be_folder(url: str) -> bool:
-    """Whether ``url`` may name a local folder: it ends in a separator, or
-    its last part has no extension. Only those are looked up, so that a
-    list of thousands of shard files costs no system call each."""
+    """Whether ``url`` may name a folder: a local name that ends in a
+    separator or whose last part has no extension, or an object store's
+    prefix that ends in ``/`` (``s3://bucket/train/``; not HTTP's, which no
+    server lists alike). Only those are looked up, so that a list of
+    thousands of shard files costs no system call or request each."""
     if "://" in url:
-        return False
+        return url.endswith("/") and not url.startswith(("http://", "https://"))
     last = url.rstrip("/" + os.sep).rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1]
     return url.endswith(("/", os.sep)) or "." not in last.lstrip(".")
 
@@ -98,24 +102,49 @@ def _names_files(tail: str) -> bool:
     return "." in tail.rstrip(".")
 
 
-def _folder_files(url: str, choose: Chooser | None) -> list[str]:
+def _folder_files(url: str, choose: Chooser | None,
+                  storage_options: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
     """The shards of the folder ``url`` (see :func:`expand_urls`), or
     ``[url]`` where it is not a folder."""
-    try:
-        entries = list(os.scandir(url))
-    except (NotADirectoryError, FileNotFoundError):
+    listed = _listed(url, storage_options or {})
+    if listed is None:
         return [url]  # a file, or a name whose absence the read reports
-    folder = url.rstrip("/" + os.sep) or url
-    names = sorted(entry.name for entry in entries
-                   if entry.is_file() and not entry.name.startswith((".", "_"))
-                   and not is_own_file(entry.name))  # fmt: skip
-    chosen = choose(folder, names) if choose is not None else names
+    files, folders, joined = listed
+    names = sorted(name for name in files
+                   if not name.startswith((".", "_")) and not is_own_file(name))  # fmt: skip
+    chosen = choose(url.rstrip("/" + os.sep) or url, names) if choose is not None else names
     if not chosen:
-        inside = sorted(entry.name for entry in entries
-                        if entry.is_dir() and not entry.name.startswith((".", "_")))  # fmt: skip
+        inside = sorted(name for name in folders if not name.startswith((".", "_")))
         hint = f"; its subfolders ({', '.join(inside[:5])}) may: name them" if inside else ""
         raise FileNotFoundError(2, f"the folder holds no shard files{hint}", url)
-    return [os.path.join(folder, name) for name in chosen]
+    return [joined(name) for name in chosen]
+
+
+def _listed(url: str, storage_options: dict[str, Any]
+            ) -> tuple[list[str], list[str], Callable[[str], str]] | None:  # fmt: skip
+    """The file and folder names in the folder ``url``, and how a name in it
+    becomes a URL; None where ``url`` is not a folder."""
+    if "://" not in url:
+        try:
+            entries = list(os.scandir(url))
+        except (NotADirectoryError, FileNotFoundError):
+            return None
+        folder = url.rstrip("/" + os.sep) or url
+        return ([entry.name for entry in entries if entry.is_file()],
+                [entry.name for entry in entries if entry.is_dir()],
+                lambda name: os.path.join(folder, name))  # fmt: skip
+    import fsspec
+
+    filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
+    try:
+        entries = filesystem.ls(path.rstrip("/"), detail=True)
+    except FileNotFoundError:
+        return None
+    names = {entry["type"]: [] for entry in entries}
+    for entry in entries:
+        names[entry["type"]].append(entry["name"].rstrip("/").rsplit("/", 1)[-1])
+    base = url.rstrip("/")
+    return names.get("file", []), names.get("directory", []), lambda name: f"{base}/{name}"
 
 
 def _one_range(pattern: str) -> list[str] | None:

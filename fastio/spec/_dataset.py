@@ -206,7 +206,7 @@ class DatasetSpec:
 
     urls: str | tuple[str, ...] = knob(
         REQUIRED,
-        "A URL pattern (braces, globs, fsspec chains), a local folder, or a list of them.",
+        "A URL pattern (braces, globs, fsspec chains), a folder, or a list of them.",
         "urls",
     )  # fmt: skip
     format: str | None = knob(

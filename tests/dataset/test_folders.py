@@ -120,3 +120,10 @@ def test_a_long_list_of_files_is_not_looked_up_one_by_one(tmp_path: Path) -> Non
         os.mkdir(name)  # were they looked up, they would be read as folders of no shard
     assert shard_urls(names, None) == names
     assert shard_urls(f"{tmp_path}/shard-{{00000..00099}}.tar", None) == names
+
+
+def test_an_http_url_ending_in_a_slash_is_not_listed() -> None:
+    """HTTP servers list folders each their own way, if at all: such a URL
+    is left as given (and its read says what is wrong with it)."""
+    for url in ("http://127.0.0.1:9/data/", "https://example.com/train/"):
+        assert shard_urls(url, "webdataset") == [url]

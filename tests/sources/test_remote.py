@@ -113,6 +113,26 @@ def test_same_samples_from_local_http_and_s3(http, s3, folder, tmp_path, format_
     assert not mismatched, f"samples {mismatched[:5]} differ"
 
 
+def test_an_object_store_prefix_names_the_shards_under_it(s3, folder, tmp_path) -> None:
+    """``s3://bucket/train/`` reads the shards directly under the prefix, as
+    a local folder does: not what lies beside them, nor deeper."""
+    written = write("webdataset", folder / "prefixed", shards=3, per_shard=10, index=False)
+    for url in written.urls:
+        s3.upload(url, f"prefixed/train/{os.path.basename(url)}")
+    (folder / "readme.txt").write_text("what the shards are\n")
+    s3.upload(str(folder / "readme.txt"), "prefixed/train/README.txt")
+    s3.upload(written.urls[0], "prefixed/train/_SUCCESS")
+    s3.upload(written.urls[0], "prefixed/train/deeper/other-0000.tar")
+    options = {"storage_options": s3.storage_options(), "index_dir": tmp_path, "shuffle": False}
+    with fastio.Dataset(f"s3://{s3.bucket}/prefixed/train/", **options) as dataset:
+        assert dataset.urls == [f"s3://{s3.bucket}/prefixed/train/{os.path.basename(url)}"
+                                for url in written.urls]  # fmt: skip
+        keys = [key_of("webdataset", sample) for sample in dataset]
+    assert keys == [row["key"] for row in written.samples]
+    with pytest.raises(FileNotFoundError, match=r"no shard files.*train"):
+        fastio.Dataset(f"s3://{s3.bucket}/prefixed/", **options)
+
+
 @pytest.fixture(scope="module")
 def tars(folder):
     return write("webdataset", folder / "faulty", shards=4, per_shard=20, index=False)
