@@ -190,8 +190,13 @@ def run(args: argparse.Namespace, data_dir: Path, where: str) -> None:
     if args.shards:
         copy = many_shards(args.data_dir, args.shards)
     else:
-        [manifest_path] = glob.glob(str(args.data_dir / "large-*" / "manifest.json"))
-        copy = json.loads(Path(manifest_path).read_text())["copies"]["webdataset"]
+        # bench_datasets.py writes one large case per --scale: the largest is read.
+        found = glob.glob(str(args.data_dir / "large-*" / "manifest.json"))
+        manifests = [json.loads(Path(path).read_text()) for path in found]
+        if not manifests:
+            raise SystemExit(f"no large case in {args.data_dir}: run bench_datasets.py first")
+        manifest = max(manifests, key=lambda found: found["case"]["samples"])
+        copy = manifest["copies"]["webdataset"]
     if not args.cold:
         warm_up(copy["paths"])
     if data_dir != args.data_dir:  # the same files, through the mount
