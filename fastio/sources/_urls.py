@@ -140,7 +140,7 @@ def _listed(url: str, storage_options: dict[str, Any]
         entries = filesystem.ls(path.rstrip("/"), detail=True)
     except FileNotFoundError:
         return None
-    names = {entry["type"]: [] for entry in entries}
+    names: dict[str, list[str]] = {entry["type"]: [] for entry in entries}
     for entry in entries:
         names[entry["type"]].append(entry["name"].rstrip("/").rsplit("/", 1)[-1])
     base = url.rstrip("/")
