@@ -475,8 +475,11 @@ class Remotes:
             def submit(offset: int, length: int) -> Future[tuple[Any, OSError | None]]:
                 while spare and len(spare[0]) < length:
                     spare.popleft()  # a first range's, smaller than the rest
-                into = spare.popleft() if spare else bytearray(length)
-                return pool.submit(self._get_range, url, offset, length, cancelled, into)
+                if spare:  # its pages are in already: no need to ask the kernel again
+                    return pool.submit(self._get_range, url, offset, length, cancelled,
+                                       spare.popleft(), True)  # fmt: skip
+                return pool.submit(self._get_range, url, offset, length, cancelled,
+                                   bytearray(length), False)  # fmt: skip
 
             def written(data: Any) -> None:
                 spare.append(data.obj)
@@ -709,17 +712,20 @@ class Remotes:
         threading.Thread(target=start, name="fastio-http-warm", daemon=True).start()
 
     def _get_range(
-        self, url: str, offset: int, length: int, cancelled: threading.Event, into: bytearray
-    ) -> tuple[memoryview, OSError | None]:
-        """:meth:`_get_into` ``into`` (at least ``length`` bytes): a view of the
-        bytes that arrived, and the error."""
+        self, url: str, offset: int, length: int, cancelled: threading.Event, into: bytearray,
+        faulted_in: bool,
+    ) -> tuple[memoryview, OSError | None]:  # fmt: skip
+        """:meth:`_get_into` ``into`` (at least ``length`` bytes; ``faulted_in``:
+        written before, so its pages are in): a view of the bytes that
+        arrived, and the error."""
         data = memoryview(into)[:length]
-        count, error = self._get_into(url, offset, length, data, cancelled)
+        count, error = self._get_into(url, offset, length, data, cancelled,
+                                      faulted_in=faulted_in)  # fmt: skip
         return data[:count], error
 
     def _get_into(
         self, url: str, offset: int, length: int, into: memoryview, cancelled: threading.Event,
-        identity: Callable[[int | None, str], None] | None = None,
+        identity: Callable[[int | None, str], None] | None = None, faulted_in: bool = False,
     ) -> tuple[int, OSError | None]:  # fmt: skip
         """On a thread of the HTTP pool: one range into ``into``, retried as
         the settings say (``identity``: see :meth:`RangeClient.get_into`).
@@ -730,7 +736,8 @@ class Remotes:
         # The reader maps remote buffers without faulting them in (its loop
         # would wait for tens of MiB to be zeroed before its next request):
         # this thread does it, in one call, while the request is on its way.
-        prefault(into)
+        if not faulted_in:
+            prefault(into)
         attempts, timeout = 0, self.settings.request_timeout
 
         def attempt() -> int:
