@@ -62,8 +62,7 @@ def expand_urls(
         else:
             expanded = _one_range(pattern) or braceexpand(pattern)
         if not _GLOB_CHARACTERS & set(pattern):  # expanding adds no glob character
-            tail = pattern.rsplit("}", 1)[-1]
-            if tail is not pattern and _names_files(tail):  # "shard-{0000..1999}.tar"
+            if "}" in pattern and _names_files(pattern.rsplit("}", 1)[1]):  # "s-{0..99}.tar"
                 urls.extend(expanded)
                 continue
             for url in expanded:
