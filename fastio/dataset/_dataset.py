@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import errno
 import math
 import os
 import secrets
@@ -225,7 +226,7 @@ class Dataset(_Base):
                                self.storage_options)  # fmt: skip
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
-        self.format = spec.format or format_for_url(self.urls[0])
+        self.format = spec.format or _format_of(self.urls[0])
         options = spec.format_options
         placement = tiering if options.index_dir is None else None
         self._format = make_format(self.format, **format_options(
@@ -880,6 +881,19 @@ def _at_a_start(state: dict[str, Any]) -> bool:
 def _participant_of(state: dict[str, Any]) -> Participant:
     return Participant(int(state["rank"]), int(state["world_size"]), int(state["worker"]),
                        int(state["num_workers"]))  # fmt: skip
+
+
+def _format_of(url: str) -> str:
+    """The format ``url``'s extension names; a folder whose name has a dot
+    (``/data/train.v2``, not taken for a folder) is said to be one."""
+    try:
+        return format_for_url(url)
+    except ValueError:
+        if not is_remote(url) and os.path.isdir(url):
+            raise IsADirectoryError(
+                errno.EISDIR, "a folder: name it with a trailing / for the shards in it", url
+            ) from None
+        raise
 
 
 def _make_cache(spec: DatasetSpec, tiering: Tiering | None) -> ShardCache | None:

@@ -383,7 +383,12 @@ class FileTable:
         try:
             st = os.fstat(fd)
             if stat.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+                raise IsADirectoryError(
+                    errno.EISDIR,
+                    f"{os.strerror(errno.EISDIR)} (for the shards in a folder, name it with "
+                    "a trailing /)",
+                    path,
+                )
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
                 raise OSError(errno.EINVAL, "not a regular file or block device", path)
             # Through the page cache by choice ("auto" or False): how much it holds.

@@ -127,3 +127,17 @@ def test_an_http_url_ending_in_a_slash_is_not_listed() -> None:
     is left as given (and its read says what is wrong with it)."""
     for url in ("http://127.0.0.1:9/data/", "https://example.com/train/"):
         assert shard_urls(url, "webdataset") == [url]
+
+
+def test_a_folder_whose_name_has_a_dot_is_named_with_a_trailing_slash(tmp_path: Path) -> None:
+    """Such a name is taken for a file (only names without an extension are
+    looked up); what goes wrong says how to name it."""
+    written = write("webdataset", tmp_path / "train.v2", shards=2, per_shard=5)
+    folder = str(tmp_path / "train.v2")
+    with pytest.raises(IsADirectoryError, match="trailing /") as raised:
+        fastio.Dataset(folder)  # no format: its "extension" names none
+    assert raised.value.filename == folder
+    with pytest.raises(IsADirectoryError, match="trailing /"):
+        list(fastio.Dataset(folder, format="webdataset", fairness=False))
+    with fastio.Dataset(folder + "/", fairness=False) as dataset:
+        assert sorted(key_of("webdataset", s) for s in dataset) == list(range(len(written.samples)))
