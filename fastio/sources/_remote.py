@@ -475,11 +475,10 @@ class Remotes:
             def submit(offset: int, length: int) -> Future[tuple[Any, OSError | None]]:
                 while spare and len(spare[0]) < length:
                     spare.popleft()  # a first range's, smaller than the rest
-                if spare:  # its pages are in already: no need to ask the kernel again
-                    return pool.submit(self._get_range, url, offset, length, cancelled,
-                                       spare.popleft(), True)  # fmt: skip
-                return pool.submit(self._get_range, url, offset, length, cancelled,
-                                   bytearray(length), False)  # fmt: skip
+                # A spare's pages are in already: the kernel need not be asked again.
+                into, faulted_in = (spare.popleft(), True) if spare else (bytearray(length), False)
+                return pool.submit(self._get_range, url, offset, length, cancelled, into,
+                                   faulted_in)  # fmt: skip
 
             def written(data: Any) -> None:
                 spare.append(data.obj)

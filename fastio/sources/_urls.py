@@ -108,30 +108,28 @@ def _folder_files(url: str, choose: Chooser | None,
     listed = _listed(url, storage_options or {})
     if listed is None:
         return [url]  # a file, or a name whose absence the read reports
-    files, folders, joined = listed
+    files, folders = listed
+    folder = url.rstrip("/" + os.sep) or url
     names = sorted(name for name in files
                    if not name.startswith((".", "_")) and not is_own_file(name))  # fmt: skip
-    chosen = choose(url.rstrip("/" + os.sep) or url, names) if choose is not None else names
+    chosen = choose(folder, names) if choose is not None else names
     if not chosen:
         inside = sorted(name for name in folders if not name.startswith((".", "_")))
         hint = f"; its subfolders ({', '.join(inside[:5])}) may: name them" if inside else ""
         raise FileNotFoundError(2, f"the folder holds no shard files{hint}", url)
-    return [joined(name) for name in chosen]
+    return [os.path.join(folder, name) for name in chosen]  # "s3://b/train" + "/x.tar" too
 
 
-def _listed(url: str, storage_options: dict[str, Any]
-            ) -> tuple[list[str], list[str], Callable[[str], str]] | None:  # fmt: skip
-    """The file and folder names in the folder ``url``, and how a name in it
-    becomes a URL; None where ``url`` is not a folder."""
+def _listed(url: str, storage_options: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+    """The names of the files and of the folders in the folder ``url``; None
+    where ``url`` is not a folder."""
     if "://" not in url:
         try:
             entries = list(os.scandir(url))
         except (NotADirectoryError, FileNotFoundError):
             return None
-        folder = url.rstrip("/" + os.sep) or url
         return ([entry.name for entry in entries if entry.is_file()],
-                [entry.name for entry in entries if entry.is_dir()],
-                lambda name: os.path.join(folder, name))  # fmt: skip
+                [entry.name for entry in entries if entry.is_dir()])  # fmt: skip
     import fsspec
 
     filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
@@ -139,11 +137,10 @@ def _listed(url: str, storage_options: dict[str, Any]
         entries = filesystem.ls(path.rstrip("/"), detail=True)
     except FileNotFoundError:
         return None
-    names: dict[str, list[str]] = {entry["type"]: [] for entry in entries}
+    names: dict[str, list[str]] = {"file": [], "directory": []}
     for entry in entries:
-        names[entry["type"]].append(entry["name"].rstrip("/").rsplit("/", 1)[-1])
-    base = url.rstrip("/")
-    return names.get("file", []), names.get("directory", []), lambda name: f"{base}/{name}"
+        names.setdefault(entry["type"], []).append(entry["name"].rstrip("/").rsplit("/", 1)[-1])
+    return names["file"], names["directory"]
 
 
 def _one_range(pattern: str) -> list[str] | None:
