@@ -103,9 +103,8 @@ def _stored_windows(spans: Sequence[Span], layouts: Sequence[Layout], budget: in
         shard, cursor, stop = span.shard, span.start, span.stop
         layout = layouts[shard]
         while cursor < stop:
-            cut = layout.next_cut(cursor, stop, window_budget(len(windows), budget))
-            windows.append(Window((Run(shard, cursor, cut, 0),), cut - cursor,
-                                  layout.nbytes(cursor, cut)))  # fmt: skip
+            cut, nbytes = layout.cut(cursor, stop, window_budget(len(windows), budget))
+            windows.append(Window((Run(shard, cursor, cut, 0),), cut - cursor, nbytes))
             cursor = cut
     return windows
 
@@ -128,10 +127,10 @@ def _mixed_windows(spans: Sequence[Span], layouts: Sequence[Layout], budget: int
         for entry in active:
             shard, cursor, stop = entry
             layout = layouts[shard]
-            cut = layout.next_cut(cursor, stop, per_span)
+            cut, run_bytes = layout.cut(cursor, stop, per_span)
             runs.append(Run(shard, cursor, cut, count))
             count += cut - cursor
-            nbytes += layout.nbytes(cursor, cut)
+            nbytes += run_bytes
             entry[1] = cut
         active = [entry for entry in active if entry[1] < entry[2]]
         windows.append(Window(tuple(runs), count, nbytes))

@@ -371,7 +371,10 @@ def _check_cut(sizes: list[int], start: int, stop: int, budget: int) -> None:
     layout = Layout("mem://shard", count, int(ends[-1]), sample_bounds(count), ends - starts,
                     starts, ends)  # fmt: skip
     first_past = next((i for i in range(count) if starts[i] >= starts[start] + budget), count)
-    assert layout.next_cut(start, stop, budget) == min(max(first_past, start + 1), stop)
+    cut = min(max(first_past, start + 1), stop)
+    assert layout.next_cut(start, stop, budget) == cut
+    # What a plan's windows take: the cut and the run's bytes, in one call.
+    assert layout.cut(start, stop, budget) == (cut, int(ends[cut - 1] - starts[start]))
 
 
 @settings(max_examples=300, deadline=None)
