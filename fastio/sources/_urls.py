@@ -49,8 +49,6 @@ def expand_urls(
     names)`` picks the shards among those names (a dataset keeps those of
     its format); raises FileNotFoundError for a folder left with none.
     """
-    from braceexpand import braceexpand
-
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [patterns]
     urls: list[str] = []
@@ -60,7 +58,7 @@ def expand_urls(
         if "{" not in pattern and "\\" not in pattern:
             expanded: Iterable[str] = [pattern]
         else:
-            expanded = _one_range(pattern) or braceexpand(pattern)
+            expanded = _one_range(pattern) or _braces(pattern)
         if not _GLOB_CHARACTERS & set(pattern):  # expanding adds no glob character
             if "}" in pattern and _names_files(pattern.rsplit("}", 1)[1]):  # "s-{0..99}.tar"
                 urls.extend(expanded)
@@ -141,6 +139,15 @@ def _listed(url: str, storage_options: dict[str, Any]) -> tuple[list[str], list[
     for entry in entries:
         names.setdefault(entry["type"], []).append(entry["name"].rstrip("/").rsplit("/", 1)[-1])
     return names["file"], names["directory"]
+
+
+def _braces(pattern: str) -> Iterable[str]:
+    """braceexpand's expansion of ``pattern``, imported only for a pattern
+    that is not one range: the import compiles its expressions, a millisecond
+    or two before a dataset's first sample."""
+    from braceexpand import braceexpand
+
+    return braceexpand(pattern)
 
 
 def _one_range(pattern: str) -> list[str] | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -105,6 +107,24 @@ def test_expand_urls_names_the_shards_braceexpand_names(
             fastio.expand_urls(pattern)
         return
     assert fastio.expand_urls(pattern) == expected
+
+
+def test_a_range_of_shards_is_named_without_importing_braceexpand() -> None:
+    """Its import compiles expressions before a dataset's first sample: a
+    fresh process naming one range of shards never imports it, and one
+    naming a list in braces still gets braceexpand's names."""
+    script = (
+        "import sys, fastio, fastio.dataset\n"
+        "names = fastio.expand_urls('/data/s-{0000..0002}.tar')\n"
+        "assert names == [f'/data/s-000{i}.tar' for i in range(3)], names\n"
+        "assert 'braceexpand' not in sys.modules\n"
+        "assert fastio.expand_urls('s3://b/{train,val}-{0..1}.tar') == "
+        "['s3://b/train-0.tar', 's3://b/train-1.tar', 's3://b/val-0.tar', 's3://b/val-1.tar']\n"
+        "assert 'braceexpand' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
 
 
 def test_expand_urls_globs_remote_filesystems_through_fsspec() -> None:
