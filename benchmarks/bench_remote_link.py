@@ -39,7 +39,10 @@ touching every sample (a wrong sample count or payload total fails the run):
 Each run is timed inside its process from the first call (constructing the
 dataset, or the first open) to the first sample and to the last; imports are
 not timed. Methods run in a seeded shuffled order in each of ``--repeats``
-rounds; tables give medians and ratios to parallel curl, and for tune=True
+rounds; tables give medians and ratios to parallel curl, the same ratios
+taken run by run (each run over parallel curl's and fastio default's in its
+round: the median of those, which the machine's drift between rounds moves
+less), and for tune=True
 how many runs' tuners settled within the epoch and how far into it (the share
 of the epoch's bytes delivered by then). MB/s counts the tar
 files' bytes. The machine's load average is recorded beside every run, and
@@ -339,6 +342,19 @@ class Cell:
     load: list[float] = field(default_factory=list)  # 1-minute load average at the end
     details: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)  # the round of each timed run
+
+    def over(self, other: Cell | None) -> float | None:
+        """This method's rate over ``other``'s, run by run: the median, over
+        the rounds both ran in, of the ratio of their rates in that round.
+        The machine's state drifts between rounds (here by more than the
+        gaps between methods); within a round the two ran minutes apart."""
+        if other is None:
+            return None
+        theirs = dict(zip(other.rounds, other.seconds, strict=True))
+        ratios = [theirs[r] / mine for r, mine in zip(self.rounds, self.seconds, strict=True)
+                  if r in theirs]  # fmt: skip
+        return statistics.median(ratios) if ratios else None
 
     def mb_per_s(self) -> float | None:
         return self.bytes / statistics.median(self.seconds) / 1e6 if self.seconds else None
@@ -473,6 +489,7 @@ def measure_condition(
                 line = f"FAILED: {error}"
             else:
                 cell.seconds.append(report["seconds"])
+                cell.rounds.append(round_)
                 cell.first_sample_seconds.append(report["first_sample_seconds"])
                 cell.requests.append(served_requests(base) - requests_before - 1)
                 cell.cpu_seconds.append(children_cpu() - cpu_before)
@@ -569,7 +586,8 @@ def print_link_check(condition: str, check: dict[str, Any]) -> None:
 def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
     for condition in dict.fromkeys(c.condition for c in cells):
         rows = [c for c in cells if c.condition == condition]
-        curl = next((c for c in rows if c.method == "curl parallel 8"), None)
+        curl = same_condition(rows, rows[0], "curl parallel 8")
+        default = same_condition(rows, rows[0], "fastio default")
         limit = curl.mb_per_s() if curl else None
         limit_first = curl.first_sample() if curl else None
         check = checks.get(condition, {})
@@ -584,7 +602,8 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
         )
         print(
             f"{'method':22} {'first sample s':>14} {'MB/s':>7} {'x curl':>7} "
-            f"{'requests':>8} {'CPU s':>6} {'epoch CPU s':>14} {'load':>5} {'runs':>4}  "
+            f"{'paired':>6} {'x default':>9} {'requests':>8} {'CPU s':>6} {'epoch CPU s':>14} "
+            f"{'load':>5} {'runs':>4}  "
             "tuner settled"
         )
         for cell in rows:
@@ -594,8 +613,11 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
                 continue
             first = cell.first_sample()
             share = f"{mb / limit:7.2f}" if limit else f"{'-':>7}"
+            over_curl, over_default = cell.over(curl), cell.over(default)
+            paired = f"{over_curl:6.2f}" if over_curl else f"{'-':>6}"
+            paired += f" {over_default:9.2f}" if over_default else f" {'-':>9}"
             print(
-                f"{cell.method:22} {first:14.2f} {mb:7.1f} {share} "
+                f"{cell.method:22} {first:14.2f} {mb:7.1f} {share} {paired} "
                 f"{statistics.median(cell.requests):8.0f} "
                 f"{statistics.median(cell.cpu_seconds):6.1f} "
                 f"{epoch_cpu(cell):>14} "
@@ -603,6 +625,10 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
             )
         if limit_first is not None:
             print("curl's first sample is its first byte; x curl: MB/s over parallel curl's")
+        print(
+            "paired, x default: the median over rounds of the run's MB/s over parallel curl's,"
+            " and over fastio default's, in the same round"
+        )
         print(
             f"epoch CPU s: the client's / the whole machine's (every process and the kernel, "
             f"of {os.cpu_count()} cores) over the timed epoch; CPU s: the client's process, "
@@ -616,6 +642,11 @@ def print_tables(cells: list[Cell], checks: dict[str, dict[str, Any]]) -> None:
         failed = sum(len(c.failures) for c in rows)
         if failed:
             print(f"{failed} failed runs (see the JSON)")
+
+
+def same_condition(cells: list[Cell], cell: Cell, method: str) -> Cell | None:
+    """The cell of ``method`` under ``cell``'s condition, if it ran."""
+    return next((c for c in cells if c.condition == cell.condition and c.method == method), None)
 
 
 def epoch_cpu(cell: Cell) -> str:
@@ -785,7 +816,13 @@ def main() -> None:
         "dataset": manifest,
         "link_checks": checks,
         "cells": [
-            asdict(c) | {"mb_per_s": c.mb_per_s(), "first_sample_seconds_median": c.first_sample()}
+            asdict(c)
+            | {
+                "mb_per_s": c.mb_per_s(),
+                "first_sample_seconds_median": c.first_sample(),
+                "x_curl_paired": c.over(same_condition(cells, c, "curl parallel 8")),
+                "x_default_paired": c.over(same_condition(cells, c, "fastio default")),
+            }
             for c in cells
         ],
     }
