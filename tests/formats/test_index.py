@@ -9,6 +9,7 @@ import os
 import random
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from fastio.formats._index import (
     IndexStore,
     Locator,
     ShardIndex,
+    _aligned_npz,
     _index_file,
     _npz_arrays,
     _relative,
@@ -299,7 +301,15 @@ def test_shards_named_relative_to_the_working_folder_find_their_kept_indexes(
     assert [sample["key"] for sample in again] == [row["key"] for row in written.samples]
 
 
-def test_index_arrays_read_as_numpy_reads_them() -> None:
+def _savez(**arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("write", [_savez, lambda **arrays: _aligned_npz(arrays)],
+                         ids=["np.savez", "fastio"])  # fmt: skip
+def test_index_arrays_read_as_numpy_reads_them(write: Callable[..., bytes]) -> None:
     arrays = {
         "starts": np.arange(5, dtype=np.uint64),
         "empty": np.zeros(0, np.uint64),
@@ -307,19 +317,43 @@ def test_index_arrays_read_as_numpy_reads_them() -> None:
         "wide": np.arange(6, dtype=">i4").reshape(2, 3),  # numpy's own reader
         "values": np.array([1.5, -2.0], np.float32),
     }
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    data = buffer.getvalue()
+    data = write(**arrays)
     got = _npz_arrays(data)
     with np.load(io.BytesIO(data), allow_pickle=False) as expected:
-        assert sorted(got) == sorted(expected.files)
+        assert sorted(got) == sorted(expected.files) == sorted(arrays)
         for name in expected.files:
             assert got[name].dtype == expected[name].dtype
             assert got[name].shape == expected[name].shape
-            assert got[name].flags.writeable
+            assert got[name].flags.aligned
+            # A view of the file's bytes is read-only; a copy is the caller's own.
+            shared = np.shares_memory(got[name], np.frombuffer(data, np.uint8))
+            assert got[name].flags.writeable != shared or got[name].size == 0
             np.testing.assert_array_equal(got[name], expected[name])
+            np.testing.assert_array_equal(got[name], arrays[name])
     with pytest.raises(UNREADABLE):
         _npz_arrays(data[: len(data) // 2])
+
+
+def test_fastio_writes_index_arrays_where_they_are_read_in_place(tmp_path) -> None:
+    """An index file as fastio writes it holds each array's data at a multiple
+    of 64 bytes: read, its offsets are views of the file's bytes, not copies
+    (np.savez's unaligned ones are copied, as the test above reads them)."""
+    shards = [ShardIndex(f"/data/s{i}.tar", "webdataset", 10_000, 1, np.arange(n, dtype=np.uint64)
+                         * 512, np.arange(1, n + 1, dtype=np.uint64) * 512) for i, n in
+              enumerate([3, 0, 1000])]  # fmt: skip
+    data = DatasetIndex(shards).to_bytes(str(tmp_path / "dataset.fastio-index.npz"))
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                header = len(member.read()) - np.load(archive.open(info)).nbytes
+            body = info.header_offset + 30 + len(info.filename) + len(info.extra) + header
+            assert body % 64 == 0, info.filename
+    stored = _npz_arrays(data)
+    assert np.shares_memory(stored["starts"], np.frombuffer(data, np.uint8))
+    read = DatasetIndex.read(data, str(tmp_path / "dataset.fastio-index.npz"))
+    for before, after in zip(shards, read.shards, strict=True):
+        np.testing.assert_array_equal(after.starts, before.starts)
+        np.testing.assert_array_equal(after.ends, before.ends)
 
 
 def _npz(writer: Any, **arrays: np.ndarray) -> bytes:
