@@ -745,7 +745,8 @@ class Reader:
         background event loop and hands over chunks in batches. A share of the
         memory budget is set aside for the batches waiting in the hand-off."""
         self._check_usable()
-        head = _read_head(shards, self._settings.direct, self._settings.read_size)
+        direct, read_size = self._settings.direct, self._settings.read_size
+        head = _read_head(shards, direct, min(LOCAL_FIRST_BYTES, read_size))
         shards, shards_before, ranges_before = head.rest, head.shards_before, head.ranges_before
         first = head.chunk  # while the consumer has not taken it
         if first is not None:
@@ -753,13 +754,44 @@ class Reader:
                 self._head_bytes += len(first.data)
                 self._head_reads += 1
                 self._head_latency[latency_bucket(head.nanoseconds)] += 1
+            if head.complete:
+                del head
+                yield first
+                return
             if self._background is None:
                 # A fresh process: the loop starts at the consumer's next
                 # request, not while it takes the head.
+                read = len(first.data)
                 yield first
                 first = None
                 if self._closed:
                     raise ReaderClosedError("the reader was closed while streaming")
+                # And the next shards of one range each, while the page cache
+                # holds them whole: a shuffled epoch's first window (a sample
+                # from each of 8 shards) is then out before the loop starts.
+                while shards_before and shards_before <= _HEAD_SHARDS and read < _HEAD_BYTES:
+                    began = time.perf_counter()
+                    more = _read_head(shards, direct, min(read_size, _HEAD_BYTES - read),
+                                      whole_only=True)  # fmt: skip
+                    shards = more.rest
+                    if more.chunk is None:
+                        break
+                    # A network filesystem (each open a round trip, where the
+                    # loop's read-ahead opens several at once) stops it.
+                    slow = time.perf_counter() - began > _HEAD_SLOW
+                    with self._lock:
+                        self._head_bytes += len(more.chunk.data)
+                        self._head_reads += 1
+                        self._head_latency[latency_bucket(more.nanoseconds)] += 1
+                    read += len(more.chunk.data)
+                    shards_before += 1
+                    yield more.chunk._replace(shard=shards_before - 1)
+                    if more.complete:
+                        return
+                    if self._closed:
+                        raise ReaderClosedError("the reader was closed while streaming")
+                    if slow:
+                        break
         renumbered = bool(shards_before or ranges_before)
         background = self._loop_thread()
         loop = background.loop
@@ -1290,6 +1322,7 @@ class _Head(NamedTuple):
     rest: Iterable[ShardLike]
     shards_before: int = 0
     ranges_before: int = 0
+    complete: bool = False  # the chunk is all the stream holds: nothing is left for the loop
 
 
 def _renumbered(chunk: Chunk, shards_before: int, ranges_before: int) -> Chunk:
@@ -1301,13 +1334,23 @@ def _renumbered(chunk: Chunk, shards_before: int, ranges_before: int) -> Chunk:
     return chunk
 
 
-def _read_head(shards: Iterable[ShardLike], direct: Any, read_size: int) -> _Head:
+# What a fresh process's stream reads on the consumer's thread before its loop
+# starts, at most: after its first bytes, this many shards, whole and of one
+# range each, and this many bytes in all (see Reader.stream).
+_HEAD_SHARDS = 16
+_HEAD_BYTES = 1 << 20
+_HEAD_SLOW = 0.001  # seconds a shard's open and read took: no more are read so
+
+
+def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only: bool = False
+               ) -> _Head:  # fmt: skip
     """The first bytes of the first shard, read on the caller's thread where
-    they are a local file's and the page cache holds them (at most
-    ``LOCAL_FIRST_BYTES`` and ``read_size``, of its first range), and the
-    shards left to stream. A stream's first chunk then waits neither for the
-    reader's loop to start nor for a trip through it (about 1 ms in a fresh
-    process, most of a local dataset's time to its first sample)."""
+    they are a local file's and the page cache holds them (at most ``limit``,
+    of its first range), and the shards left to stream. A stream's first
+    chunk then waits neither for the reader's loop to start nor for a trip
+    through it (about 1 ms in a fresh process, most of a local dataset's time
+    to its first sample). With ``whole_only``, only a first shard of one
+    range is read, and only whole."""
     if _NOWAIT is None:
         return _Head(None, 0, shards)
     listed = iter(shards)
@@ -1334,9 +1377,11 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, read_size: int) -> _Hea
         length = size - head.offset if head.length is None else head.length
         if length <= 0 or head.offset + length > size:
             return unread  # nothing to read, or past the file's end: the stream says so
-        want = min(LOCAL_FIRST_BYTES, read_size, length)
-        if shard.whole and want < length:
+        want = min(limit, length)
+        if (shard.whole or whole_only) and want < length:
             return unread  # the range comes as one chunk
+        if whole_only and len(shard.ranges) > 1:
+            return unread
         buffer = bytearray(want)
         began = time.perf_counter_ns()
         count = _read_cached(fd, buffer, head.offset)
@@ -1355,7 +1400,15 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, read_size: int) -> _Hea
         rest = dataclasses.replace(shard, ranges=(after, *shard.ranges[1:]))
         return _Head(chunk, took, itertools.chain((rest,), listed))
     if last:
-        return _Head(chunk, took, listed, shards_before=1)
+        # A stream of one range (a shuffled window's run of one shard): where
+        # it was all read here, the loop is neither started nor asked.
+        try:
+            following = next(listed)
+        except StopIteration:
+            return _Head(chunk, took, (), shards_before=1, complete=True)
+        except Exception as error:  # raised when the stream asks for the shard
+            return _Head(chunk, took, (_raise(failure) for failure in (error,)), shards_before=1)
+        return _Head(chunk, took, itertools.chain((following,), listed), shards_before=1)
     rest = dataclasses.replace(shard, ranges=shard.ranges[1:])
     return _Head(chunk, took, itertools.chain((rest,), listed), ranges_before=1)
 

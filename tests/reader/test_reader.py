@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import fastio
 from fastio import ByteRange, Chunk, Reader, Shard
 from fastio._native import stat_stamps
+from fastio.reader import _reader
 from fastio.reader._reader import CACHED_REQUESTS, MAPPED_PIECE_BYTES, _change_stamp
 from fastio.reader._requests import LOCAL_FIRST_BYTES
 from fastio.reader._sync import Handoff, LoopThread
@@ -218,6 +219,71 @@ class ReaderContract:
             rest = b"".join(bytes(chunk.data) for chunk in stream)
             assert reader._background is not None
         assert bytes(first.data) + rest == data
+
+    @pytest.mark.parametrize("count", [5, 40])
+    def test_cached_shards_of_one_range_come_before_the_loop_starts(
+        self, make_file, monkeypatch, count: int
+    ) -> None:
+        """A fresh reader also reads the next shards of one range each on the
+        consumer's thread, where the page cache holds them whole, up to 17
+        shards and 1 MiB in all (a shuffled epoch's first window is a sample
+        from each of 8 shards): a stream of 5 such shards never starts the
+        loop; one of 40 starts it for the rest, which come numbered and
+        marked as a stream read all through the loop gives them. (A shard
+        that takes long to open and read stops it: never here.)"""
+        monkeypatch.setattr(_reader, "_HEAD_SLOW", 3600.0)
+        files = [make_file(10_000 + 1000 * number) for number in range(count)]
+        shards = [path for path, _ in files]
+        before = {thread.ident for thread in threading.enumerate()}
+        with self.reader(read_size=65_536) as reader:
+            stream = reader.stream(shards)
+            chunks = [next(stream) for _ in range(min(count, 17))]
+            started = {thread.name for thread in threading.enumerate()
+                       if thread.ident not in before}  # fmt: skip
+            assert (started, reader._head_reads) == (set(), min(count, 17))
+            chunks += list(stream)
+            assert (reader._background is None) == (count <= 17)
+            assert reader.stats().bytes_delivered == sum(len(data) for _, data in files)
+        with self.reader(read_size=65_536, direct=True) as reader:
+            through_the_loop = list(reader.stream(shards))
+            assert reader._head_reads == 0
+
+        def marked(chunks: list[Chunk]) -> list[tuple[int, int, bytes, bool, bool]]:
+            return [(c.shard, c.range, bytes(c.data), c.end_of_range, c.end_of_shard)
+                    for c in chunks]  # fmt: skip
+
+        assert marked(chunks) == marked(through_the_loop)
+        assert [bytes(chunk.data) for chunk in chunks] == [data for _, data in files]
+        assert [chunk.shard for chunk in chunks] == list(range(count))
+
+    def test_the_bytes_read_before_the_loop_starts_are_bounded(self, make_file,
+                                                               monkeypatch) -> None:  # fmt: skip
+        """Shards of 200 KB: the first and four more are read on the consumer's
+        thread (1 MiB at most), the sixth through the loop."""
+        monkeypatch.setattr(_reader, "_HEAD_SLOW", 3600.0)
+        files = [make_file(200_000) for _ in range(8)]
+        with self.reader(read_size=1 << 20) as reader:
+            stream = reader.stream([path for path, _ in files])
+            got = [bytes(next(stream).data) for _ in range(5)]
+            assert (reader._background, reader._head_reads) == (None, 5)
+            got += [bytes(chunk.data) for chunk in stream]
+            assert (reader._background is not None, reader._head_reads) == (True, 5)
+        assert got == [data for _, data in files]
+
+    def test_a_slow_shard_hands_the_rest_to_the_loop(self, make_file, monkeypatch) -> None:
+        """Where a shard's open and read took long (a network filesystem, where
+        the loop's read-ahead opens several at once), the shards after it
+        are not read on the consumer's thread: here every one counts as slow,
+        so the first shard and the next are, and the rest go through the loop."""
+        monkeypatch.setattr(_reader, "_HEAD_SLOW", 0.0)
+        files = [make_file(10_000) for _ in range(6)]
+        with self.reader(read_size=65_536) as reader:
+            stream = reader.stream([path for path, _ in files])
+            got = [bytes(next(stream).data) for _ in range(2)]
+            assert (reader._background, reader._head_reads) == (None, 2)
+            got += [bytes(chunk.data) for chunk in stream]
+            assert (reader._background is not None, reader._head_reads) == (True, 2)
+        assert got == [data for _, data in files]
 
     @pytest.mark.parametrize("fails_at", [0, 1])
     def test_shards_that_cannot_be_listed_raise_after_the_bytes_before(

@@ -222,9 +222,12 @@ def test_a_stream_left_early_opens_no_more_shards(tmp_path, monkeypatch) -> None
     _before_each_open(monkeypatch, before_open)
     try:
         stream = reader.stream(paths)
-        # The first shard is read on this thread (it is cached), the second
-        # is the read-ahead's first batch.
-        assert [bytes(next(stream).data[:1]) for _ in range(2)] == [b"\x00", b"\x01"]
+        # The first shards are read on this thread (they are cached), the
+        # next is the read-ahead's first batch.
+        got: list[bytes] = []
+        while reader._background is None or len(got) <= reader._head_reads:
+            got.append(bytes(next(stream).data[:1]))
+        assert got == [bytes([number]) for number in range(len(got))]
         wait_for(holding.is_set, 60)
         stream.close()
         assert after_leaving == []
