@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections import Counter
 
 import pytest
@@ -16,6 +17,7 @@ from fastio._native import HUGE_PAGE
 from fastio.formats._index import INDEX_SUFFIX, SET_SUFFIX
 from fastio.plan import make_windows
 from fastio.plan._assignment import Span
+from fastio.reader import _reader
 from tests.shards import key_of, write
 
 
@@ -130,6 +132,28 @@ def test_a_streams_first_chunk_of_many_small_files_waits_for_no_read_ahead(tmp_p
     data, read = asyncio.run(first_chunk())
     assert data == bytes([0]) * size
     assert read <= limit * size
+
+
+def test_a_shuffled_epoch_s_first_sample_needs_no_reader_loop(tmp_path, monkeypatch) -> None:
+    """A shuffled epoch's first window is a sample from each of 8 shards: where
+    the page cache holds them, all are read on the consumer's thread, so the
+    first sample does not wait for the reader's loop to start. The epoch
+    then goes on through the loop, in the order the plan gives."""
+    monkeypatch.setattr(_reader, "_HEAD_SLOW", 3600.0)  # however busy the machine
+    written = write("webdataset", tmp_path / "data", shards=10, per_shard=12, large=True)
+    dataset = fastio.Dataset(written.urls, index_dir=tmp_path / "index", seed=3)
+
+    def loops() -> int:
+        return sum(thread.name == "fastio-loop" for thread in threading.enumerate())
+
+    before = loops()
+    samples = iter(dataset)
+    first = next(samples)
+    assert (loops(), dataset.reader.stats().requests) == (before, 8)
+    delivered = [key_of("webdataset", first)] + [key_of("webdataset", s) for s in samples]
+    assert dataset.reader.stats().requests > 8  # the rest came through the loop
+    assert delivered == [written.samples[i]["key"] for i in dataset.order(0)]
+    dataset.close()
 
 
 _OPENS_AT_OPEN = """
