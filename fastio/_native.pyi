@@ -280,3 +280,13 @@ class TarBatch:
 
 def fork_guarded() -> bool: ...
 def _hold_thread_state_lock(seconds: float) -> None: ...
+def cut_windows(
+    spans: list[tuple[int, int, int]],
+    starts: list[Any],
+    ends: list[Any],
+    buffer: int,
+    mix: int,
+    first_window: int,
+    run_type: Callable[[int, int, int, int], Any],
+    window_type: Callable[[tuple[Any, ...], int, int], Any],
+) -> list[Any]: ...

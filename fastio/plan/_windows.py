@@ -32,6 +32,8 @@ import numpy as np
 # its random module lazily, and that takes ~10 ms.
 from numpy.random import default_rng
 
+from fastio import _native
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -88,9 +90,40 @@ def make_windows(
     fewer, see :func:`window_budget`), each mixing runs of up to ``mix`` spans
     (``mix=1``: stored order, one run per window)."""
     budget, mix = max(1, budget), max(1, mix)
+    arrays = _per_sample(spans, layouts) if mix <= _NATIVE_MIX else None
+    if arrays is not None:  # the same cuts, in native code
+        starts, ends = arrays
+        triples = [(span.shard, span.start, span.stop) for span in spans]
+        return _native.cut_windows(triples, starts, ends, budget, mix, FIRST_WINDOW, Run, Window)
     if mix == 1:
         return _stored_windows(spans, layouts, budget)
     return _mixed_windows(spans, layouts, budget, mix)
+
+
+_NATIVE_MIX = 64  # spans a window mixes, at most, for the native cut
+
+
+def _per_sample(spans: Sequence[Span], layouts: Sequence[Layout]
+                ) -> tuple[list[np.ndarray | None], list[np.ndarray | None]] | None:  # fmt: skip
+    """Every shard's sample starts and ends (contiguous int64 arrays) where
+    each span's shard is laid out per sample, else None."""
+    starts: list[np.ndarray | None] = [None] * len(layouts)
+    ends: list[np.ndarray | None] = [None] * len(layouts)
+    for span in spans:
+        if span.stop <= span.start or starts[span.shard] is not None:
+            continue
+        layout = layouts[span.shard]
+        first, last = layout.starts, layout.ends
+        if not layout.per_sample or first is None or last is None:
+            return None
+        if not (_int64_row(first) and _int64_row(last)):
+            return None
+        starts[span.shard], ends[span.shard] = first, last
+    return starts, ends
+
+
+def _int64_row(array: np.ndarray) -> bool:
+    return array.dtype == np.int64 and array.ndim == 1 and array.flags.c_contiguous
 
 
 def _stored_windows(spans: Sequence[Span], layouts: Sequence[Layout], budget: int

@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from fastio.formats._layout import Layout, sample_bounds
 from fastio.plan._assignment import Span
-from fastio.plan._windows import _mixed_windows, _stored_windows, make_windows
+from fastio.plan._windows import (
+    Run,
+    Window,
+    _mixed_windows,
+    _per_sample,
+    _stored_windows,
+    make_windows,
+)
 
 
 @st.composite
@@ -53,3 +60,56 @@ def test_stored_order_windows_are_the_mixed_cut_of_one_span(case, budget: int) -
     assert stored == _mixed_windows(spans, layouts, budget, 1)
     assert make_windows(spans, layouts, budget, 1) == stored
     assert sum(window.count for window in stored) == sum(s.stop - s.start for s in spans)
+
+
+@st.composite
+def _per_sample_layouts(draw: st.DrawFn) -> Layout:
+    """A shard laid out per sample (sizes from 0 bytes up, so that runs of
+    empty samples share a start), its offsets read-only or not (an index
+    file's arrays are views of its bytes)."""
+    # Powers of two too: runs that end exactly at a budget (64 KiB doubling,
+    # split over 1, 2, 4 or 8 spans) are where a cut could be off by a sample.
+    size = st.one_of(st.integers(0, 70_000), st.sampled_from([0, 1, 8192, 16_384, 32_768]))
+    sizes = draw(st.lists(size, max_size=40))
+    count = len(sizes)
+    ends = np.cumsum(sizes, dtype=np.int64)
+    starts = ends - np.asarray(sizes, np.int64)
+    if draw(st.booleans()):
+        starts.flags.writeable = ends.flags.writeable = False
+    return Layout("s", count, int(ends[-1]) if count else 0, sample_bounds(count),
+                  ends - starts, starts, ends)  # fmt: skip
+
+
+@given(st.lists(_per_sample_layouts(), min_size=1, max_size=12).flatmap(
+    lambda layouts: st.tuples(st.just(layouts), _spans(layouts))),
+    st.one_of(st.integers(1, 1 << 19), st.sampled_from([1 << 16, 1 << 17, 1 << 18])),
+    st.integers(1, 10))  # fmt: skip
+def test_the_native_cut_makes_the_windows_the_python_cut_makes(case, budget: int, mix: int
+                                                               ) -> None:  # fmt: skip
+    """Where every shard is laid out per sample, windows are cut in native
+    code: the same runs, counts and bytes as the Python cut, from the ramp's
+    first windows (a sample per span, then 64 KiB doubling) to the budget."""
+    layouts, spans = case
+    native = make_windows(spans, layouts, budget, mix)
+    python = (_stored_windows(spans, layouts, budget) if mix == 1
+              else _mixed_windows(spans, layouts, budget, mix))  # fmt: skip
+    assert native == python
+    assert all(type(window) is Window and all(type(run) is Run for run in window.runs)
+               for window in native)  # fmt: skip
+
+
+def test_the_native_cut_is_taken_only_where_every_shard_is_laid_out_per_sample() -> None:
+    """A shard in units (row groups) among per-sample ones: the Python cut,
+    and the same windows either way."""
+    sizes = [5_000, 70_000, 0, 12_000]
+    ends = np.cumsum(sizes, dtype=np.int64)
+    starts = ends - np.asarray(sizes, np.int64)
+    per_sample = Layout("a", 4, int(ends[-1]), sample_bounds(4), ends - starts, starts, ends)
+    units = Layout("b", 4, int(ends[-1]), np.array([0, 2, 4], np.int64),
+                   np.array([75_000, 12_000], np.int64))  # fmt: skip
+    spans = [Span(0, 0, 4), Span(1, 0, 4)]
+    assert _per_sample(spans, [per_sample, per_sample]) is not None
+    assert _per_sample(spans, [per_sample, units]) is None
+    assert make_windows(spans, [per_sample, units], 30_000, 2) == _mixed_windows(
+        spans, [per_sample, units], 30_000, 2
+    )
