@@ -40,7 +40,9 @@ def _scrape(registry: CollectorRegistry) -> dict[str, object]:
 
 
 def test_a_scrape_shows_the_datasets_counters(tmp_path) -> None:
-    written = write("webdataset", tmp_path, shards=3, per_shard=20)
+    # Some MB: more than a fresh reader reads on the consumer's thread before
+    # its loop (and engine) start.
+    written = write("webdataset", tmp_path, shards=3, per_shard=20, large=True)
     registry = CollectorRegistry()
     with fastio.Dataset(written.pattern, shuffle=False, outstanding_requests=4) as dataset:
         registry.register(DatasetCollector(dataset))
