@@ -256,33 +256,25 @@ class ReaderContract:
         assert [bytes(chunk.data) for chunk in chunks] == [data for _, data in files]
         assert [chunk.shard for chunk in chunks] == list(range(count))
 
-    def test_the_bytes_read_before_the_loop_starts_are_bounded(self, make_file,
-                                                               monkeypatch) -> None:  # fmt: skip
+    @pytest.mark.parametrize(("slow", "size", "heads"), [(3600.0, 200_000, 5), (0.0, 10_000, 2)],
+                             ids=["1 MiB in all", "a slow shard"])  # fmt: skip
+    def test_what_is_read_before_the_loop_starts_is_bounded(
+        self, make_file, monkeypatch, slow: float, size: int, heads: int
+    ) -> None:
         """Shards of 200 KB: the first and four more are read on the consumer's
-        thread (1 MiB at most), the sixth through the loop."""
-        monkeypatch.setattr(_reader, "_HEAD_SLOW", 3600.0)
-        files = [make_file(200_000) for _ in range(8)]
+        thread (1 MiB at most), the sixth through the loop. Where a shard's
+        open and read took long (a network filesystem, where the loop's
+        read-ahead opens several at once), the shards after it are not read
+        there: with every one counted as slow, the first shard and the next
+        are, and the rest go through the loop."""
+        monkeypatch.setattr(_reader, "_HEAD_SLOW", slow)
+        files = [make_file(size) for _ in range(8)]
         with self.reader(read_size=1 << 20) as reader:
             stream = reader.stream([path for path, _ in files])
-            got = [bytes(next(stream).data) for _ in range(5)]
-            assert (reader._background, reader._head_reads) == (None, 5)
+            got = [bytes(next(stream).data) for _ in range(heads)]
+            assert (reader._background, reader._head_reads) == (None, heads)
             got += [bytes(chunk.data) for chunk in stream]
-            assert (reader._background is not None, reader._head_reads) == (True, 5)
-        assert got == [data for _, data in files]
-
-    def test_a_slow_shard_hands_the_rest_to_the_loop(self, make_file, monkeypatch) -> None:
-        """Where a shard's open and read took long (a network filesystem, where
-        the loop's read-ahead opens several at once), the shards after it
-        are not read on the consumer's thread: here every one counts as slow,
-        so the first shard and the next are, and the rest go through the loop."""
-        monkeypatch.setattr(_reader, "_HEAD_SLOW", 0.0)
-        files = [make_file(10_000) for _ in range(6)]
-        with self.reader(read_size=65_536) as reader:
-            stream = reader.stream([path for path, _ in files])
-            got = [bytes(next(stream).data) for _ in range(2)]
-            assert (reader._background, reader._head_reads) == (None, 2)
-            got += [bytes(chunk.data) for chunk in stream]
-            assert (reader._background is not None, reader._head_reads) == (True, 2)
+            assert (reader._background is not None, reader._head_reads) == (True, heads)
         assert got == [data for _, data in files]
 
     @pytest.mark.parametrize("fails_at", [0, 1])
