@@ -1339,7 +1339,7 @@ def _renumbered(chunk: Chunk, shards_before: int, ranges_before: int) -> Chunk:
 # range each, and this many bytes in all (see Reader.stream).
 _HEAD_SHARDS = 16
 _HEAD_BYTES = 1 << 20
-_HEAD_SLOW = 0.001  # seconds a shard's open and read took: no more are read so
+_HEAD_SLOW = 0.001  # seconds: a shard whose open and read took longer is the last read so
 
 
 def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only: bool = False
@@ -1368,6 +1368,8 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only:
     head = shard.ranges[0]
     if (shard.direct if shard.direct is not None else direct) is True or is_remote(head.path):
         return unread
+    if whole_only and len(shard.ranges) > 1:
+        return unread
     try:
         fd = os.open(local_path(head.path), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:  # the stream reports what is wrong with it
@@ -1380,8 +1382,6 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only:
         want = min(limit, length)
         if (shard.whole or whole_only) and want < length:
             return unread  # the range comes as one chunk
-        if whole_only and len(shard.ranges) > 1:
-            return unread
         buffer = bytearray(want)
         began = time.perf_counter_ns()
         count = _read_cached(fd, buffer, head.offset)
@@ -1400,8 +1400,8 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only:
         rest = dataclasses.replace(shard, ranges=(after, *shard.ranges[1:]))
         return _Head(chunk, took, itertools.chain((rest,), listed))
     if last:
-        # A stream of one range (a shuffled window's run of one shard): where
-        # it was all read here, the loop is neither started nor asked.
+        # Nothing after this shard: the stream was all read here, and its
+        # loop is neither started nor asked.
         try:
             following = next(listed)
         except StopIteration:
