@@ -607,7 +607,12 @@ class Remotes:
         """The question whether ``url`` is the object ``expected``, asked once
         on a thread of the check pool, for every read of it to wait for; None
         where it was answered or nothing is expected. Runs on the reader's loop."""
-        if url in self._info or url not in self.expected:
+        expected = self.expected.get(url)
+        known = self._info.get(url)
+        # What is known of it may be another object: a check that found it
+        # changed keeps its answer until the read that failed forgets it,
+        # and a read whose bytes came meanwhile must fail too.
+        if expected is None or (known is not None and known.identity == expected):
             return None
         check = self._checks.get(url)
         if check is None:
