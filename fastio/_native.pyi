@@ -280,6 +280,9 @@ class TarBatch:
 
 def fork_guarded() -> bool: ...
 def _hold_thread_state_lock(seconds: float) -> None: ...
+
+CUT_MAX_MIX: int
+
 def cut_windows(
     spans: list[tuple[int, int, int]],
     starts: list[Any],

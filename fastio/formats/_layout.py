@@ -70,21 +70,9 @@ class Layout:
         return max(1, total * (stop - start) // max(self.count, 1))
 
     def cut(self, start: int, stop: int, budget: int) -> tuple[int, int]:
-        """:meth:`next_cut` and the :meth:`nbytes` of the run it ends, in one
-        call: a shuffled epoch's plan cuts every shard in runs of a few MiB
-        before its first sample (a thousand cuts for 64 shards)."""
-        starts = self.starts
-        if starts is None or self.whole:
-            cut = self.next_cut(start, stop, budget)
-            return cut, self.nbytes(start, cut)
-        assert self.ends is not None
-        first = int(starts[start])
-        target = first + budget
-        if int(starts[stop - 1]) < target:  # the rest fits (small shards: all of it)
-            cut = stop
-        else:  # the method, not np.searchsorted: its dispatch took most of a cut
-            cut = min(max(int(starts.searchsorted(target)), start + 1), stop)
-        return cut, int(self.ends[cut - 1]) - first
+        """:meth:`next_cut` and the :meth:`nbytes` of the run it ends."""
+        cut = self.next_cut(start, stop, budget)
+        return cut, self.nbytes(start, cut)
 
     def next_cut(self, start: int, stop: int, budget: int) -> int:
         """Where a run of about ``budget`` bytes from sample ``start`` ends (at
@@ -94,7 +82,8 @@ class Layout:
             target = int(self.starts[start]) + budget
             if int(self.starts[stop - 1]) < target:  # the rest fits (small shards: all of it)
                 return stop
-            cut = int(np.searchsorted(self.starts, target, side="left"))
+            # The method, not np.searchsorted: its dispatch took most of a cut.
+            cut = int(self.starts.searchsorted(target))
             return min(max(cut, start + 1), stop)
         unit = int(np.searchsorted(self.bounds, start, side="right")) - 1
         total = 0

@@ -90,7 +90,7 @@ def make_windows(
     fewer, see :func:`window_budget`), each mixing runs of up to ``mix`` spans
     (``mix=1``: stored order, one run per window)."""
     budget, mix = max(1, budget), max(1, mix)
-    arrays = _per_sample(spans, layouts) if mix <= _NATIVE_MIX else None
+    arrays = _per_sample(spans, layouts) if mix <= _native.CUT_MAX_MIX else None
     if arrays is not None:  # the same cuts, in native code
         starts, ends = arrays
         triples = [(span.shard, span.start, span.stop) for span in spans]
@@ -98,9 +98,6 @@ def make_windows(
     if mix == 1:
         return _stored_windows(spans, layouts, budget)
     return _mixed_windows(spans, layouts, budget, mix)
-
-
-_NATIVE_MIX = 64  # spans a window mixes, at most, for the native cut
 
 
 def _per_sample(spans: Sequence[Span], layouts: Sequence[Layout]

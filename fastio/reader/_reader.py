@@ -740,6 +740,14 @@ class Reader:
         finally:
             self._close_stream(stream)
 
+    def _count_head(self, head: _Head) -> None:
+        """Count a stream's bytes read on the consumer's thread as a read."""
+        assert head.chunk is not None
+        with self._lock:
+            self._head_bytes += len(head.chunk.data)
+            self._head_reads += 1
+            self._head_latency[latency_bucket(head.nanoseconds)] += 1
+
     def stream(self, shards: Iterable[ShardLike], *, mapped: bool = False) -> Iterator[Chunk]:
         """Like :meth:`astream`, for synchronous callers: the reader runs on a
         background event loop and hands over chunks in batches. A share of the
@@ -750,10 +758,7 @@ class Reader:
         shards, shards_before, ranges_before = head.rest, head.shards_before, head.ranges_before
         first = head.chunk  # while the consumer has not taken it
         if first is not None:
-            with self._lock:
-                self._head_bytes += len(first.data)
-                self._head_reads += 1
-                self._head_latency[latency_bucket(head.nanoseconds)] += 1
+            self._count_head(head)
             if head.complete:
                 del head
                 yield first
@@ -779,10 +784,7 @@ class Reader:
                     # A network filesystem (each open a round trip, where the
                     # loop's read-ahead opens several at once) stops it.
                     slow = time.perf_counter() - began > _HEAD_SLOW
-                    with self._lock:
-                        self._head_bytes += len(more.chunk.data)
-                        self._head_reads += 1
-                        self._head_latency[latency_bucket(more.nanoseconds)] += 1
+                    self._count_head(more)
                     read += len(more.chunk.data)
                     shards_before += 1
                     yield more.chunk._replace(shard=shards_before - 1)

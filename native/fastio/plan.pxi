@@ -4,6 +4,11 @@
 # lookups, for 64 shards of 110 KB samples). Same cuts, same objects.
 from libc.stdint cimport int64_t
 
+cdef enum:
+    _MAX_MIX = 64
+CUT_MAX_MIX = _MAX_MIX
+"""The most spans a window may mix for :func:`cut_windows`."""
+
 
 cdef inline Py_ssize_t _first_at_least(const int64_t *values, Py_ssize_t low, Py_ssize_t high,
                                        int64_t target) noexcept nogil:
@@ -31,18 +36,16 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
     windows ``window_type(runs, count, nbytes)``."""
     cdef Py_ssize_t pending = 0, count = len(spans), active = 0, index, kept
     cdef Py_ssize_t window_index = 0
-    cdef int64_t window_budget, per_span, first, target, cut, samples, nbytes, taken
+    cdef int64_t window_budget, per_span, first, target, cut, samples, nbytes, shard
     cdef const int64_t[::1] view
     # Per active span: its shard, cursor, stop, and its arrays' data.
-    cdef list shard_of = [0] * max(mix, 1)
-    cdef int64_t[64] cursor_small, stop_small
-    cdef const int64_t *starts_small[64]
-    cdef const int64_t *ends_small[64]
-    if mix < 1 or mix > 64:
-        raise ValueError(f"mix must be 1..64 here, not {mix}")
+    cdef int64_t[_MAX_MIX] shard_of, cursor_small, stop_small
+    cdef const int64_t *starts_small[_MAX_MIX]
+    cdef const int64_t *ends_small[_MAX_MIX]
+    if mix < 1 or mix > _MAX_MIX:
+        raise ValueError(f"mix must be 1..{_MAX_MIX} here, not {mix}")
     cdef list windows = []
     cdef list runs
-    cdef object shard
     while pending < count or active:
         while active < mix and pending < count:
             shard, first, target = spans[pending]
@@ -80,8 +83,7 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
                                       stop_small[index], target)
             runs.append(run_type(shard_of[index], cursor_small[index], cut, samples))
             samples += cut - cursor_small[index]
-            taken = ends_small[index][cut - 1] - first
-            nbytes += taken
+            nbytes += ends_small[index][cut - 1] - first
             cursor_small[index] = cut
         kept = 0
         for index in range(active):  # the spans not done, in their order
