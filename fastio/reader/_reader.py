@@ -41,7 +41,7 @@ from fastio import _native
 from fastio._errors import EngineFallbackWarning, ReaderClosedError
 from fastio._native import resident_fraction
 from fastio.reader._buffers import BufferPool, bucket_size
-from fastio.reader._files import FileTable, FollowedFile
+from fastio.reader._files import RESIDENT_ENOUGH, FileTable, FollowedFile
 from fastio.reader._ranges import ByteRange, Chunk, Shard, ShardLike, as_shard
 from fastio.reader._requests import (
     LOCAL_FIRST_BYTES,
@@ -772,8 +772,9 @@ class Reader:
                 if self._closed:
                     raise ReaderClosedError("the reader was closed while streaming")
                 # And the next shards of one range each, while the page cache
-                # holds them whole: a shuffled epoch's first window (a sample
-                # from each of 8 shards) is then out before the loop starts.
+                # holds them (see _read_cached): a shuffled epoch's first
+                # window (a sample from each of 8 shards) is then out before
+                # the loop starts.
                 while shards_before and shards_before <= _HEAD_SHARDS and read < _HEAD_BYTES:
                     began = time.perf_counter()
                     more = _read_head(shards, direct, min(read_size, _HEAD_BYTES - read),
@@ -1296,19 +1297,27 @@ def _cached(piece: ByteRange, descriptors: dict[str, int | None]) -> bytes | Non
 
 def _read_cached(fd: int, buffer: bytearray, offset: int) -> int:
     """Read into ``buffer`` from ``offset`` of the local file ``fd`` where
-    the page cache holds every page of that range: the bytes read, else 0
-    (not all cached, or a failure the stream reports). The pages are asked
-    about first: a read that would wait for the device fails at once with
-    ``RWF_NOWAIT``, but still starts the kernel's read-ahead of the file,
-    which would leave a cold file cached that ``direct="auto"`` reads around
-    the page cache."""
+    the page cache holds most of that range (as much as ``direct="auto"``
+    asks of a file it reads through the cache): the bytes read, else 0 (a
+    cold range, or a failure the stream reports). The pages are asked about
+    first: a read of a cold range would wait for the device on the
+    consumer's thread, and start the kernel's read-ahead of the file, which
+    would leave a cold file cached that ``direct="auto"`` reads around the
+    page cache. A warm range that lacks a few pages (a machine reclaims some
+    of a file's cached pages now and then) reads them from the device here:
+    a fraction of a millisecond, where the reader's loop takes several to
+    start in a fresh process."""
     if _NOWAIT is None or not buffer:
         return 0
     try:
-        if resident_fraction(fd, offset, len(buffer), 1, len(buffer)) < 1.0:
+        held = resident_fraction(fd, offset, len(buffer), 1, len(buffer))
+        if held < RESIDENT_ENOUGH:
             return 0
-        return os.preadv(fd, [buffer], offset, _NOWAIT)  # partial: past the file's end
-    except OSError:  # EAGAIN: evicted since; or a failure the stream reports
+        if held == 1.0:
+            with contextlib.suppress(BlockingIOError):  # evicted since: read as a warm range
+                return os.preadv(fd, [buffer], offset, _NOWAIT)  # partial: past the file's end
+        return os.preadv(fd, [buffer], offset)
+    except OSError:  # a failure the stream reports
         return 0
 
 
@@ -1347,8 +1356,9 @@ _HEAD_SLOW = 0.001  # seconds: a shard whose open and read took longer is the la
 def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only: bool = False
                ) -> _Head:  # fmt: skip
     """The first bytes of the first shard, read on the caller's thread where
-    they are a local file's and the page cache holds them (at most ``limit``,
-    of its first range), and the shards left to stream. A stream's first
+    they are a local file's and the page cache holds them (most of their
+    pages, see :func:`_read_cached`; at most ``limit``, of its first range),
+    and the shards left to stream. A stream's first
     chunk then waits neither for the reader's loop to start nor for a trip
     through it (about 1 ms in a fresh process, most of a local dataset's time
     to its first sample). With ``whole_only``, only a first shard of one

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import fastio
 from fastio import ByteRange, Chunk, Reader, Shard
-from fastio._native import stat_stamps
+from fastio._native import resident_fraction, stat_stamps
 from fastio.reader import _reader
 from fastio.reader._reader import CACHED_REQUESTS, MAPPED_PIECE_BYTES, _change_stamp
 from fastio.reader._requests import LOCAL_FIRST_BYTES
@@ -219,6 +219,52 @@ class ReaderContract:
             rest = b"".join(bytes(chunk.data) for chunk in stream)
             assert reader._background is not None
         assert bytes(first.data) + rest == data
+
+    @pytest.mark.parametrize(
+        "on_the_consumers_thread",
+        [True, False],
+        ids=["all but one page cached", "only the first page cached"],
+    )
+    def test_a_first_range_the_page_cache_holds_most_of_is_read_where_it_is_consumed(
+        self, make_file, on_the_consumers_thread: bool
+    ) -> None:
+        """A first range of which the page cache lacks a page (a machine
+        reclaims some of a warm file's pages now and then) is still read on
+        the consumer's thread, the missing page from the device, with no
+        thread started; one it holds only a page of is cold: the stream reads
+        it through the loop, where ``direct="auto"`` decides how."""
+        path, data = make_file(1 << 20)
+        first, page = LOCAL_FIRST_BYTES, 4096
+        pages = range(first // page)
+        wanted = [number for number in pages if number != 2] if on_the_consumers_thread else [0]
+        for _ in range(_CACHE_ATTEMPTS):  # the machine may reclaim a page meanwhile
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                # Page by page, with no read-ahead: a whole read caches large
+                # folios, of which dropping a page drops nothing.
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                for number in wanted:
+                    os.pread(fd, page, number * page)
+                held = resident_fraction(fd, 0, first, 1, first)
+            finally:
+                os.close(fd)
+            if held == len(wanted) / len(pages):
+                break
+        assert 0 < held < 1
+        before = {thread.ident for thread in threading.enumerate()}
+        with self.reader() as reader:
+            stream = reader.stream([path])
+            head = next(stream)
+            started = {thread.name for thread in threading.enumerate()
+                       if thread.ident not in before}  # fmt: skip
+            assert (started == set()) is on_the_consumers_thread
+            assert reader._head_reads == int(on_the_consumers_thread)
+            rest = b"".join(bytes(chunk.data) for chunk in stream)
+        assert bytes(head.data) + rest == data
+        if on_the_consumers_thread:
+            assert bytes(head.data) == data[:first]
 
     @pytest.mark.parametrize("count", [5, 40])
     def test_cached_shards_of_one_range_come_before_the_loop_starts(
