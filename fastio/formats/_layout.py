@@ -41,13 +41,16 @@ class Layout:
     ``count``; ``unit_ranges[u]`` are the byte ranges unit ``u`` decodes from.
     ``starts``/``ends`` (when every sample is its own unit) give each sample's
     bytes. ``meta`` holds what the format needs to decode (a dtype, a schema).
+    ``unit_bytes`` are each unit's bytes, for window sizing; None where the
+    samples are the units (:attr:`per_sample`): their ranges say it, and a
+    dataset of thousands of shards lays them all out before its first sample.
     """
 
     url: str
     count: int
     size: int
     bounds: np.ndarray  # int64, len = units + 1
-    unit_bytes: np.ndarray  # int64, bytes of each unit (for window sizing)
+    unit_bytes: np.ndarray | None  # int64, bytes of each unit
     starts: np.ndarray | None = None
     ends: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
@@ -66,6 +69,7 @@ class Layout:
             assert self.starts is not None
             assert self.ends is not None
             return int(self.ends[stop - 1]) - int(self.starts[start])
+        assert self.unit_bytes is not None
         total = int(self.unit_bytes.sum())
         return max(1, total * (stop - start) // max(self.count, 1))
 
@@ -85,6 +89,7 @@ class Layout:
             # The method, not np.searchsorted: its dispatch took most of a cut.
             cut = int(self.starts.searchsorted(target))
             return min(max(cut, start + 1), stop)
+        assert self.unit_bytes is not None
         unit = int(np.searchsorted(self.bounds, start, side="right")) - 1
         total = 0
         while unit < len(self.unit_bytes) and total < budget:

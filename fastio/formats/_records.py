@@ -94,7 +94,7 @@ class RecordFormat(ShardFormat):
             whole = np.array([size], np.int64)
             bounds = np.array([0, count], np.int64)
             return Layout(url, count, size, bounds, whole, starts, ends, whole=True)
-        return Layout(url, count, size, sample_bounds(count), ends - starts, starts, ends)
+        return Layout(url, count, size, sample_bounds(count), None, starts, ends)
 
     def scanned(
         self, chunks: Iterable[Chunk], url: str, encoded: bool = False
