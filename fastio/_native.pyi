@@ -4,6 +4,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any, Literal, final
 
+import numpy as np
 from typing_extensions import Buffer
 
 DIRECT_ALIGNMENT: int
@@ -268,6 +269,7 @@ class TarRows:
     num_rows: int
 
 def gather_tar(spans: list[tuple[TarRows, int, int, int]], urls: list[str]) -> ArrowBatch: ...
+def copy_into(destination: Buffer | np.ndarray, source: Buffer | np.ndarray) -> None: ...
 
 class TarBatch:
     """A batch of up to ``rows`` samples built span by span: add copies at once."""

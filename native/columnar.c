@@ -7,6 +7,12 @@
 /* Records framed per fio_tfrecord_scan call (on the stack). */
 #define FRAME_STEP 512
 
+void fio_stream_copy(uint8_t *to, const uint8_t *from, size_t length)
+{
+    fio_copy_value(to, from, length);
+    fio_copy_done();
+}
+
 void fio_records_free(fio_records *records)
 {
     free(records->pieces);

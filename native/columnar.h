@@ -24,6 +24,10 @@
 /* Arrow's binary and string arrays count bytes with int32 offsets. */
 #define FIO_COLUMN_MAX_BYTES 0x7fffffffu
 
+/* Copies `length` bytes to a batch's buffer as fio_copy_value does (large
+ * copies with non-temporal stores), the stores ordered before it returns. */
+void fio_stream_copy(uint8_t *to, const uint8_t *from, size_t length);
+
 /* ---- one binary column of records (TFRecord records, lines) ---- */
 
 /* Records in the caller's buffers; a record may continue over several pieces

@@ -19,6 +19,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from fastio._native import copy_into
+
 __all__ = ["ArrowRows"]
 
 _MOST_BYTES = (1 << 31) - 1  # of a column with 32-bit offsets
@@ -86,9 +88,8 @@ class _Column:
             view = np.frombuffer(grown, np.uint8)
             view[: self.written] = self.view[: self.written]
             self.data, self.view = grown, view
-        if size:
-            self.view[self.written : self.written + size] = np.frombuffer(buffers[2], np.uint8,
-                                                                          size, low)  # fmt: skip
+        if size:  # a part's values are megabytes: copied as a batch's rows (see copy_into)
+            copy_into(self.view[self.written :], np.frombuffer(buffers[2], np.uint8, size, low))
         self.offsets_view[at + 1 : at + rows + 1] = offsets[1:] - (low - self.written)
         self.written += size
 

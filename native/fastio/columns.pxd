@@ -11,6 +11,8 @@ cdef extern from "columnar.h" nogil:
 
     unsigned int FIO_COLUMN_MAX_BYTES
 
+    void fio_stream_copy(unsigned char *to, const unsigned char *source, size_t length)
+
     void fio_export_release(ArrowSchema *schema, ArrowArray *array)
 
     ctypedef struct fio_piece:

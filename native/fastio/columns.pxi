@@ -2,7 +2,7 @@
 # the Arrow PyCapsule interface (the C data interface): this module never
 # imports pyarrow; pyarrow.record_batch(batch) takes one.
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from libc.errno cimport E2BIG, ENOMEM
 from libc.stdint cimport int32_t
@@ -593,3 +593,26 @@ cdef class ExampleBatch:
             raise MemoryError()
         batch.num_rows = rows
         return batch
+
+
+def copy_into(object destination, object source):
+    """Copy the bytes of ``source`` to the start of ``destination`` (both
+    contiguous buffers, the destination writable and at least as long)
+    without the GIL, as a batch's rows are copied: non-temporal stores for
+    large copies (a batch is larger than the caches; the lines it is written
+    to are then not read from memory first). Raises ValueError where the
+    destination is shorter."""
+    cdef Py_buffer to, source_view
+    PyObject_GetBuffer(destination, &to, PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(source, &source_view, PyBUF_SIMPLE)
+        try:
+            if source_view.len > to.len:
+                raise ValueError(f"{source_view.len} bytes do not fit in {to.len}")
+            with nogil:
+                fio_stream_copy(<unsigned char *>to.buf,
+                                <const unsigned char *>source_view.buf, <size_t>source_view.len)
+        finally:
+            PyBuffer_Release(&source_view)
+    finally:
+        PyBuffer_Release(&to)

@@ -226,3 +226,24 @@ def test_rows_of_a_part_after_built_arrow_rows_keep_their_order() -> None:
     carry.add(gathered)
     carry.add(part.slice(2, 2))
     assert carry.take().equals(part.batch())
+
+
+@pytest.mark.parametrize("size", [0, 15, 16_383, 16_384, 100_001])
+@pytest.mark.parametrize("at", [0, 1, 17])
+def test_copy_into_copies_to_the_start_of_a_buffer_and_nothing_past_the_source(size, at) -> None:
+    """The native copy a batch's values go through (non-temporal stores from
+    16 KiB on, to a destination at any alignment): the source's bytes at the
+    destination's start, the bytes around them as they were."""
+    import numpy as np
+
+    from fastio._native import copy_into
+
+    source = np.random.default_rng(size).integers(0, 256, size, np.uint8)
+    destination = np.full(size + 64, 0xAB, np.uint8)
+    copy_into(destination[at:], source)
+    assert bytes(destination[at : at + size]) == bytes(source)
+    assert set(destination[:at].tolist() + destination[at + size :].tolist()) <= {0xAB}
+    with pytest.raises(ValueError, match="do not fit"):
+        copy_into(destination[: size - 1 if size else 0], np.zeros(size + 1, np.uint8))
+    with pytest.raises(BufferError):
+        copy_into(bytes(size), source)  # read-only
