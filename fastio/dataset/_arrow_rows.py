@@ -43,7 +43,8 @@ class _Column:
     memory for the next batch), made at a batch's first rows: values and
     offsets for all of the batch's rows at once, binary data by what the
     first rows suggest, at least doubled where that falls short. Each buffer
-    is written through a numpy view of it."""
+    is written through a numpy view of it; binary data, megabytes a part, by
+    :func:`fastio._native.copy_into` (non-temporal stores, without the GIL)."""
 
     __slots__ = ("data", "dtype", "kind", "offsets", "offsets_view", "view", "written")
 
@@ -88,7 +89,7 @@ class _Column:
             view = np.frombuffer(grown, np.uint8)
             view[: self.written] = self.view[: self.written]
             self.data, self.view = grown, view
-        if size:  # a part's values are megabytes: copied as a batch's rows (see copy_into)
+        if size:
             copy_into(self.view[self.written :], np.frombuffer(buffers[2], np.uint8, size, low))
         self.offsets_view[at + 1 : at + rows + 1] = offsets[1:] - (low - self.written)
         self.written += size

@@ -1358,11 +1358,10 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only:
     """The first bytes of the first shard, read on the caller's thread where
     they are a local file's and the page cache holds them (most of their
     pages, see :func:`_read_cached`; at most ``limit``, of its first range),
-    and the shards left to stream. A stream's first
-    chunk then waits neither for the reader's loop to start nor for a trip
-    through it (about 1 ms in a fresh process, most of a local dataset's time
-    to its first sample). With ``whole_only``, only a first shard of one
-    range is read, and only whole."""
+    and the shards left to stream. A stream's first chunk then waits neither
+    for the reader's loop to start nor for a trip through it (about 1 ms in a
+    fresh process, most of a local dataset's time to its first sample). With
+    ``whole_only``, only a first shard of one range is read, and only whole."""
     if _NOWAIT is None:
         return _Head(None, 0, shards)
     listed = iter(shards)
