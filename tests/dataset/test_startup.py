@@ -203,3 +203,35 @@ def test_shards_copied_with_their_dataset_index_are_read_for_it_once(tmp_path) -
     third, known = _shards_opened_at_open(written.urls, index_dir)
     assert third == [written.urls[1]]  # its stamp changed again: its content is asked
     assert len(known) == len(written.urls) - 1  # and is not what its index describes
+
+
+@pytest.mark.parametrize("shards", [12, 300])  # looked up one by one; the folder listed once
+def test_only_the_shard_index_files_the_index_folder_holds_are_opened(
+    tmp_path, monkeypatch, shards: int
+) -> None:
+    """At open, the shards no other index lays out are looked for in the
+    index folder all at once: the files of the shards indexed before are
+    opened, and no open is tried for the shards never seen (each failed
+    open cost 8 us, a never-seen dataset of thousands of shards milliseconds)."""
+    from fastio.formats._index import ShardIndex
+
+    written = write("webdataset", tmp_path / "data", shards=shards, per_shard=2, index=False)
+    index_dir = tmp_path / "index"
+    with fastio.Dataset(written.urls[:5], index_dir=index_dir) as earlier:
+        earlier.index()  # five shards' own index files
+    stored = sorted(path.name for path in index_dir.glob(f"*{INDEX_SUFFIX}"))
+    opened: list[str] = []
+    load = ShardIndex.load
+
+    def counted(path):
+        opened.append(os.path.basename(path))
+        return load(path)
+
+    monkeypatch.setattr(ShardIndex, "load", staticmethod(counted))
+    with fastio.Dataset(written.urls, index_dir=index_dir, shuffle=False) as dataset:
+        known = [layout is not None for layout in dataset.layouts]
+        got = keys(dataset)
+    assert known == [True] * 5 + [False] * (shards - 5)
+    assert len(stored) == 5
+    assert sorted(opened) == stored  # each once, at open (the epoch streams the rest)
+    assert got == [row["key"] for row in written.samples]
