@@ -33,7 +33,7 @@ from fastio.formats._records import RecordFormat
 from fastio.sources._remote import is_remote
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Container, Sequence
 
     from fastio.cache._cache import ShardCache
     from fastio.dataset._policy import ErrorPolicy
@@ -271,7 +271,7 @@ class ShardLayouts:
         else:
             if self._held is None:  # this shard (``indexes[-1]``) and the rest
                 self._held = records.store.holding(self.urls[len(self.indexes) - 1 :])
-            entry = self._stored(records, reader, url) if url in self._held else None
+            entry = self._stored(records, reader, url, self._held)
         if entry is None:
             return None
         self.indexes[-1] = entry
@@ -288,7 +288,13 @@ class ShardLayouts:
             return entry
         return None
 
-    def _stored(self, records: RecordFormat, reader: Reader, url: str) -> ShardIndex | None:
+    def _stored(self, records: RecordFormat, reader: Reader, url: str, held: Container[str]
+                ) -> ShardIndex | None:  # fmt: skip
+        """The index folder's index of ``url``, where it is one of those
+        ``held`` there (:meth:`IndexStore.holding`: asked about together, not
+        by failing to open a file for each) and still matches the shard."""
+        if url not in held:
+            return None
         try:
             return records.known_index(reader, url)
         except IndexFileError as error:
@@ -363,7 +369,7 @@ class ShardLayouts:
         held = records.store.holding(self.urls[shard] for shard in missing)
         reader.stat_ahead([self.urls[shard] for shard in missing if self.urls[shard] in held])
         for shard in missing:
-            stored = self._stored(records, reader, self.urls[shard])
+            stored = self._stored(records, reader, self.urls[shard], held)
             if stored is not None:
                 self._found(shard, records, stored)
         missing = [i for i in missing if self.layouts[i] is None]

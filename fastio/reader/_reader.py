@@ -1307,16 +1307,12 @@ def _read_cached(fd: int, buffer: bytearray, offset: int) -> int:
     of a file's cached pages now and then) reads them from the device here:
     a fraction of a millisecond, where the reader's loop takes several to
     start in a fresh process."""
-    if _NOWAIT is None or not buffer:
+    if not buffer:
         return 0
     try:
-        held = resident_fraction(fd, offset, len(buffer), 1, len(buffer))
-        if held < RESIDENT_ENOUGH:
+        if resident_fraction(fd, offset, len(buffer), 1, len(buffer)) < RESIDENT_ENOUGH:
             return 0
-        if held == 1.0:
-            with contextlib.suppress(BlockingIOError):  # evicted since: read as a warm range
-                return os.preadv(fd, [buffer], offset, _NOWAIT)  # partial: past the file's end
-        return os.preadv(fd, [buffer], offset)
+        return os.preadv(fd, [buffer], offset)  # partial: past the file's end
     except OSError:  # a failure the stream reports
         return 0
 
