@@ -176,8 +176,15 @@ cdef class MappedRange:
         raise TypeError("a MappedRange is made by map_resident()")
 
     def __dealloc__(self):
-        if self._base != NULL:
-            munmap(self._base, self._mapped)
+        cdef void *base = self._base
+        cdef size_t mapped = self._mapped
+        if base != NULL:
+            self._base = NULL
+            # Unmapping takes its page-table entries out, and the other
+            # threads' TLB entries (0.1 ms for 3 MB): the reader's loop and
+            # the consumer go on meanwhile.
+            with nogil:
+                munmap(base, mapped)
 
     def __len__(self):
         return self._size
