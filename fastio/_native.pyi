@@ -18,6 +18,9 @@ def resident_fraction(
     window: int = 1 << 20,
     mapped: bool = False,
 ) -> float: ...
+def read_resident(
+    paths: list[bytes], offsets: list[int], lengths: list[int], least: float = 1.0
+) -> list[bytes | None]: ...
 def stat_stamps(
     paths: list[bytes], round_trip_ns: int = 50_000
 ) -> list[tuple[int, int, int] | int]: ...

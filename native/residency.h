@@ -12,6 +12,7 @@
 #ifndef FASTIO_RESIDENCY_H
 #define FASTIO_RESIDENCY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Probe with mincore() even where cachestat(2) is there. */
@@ -34,5 +35,17 @@ int fio_resident_pages(int fd, uint64_t offset, uint64_t length, unsigned probes
  * in the page tables, without a copy or a wait for the device. */
 int fio_map_resident(int fd, uint64_t offset, uint64_t length, void **base, uint64_t *mapped,
                      uint64_t *available);
+
+/* Reads each of `count` ranges (bytes offsets[i]..offsets[i]+lengths[i] of
+ * the local file paths[i]) into dests[i], where the page cache holds at least
+ * `least` (0..1) of the range's pages: the small reads a dataset makes when it
+ * opens its shards (footers, headers), each a few microseconds this way. A
+ * path is opened once for the ranges that follow each other in it. Sets
+ * got[i] to the bytes read: lengths[i] where the range was read whole, else
+ * fewer (a colder range, one past the file's end, or a failure, which the
+ * caller's read through the reader reports). */
+void fio_read_resident(const char *const *paths, const uint64_t *offsets,
+                       const uint64_t *lengths, char *const *dests, size_t count, double least,
+                       uint64_t *got);
 
 #endif

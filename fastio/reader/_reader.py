@@ -445,31 +445,31 @@ class Reader:
     def read_ranges(self, ranges: Sequence[ByteRange]) -> list[bytes]:
         """The bytes of each of ``ranges`` (each with a length), for small
         reads whose latency is what counts, as the footers and headers read
-        to lay shards out. A range of a local file whose pages are all cached
-        is read right here, one ``pread`` (``RWF_NOWAIT``: a read that would
-        wait for the device does not happen here), which takes microseconds
-        where a trip through the reader's loop takes tens of them; the others
-        go through one :meth:`stream` together. Raises what that stream
-        raises (:class:`~fastio.TruncatedFileError` for a range past a file's
-        end, the OSError of a file that cannot be read); ValueError for a
-        range without a length."""
+        to lay shards out. The ranges of local files whose pages the page
+        cache holds (most of them: see :func:`_read_cached`) are read right
+        here, all in one native call, a few microseconds each where a trip
+        through the reader's loop takes tens of them; the others go through
+        one :meth:`stream` together. Raises what that stream raises
+        (:class:`~fastio.TruncatedFileError` for a range past a file's end,
+        the OSError of a file that cannot be read); ValueError for a range
+        without a length."""
         self._check_usable()
         if any(piece.length is None for piece in ranges):
             raise ValueError("read_ranges reads ranges with a length")
         got: list[bytes | None] = [None] * len(ranges)
-        missing = []
-        descriptors: dict[str, int | None] = {}
-        try:
-            for index, piece in enumerate(ranges):
-                data = _cached(piece, descriptors)
-                if data is None:
-                    missing.append(index)
-                else:
-                    got[index] = data
-        finally:
-            for fd in descriptors.values():
-                if fd is not None:
-                    os.close(fd)
+        names = {path: os.fsencode(local_path(path))
+                 for path in {piece.path for piece in ranges} if not is_remote(path)}  # fmt: skip
+        local = [index for index, piece in enumerate(ranges) if piece.path in names]
+        if local:
+            found = _native.read_resident(
+                [names[ranges[index].path] for index in local],
+                [ranges[index].offset for index in local],
+                [ranges[index].length or 0 for index in local],  # each has one (above)
+                RESIDENT_ENOUGH,
+            )
+            for index, data in zip(local, found, strict=True):
+                got[index] = data
+        missing = [index for index, data in enumerate(got) if data is None]
         if missing:
             parts: dict[int, list[bytes]] = {}
             for chunk in self.stream([Shard((ranges[i],)) for i in missing]):
@@ -1273,26 +1273,6 @@ class Reader:
             answer_seconds_fastest=fastest,
             answer_seconds_recent=recent,
         )
-
-
-def _cached(piece: ByteRange, descriptors: dict[str, int | None]) -> bytes | None:
-    """``piece`` of a local file if every page of it is cached (and it is
-    whole: not past the file's end), else None; ``descriptors`` keeps the
-    files opened (None: not to be read here) for the caller to close."""
-    if _NOWAIT is None or is_remote(piece.path):
-        return None
-    path = piece.path
-    if path not in descriptors:
-        try:
-            descriptors[path] = os.open(local_path(path), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            descriptors[path] = None  # the stream reports what is wrong with it
-    fd = descriptors[path]
-    length = piece.length
-    if fd is None or length is None:
-        return None
-    buffer = bytearray(length)
-    return bytes(buffer) if _read_cached(fd, buffer, piece.offset) == length else None
 
 
 def _read_cached(fd: int, buffer: bytearray, offset: int) -> int:

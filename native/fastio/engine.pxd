@@ -36,6 +36,9 @@ cdef extern from "residency.h" nogil:
     int FIO_RESIDENT_MAPPED
     int fio_resident_pages(int fd, uint64_t offset, uint64_t length, unsigned probes,
                            uint64_t window, int flags, uint64_t *resident, uint64_t *probed)
+    void fio_read_resident(const char *const *paths, const uint64_t *offsets,
+                           const uint64_t *lengths, char *const *dests, size_t count,
+                           double least, uint64_t *got)
 
 
 cdef class Engine:

@@ -1,6 +1,7 @@
 # The engine: reads into caller buffers, which stay exported while the kernel
 # or a worker thread writes into them; errno becomes OSError.
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport calloc, free
 
@@ -207,6 +208,46 @@ def resident_fraction(int fd, uint64_t offset, uint64_t length, unsigned probes=
     if rc < 0:
         _raise_errno(rc, "cannot tell what the page cache holds")
     return resident / probed if probed else 1.0
+
+
+def read_resident(list paths, list offsets, list lengths, double least=1.0):
+    """The bytes of each range (``offsets[i]``, ``lengths[i]`` of the local
+    path ``paths[i]``, ``bytes`` as ``os.fsencode`` makes them), read in one
+    call without the GIL where the page cache holds at least ``least`` of the
+    range's pages; None for a range not read whole here (colder, past the
+    file's end, or failing: a read through the reader reports why). Ranges of
+    one file that follow each other open it once."""
+    cdef Py_ssize_t count = len(paths), i
+    if len(offsets) != count or len(lengths) != count:
+        raise ValueError("need as many offsets and lengths as paths")
+    cdef const char **names = <const char **>calloc(count + 1, sizeof(char *))
+    cdef uint64_t *starts = <uint64_t *>calloc(count + 1, sizeof(uint64_t))
+    cdef uint64_t *sizes = <uint64_t *>calloc(count + 1, sizeof(uint64_t))
+    cdef uint64_t *got = <uint64_t *>calloc(count + 1, sizeof(uint64_t))
+    cdef char **dests = <char **>calloc(count + 1, sizeof(char *))
+    cdef list found = []
+    try:
+        if names == NULL or starts == NULL or sizes == NULL or got == NULL or dests == NULL:
+            raise MemoryError()
+        for i in range(count):
+            names[i] = <bytes?>paths[i]  # each kept alive by the list
+            starts[i] = offsets[i]
+            sizes[i] = lengths[i]
+            data = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>sizes[i])
+            dests[i] = PyBytes_AS_STRING(data)
+            found.append(data)  # filled below, before anything else sees it
+        with nogil:
+            fio_read_resident(names, starts, sizes, dests, <size_t>count, least, got)
+        for i in range(count):
+            if got[i] != sizes[i]:
+                found[i] = None
+        return found
+    finally:
+        free(names)
+        free(starts)
+        free(sizes)
+        free(got)
+        free(dests)
 
 
 def stat_stamps(list paths, uint64_t round_trip_ns=50_000):
