@@ -494,35 +494,24 @@ class Method:
     imports: str | None = None  # the IMPORTS entry (default: the copy's)
 
 
+# What fastio and the frameworks it feeds import (bench_startup.py imports them too).
+FASTIO_IMPORTS = (
+    "fastio",
+    "fastio.dataset._dataset",
+    "fastio.formats",
+    "numpy",
+    "pyarrow",
+    "pyarrow.compute",
+    "torch",
+    "torch.utils.data",
+    "uvloop",
+)
 # Imported before the clock starts: a once-per-process cost (tensorflow's is seconds).
 IMPORTS = {
-    "webdataset": (
-        "fastio",
-        "fastio.dataset._dataset",
-        "fastio.formats",
-        "numpy",
-        "pyarrow",
-        "pyarrow.compute",
-        "torch",
-        "torch.utils.data",
-        "uvloop",
-        "webdataset",
-    ),
+    "webdataset": (*FASTIO_IMPORTS, "webdataset"),
     # fastio over Parquet and Arrow IPC: the modules pyarrow's own readers
     # import before their clock too (pyarrow.parquet takes 14 ms).
-    "fastio columns": (
-        "fastio",
-        "fastio.dataset._dataset",
-        "fastio.formats",
-        "numpy",
-        "pyarrow",
-        "pyarrow.compute",
-        "pyarrow.ipc",
-        "pyarrow.parquet",
-        "torch",
-        "torch.utils.data",
-        "uvloop",
-    ),
+    "fastio columns": (*FASTIO_IMPORTS, "pyarrow.ipc", "pyarrow.parquet"),
     "mds": ("torch", "torch.utils.data"),
     "tensorflow": ("tensorflow",),
     "tfrecord": ("numpy", "tfrecord.reader"),
