@@ -25,7 +25,7 @@ from fastio._native import (
 )
 from fastio._native import parse_example as _parse_example
 from fastio.formats._index import Locator
-from fastio.formats._layout import batch_of
+from fastio.formats._layout import MAPPED_SAMPLE_BYTES, batch_of
 from fastio.formats._parts import Part, PartBuilder
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter
@@ -485,6 +485,15 @@ class TFRecordFormat(RecordFormat):
 
     def options(self) -> dict[str, Any]:
         return {"verify": self.verify, "example": self.example}
+
+    def maps_cached(self, columnar: bool, sample_bytes: float | None) -> bool:
+        # Batches of large records: mapped, each record's copy into the batch's
+        # column is the only one (110 KB records in .batches(256): 51k/s mapped
+        # against 42-43k read in a process's first epoch, 61k against 49-51k
+        # in its second). Samples are read: the Example parse after the
+        # checksum gains from bytes a read left in the CPU's caches (80k
+        # samples/s read, 67k mapped).
+        return columnar and sample_bytes is not None and sample_bytes >= MAPPED_SAMPLE_BYTES
 
     def locator(self) -> Locator:
         if self.verify:

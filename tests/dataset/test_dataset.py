@@ -70,12 +70,14 @@ def test_an_epoch_left_early_leaves_no_file_mapped(tmp_path, batches) -> None:
     [("arrow", True, False, True), ("arrow", True, True, True),
      ("webdataset", True, False, True), ("webdataset", True, True, True),
      ("webdataset", False, False, False), ("webdataset", False, True, False),
-     ("tfrecord", True, False, False)],
+     ("tfrecord", True, False, False), ("tfrecord", True, True, True),
+     ("tfrecord", False, True, False)],
 )  # fmt: skip
 def test_by_default_cached_shards_are_mapped_where_the_format_gains(
     tmp_path, format_name, large, batches, maps
 ) -> None:
-    # Arrow IPC always; tar where samples are large; TFRecord never. Shards
+    # Arrow IPC always; tar where samples are large; TFRecord in batches of
+    # large records, never per sample. Shards
     # of about 2 MB, read in pieces large enough to be mapped (not the first
     # ones: a fresh process reads its first MiB on the consumer's thread).
     written = write(format_name, tmp_path, shards=4, per_shard=30, large=large)
