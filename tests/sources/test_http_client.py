@@ -521,12 +521,24 @@ def test_a_server_that_is_not_http_is_a_clear_error() -> None:
         thread.join(10)
 
 
-def test_asking_a_size_readies_a_window_of_connected_request_threads(server: _Server) -> None:
+def test_asking_a_size_readies_a_window_of_connected_request_threads(
+    server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The first read of a never-seen dataset follows the sizes of its
     objects: while they are asked, the threads of a window of requests start,
     each connecting to the server, so the reads neither wait for threads to
     start nor for connections to open."""
     window = 4
+    ahead: list[str] = []  # connections made ahead, as each is done (made or given up)
+    connect_ahead = _http.RangeClient.connect_ahead
+
+    def counted(client: _http.RangeClient, url: str, timeout: float) -> None:
+        try:
+            connect_ahead(client, url, timeout)
+        finally:
+            ahead.append(url)
+
+    monkeypatch.setattr(_http.RangeClient, "connect_ahead", counted)
     remotes = Remotes(ReaderSettings(retries=0, outstanding_requests=window), {})
     url = server.url("data")
     try:
@@ -540,8 +552,10 @@ def test_asking_a_size_readies_a_window_of_connected_request_threads(server: _Se
         # They start on threads of their own; the server accepts each a little
         # after the client's connect returns. The question about the size went
         # on a connection of its own, or on one of theirs where it was idle
-        # first (a busy machine): either way a window of them waits.
-        wait_for(lambda: held() >= window and server.accepted >= held())
+        # first (a busy machine): either way a window of them waits. Once every
+        # one is made, all the client's connections are idle, and the server
+        # has accepted them all when it has accepted as many.
+        wait_for(lambda: len(ahead) == window and server.accepted >= held() >= window)
         connected = server.accepted
         assert connected in (window, window + 1)
         assert server.requests == 0  # connected, nothing read yet
