@@ -65,7 +65,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _imports import collect_imports
+from _imports import FASTIO_IMPORTS, collect_imports
 from bench_read import drop_caches, hugetlbfs, run_python
 from bench_tables_cpu import rebatched
 
@@ -494,18 +494,6 @@ class Method:
     imports: str | None = None  # the IMPORTS entry (default: the copy's)
 
 
-# What fastio and the frameworks it feeds import (bench_startup.py imports them too).
-FASTIO_IMPORTS = (
-    "fastio",
-    "fastio.dataset._dataset",
-    "fastio.formats",
-    "numpy",
-    "pyarrow",
-    "pyarrow.compute",
-    "torch",
-    "torch.utils.data",
-    "uvloop",
-)
 # Imported before the clock starts: a once-per-process cost (tensorflow's is seconds).
 IMPORTS = {
     "webdataset": (*FASTIO_IMPORTS, "webdataset"),

@@ -56,14 +56,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _imports import collect_imports
+from _imports import FASTIO_IMPORTS, collect_imports
 from _slowfs import slow_mount
 from bench_read import drop_caches, warm_up
 
 LOADER_BATCH = 256
 WORKERS = 2
-IMPORTS = ("fastio", "fastio.dataset._dataset", "fastio.formats", "numpy", "pyarrow",
-           "pyarrow.compute", "torch", "torch.utils.data", "uvloop", "webdataset")  # fmt: skip
+IMPORTS = (*FASTIO_IMPORTS, "webdataset")  # as bench_datasets.py's webdataset methods
 METHODS = ["fastio", "fastio shuffled", "fastio never seen", "webdataset", "fastio loader",
            "webdataset loader"]  # fmt: skip
 

@@ -1338,8 +1338,6 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only:
     for the reader's loop to start nor for a trip through it (about 1 ms in a
     fresh process, most of a local dataset's time to its first sample). With
     ``whole_only``, only a first shard of one range is read, and only whole."""
-    if _NOWAIT is None:
-        return _Head(None, 0, shards)
     listed = iter(shards)
     try:
         given = next(listed)
@@ -1413,10 +1411,6 @@ def _map_resident(piece: Request) -> Any:
 
 def _raise(error: Exception) -> NoReturn:
     raise error
-
-
-# pread's flag that fails a read instead of waiting for the device (Linux 4.14+).
-_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
 
 
 def _limit(base: int, share: float) -> int:
