@@ -335,6 +335,34 @@ def test_a_damaged_schema_length_is_not_read_again(tmp_path, monkeypatch):
     assert got.equals(table)
 
 
+def test_a_record_batch_whose_offsets_are_damaged_is_a_decode_error(tmp_path):
+    """A record batch whose offsets point outside its data decodes (pyarrow
+    checks the sizes of its buffers, not what they hold), but reading its rows
+    would read outside them: a DecodeError naming the file and the batch;
+    under skip, the other batch's rows come and the damaged one's are counted."""
+    import struct
+
+    path = tmp_path / "part.arrow"
+    schema = pa.schema([("key", pa.int64()), ("data", pa.binary())])
+    with pa.ipc.new_file(path, schema) as writer:
+        for first in (0, 3):
+            writer.write_batch(pa.record_batch(
+                [pa.array(range(first, first + 3)), pa.array([b"ab", b"cd", b"ef"])],
+                schema=schema))  # fmt: skip
+    data = bytearray(path.read_bytes())
+    offsets = struct.pack("<4i", 0, 2, 4, 6)
+    second = data.index(offsets, data.index(offsets) + 1)  # the second batch's
+    data[second + 8 : second + 12] = struct.pack("<i", 1 << 30)
+    path.write_bytes(bytes(data))
+    for rows in (lambda d: list(d), lambda d: [r for b in d.batches(2) for r in b.to_pylist()]):
+        with fastio.Dataset(str(path), shuffle=False) as dataset:
+            with pytest.raises(fastio.DecodeError, match=r"part\.arrow.*record batch 1"):
+                rows(dataset)
+        with fastio.Dataset(str(path), shuffle=False, on_error="skip") as dataset:
+            assert [row["key"] for row in rows(dataset)] == [0, 1, 2]
+            assert dataset.stats()["skipped"] == 3
+
+
 @pytest.mark.parametrize(("format_name", "dictionary"), CASES)
 def test_samples_and_selected_columns_are_pyarrows(tmp_path, format_name, dictionary):
     pattern, _ = _write(tmp_path, format_name, dictionary)
