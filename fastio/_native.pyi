@@ -21,6 +21,12 @@ def resident_fraction(
 def read_resident(
     paths: list[bytes], offsets: list[int], lengths: list[int], least: float = 1.0
 ) -> list[bytes | None]: ...
+def arrow_scan(
+    paths: list[bytes], first_bytes: int, schema_max: int
+) -> list[
+    tuple[int, int, bytes, bytes, list[tuple[int, int, int]], list[tuple[int, int, int]], list[int]]
+    | None
+]: ...
 def stat_stamps(
     paths: list[bytes], round_trip_ns: int = 50_000
 ) -> list[tuple[int, int, int] | int]: ...

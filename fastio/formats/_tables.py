@@ -7,16 +7,19 @@ by pyarrow, a row group or record batch at a time.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
+import os
 import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio import _native
 from fastio._errors import DecodeError, TruncatedShardError, import_extra
 from fastio.formats._layout import Layout, ShardFormat, ShardWriter
 from fastio.reader._ranges import ByteRange
-from fastio.sources._remote import is_remote
+from fastio.sources._remote import is_remote, local_path
 
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable, Iterator, Sequence
@@ -554,7 +557,41 @@ def _message_rows(data: bytes) -> int:
     return 0 if length_at is None else int(_I64.unpack_from(data, length_at)[0])
 
 
+def _batch_ranges(url: str, offsets: list[int], sizes: list[int], shared: list[ByteRange],
+                  unit: int) -> list[ByteRange]:  # fmt: skip
+    """The ranges record batch ``unit`` decodes from: its message, then ``shared``."""
+    return [ByteRange(url, offsets[unit], sizes[unit]), *shared]
+
+
+def _batch_rows(url: str, batches: list[tuple[int, int, int]], headers: dict[int, bytes]
+                ) -> list[int]:  # fmt: skip
+    """The rows of each record batch of ``batches``, from ``headers`` (their
+    metadata by offset). Raises DecodeError for a damaged one."""
+    rows = []
+    for offset, _, _ in batches:
+        try:
+            rows.append(_message_rows(headers[offset]))
+        except (struct.error, ValueError, KeyError):
+            raise DecodeError("Arrow record batch header is damaged", url, offset) from None
+    return rows
+
+
 _ArrowBlocks = tuple[int, int, bytes, list[tuple[int, int, int]], list[tuple[int, int, int]]]
+_ArrowHead = tuple[_ArrowBlocks, bytes, list[int]]  # blocks, schema message, rows of each batch
+
+
+def _scanned(urls: Sequence[str]) -> dict[str, _ArrowHead]:
+    """What laying out those of ``urls`` that are local files the page cache
+    holds needs, read and parsed natively (see :func:`fastio._native.arrow_scan`);
+    the others are left out."""
+    local = [url for url in urls if not is_remote(url)]
+    if not local:
+        return {}
+    found = _native.arrow_scan([os.fsencode(local_path(url)) for url in local],
+                               _LOCAL_FIRST_BYTES, _SCHEMA_MAX)  # fmt: skip
+    return {url: ((size, start, tail, batches, dictionaries), head, rows)
+            for url, scan in zip(local, found, strict=True) if scan is not None
+            for size, start, tail, head, batches, dictionaries, rows in (scan,)}  # fmt: skip
 
 
 class ArrowFormat(_ColumnFile):
@@ -565,8 +602,8 @@ class ArrowFormat(_ColumnFile):
 
     def __init__(self, columns: Sequence[str] | None = None) -> None:
         super().__init__(columns)
-        # By file: its footer's blocks, schema message and batch headers.
-        self._heads: dict[str, tuple[_ArrowBlocks, bytes, dict[int, bytes]]] = {}
+        # By file: its footer's blocks, schema message and record batches' rows.
+        self._heads: dict[str, _ArrowHead] = {}
         self._schemas: dict[bytes, pa.Schema | None] = {}  # by schema message
 
     def maps_cached(self, columnar: bool, sample_bytes: float | None) -> bool:
@@ -577,12 +614,15 @@ class ArrowFormat(_ColumnFile):
         return True
 
     def prefetch(self, reader: Reader, urls: Sequence[str]) -> None:
-        # After the footers, each file's schema and record batch headers,
-        # again read together for the group: one wait, not one per file.
-        super().prefetch(reader, urls)
-        self._heads = {}
+        # Local files the page cache holds are read and parsed natively, a
+        # few microseconds each. For the others, after the footers, each
+        # file's schema and record batch headers, again read together for
+        # the group: one wait, not one per file.
+        self._heads = _scanned(urls)
+        rest = [url for url in urls if url not in self._heads]
+        super().prefetch(reader, rest)
         planned: dict[str, _ArrowBlocks] = {}
-        for url in urls:
+        for url in rest:
             known = self._prefetched.get(url)
             if known is None:
                 continue
@@ -600,7 +640,11 @@ class ArrowFormat(_ColumnFile):
         except OSError:
             return  # the files are read one by one, each reporting its own failure
         for url, blocks in planned.items():
-            self._heads[url] = (blocks, *heads[url])
+            head, pieces = heads[url]
+            try:
+                self._heads[url] = (blocks, head, _batch_rows(url, blocks[3], pieces))
+            except DecodeError:
+                continue  # as above
 
     def _blocks(
         self, reader: Reader, url: str, known: tuple[int, int, bytes] | None
@@ -620,25 +664,26 @@ class ArrowFormat(_ColumnFile):
         known = self._known_tail(url)
         fetched = self._heads.pop(url, None)
         if fetched is not None:  # read ahead with the group's
-            (size, start, tail, batches, dictionaries), schema_head, pieces = fetched
+            (size, start, tail, batches, dictionaries), schema_head, rows = fetched
         else:
             size, start, tail, batches, dictionaries = self._blocks(reader, url, known)
             schema_head, pieces = _arrow_heads(reader, [(url, size, batches)])[url]
-        rows = []
-        for offset, _, _ in batches:
-            try:
-                rows.append(_message_rows(pieces[offset]))
-            except (struct.error, ValueError, KeyError):
-                raise DecodeError("Arrow record batch header is damaged", url, offset) from None
+            rows = _batch_rows(url, batches, pieces)
+        if any(o < 0 or m < 0 or b < 0 for o, m, b in (*batches, *dictionaries)):
+            raise DecodeError("Arrow footer is damaged", url, start)
         extra = [ByteRange(url, o, m + b) for o, m, b in dictionaries]
-        spans = [[ByteRange(url, o, m + b), *extra] for o, m, b in batches]
-        bounds = _bounds(rows)
-        unit_bytes = np.array([m + b for _, m, b in batches], np.int64)
-        meta = {"unit_ranges": spans.__getitem__, "tail": (start, tail),
-                "batch_offsets": [o for o, _, _ in batches],
-                "lengths": _planned_lengths(spans),
-                "unit_of": _units_by_offset(spans, shared=len(extra)),
-                "unit_ends": _unit_ends(spans),
+        offsets = [o for o, _, _ in batches]
+        sizes = [m + b for _, m, b in batches]
+        # A record batch's ranges: its own, then the dictionaries every batch
+        # reads. Made as each is read, where a dataset lays out every file
+        # before its first sample.
+        lengths = dict(zip(offsets, sizes, strict=True))
+        if batches:
+            lengths.update((o, m + b) for o, m, b in dictionaries)
+        meta = {"unit_ranges": functools.partial(_batch_ranges, url, offsets, sizes, extra),
+                "tail": (start, tail), "batch_offsets": offsets, "lengths": lengths,
+                "unit_of": dict(zip(offsets, range(len(offsets)), strict=True)),
+                "unit_ends": frozenset((extra[-1].offset,) if extra and batches else offsets),
                 "whole": True}  # fmt: skip
         meta["head"] = schema_head
         import pyarrow as pa
@@ -653,6 +698,8 @@ class ArrowFormat(_ColumnFile):
                 raise ValueError(
                     f"{url}: no column {missing[0]!r}; columns are {sorted(names or [])}"
                 )
+        bounds = _bounds(rows)
+        unit_bytes = np.array(sizes, np.int64)
         return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
 
     def _schema(self, pa: Any, head: bytes) -> pa.Schema | None:

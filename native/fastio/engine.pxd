@@ -1,5 +1,5 @@
 # The engine (engine.h): positional reads completed asynchronously.
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 
 cdef extern from "engine.h" nogil:
@@ -39,6 +39,25 @@ cdef extern from "residency.h" nogil:
     void fio_read_resident(const char *const *paths, const uint64_t *offsets,
                            const uint64_t *lengths, char *const *dests, size_t count,
                            double least, uint64_t *got)
+
+
+cdef extern from "arrow_scan.h" nogil:
+    ctypedef struct fio_arrow_block:
+        int64_t offset
+        int32_t meta
+        int64_t body
+        int64_t rows
+    ctypedef struct fio_arrow_file:
+        uint64_t size
+        uint8_t *tail
+        uint64_t tail_start, tail_length
+        uint8_t *head
+        uint64_t head_length
+        fio_arrow_block *blocks
+        size_t batches, dictionaries
+    int fio_arrow_scan(const char *path, uint64_t first_bytes, uint64_t schema_max,
+                       fio_arrow_file *out)
+    void fio_arrow_file_free(fio_arrow_file *file)
 
 
 cdef class Engine:

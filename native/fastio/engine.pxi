@@ -250,6 +250,58 @@ def read_resident(list paths, list offsets, list lengths, double least=1.0):
         free(dests)
 
 
+cdef list _arrow_blocks(const fio_arrow_block *blocks, size_t count):
+    return [(blocks[i].offset, blocks[i].meta, blocks[i].body) for i in range(count)]
+
+
+def arrow_scan(list paths, uint64_t first_bytes, uint64_t schema_max):
+    """What laying out each local Arrow IPC file of ``paths`` (``bytes``, as
+    ``os.fsencode`` makes them) needs, read in one call without the GIL where
+    the page cache holds every byte of each read: ``(size,
+    tail start, tail, head, record batch blocks, dictionary blocks, rows of
+    each record batch)``, the tail its bytes from its footer on (read as its
+    last ``first_bytes``, or as much more as its footer takes), the head its
+    first to its schema message's end (read as ``first_bytes``, or more up to
+    ``schema_max``), a block ``(offset, metadata bytes, body bytes)``. None
+    for a file to read the other way: colder, damaged or laid out unusually
+    (that reading reports what is wrong)."""
+    cdef Py_ssize_t count = len(paths), i
+    cdef const char **names = <const char **>calloc(count + 1, sizeof(char *))
+    cdef fio_arrow_file *files = <fio_arrow_file *>calloc(count + 1, sizeof(fio_arrow_file))
+    cdef int *found = <int *>calloc(count + 1, sizeof(int))
+    cdef fio_arrow_file *file
+    cdef list scanned = []
+    try:
+        if names == NULL or files == NULL or found == NULL:
+            raise MemoryError()
+        for i in range(count):
+            names[i] = <bytes?>paths[i]  # each kept alive by the list
+        with nogil:
+            for i in range(count):
+                found[i] = fio_arrow_scan(names[i], first_bytes, schema_max, &files[i])
+        for i in range(count):
+            if not found[i]:
+                scanned.append(None)
+                continue
+            file = &files[i]
+            scanned.append((
+                file.size, file.tail_start,
+                PyBytes_FromStringAndSize(<char *>file.tail, <Py_ssize_t>file.tail_length),
+                PyBytes_FromStringAndSize(<char *>file.head, <Py_ssize_t>file.head_length),
+                _arrow_blocks(file.blocks, file.batches),
+                _arrow_blocks(file.blocks + file.batches, file.dictionaries),
+                [file.blocks[k].rows for k in range(file.batches)],
+            ))
+        return scanned
+    finally:
+        if files != NULL:
+            for i in range(count):
+                fio_arrow_file_free(&files[i])
+        free(names)
+        free(files)
+        free(found)
+
+
 def stat_stamps(list paths, uint64_t round_trip_ns=50_000):
     """``(size, modification time in ns, change stamp)`` of each local path in
     ``paths`` (``bytes``, as ``os.fsencode`` makes them), or the errno where

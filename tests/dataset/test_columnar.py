@@ -15,6 +15,7 @@ import pytest
 
 import fastio
 from fastio.formats._shards import make_format
+from tests.pagecache import drop_pages
 
 # Row groups / record batches of a few rows and files of different lengths:
 # every batch size below spans groups, and most span files.
@@ -247,20 +248,33 @@ def test_laying_out_many_files_waits_for_a_few_reads_not_one_per_file(
     assert len(rows) == 5 * files
 
 
-@pytest.mark.parametrize("format_name", ["parquet", "arrow"])
-def test_footers_longer_than_the_first_read_are_read_again_together(tmp_path, monkeypatch,
-                                                                     format_name):  # fmt: skip
+def _cold(paths: list[Path]) -> None:
+    """Drop the files' pages from the page cache (skips where it keeps them)."""
+    if any(drop_pages(str(path)) > 0 for path in paths):
+        pytest.skip("this filesystem keeps every page cached (tmpfs)")
+
+
+@pytest.mark.parametrize(("format_name", "cached"),
+                         [("parquet", True), ("arrow", True), ("arrow", False)])  # fmt: skip
+def test_footers_longer_than_the_first_read_are_read_again_together(
+    tmp_path, monkeypatch, format_name, cached
+):
     """Footers (and Arrow schemas) longer than the first bytes read of each
-    file are read again for the group of files at once, not file by file."""
+    file are read again for the group of files at once, not file by file;
+    cached Arrow files are read and parsed natively, with no read through
+    the reader, their long footers and schemas as whole."""
     from fastio.reader._reader import Reader
 
     files = 12
     names = [
         f"a_column_with_a_rather_long_name_to_make_the_footer_large_{i:04d}" for i in range(300)
     ]
-    for number in range(files):
+    paths = [tmp_path / f"wide-{number:02d}.{format_name}" for number in range(files)]
+    for number, path in enumerate(paths):
         table = pa.table({name: pa.array([number, number + 1]) for name in names})
-        _write_whole(tmp_path / f"wide-{number:02d}.{format_name}", table)
+        _write_whole(path, table)
+    if not cached:
+        _cold(paths)
     calls = []
     read_ranges = Reader.read_ranges
 
@@ -273,9 +287,8 @@ def test_footers_longer_than_the_first_read_are_read_again_together(tmp_path, mo
                         shuffle=False) as dataset:  # fmt: skip
         assert len(dataset) == 2 * files
         # Tails, longer tails; an Arrow file's heads and headers, longer heads.
-        assert calls == (
-            [files] * 2 if format_name == "parquet" else [files] * 2 + [2 * files, files]
-        )
+        assert calls == ([files] * 2 if format_name == "parquet" else
+                         [files] * 2 + [2 * files, files] if not cached else [])  # fmt: skip
         rows = [row for batch in dataset.batches(5) for row in batch.to_pylist()]
     assert [row[names[-1]] for row in rows] == [n + i for n in range(files) for i in range(2)]
 
@@ -306,10 +319,12 @@ def test_a_file_without_the_footer_magic_is_not_read_again_for_a_footer(tmp_path
     assert tails == [8 << 10]
 
 
-def test_a_damaged_schema_length_is_not_read_again(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_damaged_schema_length_is_not_read_again(tmp_path, monkeypatch, cached):
     """An Arrow file of 18 MB whose schema message claims 2 GiB (damaged) is
     not read again from its start for it, which would read the whole file
-    twice: its rows come from the footer's schema."""
+    twice: its rows come from the footer's schema. Cached, it is laid out
+    natively, without a read through the reader."""
     from fastio.reader._reader import Reader
 
     path = tmp_path / "part.arrow"
@@ -321,6 +336,8 @@ def test_a_damaged_schema_length_is_not_read_again(tmp_path, monkeypatch):
     assert data[8:12] == b"\xff\xff\xff\xff"  # the continuation marker, then the length
     data[12:16] = (0x7FFFFFF0).to_bytes(4, "little")
     path.write_bytes(bytes(data))
+    if not cached:
+        _cold([path])
     heads = []
     read_ranges = Reader.read_ranges
 
@@ -331,8 +348,53 @@ def test_a_damaged_schema_length_is_not_read_again(tmp_path, monkeypatch):
     monkeypatch.setattr(Reader, "read_ranges", counted)
     with fastio.Dataset(str(path), shuffle=False) as dataset:
         got = pa.Table.from_batches(list(dataset.batches(3)))
-    assert heads == [8 << 10]  # the first 8 KiB, once
+    assert heads == ([] if cached else [8 << 10])  # the first 8 KiB, once
     assert got.equals(table)
+
+
+def test_cached_arrow_files_are_laid_out_natively_as_pyarrow_reads_them(tmp_path):
+    """The native scan of cached Arrow IPC files gives each file's record
+    batches (offsets, rows) and dictionaries as pyarrow's reader counts them,
+    its footer and schema message whole; a cold file, a file of another
+    format, a cut one and a missing one it leaves to the reader (None)."""
+    import os
+
+    from fastio import _native
+
+    plain, dictionaries, wide, cut, other, cold = (
+        tmp_path / name for name in ("plain.arrow", "dict.arrow", "wide.arrow", "cut.arrow",
+                                     "other.parquet", "cold.arrow"))  # fmt: skip
+    _write(tmp_path / "p", "arrow")
+    _write(tmp_path / "d", "arrow", dictionary=True)
+    (tmp_path / "p" / "part-2.arrow").rename(plain)
+    (tmp_path / "d" / "part-2.arrow").rename(dictionaries)
+    names = [f"a_long_column_name_{i:04d}_to_make_the_schema_and_footer_large" for i in range(400)]
+    _write_whole(wide, pa.table({name: pa.array([1, 2, 3]) for name in names}))
+    cut.write_bytes(plain.read_bytes()[:-100])
+    _write_whole(other, _table(0, 5, False))
+    cold.write_bytes(plain.read_bytes())
+    keeps_pages = drop_pages(str(cold)) > 0  # tmpfs: nothing leaves the page cache
+    paths = [plain, dictionaries, wide, cut, other, cold, tmp_path / "missing.arrow"]
+    found = _native.arrow_scan([os.fsencode(path) for path in paths], 8 << 10, 16 << 20)
+    assert found[3:5] == [None, None]
+    assert found[6] is None
+    assert (found[5] is None) != keeps_pages
+    for path, scan in zip(paths[:3], found[:3], strict=True):
+        assert scan is not None
+        size, start, tail, head, batches, dicts, rows = scan
+        data = path.read_bytes()
+        assert size == len(data)
+        assert tail == data[start:]
+        assert len(tail) == int.from_bytes(tail[-10:-6], "little") + 10  # the footer on
+        assert head == data[: 16 + int.from_bytes(head[12:16], "little")]  # to the schema's end
+        with pa.ipc.open_file(path) as reader:
+            assert rows == [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+        for offset, meta, body in batches:
+            assert data[offset : offset + 4] == b"\xff\xff\xff\xff"
+            assert offset + meta + body <= size
+        assert (len(dicts) > 0) == (path == dictionaries)
+    assert len(found[2][2]) > 8 << 10  # read again, whole
+    assert len(found[2][3]) > 8 << 10
 
 
 def test_a_record_batch_whose_offsets_are_damaged_is_a_decode_error(tmp_path):
@@ -355,9 +417,9 @@ def test_a_record_batch_whose_offsets_are_damaged_is_a_decode_error(tmp_path):
     data[second + 8 : second + 12] = struct.pack("<i", 1 << 30)
     path.write_bytes(bytes(data))
     for rows in (lambda d: list(d), lambda d: [r for b in d.batches(2) for r in b.to_pylist()]):
-        with fastio.Dataset(str(path), shuffle=False) as dataset:
-            with pytest.raises(fastio.DecodeError, match=r"part\.arrow.*record batch 1"):
-                rows(dataset)
+        with (fastio.Dataset(str(path), shuffle=False) as dataset,
+              pytest.raises(fastio.DecodeError, match=r"part\.arrow.*record batch 1")):  # fmt: skip
+            rows(dataset)
         with fastio.Dataset(str(path), shuffle=False, on_error="skip") as dataset:
             assert [row["key"] for row in rows(dataset)] == [0, 1, 2]
             assert dataset.stats()["skipped"] == 3

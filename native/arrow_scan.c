@@ -1,0 +1,244 @@
+/* What laying out a local Arrow IPC file needs, read in one pass, as arrow_scan.h says. */
+#define _GNU_SOURCE
+#include "arrow_scan.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define MAGIC "ARROW1"
+#define MAGIC_LENGTH 6
+#define TRAILER (4 + MAGIC_LENGTH) /* the footer's length, then the magic */
+#define BLOCK_BYTES 24             /* offset (int64), metadata length (int32, padded), body (int64) */
+
+/* A little-endian integer of `width` bytes at `at`, where `n` bytes hold it. */
+static int read_le(const uint8_t *bytes, uint64_t n, uint64_t at, unsigned width, uint64_t *value)
+{
+    if (at > n || n - at < width)
+        return -1;
+    uint64_t word = 0;
+    memcpy(&word, bytes + at, width);
+    *value = le64toh(word);
+    return 0;
+}
+
+/* The table or vector the flatbuffer offset at `at` points to, or -1. */
+static int64_t fb_deref(const uint8_t *bytes, uint64_t n, int64_t at)
+{
+    uint64_t offset;
+    if (at < 0 || read_le(bytes, n, (uint64_t)at, 4, &offset) || (uint64_t)at + offset >= n)
+        return -1;
+    return at + (int64_t)offset;
+}
+
+/* Where field `index` of the flatbuffer table at `table` is; 0 where the
+ * table leaves it out; -1 where the table points outside the bytes. */
+static int64_t fb_field(const uint8_t *bytes, uint64_t n, int64_t table, unsigned index)
+{
+    uint64_t word, vtable_size, offset;
+    if (table < 0 || read_le(bytes, n, (uint64_t)table, 4, &word))
+        return -1;
+    int64_t vtable = table - (int64_t)(int32_t)(uint32_t)word;
+    if (vtable < 0 || read_le(bytes, n, (uint64_t)vtable, 2, &vtable_size))
+        return -1;
+    uint64_t entry = 4 + 2 * (uint64_t)index;
+    if (entry + 2 > vtable_size)
+        return 0;
+    if (read_le(bytes, n, (uint64_t)vtable + entry, 2, &offset))
+        return -1;
+    return offset ? table + (int64_t)offset : 0;
+}
+
+/* Bytes offset..offset+length of `fd` in a new buffer, read where the page
+ * cache holds all of them (RWF_NOWAIT: no wait for the device, and one system
+ * call where asking the page cache first takes two); NULL where it does not,
+ * or the read comes short. */
+static uint8_t *read_cached(int fd, uint64_t offset, uint64_t length)
+{
+    uint8_t *buffer = malloc(length ? length : 1);
+    uint64_t done = 0;
+    while (buffer && done < length) {
+        struct iovec piece = {buffer + done, length - done};
+        ssize_t count = preadv2(fd, &piece, 1, (off_t)(offset + done), RWF_NOWAIT);
+        if (count < 0 && errno == EINTR)
+            continue;
+        if (count <= 0)
+            break; /* not cached (EAGAIN), the end of the file, or a failure */
+        done += (uint64_t)count;
+    }
+    if (buffer && done != length) {
+        free(buffer);
+        return NULL;
+    }
+    return buffer;
+}
+
+/* The footer's blocks of vector field `field` (2: dictionaries, 3: record
+ * batches) appended to `out` from `*count`; -1 for a damaged vector. */
+static int footer_blocks(const uint8_t *footer, uint64_t n, int64_t root, unsigned field,
+                         fio_arrow_block *out, size_t room, size_t *count)
+{
+    int64_t at = fb_field(footer, n, root, field);
+    if (at < 0)
+        return -1;
+    if (at == 0)
+        return 0;
+    int64_t vector = fb_deref(footer, n, at);
+    uint64_t length;
+    if (vector < 0 || read_le(footer, n, (uint64_t)vector, 4, &length))
+        return -1;
+    if (length > (n - (uint64_t)vector - 4) / BLOCK_BYTES || *count + length > room)
+        return -1;
+    for (uint64_t i = 0; i < length; i++) {
+        uint64_t at_block = (uint64_t)vector + 4 + BLOCK_BYTES * i, offset, meta, body;
+        read_le(footer, n, at_block, 8, &offset);
+        read_le(footer, n, at_block + 8, 4, &meta);
+        read_le(footer, n, at_block + 16, 8, &body);
+        fio_arrow_block *block = &out[(*count)++];
+        block->offset = (int64_t)offset;
+        block->meta = (int32_t)(uint32_t)meta;
+        block->body = (int64_t)body;
+        block->rows = 0;
+    }
+    return 0;
+}
+
+/* The rows of the record batch message in `data` (its header's length), or -1. */
+static int64_t message_rows(const uint8_t *data, uint64_t n)
+{
+    uint64_t marker;
+    if (read_le(data, n, 0, 4, &marker))
+        return -1;
+    int64_t base = marker == 0xffffffffu ? 8 : 4;
+    int64_t header = fb_field(data, n, fb_deref(data, n, base), 2);
+    if (header <= 0)
+        return -1; /* a message without a header */
+    int64_t length = fb_field(data, n, fb_deref(data, n, header), 0);
+    if (length < 0)
+        return -1;
+    uint64_t rows = 0;
+    if (length && read_le(data, n, (uint64_t)length, 8, &rows))
+        return -1;
+    return (int64_t)rows < 0 ? -1 : (int64_t)rows;
+}
+
+/* Where the schema message that `head` (the file's first bytes) begins with
+ * ends, or 0 where the head is too short to say. */
+static uint64_t schema_end(const uint8_t *head, uint64_t n)
+{
+    uint64_t word;
+    if (n < 16)
+        return 0;
+    read_le(head, n, 8, 4, &word);
+    if (word == 0xffffffffu) { /* the continuation marker, then the length */
+        read_le(head, n, 12, 4, &word);
+        return 16 + word;
+    }
+    return 12 + word; /* before format 1.0: the length alone */
+}
+
+void fio_arrow_file_free(fio_arrow_file *file)
+{
+    free(file->tail);
+    free(file->head);
+    free(file->blocks);
+    memset(file, 0, sizeof *file);
+}
+
+static int scan(int fd, uint64_t first_bytes, uint64_t schema_max,
+                fio_arrow_file *out)
+{
+    struct stat status;
+    if (fstat(fd, &status) < 0 || !S_ISREG(status.st_mode))
+        return 0;
+    uint64_t size = (uint64_t)status.st_size;
+    out->size = size;
+    if (size < TRAILER + 8)
+        return 0;
+    uint64_t length = size < first_bytes ? size : first_bytes;
+    if (length < TRAILER)
+        length = TRAILER;
+    out->tail = read_cached(fd, size - length, length);
+    if (!out->tail || memcmp(out->tail + length - MAGIC_LENGTH, MAGIC, MAGIC_LENGTH))
+        return 0;
+    uint64_t footer_length;
+    read_le(out->tail, length, length - TRAILER, 4, &footer_length);
+    if (footer_length + TRAILER + 8 > size)
+        return 0;
+    if (footer_length + TRAILER > length) { /* read again, whole */
+        free(out->tail);
+        length = footer_length + TRAILER;
+        out->tail = read_cached(fd, size - length, length);
+        if (!out->tail)
+            return 0;
+    }
+    /* The footer and what follows it are kept, the bytes before it dropped. */
+    memmove(out->tail, out->tail + length - TRAILER - footer_length, footer_length + TRAILER);
+    length = footer_length + TRAILER;
+    out->tail_start = size - length;
+    out->tail_length = length;
+    const uint8_t *footer = out->tail;
+    int64_t root = fb_deref(footer, footer_length, 0);
+    if (root < 0)
+        return 0;
+    size_t room = footer_length / BLOCK_BYTES + 1;
+    out->blocks = calloc(room, sizeof *out->blocks);
+    if (!out->blocks)
+        return 0;
+    size_t count = 0;
+    if (footer_blocks(footer, footer_length, root, 3, out->blocks, room, &count))
+        return 0;
+    out->batches = count;
+    if (footer_blocks(footer, footer_length, root, 2, out->blocks, room, &count))
+        return 0;
+    out->dictionaries = count - out->batches;
+    for (size_t i = 0; i < out->batches; i++) {
+        fio_arrow_block *block = &out->blocks[i];
+        if (block->offset < 0 || block->meta <= 0 || (uint64_t)block->offset > size ||
+            (uint64_t)block->meta > size - (uint64_t)block->offset)
+            return 0;
+        uint8_t *message = read_cached(fd, (uint64_t)block->offset, (uint64_t)block->meta);
+        if (!message)
+            return 0;
+        block->rows = message_rows(message, (uint64_t)block->meta);
+        free(message);
+        if (block->rows < 0)
+            return 0;
+    }
+    length = size < first_bytes ? size : first_bytes;
+    out->head = read_cached(fd, 0, length);
+    if (!out->head)
+        return 0;
+    uint64_t end = schema_end(out->head, length);
+    if (end > size)
+        end = size;
+    if (length < end && end <= schema_max) { /* a schema longer than the head read */
+        free(out->head);
+        length = end;
+        out->head = read_cached(fd, 0, length);
+        if (!out->head)
+            return 0;
+    }
+    /* The magic and the schema message are kept, where the head holds them. */
+    out->head_length = end && end < length ? end : length;
+    return 1;
+}
+
+int fio_arrow_scan(const char *path, uint64_t first_bytes, uint64_t schema_max,
+                   fio_arrow_file *out)
+{
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int found = scan(fd, first_bytes, schema_max, out);
+    close(fd);
+    if (!found)
+        fio_arrow_file_free(out);
+    return found;
+}

@@ -1,0 +1,43 @@
+/*
+ * The footer of a local Arrow IPC file, the headers of its record batches and
+ * its schema message, read in one pass without Python: what laying the file
+ * out needs (its record batches' places and rows), about 10 us a file where
+ * the page cache holds them. A file it cannot read so (colder, damaged,
+ * laid out unusually) is left to the reading through fastio's reader, which
+ * reports what is wrong with it.
+ */
+#ifndef FASTIO_ARROW_SCAN_H
+#define FASTIO_ARROW_SCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct fio_arrow_block {
+    int64_t offset; /* of the message, in the file */
+    int32_t meta;   /* bytes of its metadata (prefix, flatbuffer and padding) */
+    int64_t body;   /* bytes of its body, after them */
+    int64_t rows;   /* rows of a record batch (its header's length) */
+} fio_arrow_block;
+
+typedef struct fio_arrow_file {
+    uint64_t size;
+    uint8_t *tail; /* the file's last tail_length bytes, from tail_start: its footer on */
+    uint64_t tail_start, tail_length;
+    uint8_t *head; /* the file's first head_length bytes: to its schema message's end */
+    uint64_t head_length;
+    fio_arrow_block *blocks; /* the record batches', then the dictionaries' */
+    size_t batches, dictionaries;
+} fio_arrow_file;
+
+/* Reads `path`'s footer (its last `first_bytes`, or more where the footer is
+ * longer), each record batch's metadata and its first `first_bytes` (or up to
+ * `schema_max` where its schema message is longer), where the page cache
+ * holds every byte of each read (none waits for the device). Returns 1 with
+ * *out filled (free it with fio_arrow_file_free), or 0 with nothing held: a
+ * file to read the other way. */
+int fio_arrow_scan(const char *path, uint64_t first_bytes, uint64_t schema_max,
+                   fio_arrow_file *out);
+
+void fio_arrow_file_free(fio_arrow_file *file);
+
+#endif
