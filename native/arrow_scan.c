@@ -197,11 +197,14 @@ static int scan(int fd, uint64_t first_bytes, uint64_t schema_max,
     if (footer_blocks(footer, footer_length, root, 2, out->blocks, room, &count))
         return 0;
     out->dictionaries = count - out->batches;
+    for (size_t i = 0; i < count; i++) {
+        const fio_arrow_block *block = &out->blocks[i];
+        if (block->offset < 0 || block->meta <= 0 || block->body < 0 ||
+            (uint64_t)block->offset > size || (uint64_t)block->meta > size - (uint64_t)block->offset)
+            return 0; /* a damaged footer: the other reading says so */
+    }
     for (size_t i = 0; i < out->batches; i++) {
         fio_arrow_block *block = &out->blocks[i];
-        if (block->offset < 0 || block->meta <= 0 || (uint64_t)block->offset > size ||
-            (uint64_t)block->meta > size - (uint64_t)block->offset)
-            return 0;
         uint8_t *message = read_cached(fd, (uint64_t)block->offset, (uint64_t)block->meta);
         if (!message)
             return 0;

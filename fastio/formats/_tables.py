@@ -557,6 +557,16 @@ def _message_rows(data: bytes) -> int:
     return 0 if length_at is None else int(_I64.unpack_from(data, length_at)[0])
 
 
+def _check_names(fields: Iterable[pa.Field]) -> None:
+    """Raises UnicodeDecodeError where a name of ``fields`` or of a field
+    nested in them is not UTF-8 (a damaged schema, which pyarrow decodes
+    without looking at its names: its rows would fail in the consumer)."""
+    for field in fields:
+        _ = field.name
+        kind = field.type
+        _check_names(kind.field(i) for i in range(kind.num_fields))
+
+
 def _batch_ranges(url: str, offsets: list[int], sizes: list[int], shared: list[ByteRange],
                   unit: int) -> list[ByteRange]:  # fmt: skip
     """The ranges record batch ``unit`` decodes from: its message, then ``shared``."""
@@ -657,7 +667,9 @@ class ArrowFormat(_ColumnFile):
             batches = _arrow_blocks(footer, 3)
             dictionaries = _arrow_blocks(footer, 2)
         except struct.error:
-            raise DecodeError("Arrow footer is damaged", url, size - 10 - footer_length) from None
+            batches = dictionaries = [(-1, 0, 0)]
+        if any(o < 0 or m < 0 or b < 0 for o, m, b in (*batches, *dictionaries)):
+            raise DecodeError("Arrow footer is damaged", url, size - 10 - footer_length)
         return size, start, tail, batches, dictionaries
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
@@ -669,8 +681,6 @@ class ArrowFormat(_ColumnFile):
             size, start, tail, batches, dictionaries = self._blocks(reader, url, known)
             schema_head, pieces = _arrow_heads(reader, [(url, size, batches)])[url]
             rows = _batch_rows(url, batches, pieces)
-        if any(o < 0 or m < 0 or b < 0 for o, m, b in (*batches, *dictionaries)):
-            raise DecodeError("Arrow footer is damaged", url, start)
         extra = [ByteRange(url, o, m + b) for o, m, b in dictionaries]
         offsets = [o for o, _, _ in batches]
         sizes = [m + b for _, m, b in batches]
@@ -712,7 +722,8 @@ class ArrowFormat(_ColumnFile):
             return self._schemas[message]
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(head[8:]))
-        except (pa.ArrowException, OSError):
+            _check_names(schema)
+        except (pa.ArrowException, OSError, UnicodeDecodeError):
             schema = None
         self._schemas[message] = schema
         return schema
@@ -735,6 +746,7 @@ class ArrowFormat(_ColumnFile):
             if schema is None:
                 file = _RangeFile(layout.url, layout.size, known)
                 handle = pa.ipc.open_file(pa.PythonFile(file))
+                _check_names(handle.schema)
             planned = layout.meta["lengths"], layout.meta["unit_of"], layout.meta["unit_ends"]
             for i, pieces in _unit_pieces(chunks, *planned, views=True):
                 if i < 0 or offsets[i] not in pieces:
@@ -750,7 +762,7 @@ class ArrowFormat(_ColumnFile):
                 # Checked whole: 5 us a batch of 1,024 rows of 1 KB.
                 batch.validate(full=True)
                 yield batch.select(self.columns) if self.columns is not None else batch
-        except (pa.ArrowException, OSError) as error:
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as error:
             what = "footer" if record is None else f"record batch {record}"
             raise DecodeError(f"Arrow {what} does not decode: {error}", layout.url, at) from None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -423,6 +424,57 @@ def test_a_record_batch_whose_offsets_are_damaged_is_a_decode_error(tmp_path):
         with fastio.Dataset(str(path), shuffle=False, on_error="skip") as dataset:
             assert [row["key"] for row in rows(dataset)] == [0, 1, 2]
             assert dataset.stats()["skipped"] == 3
+
+
+def _damaged_pair(tmp_path: Path, damage: Callable[[bytearray], None]) -> tuple[str, str]:
+    """Two Arrow files of 3 rows each (keys 0-2, then 3-5), the first damaged
+    by ``damage``; their pattern and the damaged file's path."""
+    for number in range(2):
+        _write_whole(tmp_path / f"part-{number}.arrow",
+                     pa.table({"key": range(3 * number, 3 * number + 3)}))  # fmt: skip
+    path = tmp_path / "part-0.arrow"
+    data = bytearray(path.read_bytes())
+    damage(data)
+    path.write_bytes(bytes(data))
+    return str(tmp_path / "part-{0..1}.arrow"), str(path)
+
+
+def _a_damaged_file_is_named_and_skipped(pattern: str, path: str, what: str) -> None:
+    """Under raise, a DecodeError naming ``path`` and ``what``; under skip, the
+    other file's rows, and the damaged one counted as skipped."""
+    with (pytest.raises(fastio.DecodeError, match=what) as caught,
+          fastio.Dataset(pattern, shuffle=False) as dataset):  # fmt: skip
+        list(dataset)  # the error comes at open (the footer) or as the rows are read
+    assert path in str(caught.value)
+    with fastio.Dataset(pattern, shuffle=False, on_error="skip") as dataset:
+        assert [row["key"] for row in dataset] == [3, 4, 5]
+        assert dataset.stats()["shards_skipped"] + dataset.stats()["skipped"] >= 1
+
+
+def test_a_footer_block_of_negative_length_is_a_decode_error(tmp_path):
+    """A footer whose record batch block claims a negative metadata length
+    names the file (not a ValueError about a byte range)."""
+    import struct
+
+    def damage(data: bytearray) -> None:
+        first = data.index(b"\xff\xff\xff\xff", 16)  # the record batch's message
+        block = data.rindex(struct.pack("<q", first))  # its block in the footer
+        data[block + 8 : block + 12] = struct.pack("<i", -60)
+
+    pattern, path = _damaged_pair(tmp_path, damage)
+    _a_damaged_file_is_named_and_skipped(pattern, path, "Arrow footer is damaged")
+
+
+def test_a_schema_whose_names_are_not_utf8_is_a_decode_error(tmp_path):
+    """A schema whose field name was damaged into bytes that are not UTF-8
+    decodes in pyarrow, which fails on the name only when the rows are read:
+    here, before any row, a DecodeError naming the file."""
+
+    def damage(data: bytearray) -> None:
+        data[:] = data.replace(b"key", b"\xebey")  # in the schema message and the footer
+
+    pattern, path = _damaged_pair(tmp_path, damage)
+    _a_damaged_file_is_named_and_skipped(pattern, path, "Arrow footer does not decode")
 
 
 @pytest.mark.parametrize(("format_name", "dictionary"), CASES)
