@@ -1,7 +1,8 @@
 """Seeded mutations of small valid shards, read through a whole dataset:
 never a crash, never a hang, only the documented exceptions (FastIOError and
 OSError subclasses) under ``raise``, and nothing at all under ``skip``, read
-as samples and, where the format makes them natively, as batches.
+as samples and, where the format makes them natively (tar, TFRecord) or
+decodes them as record batches (Parquet, Arrow), as batches.
 
 Each format runs in a subprocess with a time limit, so that a crash in
 native code or a hang fails its case instead of the suite; a hang dumps the
@@ -40,8 +41,9 @@ options = {**written.options, "shuffle": False, "fairness": False}
 original = Path(written.urls[0]).read_bytes()
 suffix = written.urls[0].split("-0000", 1)[1]
 rng = random.Random(kind)
-# Every other pair of rounds reads batches where the format makes them natively.
-batched = format_name in ("tfrecord", "webdataset")
+# Every other pair of rounds reads batches where the format makes them natively
+# or decodes them as record batches, which are cut and joined into batches.
+batched = format_name in ("tfrecord", "webdataset", "parquet", "arrow")
 
 
 def mutate(data: bytes) -> bytes:
