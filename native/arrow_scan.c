@@ -11,6 +11,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#ifndef RWF_NOWAIT
+#define RWF_NOWAIT 0x00000008 /* Linux 4.14; an older kernel refuses it: the file is read the other way */
+#endif
+
 #define MAGIC "ARROW1"
 #define MAGIC_LENGTH 6
 #define TRAILER (4 + MAGIC_LENGTH) /* the footer's length, then the magic */
@@ -57,7 +61,8 @@ static int64_t fb_field(const uint8_t *bytes, uint64_t n, int64_t table, unsigne
 /* Bytes offset..offset+length of `fd` in a new buffer, read where the page
  * cache holds all of them (RWF_NOWAIT: no wait for the device, and one system
  * call where asking the page cache first takes two); NULL where it does not,
- * or the read comes short. */
+ * or the read comes short. Before Linux 5.9 a refused read may start the
+ * device's read-ahead of those bytes, which the other reading then reads. */
 static uint8_t *read_cached(int fd, uint64_t offset, uint64_t length)
 {
     uint8_t *buffer = malloc(length ? length : 1);
