@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import os
 import re
+import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
 __all__ = [
     "Knob",
@@ -115,9 +117,18 @@ def knob(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def knobs(cls: Any) -> dict[str, Knob]:
+def knobs(cls: Any) -> Mapping[str, Knob]:
     """The knobs of a settings class (or instance), in field order."""
-    return {f.name: f.metadata["knob"] for f in dataclasses.fields(cls) if "knob" in f.metadata}
+    return _class_knobs(cls if isinstance(cls, type) else type(cls))
+
+
+@functools.cache
+def _class_knobs(cls: type) -> Mapping[str, Knob]:
+    # Made once a class, read-only: a dataset's spec asks for them some fifty
+    # times as it is made.
+    return types.MappingProxyType(
+        {f.name: f.metadata["knob"] for f in dataclasses.fields(cls) if "knob" in f.metadata}
+    )
 
 
 def knob_defaults(cls: Any) -> dict[str, Any]:
