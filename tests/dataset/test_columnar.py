@@ -398,6 +398,36 @@ def test_cached_arrow_files_are_laid_out_natively_as_pyarrow_reads_them(tmp_path
     assert len(found[2][3]) > 8 << 10
 
 
+@pytest.mark.parametrize("dictionary", [False, True])
+def test_cached_and_cold_arrow_files_laid_out_together_give_pyarrows_rows(
+    tmp_path, monkeypatch, dictionary
+):
+    """Of a dataset's Arrow files, the cached ones are laid out natively and
+    the cold one through the reader, in the same group: the rows, batched
+    and per sample, are pyarrow's, and only the cold file is read through
+    the reader to lay it out."""
+    from fastio.reader._reader import Reader
+
+    pattern, _ = _write(tmp_path, "arrow", dictionary)
+    expected = _pyarrow_reads(tmp_path, "arrow")
+    cold = tmp_path / "part-1.arrow"
+    _cold([cold])
+    asked = []
+    read_ranges = Reader.read_ranges
+
+    def counted(self, ranges):  # the real reads, their files noted
+        asked.extend(r.path for r in ranges)
+        return read_ranges(self, ranges)
+
+    monkeypatch.setattr(Reader, "read_ranges", counted)
+    with fastio.Dataset(pattern, shuffle=False) as dataset:
+        assert set(asked) == {str(cold)}
+        assert len(dataset) == expected.num_rows
+        batches = pa.Table.from_batches(list(dataset.batches(6)))
+        assert batches.to_pylist() == expected.to_pylist()
+        assert list(dataset) == expected.to_pylist()
+
+
 def test_a_record_batch_whose_offsets_are_damaged_is_a_decode_error(tmp_path):
     """A record batch whose offsets point outside its data decodes (pyarrow
     checks the sizes of its buffers, not what they hold), but reading its rows
