@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 #include "arrow_scan.h"
 
-#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -26,8 +25,9 @@ static int read_le(const uint8_t *bytes, uint64_t n, uint64_t at, unsigned width
     if (at > n || n - at < width)
         return -1;
     uint64_t word = 0;
-    memcpy(&word, bytes + at, width);
-    *value = le64toh(word);
+    for (unsigned i = 0; i < width; i++)
+        word |= (uint64_t)bytes[at + i] << (8 * i);
+    *value = word;
     return 0;
 }
 

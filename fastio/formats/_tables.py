@@ -562,7 +562,7 @@ def _check_names(fields: Iterable[pa.Field]) -> None:
     nested in them is not UTF-8 (a damaged schema, which pyarrow decodes
     without looking at its names: its rows would fail in the consumer)."""
     for field in fields:
-        _ = field.name
+        _ = field.name  # decoded here: raises where it is not UTF-8
         kind = field.type
         _check_names(kind.field(i) for i in range(kind.num_fields))
 
@@ -582,7 +582,9 @@ def _batch_rows(url: str, batches: list[tuple[int, int, int]], headers: dict[int
         try:
             rows.append(_message_rows(headers[offset]))
         except (struct.error, ValueError, KeyError):
-            raise DecodeError("Arrow record batch header is damaged", url, offset) from None
+            rows.append(-1)
+        if rows[-1] < 0:
+            raise DecodeError("Arrow record batch header is damaged", url, offset)
     return rows
 
 
@@ -667,8 +669,10 @@ class ArrowFormat(_ColumnFile):
             batches = _arrow_blocks(footer, 3)
             dictionaries = _arrow_blocks(footer, 2)
         except struct.error:
-            batches = dictionaries = [(-1, 0, 0)]
-        if any(o < 0 or m < 0 or b < 0 for o, m, b in (*batches, *dictionaries)):
+            damaged = True
+        else:  # a block of a negative offset or length is damaged too
+            damaged = any(min(block) < 0 for block in (*batches, *dictionaries))
+        if damaged:
             raise DecodeError("Arrow footer is damaged", url, size - 10 - footer_length)
         return size, start, tail, batches, dictionaries
 

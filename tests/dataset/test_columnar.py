@@ -495,6 +495,20 @@ def test_a_footer_block_of_negative_length_is_a_decode_error(tmp_path):
     _a_damaged_file_is_named_and_skipped(pattern, path, "Arrow footer is damaged")
 
 
+def test_a_record_batch_of_negative_rows_is_a_decode_error(tmp_path):
+    """A record batch header whose row count was damaged into a negative
+    number names the file, at open."""
+    import struct
+
+    def damage(data: bytearray) -> None:
+        first = data.index(b"\xff\xff\xff\xff", 16)  # the record batch's message
+        rows = data.index(struct.pack("<q", 3), first)  # its header's length
+        data[rows : rows + 8] = struct.pack("<q", -5)
+
+    pattern, path = _damaged_pair(tmp_path, damage)
+    _a_damaged_file_is_named_and_skipped(pattern, path, "record batch header is damaged")
+
+
 def test_a_schema_whose_names_are_not_utf8_is_a_decode_error(tmp_path):
     """A schema whose field name was damaged into bytes that are not UTF-8
     decodes in pyarrow, which fails on the name only when the rows are read:
