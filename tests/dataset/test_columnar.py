@@ -509,6 +509,33 @@ def test_a_record_batch_of_negative_rows_is_a_decode_error(tmp_path):
     _a_damaged_file_is_named_and_skipped(pattern, path, "record batch header is damaged")
 
 
+def test_a_dictionary_index_out_of_range_is_a_decode_error(tmp_path):
+    """A dictionary-encoded column whose index was damaged past its
+    dictionary: a DecodeError naming the file and the record batch (the
+    rows' reader raised pyarrow's ArrowIndexError before), its rows skipped
+    under skip."""
+    import struct
+
+    path = tmp_path / "part-0.arrow"
+    kinds = pa.array(["cat", "dog", "eel", "cat", "dog"]).dictionary_encode()
+    _write_whole(path, pa.table({"key": pa.array(range(5), pa.int64()), "kind": kinds}))
+    _write_whole(tmp_path / "part-1.arrow", pa.table({
+        "key": pa.array(range(5, 8), pa.int64()),
+        "kind": pa.array(["eel", "cat", "dog"]).dictionary_encode()}))  # fmt: skip
+    data = bytearray(path.read_bytes())
+    indices = data.index(struct.pack("<5i", 0, 1, 2, 0, 1))
+    data[indices + 8 : indices + 12] = struct.pack("<i", 100)
+    path.write_bytes(bytes(data))
+    pattern = str(tmp_path / "part-{0..1}.arrow")
+    with (pytest.raises(fastio.DecodeError, match=r"record batch 0.*out of bounds") as caught,
+          fastio.Dataset(pattern, shuffle=False) as dataset):  # fmt: skip
+        list(dataset)
+    assert str(path) in str(caught.value)
+    with fastio.Dataset(pattern, shuffle=False, on_error="skip") as dataset:
+        assert [row["key"] for row in dataset] == [5, 6, 7]
+        assert dataset.stats()["skipped"] == 5
+
+
 def test_a_schema_whose_names_are_not_utf8_is_a_decode_error(tmp_path):
     """A schema whose field name was damaged into bytes that are not UTF-8
     decodes in pyarrow, which fails on the name only when the rows are read:
