@@ -21,6 +21,10 @@ def resident_fraction(
 def read_resident(
     paths: list[bytes], offsets: list[int], lengths: list[int], least: float = 1.0
 ) -> list[bytes | None]: ...
+def arrow_footer(
+    footer: Buffer,
+) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]] | None: ...
+def arrow_message_rows(message: Buffer) -> int: ...
 def arrow_scan(
     paths: list[bytes], first_bytes: int, schema_max: int
 ) -> list[

@@ -1,13 +1,12 @@
 /* What laying out a local Arrow IPC file needs, read in one pass, as arrow_scan.h says. */
 #define _GNU_SOURCE
 #include "arrow_scan.h"
+#include "residency.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #ifndef RWF_NOWAIT
@@ -66,17 +65,7 @@ static int64_t fb_field(const uint8_t *bytes, uint64_t n, int64_t table, unsigne
 static uint8_t *read_cached(int fd, uint64_t offset, uint64_t length)
 {
     uint8_t *buffer = malloc(length ? length : 1);
-    uint64_t done = 0;
-    while (buffer && done < length) {
-        struct iovec piece = {buffer + done, length - done};
-        ssize_t count = preadv2(fd, &piece, 1, (off_t)(offset + done), RWF_NOWAIT);
-        if (count < 0 && errno == EINTR)
-            continue;
-        if (count <= 0)
-            break; /* not cached (EAGAIN), the end of the file, or a failure */
-        done += (uint64_t)count;
-    }
-    if (buffer && done != length) {
+    if (buffer && fio_read_whole(fd, buffer, offset, length, RWF_NOWAIT) != length) {
         free(buffer);
         return NULL;
     }
@@ -113,8 +102,33 @@ static int footer_blocks(const uint8_t *footer, uint64_t n, int64_t root, unsign
     return 0;
 }
 
-/* The rows of the record batch message in `data` (its header's length), or -1. */
-static int64_t message_rows(const uint8_t *data, uint64_t n)
+int fio_arrow_footer(const uint8_t *footer, uint64_t n, fio_arrow_block **blocks,
+                     size_t *batches, size_t *dictionaries)
+{
+    *blocks = NULL;
+    *batches = *dictionaries = 0;
+    int64_t root = fb_deref(footer, n, 0);
+    if (root < 0)
+        return -1;
+    size_t room = n / BLOCK_BYTES + 1, count = 0;
+    *blocks = calloc(room, sizeof **blocks);
+    if (!*blocks)
+        return -1;
+    if (footer_blocks(footer, n, root, 3, *blocks, room, &count))
+        goto damaged;
+    *batches = count;
+    if (footer_blocks(footer, n, root, 2, *blocks, room, &count))
+        goto damaged;
+    *dictionaries = count - *batches;
+    return 0;
+damaged:
+    free(*blocks);
+    *blocks = NULL;
+    *batches = 0;
+    return -1;
+}
+
+int64_t fio_arrow_message_rows(const uint8_t *data, uint64_t n)
 {
     uint64_t marker;
     if (read_le(data, n, 0, 4, &marker))
@@ -187,22 +201,10 @@ static int scan(int fd, uint64_t first_bytes, uint64_t schema_max,
     length = footer_length + TRAILER;
     out->tail_start = size - length;
     out->tail_length = length;
-    const uint8_t *footer = out->tail;
-    int64_t root = fb_deref(footer, footer_length, 0);
-    if (root < 0)
+    if (fio_arrow_footer(out->tail, footer_length, &out->blocks, &out->batches,
+                         &out->dictionaries))
         return 0;
-    size_t room = footer_length / BLOCK_BYTES + 1;
-    out->blocks = calloc(room, sizeof *out->blocks);
-    if (!out->blocks)
-        return 0;
-    size_t count = 0;
-    if (footer_blocks(footer, footer_length, root, 3, out->blocks, room, &count))
-        return 0;
-    out->batches = count;
-    if (footer_blocks(footer, footer_length, root, 2, out->blocks, room, &count))
-        return 0;
-    out->dictionaries = count - out->batches;
-    for (size_t i = 0; i < count; i++) {
+    for (size_t i = 0; i < out->batches + out->dictionaries; i++) {
         const fio_arrow_block *block = &out->blocks[i];
         if (block->offset < 0 || block->meta <= 0 || block->body < 0 ||
             (uint64_t)block->offset > size || (uint64_t)block->meta > size - (uint64_t)block->offset)
@@ -213,7 +215,7 @@ static int scan(int fd, uint64_t first_bytes, uint64_t schema_max,
         uint8_t *message = read_cached(fd, (uint64_t)block->offset, (uint64_t)block->meta);
         if (!message)
             return 0;
-        block->rows = message_rows(message, (uint64_t)block->meta);
+        block->rows = fio_arrow_message_rows(message, (uint64_t)block->meta);
         free(message);
         if (block->rows < 0)
             return 0;

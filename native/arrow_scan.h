@@ -40,4 +40,15 @@ int fio_arrow_scan(const char *path, uint64_t first_bytes, uint64_t schema_max,
 
 void fio_arrow_file_free(fio_arrow_file *file);
 
+/* The record batch blocks, then the dictionary blocks, of the footer
+ * flatbuffer `footer` (`n` bytes): 0 with *blocks allocated (free it), or -1
+ * for a footer that points outside itself (nothing allocated). */
+int fio_arrow_footer(const uint8_t *footer, uint64_t n, fio_arrow_block **blocks,
+                     size_t *batches, size_t *dictionaries);
+
+/* The rows of the record batch message in `data` (`n` bytes from its
+ * continuation marker or length: its header's length), or -1 where the
+ * message is damaged (no header, outside the bytes, a negative count). */
+int64_t fio_arrow_message_rows(const uint8_t *data, uint64_t n);
+
 #endif

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #ifndef __NR_cachestat
@@ -152,14 +153,15 @@ int fio_map_resident(int fd, uint64_t offset, uint64_t length, void **base, uint
     return 1;
 }
 
-static uint64_t read_whole(int fd, char *dest, uint64_t offset, uint64_t length) {
+uint64_t fio_read_whole(int fd, void *dest, uint64_t offset, uint64_t length, int flags) {
     uint64_t done = 0;
     while (done < length) {
-        ssize_t count = pread(fd, dest + done, length - done, (off_t)(offset + done));
+        struct iovec piece = {(char *)dest + done, length - done};
+        ssize_t count = preadv2(fd, &piece, 1, (off_t)(offset + done), flags);
         if (count < 0 && errno == EINTR)
             continue;
         if (count <= 0)
-            break; /* the end of the file, or a failure */
+            break; /* the end of the file, a failure, or (RWF_NOWAIT) not cached */
         done += (uint64_t)count;
     }
     return done;
@@ -186,7 +188,7 @@ void fio_read_resident(const char *const *paths, const uint64_t *offsets,
             continue;
         if (probed && (double)resident < least * (double)probed)
             continue; /* a read here would wait for the device */
-        got[i] = read_whole(fd, dests[i], offsets[i], lengths[i]);
+        got[i] = fio_read_whole(fd, dests[i], offsets[i], lengths[i], 0);
     }
     if (fd >= 0)
         close(fd);

@@ -36,6 +36,12 @@ int fio_resident_pages(int fd, uint64_t offset, uint64_t length, unsigned probes
 int fio_map_resident(int fd, uint64_t offset, uint64_t length, void **base, uint64_t *mapped,
                      uint64_t *available);
 
+/* Reads bytes offset..offset+length of `fd` into `dest` with preadv2 and
+ * `flags` (0, or RWF_NOWAIT to read only what the page cache holds), going on
+ * after short reads. Returns the bytes read: fewer than `length` where the
+ * file ends first, a read fails, or (RWF_NOWAIT) the rest is not cached. */
+uint64_t fio_read_whole(int fd, void *dest, uint64_t offset, uint64_t length, int flags);
+
 /* Reads each of `count` ranges (bytes offsets[i]..offsets[i]+lengths[i] of
  * the local file paths[i]) into dests[i], where the page cache holds at least
  * `least` (0..1) of the range's pages: the small reads a dataset makes when it

@@ -10,7 +10,6 @@ import bisect
 import functools
 import itertools
 import os
-import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -511,52 +510,6 @@ class ParquetFormat(_ColumnFile):
 _ARROW_MAGIC = b"ARROW1"
 
 
-_I32 = struct.Struct("<i")
-_U16 = struct.Struct("<H")
-_U32 = struct.Struct("<I")
-_I64 = struct.Struct("<q")
-_BLOCK = struct.Struct("<qi4xq")
-
-
-def _fb_field(buffer: bytes, table: int, index: int) -> int | None:
-    """Where field ``index`` of the flatbuffer table at ``table`` is (offsets
-    within ``buffer``), None where the table leaves it out. Raises
-    struct.error for a table that points outside ``buffer``."""
-    vtable = table - int(_I32.unpack_from(buffer, table)[0])
-    entry = 4 + 2 * index
-    if entry + 2 > _U16.unpack_from(buffer, vtable)[0]:
-        return None
-    offset = int(_U16.unpack_from(buffer, vtable + entry)[0])
-    return table + offset if offset else None
-
-
-def _fb_deref(buffer: bytes, at: int) -> int:
-    """The table or vector the offset at ``at`` points to."""
-    return at + int(_U32.unpack_from(buffer, at)[0])
-
-
-def _arrow_blocks(footer: bytes, vector_field: int) -> list[tuple[int, int, int]]:
-    at = _fb_field(footer, _fb_deref(footer, 0), vector_field)
-    if at is None:
-        return []
-    vector = _fb_deref(footer, at)
-    count = _U32.unpack_from(footer, vector)[0]
-    return [_BLOCK.unpack_from(footer, vector + 4 + 24 * i) for i in range(count)]
-
-
-def _message_rows(data: bytes) -> int:
-    """Rows of a record batch message (its header's ``length``), read where
-    the message lies in ``data`` (a dataset reads every batch's header when
-    it lays its files out: a copy of each, and a list of every table's
-    fields, took most of that)."""
-    base = 8 if data[:4] == b"\xff\xff\xff\xff" else 4
-    header_at = _fb_field(data, _fb_deref(data, base), 2)
-    if header_at is None:
-        raise ValueError("message without a header")
-    length_at = _fb_field(data, _fb_deref(data, header_at), 0)
-    return 0 if length_at is None else int(_I64.unpack_from(data, length_at)[0])
-
-
 def _check_names(fields: Iterable[pa.Field]) -> None:
     """Raises UnicodeDecodeError where a name of ``fields`` or of a field
     nested in them is not UTF-8 (a damaged schema, which pyarrow decodes
@@ -579,10 +532,7 @@ def _batch_rows(url: str, batches: list[tuple[int, int, int]], headers: dict[int
     metadata by offset). Raises DecodeError for a damaged one."""
     rows = []
     for offset, _, _ in batches:
-        try:
-            rows.append(_message_rows(headers[offset]))
-        except (struct.error, ValueError, KeyError):
-            rows.append(-1)
+        rows.append(_native.arrow_message_rows(headers.get(offset, b"")))
         if rows[-1] < 0:
             raise DecodeError("Arrow record batch header is damaged", url, offset)
     return rows
@@ -601,9 +551,12 @@ def _scanned(urls: Sequence[str]) -> dict[str, _ArrowHead]:
         return {}
     found = _native.arrow_scan([os.fsencode(local_path(url)) for url in local],
                                _LOCAL_FIRST_BYTES, _SCHEMA_MAX)  # fmt: skip
-    return {url: ((size, start, tail, batches, dictionaries), head, rows)
-            for url, scan in zip(local, found, strict=True) if scan is not None
-            for size, start, tail, head, batches, dictionaries, rows in (scan,)}  # fmt: skip
+    scanned: dict[str, _ArrowHead] = {}
+    for url, scan in zip(local, found, strict=True):
+        if scan is not None:
+            size, start, tail, head, batches, dictionaries, rows = scan
+            scanned[url] = ((size, start, tail, batches, dictionaries), head, rows)
+    return scanned
 
 
 class ArrowFormat(_ColumnFile):
@@ -664,17 +617,11 @@ class ArrowFormat(_ColumnFile):
         """(size, tail start, tail, record batch blocks, dictionary blocks)."""
         size, start, tail, footer_length = _footer(reader, url, "an Arrow IPC", self.magic, 8,
                                                    known)  # fmt: skip
-        footer = tail[len(tail) - 10 - footer_length : len(tail) - 10]
-        try:
-            batches = _arrow_blocks(footer, 3)
-            dictionaries = _arrow_blocks(footer, 2)
-        except struct.error:
-            damaged = True
-        else:  # a block of a negative offset or length is damaged too
-            damaged = any(min(block) < 0 for block in (*batches, *dictionaries))
-        if damaged:
+        blocks = _native.arrow_footer(tail[len(tail) - 10 - footer_length : len(tail) - 10])
+        # A block of a negative offset or length is damaged too.
+        if blocks is None or any(min(block) < 0 for block in (*blocks[0], *blocks[1])):
             raise DecodeError("Arrow footer is damaged", url, size - 10 - footer_length)
-        return size, start, tail, batches, dictionaries
+        return size, start, tail, *blocks
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
         known = self._known_tail(url)

@@ -58,6 +58,9 @@ cdef extern from "arrow_scan.h" nogil:
     int fio_arrow_scan(const char *path, uint64_t first_bytes, uint64_t schema_max,
                        fio_arrow_file *out)
     void fio_arrow_file_free(fio_arrow_file *file)
+    int fio_arrow_footer(const uint8_t *footer, uint64_t n, fio_arrow_block **blocks,
+                         size_t *batches, size_t *dictionaries)
+    int64_t fio_arrow_message_rows(const uint8_t *data, uint64_t n)
 
 
 cdef class Engine:

@@ -254,6 +254,33 @@ cdef list _arrow_blocks(const fio_arrow_block *blocks, size_t count):
     return [(blocks[i].offset, blocks[i].meta, blocks[i].body) for i in range(count)]
 
 
+def arrow_footer(const unsigned char[::1] footer):
+    """The record batch blocks and the dictionary blocks ``(offset, metadata
+    bytes, body bytes)`` of an Arrow IPC file's footer (its flatbuffer, without
+    the length and magic after it); None for a footer that points outside
+    itself."""
+    cdef fio_arrow_block *blocks = NULL
+    cdef size_t batches = 0, dictionaries = 0
+    cdef int rc
+    with nogil:
+        rc = fio_arrow_footer(&footer[0] if footer.shape[0] else NULL, footer.shape[0],
+                              &blocks, &batches, &dictionaries)
+    if rc:
+        return None
+    try:
+        return _arrow_blocks(blocks, batches), _arrow_blocks(blocks + batches, dictionaries)
+    finally:
+        free(blocks)
+
+
+def arrow_message_rows(const unsigned char[::1] message):
+    """The rows of an Arrow IPC record batch message (its metadata, from its
+    continuation marker or length on), or -1 for a damaged one."""
+    if not message.shape[0]:
+        return -1
+    return fio_arrow_message_rows(&message[0], message.shape[0])
+
+
 def arrow_scan(list paths, uint64_t first_bytes, uint64_t schema_max):
     """What laying out each local Arrow IPC file of ``paths`` (``bytes``, as
     ``os.fsencode`` makes them) needs, read in one call without the GIL where
