@@ -4,6 +4,7 @@
 #include "residency.h"
 
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -128,22 +129,41 @@ damaged:
     return -1;
 }
 
-int64_t fio_arrow_message_rows(const uint8_t *data, uint64_t n)
+int fio_arrow_message(const uint8_t *data, uint64_t n, fio_arrow_message_info *info)
 {
-    uint64_t marker;
+    uint64_t marker, value;
+    memset(info, 0, sizeof *info);
     if (read_le(data, n, 0, 4, &marker))
         return -1;
-    int64_t base = marker == 0xffffffffu ? 8 : 4;
-    int64_t header = fb_field(data, n, fb_deref(data, n, base), 2);
-    if (header <= 0)
-        return -1; /* a message without a header */
+    info->prefix = marker == 0xffffffffu ? 8 : 4;
+    if (info->prefix == 8 && read_le(data, n, 4, 4, &marker))
+        return -1;
+    info->length = (int64_t)(uint32_t)marker;
+    int64_t root = fb_deref(data, n, info->prefix);
+    int64_t type = fb_field(data, n, root, 1), header = fb_field(data, n, root, 2);
+    int64_t body = fb_field(data, n, root, 3);
+    if (root < 0 || type < 0 || header <= 0 || body < 0)
+        return -1; /* a message without a header, or pointing outside the bytes */
+    if (type && read_le(data, n, (uint64_t)type, 1, &value))
+        return -1;
+    info->type = type ? (int)value : 0;
+    if (body && read_le(data, n, (uint64_t)body, 8, &value))
+        return -1;
+    info->body = body ? (int64_t)value : 0;
     int64_t length = fb_field(data, n, fb_deref(data, n, header), 0);
-    if (length < 0)
+    if (length < 0 || info->body < 0)
         return -1;
-    uint64_t rows = 0;
-    if (length && read_le(data, n, (uint64_t)length, 8, &rows))
+    value = 0;
+    if (length && read_le(data, n, (uint64_t)length, 8, &value))
         return -1;
-    return (int64_t)rows < 0 ? -1 : (int64_t)rows;
+    info->rows = (int64_t)value;
+    return info->rows < 0 ? -1 : 0;
+}
+
+int64_t fio_arrow_message_rows(const uint8_t *data, uint64_t n)
+{
+    fio_arrow_message_info info;
+    return fio_arrow_message(data, n, &info) ? -1 : info.rows;
 }
 
 /* Where the schema message that `head` (the file's first bytes) begins with
@@ -169,6 +189,93 @@ void fio_arrow_file_free(fio_arrow_file *file)
     memset(file, 0, sizeof *file);
 }
 
+/* The messages of an Arrow IPC stream (no footer: a schema message, then
+ * dictionary and record batch messages, each a prefix, its flatbuffer and its
+ * body, up to an end-of-stream marker or the file's end), walked from the
+ * file's start where the page cache holds each message's metadata: the
+ * schema message becomes the head, the others blocks as a footer lists them.
+ * 0 for a stream to read the other way: colder, damaged, cut short, or with
+ * a dictionary after a record batch (which the other reading refuses). */
+static int walk_stream(int fd, uint64_t size, uint64_t schema_max, fio_arrow_file *out)
+{
+    size_t room = 16, extra_room = 16, batches = 0, dictionaries = 0;
+    fio_arrow_block *found = malloc(room * sizeof *found); /* batches */
+    fio_arrow_block *extra = malloc(extra_room * sizeof *extra); /* dictionaries */
+    uint8_t *message = NULL;
+    int ok = 0;
+    uint64_t at = 0;
+    if (!found || !extra)
+        goto done;
+    while (at < size) {
+        uint8_t prefix[8];
+        uint64_t want = size - at < 8 ? size - at : 8, marker, length;
+        if (want < 4 || fio_read_whole(fd, prefix, at, want, RWF_NOWAIT) != want)
+            goto done;
+        read_le(prefix, want, 0, 4, &marker);
+        uint64_t skip = marker == 0xffffffffu ? 8 : 4;
+        if (skip == 8 && read_le(prefix, want, 4, 4, &length))
+            goto done;
+        if (skip == 4)
+            length = marker;
+        if (length == 0)
+            break; /* the end-of-stream marker */
+        if (length > size - at - skip || length > INT32_MAX - 8 ||
+            (!at && skip + length > schema_max))
+            goto done;
+        message = read_cached(fd, at, skip + length);
+        fio_arrow_message_info info;
+        if (!message || fio_arrow_message(message, skip + length, &info) ||
+            (uint64_t)info.body > size - at - skip - length)
+            goto done;
+        if (!at) {
+            if (info.type != FIO_ARROW_SCHEMA)
+                goto done;
+            out->head = message;
+            out->head_length = skip + length;
+            message = NULL;
+        } else if (info.type == FIO_ARROW_RECORD_BATCH || info.type == FIO_ARROW_DICTIONARY) {
+            int batch = info.type == FIO_ARROW_RECORD_BATCH;
+            if (!batch && batches)
+                goto done;
+            fio_arrow_block **list = batch ? &found : &extra;
+            size_t *count = batch ? &batches : &dictionaries, *space = batch ? &room : &extra_room;
+            if (*count == *space) {
+                fio_arrow_block *grown = realloc(*list, 2 * *space * sizeof **list);
+                if (!grown)
+                    goto done;
+                *list = grown;
+                *space *= 2;
+            }
+            fio_arrow_block *block = &(*list)[(*count)++];
+            block->offset = (int64_t)at;
+            block->meta = (int32_t)(skip + length);
+            block->body = info.body;
+            block->rows = batch ? info.rows : 0;
+        } else {
+            goto done;
+        }
+        free(message);
+        message = NULL;
+        at += skip + length + (uint64_t)info.body;
+    }
+    if (!out->head)
+        goto done;
+    out->blocks = malloc((batches + dictionaries + 1) * sizeof *out->blocks);
+    if (!out->blocks)
+        goto done;
+    memcpy(out->blocks, found, batches * sizeof *found);
+    memcpy(out->blocks + batches, extra, dictionaries * sizeof *extra);
+    out->batches = batches;
+    out->dictionaries = dictionaries;
+    out->tail_start = size;
+    ok = 1;
+done:
+    free(message);
+    free(found);
+    free(extra);
+    return ok;
+}
+
 static int scan(int fd, uint64_t first_bytes, uint64_t schema_max,
                 fio_arrow_file *out)
 {
@@ -183,8 +290,13 @@ static int scan(int fd, uint64_t first_bytes, uint64_t schema_max,
     if (length < TRAILER)
         length = TRAILER;
     out->tail = read_cached(fd, size - length, length);
-    if (!out->tail || memcmp(out->tail + length - MAGIC_LENGTH, MAGIC, MAGIC_LENGTH))
+    if (!out->tail)
         return 0;
+    if (memcmp(out->tail + length - MAGIC_LENGTH, MAGIC, MAGIC_LENGTH)) {
+        free(out->tail);
+        out->tail = NULL;
+        return walk_stream(fd, size, schema_max, out);
+    }
     uint64_t footer_length;
     read_le(out->tail, length, length - TRAILER, 4, &footer_length);
     if (footer_length + TRAILER + 8 > size)

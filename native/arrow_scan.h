@@ -34,7 +34,9 @@ typedef struct fio_arrow_file {
  * `schema_max` where its schema message is longer), where the page cache
  * holds every byte of each read (none waits for the device). Returns 1 with
  * *out filled (free it with fio_arrow_file_free), or 0 with nothing held: a
- * file to read the other way. */
+ * file to read the other way. An Arrow IPC stream (no footer) is walked
+ * message by message instead: its head is then its schema message, its tail
+ * empty (tail_start is its size), its blocks those of its messages. */
 int fio_arrow_scan(const char *path, uint64_t first_bytes, uint64_t schema_max,
                    fio_arrow_file *out);
 
@@ -45,6 +47,23 @@ void fio_arrow_file_free(fio_arrow_file *file);
  * for a footer that points outside itself (nothing allocated). */
 int fio_arrow_footer(const uint8_t *footer, uint64_t n, fio_arrow_block **blocks,
                      size_t *batches, size_t *dictionaries);
+
+/* What a message's metadata says: its prefix (8 bytes: the continuation
+ * marker and the length; 4 before format 1.0: the length alone), the length
+ * after it, its header's type, its body's length and (a record batch's)
+ * rows. */
+enum { FIO_ARROW_SCHEMA = 1, FIO_ARROW_DICTIONARY = 2, FIO_ARROW_RECORD_BATCH = 3 };
+
+typedef struct fio_arrow_message_info {
+    int64_t prefix, length;
+    int type;
+    int64_t body, rows;
+} fio_arrow_message_info;
+
+/* Parses the message metadata in `data` (`n` bytes from its prefix on): 0 with
+ * *info filled, or -1 where it is damaged (no header, outside the bytes, a
+ * negative length or row count). */
+int fio_arrow_message(const uint8_t *data, uint64_t n, fio_arrow_message_info *info);
 
 /* The rows of the record batch message in `data` (`n` bytes from its
  * continuation marker or length: its header's length), or -1 where the

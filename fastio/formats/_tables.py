@@ -341,15 +341,16 @@ def _arrow_heads(
 _SCHEMA_MAX = 16 << 20  # bytes of a schema message read again at most
 
 
-def _schema_end(head: bytes) -> int:
+def _schema_end(head: bytes, at: int = 8) -> int:
     """Where an Arrow IPC file's schema message ends, from its head (the
-    file's first bytes: magic, padding, then the message's length), or 0
-    where the head is too short to say."""
-    if len(head) < 16:
+    file's first bytes: magic, padding, then the message's length; a
+    stream's message begins at ``at`` 0), or 0 where the head is too short
+    to say."""
+    if len(head) < at + 8:
         return 0
-    if head[8:12] == b"\xff\xff\xff\xff":  # the continuation marker, then the length
-        return 16 + int.from_bytes(head[12:16], "little")
-    return 12 + int.from_bytes(head[8:12], "little")  # before format 1.0: the length alone
+    if head[at : at + 4] == b"\xff\xff\xff\xff":  # the continuation marker, then the length
+        return at + 8 + int.from_bytes(head[at + 4 : at + 8], "little")
+    return at + 4 + int.from_bytes(head[at : at + 4], "little")  # before format 1.0: the length
 
 
 class _ColumnFile(ShardFormat):
@@ -513,11 +514,25 @@ _ARROW_MAGIC = b"ARROW1"
 def _check_names(fields: Iterable[pa.Field]) -> None:
     """Raises UnicodeDecodeError where a name of ``fields`` or of a field
     nested in them is not UTF-8 (a damaged schema, which pyarrow decodes
-    without looking at its names: its rows would fail in the consumer)."""
+    without looking at its names: its rows would fail in the consumer), and
+    ArrowInvalid where two of one level have the same name (a row, a dict,
+    would silently hold one of them; and such a schema joins no other)."""
+    names = set()
     for field in fields:
-        _ = field.name  # decoded here: raises where it is not UTF-8
+        name = field.name  # decoded here: raises where it is not UTF-8
+        if name in names:
+            import pyarrow as pa
+
+            raise pa.ArrowInvalid(f"the schema has two fields named {name!r}")
+        names.add(name)
         kind = field.type
         _check_names(kind.field(i) for i in range(kind.num_fields))
+
+
+def _stream_at(head: bytes) -> int:
+    """Where the schema message of an Arrow IPC file's head begins: after
+    the magic and its padding, or (a stream's) at its start."""
+    return 8 if head.startswith(_ARROW_MAGIC) else 0
 
 
 def _batch_ranges(url: str, offsets: list[int], sizes: list[int], shared: list[ByteRange],
@@ -540,6 +555,98 @@ def _batch_rows(url: str, batches: list[tuple[int, int, int]], headers: dict[int
 
 _ArrowBlocks = tuple[int, int, bytes, list[tuple[int, int, int]], list[tuple[int, int, int]]]
 _ArrowHead = tuple[_ArrowBlocks, bytes, list[int]]  # blocks, schema message, rows of each batch
+
+# The types of an Arrow IPC message's header.
+_SCHEMA, _DICTIONARY, _RECORD_BATCH = 1, 2, 3
+
+
+def _walk_stream(reader: Reader, url: str, tolerate: bool
+                 ) -> tuple[_ArrowHead, list[DecodeError]] | None:  # fmt: skip
+    """An Arrow IPC stream's layout, as a file's footer would give it: the
+    stream (no footer; Hugging Face ``datasets`` writes its ``.arrow`` files
+    so) walked message by message through ``reader``, each message's
+    metadata read where the last read's window does not hold it (a round
+    trip a message, remote). Its tail is empty, its head its schema message.
+    None where the file does not begin with a schema message (not a stream).
+    A damaged or cut message raises DecodeError (TruncatedShardError); with
+    ``tolerate``, the stream is laid out to it instead, and the error (which
+    counts the rows it costs, where its header says) comes with it."""
+    size, _ = reader.describe(url)
+    window_at, window = 0, memoryview(b"")
+
+    def read(at: int, length: int) -> memoryview:
+        nonlocal window_at, window
+        if at < window_at or at + length > window_at + len(window):
+            want = min(size - at, max(length, _first_bytes(url)))
+            window_at, window = at, memoryview(reader.read_ranges([ByteRange(url, at, want)])[0])
+        return window[at - window_at : at - window_at + length]
+
+    head: bytes | None = None
+    batches: list[tuple[int, int, int]] = []
+    dictionaries: list[tuple[int, int, int]] = []
+    rows: list[int] = []
+    problems: list[DecodeError] = []
+    at = before = 0  # before: the rows of the record batches walked
+    while at < size:
+        prefix = read(at, min(8, size - at))
+        marker = int.from_bytes(prefix[:4], "little")
+        skip = 8 if marker == 0xFFFFFFFF else 4  # before format 1.0: the length alone
+        length = int.from_bytes(prefix[4:8], "little") if skip == 8 else marker
+        fits = len(prefix) >= skip and length <= size - at - skip
+        info = _native.arrow_message(read(at, skip + length)) if fits and length else None
+        if head is None:
+            if info is None or info[0] != _SCHEMA:
+                return None
+            head = bytes(read(at, skip + length))
+            at += skip + length + info[1]
+            continue
+        if fits and length == 0:
+            break  # the end-of-stream marker
+        try:
+            _check_message(url, at, info, fits, size - at - skip - length, bool(batches),
+                           before)  # fmt: skip
+        except DecodeError as error:
+            if not tolerate:
+                raise
+            problems.append(error)
+            break
+        assert info is not None
+        if info[0] == _RECORD_BATCH:
+            batches.append((at, skip + length, info[1]))
+            rows.append(info[2])
+            before += info[2]
+        else:
+            dictionaries.append((at, skip + length, info[1]))
+        at += skip + length + info[1]
+    if head is None:
+        return None
+    return ((size, size, b"", batches, dictionaries), head, rows), problems
+
+
+def _check_message(url: str, at: int, info: tuple[int, int, int] | None, fits: bool, room: int,
+                   after_batches: bool, record: int) -> None:  # fmt: skip
+    """Raises DecodeError where the stream's message at ``at`` (after its
+    schema; ``info`` as :func:`fastio._native.arrow_message` gives it) is
+    cut (``fits``: its metadata fits the file; ``room``: the bytes after
+    it), damaged, or not a record batch or (before any, ``after_batches``)
+    a dictionary. ``record``: the rows before it."""
+    if not fits:
+        raise TruncatedShardError("Arrow IPC stream ends inside a message's metadata", url, at,
+                                  record)  # fmt: skip
+    if info is None:
+        raise DecodeError("Arrow message header is damaged", url, at, record)
+    kind, body, rows = info
+    if kind == _DICTIONARY and after_batches:
+        raise DecodeError(
+            "Arrow IPC stream replaces or extends a dictionary after its first record "
+            "batch, which is not read (written as an Arrow IPC file, it is)", url, at, record,
+        )  # fmt: skip
+    if kind not in (_RECORD_BATCH, _DICTIONARY):
+        raise DecodeError(f"Arrow IPC stream has a message of type {kind} after its schema",
+                          url, at, record)  # fmt: skip
+    if body > room:
+        raise TruncatedShardError("Arrow IPC stream ends inside a message's body", url, at,
+                                  record, lost=rows if kind == _RECORD_BATCH else 1)  # fmt: skip
 
 
 def _scanned(urls: Sequence[str]) -> dict[str, _ArrowHead]:
@@ -625,13 +732,21 @@ class ArrowFormat(_ColumnFile):
 
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:
         known = self._known_tail(url)
+        problems: list[DecodeError] = []
         fetched = self._heads.pop(url, None)
         if fetched is not None:  # read ahead with the group's
             (size, start, tail, batches, dictionaries), schema_head, rows = fetched
         else:
-            size, start, tail, batches, dictionaries = self._blocks(reader, url, known)
-            schema_head, pieces = _arrow_heads(reader, [(url, size, batches)])[url]
-            rows = _batch_rows(url, batches, pieces)
+            try:
+                size, start, tail, batches, dictionaries = self._blocks(reader, url, known)
+            except DecodeError:
+                walked = _walk_stream(reader, url, tolerate)  # no footer: an IPC stream?
+                if walked is None:
+                    raise
+                ((size, start, tail, batches, dictionaries), schema_head, rows), problems = walked
+            else:
+                schema_head, pieces = _arrow_heads(reader, [(url, size, batches)])[url]
+                rows = _batch_rows(url, batches, pieces)
         extra = [ByteRange(url, o, m + b) for o, m, b in dictionaries]
         offsets = [o for o, _, _ in batches]
         sizes = [m + b for _, m, b in batches]
@@ -647,6 +762,7 @@ class ArrowFormat(_ColumnFile):
                 "unit_ends": frozenset((extra[-1].offset,) if extra and batches else offsets),
                 "whole": True}  # fmt: skip
         meta["head"] = schema_head
+        meta["dictionaries"] = [o for o, _, _ in dictionaries]
         import pyarrow as pa
 
         schema = self._schema(pa, schema_head)
@@ -661,18 +777,19 @@ class ArrowFormat(_ColumnFile):
                 )
         bounds = _bounds(rows)
         unit_bytes = np.array(sizes, np.int64)
-        return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), []
+        return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), problems
 
     def _schema(self, pa: Any, head: bytes) -> pa.Schema | None:
         """The schema message ``head`` (a file's first bytes) begins with,
         parsed once for all the files whose schema messages are the same
         bytes; None where it is longer than ``head`` (checked when batches
         decode)."""
-        message = head[8 : _schema_end(head)]
+        at = _stream_at(head)
+        message = head[at : _schema_end(head, at)]
         if message in self._schemas:
             return self._schemas[message]
         try:
-            schema = pa.ipc.read_schema(pa.py_buffer(head[8:]))
+            schema = pa.ipc.read_schema(pa.py_buffer(head[at:]))
             _check_names(schema)
         except (pa.ArrowException, OSError, UnicodeDecodeError):
             schema = None
@@ -694,7 +811,8 @@ class ArrowFormat(_ColumnFile):
         known = {start: tail, 0: layout.meta["head"]}
         at, record = start, None  # the footer is read first, then each batch
         try:
-            if schema is None:
+            stream = _stream_at(layout.meta["head"]) == 0
+            if schema is None and not stream:
                 file = _RangeFile(layout.url, layout.size, known)
                 handle = pa.ipc.open_file(pa.PythonFile(file))
                 _check_names(handle.schema)
@@ -703,7 +821,15 @@ class ArrowFormat(_ColumnFile):
                 if i < 0 or offsets[i] not in pieces:
                     continue  # bytes of no record batch the read planned
                 at, record = offsets[i], i
-                if schema is None:
+                if schema is None and stream:
+                    # Dictionaries: the batch as a stream of its own, after
+                    # the schema and every dictionary (one copy of its bytes).
+                    parts = [layout.meta["head"], *map(pieces.__getitem__,
+                             layout.meta["dictionaries"]), pieces[at]]  # fmt: skip
+                    stream_reader = pa.ipc.open_stream(pa.py_buffer(b"".join(parts)))
+                    _check_names(stream_reader.schema)
+                    batch = stream_reader.read_next_batch()
+                elif schema is None:
                     file.hold(known | pieces)
                     batch = handle.get_batch(i)
                 else:

@@ -61,6 +61,11 @@ cdef extern from "arrow_scan.h" nogil:
     int fio_arrow_footer(const uint8_t *footer, uint64_t n, fio_arrow_block **blocks,
                          size_t *batches, size_t *dictionaries)
     int64_t fio_arrow_message_rows(const uint8_t *data, uint64_t n)
+    ctypedef struct fio_arrow_message_info:
+        int64_t prefix, length
+        int type
+        int64_t body, rows
+    int fio_arrow_message(const uint8_t *data, uint64_t n, fio_arrow_message_info *info)
 
 
 cdef class Engine:

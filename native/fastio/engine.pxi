@@ -281,6 +281,17 @@ def arrow_message_rows(const unsigned char[::1] message):
     return fio_arrow_message_rows(&message[0], message.shape[0])
 
 
+def arrow_message(const unsigned char[::1] message):
+    """What an Arrow IPC message's metadata (from its continuation marker or
+    length on) says: ``(type, body bytes, rows)``, its header's type (1
+    schema, 2 dictionary batch, 3 record batch), its body's length and, for a
+    record batch, its rows; None for a damaged one."""
+    cdef fio_arrow_message_info info
+    if not message.shape[0] or fio_arrow_message(&message[0], message.shape[0], &info):
+        return None
+    return info.type, info.body, info.rows
+
+
 def arrow_scan(list paths, uint64_t first_bytes, uint64_t schema_max):
     """What laying out each local Arrow IPC file of ``paths`` (``bytes``, as
     ``os.fsencode`` makes them) needs, read in one call without the GIL where
@@ -289,9 +300,11 @@ def arrow_scan(list paths, uint64_t first_bytes, uint64_t schema_max):
     each record batch)``, the tail its bytes from its footer on (read as its
     last ``first_bytes``, or as much more as its footer takes), the head its
     first to its schema message's end (read as ``first_bytes``, or more up to
-    ``schema_max``), a block ``(offset, metadata bytes, body bytes)``. None
-    for a file to read the other way: colder, damaged or laid out unusually
-    (that reading reports what is wrong)."""
+    ``schema_max``), a block ``(offset, metadata bytes, body bytes)``. An
+    Arrow IPC stream (no footer) is walked message by message: its tail is
+    empty, its head its schema message. None for a file to read the other
+    way: colder, damaged or laid out unusually (that reading reports what is
+    wrong)."""
     cdef Py_ssize_t count = len(paths), i
     cdef const char **names = <const char **>calloc(count + 1, sizeof(char *))
     cdef fio_arrow_file *files = <fio_arrow_file *>calloc(count + 1, sizeof(fio_arrow_file))

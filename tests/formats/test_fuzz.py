@@ -34,9 +34,16 @@ import fastio
 from tests.shards import write
 
 kind, folder, count = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-format_name, _, codec = kind.partition(".")
+format_name, _, variant = kind.partition(".")
 written = write(format_name, folder / "data", shards=1, per_shard=5, seed=2,
-                compression={"gz": "gzip", "": None}[codec], index=False)
+                compression={"gz": "gzip"}.get(variant), index=False)
+if variant == "stream":  # the same rows as an Arrow IPC stream, three record batches
+    import pyarrow as pa
+    path = Path(written.urls[0])
+    with pa.ipc.open_file(pa.py_buffer(path.read_bytes())) as file:
+        table = file.read_all()
+    with pa.ipc.new_stream(path, table.schema) as stream:
+        stream.write_table(table, max_chunksize=2)
 options = {**written.options, "shuffle": False, "fairness": False}
 original = Path(written.urls[0]).read_bytes()
 suffix = written.urls[0].split("-0000", 1)[1]
@@ -111,7 +118,7 @@ print("OK", count)
 """
 
 KINDS = ["webdataset", "webdataset.gz", "tfrecord", "jsonl", "lines", "npy", "fixed", "parquet",
-         "arrow"]  # fmt: skip
+         "arrow", "arrow.stream"]  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", KINDS)

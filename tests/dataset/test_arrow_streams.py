@@ -1,0 +1,246 @@
+"""Arrow IPC streams (no footer: what pyarrow's stream writer and Hugging Face
+``datasets`` write as ``.arrow`` files) read through fastio: cached (laid out
+natively), cold and over HTTP (walked message by message through the reader),
+giving pyarrow's own stream reader's rows; cut and damaged streams named,
+and under skip every intact row delivered and the lost ones counted."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import fastio
+from fastio import _native
+from fastio.formats._tables import _walk_stream
+from fastio.reader._reader import Reader
+from tests.dataset.test_columnar import FILE_ROWS, GROUP_ROWS, _cold, _table
+from tests.servers import RangeServer
+
+
+def _write_streams(folder: Path, dictionary: bool = False, legacy: bool = False
+                   ) -> tuple[str, list[Path]]:  # fmt: skip
+    """Files of ``FILE_ROWS`` rows, record batches of ``GROUP_ROWS``, written
+    by pyarrow's stream writer (``legacy``: the format before 1.0, a length
+    without the continuation marker); their pattern and paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    options = pa.ipc.IpcWriteOptions(use_legacy_format=legacy)
+    paths, first = [], 0
+    for number, rows in enumerate(FILE_ROWS):
+        table = _table(first, rows, dictionary)
+        path = folder / f"part-{number}.arrow"
+        with pa.ipc.new_stream(path, table.schema, options=options) as writer:
+            writer.write_table(table, max_chunksize=GROUP_ROWS)
+        paths.append(path)
+        first += rows
+    return str(folder / f"part-{{0..{len(FILE_ROWS) - 1}}}.arrow"), paths
+
+
+def _stream_rows(paths: list[Path]) -> pa.Table:
+    """The files as pyarrow's own stream reader gives them (from copies of
+    their bytes: a table of a file pyarrow maps would keep its pages cached)."""
+    tables = []
+    for path in paths:
+        with pa.ipc.open_stream(pa.py_buffer(path.read_bytes())) as reader:
+            tables.append(reader.read_all())
+    return pa.concat_tables(tables)
+
+
+def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files of every range read through the reader from now on."""
+    asked: list[str] = []
+    read_ranges = Reader.read_ranges
+
+    def counted(self, ranges):  # the real reads, their files noted
+        asked.extend(r.path for r in ranges)
+        return read_ranges(self, ranges)
+
+    monkeypatch.setattr(Reader, "read_ranges", counted)
+    return asked
+
+
+@pytest.mark.parametrize("cached", [True, False])
+@pytest.mark.parametrize(("dictionary", "legacy"), [(False, False), (True, False), (False, True)])
+def test_arrow_streams_give_pyarrows_rows(tmp_path, monkeypatch, cached, dictionary, legacy):
+    """Streams give the rows pyarrow's stream reader gives, per sample and in
+    batches of sizes that span record batches and files, dictionaries
+    included. Cached, they are laid out natively (nothing goes through the
+    reader to lay them out); cold, by walking their messages through it."""
+    pattern, paths = _write_streams(tmp_path, dictionary, legacy)
+    expected = _stream_rows(paths)
+    if not cached:
+        _cold(paths)
+    asked = _counting_reads(monkeypatch)
+    with fastio.Dataset(pattern, shuffle=False) as dataset:
+        assert len(dataset) == expected.num_rows
+        assert (asked == []) == cached
+        for size in (5, 13):
+            batches = list(dataset.batches(size))
+            assert [b.num_rows for b in batches[:-1]] == [size] * (len(batches) - 1)
+            assert pa.Table.from_batches(batches).to_pylist() == expected.to_pylist()
+        assert list(dataset) == expected.to_pylist()
+
+
+@pytest.mark.parametrize(("dictionary", "legacy"), [(False, False), (True, False), (False, True)])
+def test_the_native_walk_and_the_readers_agree(tmp_path, dictionary, legacy):
+    """Laid out natively (cached) and through the reader, a stream has the
+    same schema message and the same blocks: every message's offset and
+    lengths, the record batches' rows pyarrow's reader counts."""
+    _, paths = _write_streams(tmp_path, dictionary, legacy)
+    scanned = _native.arrow_scan([bytes(p) for p in paths], 8 << 10, 16 << 20)
+    with Reader() as reader:
+        for path, scan in zip(paths, scanned, strict=True):
+            assert scan is not None
+            walked = _walk_stream(reader, str(path), tolerate=False)
+            assert walked is not None
+            ((size, start, tail, batches, dictionaries), head, rows), problems = walked
+            assert problems == []
+            assert scan == (size, start, tail, head, batches, dictionaries, rows)
+            assert (size, start, tail) == (path.stat().st_size, size, b"")
+            with pa.ipc.open_stream(path) as reader_of_pyarrow:
+                assert rows == [b.num_rows for b in reader_of_pyarrow]
+            assert bool(dictionaries) == dictionary
+            data = path.read_bytes()
+            assert data.startswith(head)
+            for offset, meta, body in batches + dictionaries:
+                message = pa.ipc.read_message(pa.py_buffer(data[offset : offset + meta + body]))
+                assert message.type == ("record batch" if (offset, meta, body) in batches
+                                        else "dictionary")  # fmt: skip
+
+
+def test_arrow_streams_over_http_give_pyarrows_rows(tmp_path, monkeypatch):
+    """Streams served over HTTP, with latency on every answer, are walked
+    through the reader's ranged reads and give pyarrow's rows."""
+    _, paths = _write_streams(tmp_path / "served", dictionary=True)
+    expected = _stream_rows(paths)
+    server = RangeServer(tmp_path / "served").start()
+    try:
+        server.faults.latency = 0.005
+        urls = [server.url(path.name) for path in paths]
+        with fastio.Dataset(urls, format="arrow", shuffle=False,
+                            index_dir=str(tmp_path / "index")) as dataset:  # fmt: skip
+            assert len(dataset) == expected.num_rows
+            batches = list(dataset.batches(6))
+            assert pa.Table.from_batches(batches).to_pylist() == expected.to_pylist()
+        assert server.faults.requests > 0
+    finally:
+        server.stop()
+
+
+def test_hugging_face_datasets_arrow_files_are_read(tmp_path):
+    """What ``datasets`` saves (its ``.arrow`` files are IPC streams, with
+    its own schema metadata) reads as ``datasets`` reads it back."""
+    datasets = pytest.importorskip("datasets", reason="Hugging Face datasets is a test extra")
+    rows = [{"text": f"sample {i} " * (i % 5), "label": i % 3, "score": i / 7} for i in range(300)]
+    saved = datasets.Dataset.from_list(rows)
+    saved.save_to_disk(str(tmp_path / "saved"), max_shard_size="8KB")
+    files = sorted((tmp_path / "saved").glob("*.arrow"))
+    assert len(files) > 1
+    assert not files[0].read_bytes().startswith(b"ARROW1")  # a stream, not an IPC file
+    loaded = datasets.load_from_disk(str(tmp_path / "saved"))
+    with fastio.Dataset([str(f) for f in files], shuffle=False) as dataset:
+        assert list(dataset) == loaded.to_list() == rows
+        assert [row for b in dataset.batches(64) for row in b.to_pylist()] == rows
+
+
+def _two_streams(tmp_path: Path) -> tuple[str, Path, bytes]:
+    """Two streams of 3 record batches of 3 rows (keys 0-8, then 9-17); their
+    pattern, the first's path and bytes."""
+    for number in range(2):
+        table = pa.table({"key": range(9 * number, 9 * number + 9)})
+        with pa.ipc.new_stream(tmp_path / f"part-{number}.arrow", table.schema) as writer:
+            writer.write_table(table, max_chunksize=3)
+    path = tmp_path / "part-0.arrow"
+    return str(tmp_path / "part-{0..1}.arrow"), path, path.read_bytes()
+
+
+def _message_offsets(data: bytes) -> list[int]:
+    """Where each message of a stream begins (the schema's first)."""
+    offsets, at = [], 0
+    while at < len(data):
+        length = struct.unpack_from("<i", data, at + 4)[0]
+        if not length:
+            break
+        offsets.append(at)
+        message = pa.ipc.read_message(pa.py_buffer(data[at:]))
+        at += 8 + length + message.body.size
+    return offsets
+
+
+@pytest.mark.parametrize("cached", [True, False])
+@pytest.mark.parametrize("cut", ["body", "metadata"])
+def test_a_cut_stream_keeps_its_intact_rows(tmp_path, cached, cut):
+    """A stream cut short inside its last record batch (its body, or its
+    metadata) is a TruncatedShardError naming the file and offset under
+    raise. Under skip, its intact batches' rows and the other file's come,
+    and the rows lost are counted: exactly, where the cut batch's header
+    says how many."""
+    pattern, path, data = _two_streams(tmp_path)
+    last = _message_offsets(data)[-1]
+    metadata = 8 + struct.unpack_from("<i", data, last + 4)[0]
+    path.write_bytes(data[: last + (metadata + 4 if cut == "body" else metadata // 2)])
+    if not cached:
+        _cold([path])
+    with (pytest.raises(fastio.TruncatedShardError, match=rf"part-0\.arrow at byte {last}"),
+          fastio.Dataset(pattern, shuffle=False) as dataset):  # fmt: skip
+        list(dataset)
+    with fastio.Dataset(pattern, shuffle=False, on_error="skip") as dataset:
+        assert [row["key"] for row in dataset] == [*range(6), *range(9, 18)]
+        assert dataset.stats()["skipped"] == (3 if cut == "body" else 1)
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_dictionary_replaced_after_a_record_batch_is_named(tmp_path, cached):
+    """A stream whose dictionary is replaced after its first record batch
+    (which pyarrow's stream writer does when a batch's dictionary differs)
+    is a DecodeError saying so; under skip, the batches before it come."""
+    schema = pa.schema([("kind", pa.dictionary(pa.int32(), pa.string()))])
+    path = tmp_path / "part-0.arrow"
+    with pa.ipc.new_stream(path, schema) as writer:
+        for words in (["cat", "dog"], ["eel", "fox", "gnu"]):
+            kinds = pa.DictionaryArray.from_arrays(pa.array(range(len(words)), pa.int32()), words)
+            writer.write_batch(pa.record_batch([kinds], schema=schema))
+    if not cached:
+        _cold([path])
+    with (pytest.raises(fastio.DecodeError, match="replaces or extends a dictionary"),
+          fastio.Dataset(str(path), shuffle=False) as dataset):  # fmt: skip
+        list(dataset)
+    with fastio.Dataset(str(path), shuffle=False, on_error="skip") as dataset:
+        assert [row["kind"] for row in dataset] == ["cat", "dog"]
+        assert dataset.stats()["skipped"] == 1
+
+
+def test_a_file_neither_arrow_file_nor_stream_is_named(tmp_path):
+    """A file that neither ends with the Arrow file footer nor begins with a
+    schema message is a DecodeError naming it; under skip, it is left out."""
+    pattern, path, _ = _two_streams(tmp_path)
+    path.write_bytes(b"\x00\x01 not arrow at all" * 10)
+    with (pytest.raises(fastio.DecodeError, match=r"part-0\.arrow.*not an Arrow IPC file"),
+          fastio.Dataset(pattern, shuffle=False) as dataset):  # fmt: skip
+        list(dataset)
+    with fastio.Dataset(pattern, shuffle=False, on_error="skip") as dataset:
+        assert [row["key"] for row in dataset] == list(range(9, 18))
+        assert dataset.stats()["shards_skipped"] == 1
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_schema_with_two_fields_of_one_name_is_a_decode_error(tmp_path, stream):
+    """Two columns of one name (which Arrow allows) would leave a row, a
+    dict, with one of them: a DecodeError naming the file; under skip, its
+    rows are counted and the other file's come."""
+    for number in range(2):
+        names = ["key", "key"] if number == 0 else ["key", "other"]
+        table = pa.Table.from_arrays([pa.array([1, 2]), pa.array([3, 4])], names=names)
+        path = tmp_path / f"part-{number}.arrow"
+        with (pa.ipc.new_stream if stream else pa.ipc.new_file)(path, table.schema) as writer:
+            writer.write_table(table)
+    pattern = str(tmp_path / "part-{0..1}.arrow")
+    with (pytest.raises(fastio.DecodeError, match=r"part-0\.arrow.*two fields named 'key'"),
+          fastio.Dataset(pattern, shuffle=False) as dataset):  # fmt: skip
+        list(dataset)
+    for read in (list, lambda d: [row for b in d.batches(3) for row in b.to_pylist()]):
+        with fastio.Dataset(pattern, shuffle=False, on_error="skip") as dataset:
+            assert read(dataset) == [{"key": 1, "other": 3}, {"key": 2, "other": 4}]
+            assert dataset.stats()["skipped"] == 2
