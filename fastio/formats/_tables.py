@@ -529,6 +529,44 @@ def _check_names(fields: Iterable[pa.Field]) -> None:
         _check_names(kind.field(i) for i in range(kind.num_fields))
 
 
+# A local Arrow file's unit (what a read plans and a shuffle window holds) is
+# a run of neighbouring record batches of this many bytes or more (or one
+# larger batch): a file's own batches may be small (Hugging Face datasets
+# writes 100 rows a batch where rows are binary), and each unit costs the
+# dataset Python steps to plan, read and hand over. A remote file's unit is
+# its record batch: a unit is decoded once all of it is in, and a batch
+# should not wait for a megabyte over the network.
+_UNIT_BYTES = 1 << 20
+# Where a unit's record batches average fewer bytes than this, its batches are
+# joined into one as they are decoded for .batches().
+_JOINED_BYTES = 256 << 10
+
+
+def _grouped(offsets: list[int], sizes: list[int], least: int) -> list[int]:
+    """The first record batch of each unit, then the number of batches: runs
+    of batches that follow one another in the file, each run closed once it
+    holds ``least`` bytes."""
+    groups = [0] if offsets else []
+    held = 0
+    for k in range(len(offsets)):
+        if k and (held >= least or offsets[k] != offsets[k - 1] + sizes[k - 1]):
+            groups.append(k)
+            held = 0
+        held += sizes[k]
+    return [*groups, len(offsets)]
+
+
+def _joined_batches(pa: Any, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """A unit's small record batches as one: one copy of their rows, where
+    batches cut across each of them would each be a join (a copy too) and a
+    part more to hand over. As they are where pyarrow does not join them
+    (dictionaries that differ)."""
+    try:
+        return [pa.concat_batches(batches)]
+    except pa.ArrowException:
+        return batches
+
+
 def _stream_at(head: bytes) -> int:
     """Where the schema message of an Arrow IPC file's head begins: after
     the magic and its padding, or (a stream's) at its start."""
@@ -750,16 +788,21 @@ class ArrowFormat(_ColumnFile):
         extra = [ByteRange(url, o, m + b) for o, m, b in dictionaries]
         offsets = [o for o, _, _ in batches]
         sizes = [m + b for _, m, b in batches]
-        # A record batch's ranges: its own, then the dictionaries every batch
-        # reads. Made as each is read, where a dataset lays out every file
-        # before its first sample.
-        lengths = dict(zip(offsets, sizes, strict=True))
+        # A unit is a run of neighbouring record batches (see _UNIT_BYTES).
+        # Its ranges: its own, then the dictionaries every batch reads. Made
+        # as each is read, where a dataset lays out every file before its
+        # first sample.
+        groups = _grouped(offsets, sizes, 0 if is_remote(url) else _UNIT_BYTES)
+        starts = [offsets[g] for g in groups[:-1]]
+        spans = [offsets[b - 1] + sizes[b - 1] - offsets[a] for a, b in itertools.pairwise(groups)]
+        lengths = dict(zip(starts, spans, strict=True))
         if batches:
             lengths.update((o, m + b) for o, m, b in dictionaries)
-        meta = {"unit_ranges": functools.partial(_batch_ranges, url, offsets, sizes, extra),
-                "tail": (start, tail), "batch_offsets": offsets, "lengths": lengths,
-                "unit_of": dict(zip(offsets, range(len(offsets)), strict=True)),
-                "unit_ends": frozenset((extra[-1].offset,) if extra and batches else offsets),
+        meta = {"unit_ranges": functools.partial(_batch_ranges, url, starts, spans, extra),
+                "tail": (start, tail), "batch_offsets": offsets, "batch_sizes": sizes,
+                "unit_batches": groups, "lengths": lengths,
+                "unit_of": dict(zip(starts, range(len(starts)), strict=True)),
+                "unit_ends": frozenset((extra[-1].offset,) if extra and batches else starts),
                 "whole": True}  # fmt: skip
         meta["head"] = schema_head
         meta["dictionaries"] = [o for o, _, _ in dictionaries]
@@ -775,8 +818,8 @@ class ArrowFormat(_ColumnFile):
                 raise ValueError(
                     f"{url}: no column {missing[0]!r}; columns are {sorted(names or [])}"
                 )
-        bounds = _bounds(rows)
-        unit_bytes = np.array(sizes, np.int64)
+        bounds = _bounds([sum(rows[a:b]) for a, b in itertools.pairwise(groups)])
+        unit_bytes = np.array(spans, np.int64)
         return Layout(url, int(bounds[-1]), size, bounds, unit_bytes, meta=meta), problems
 
     def _schema(self, pa: Any, head: bytes) -> pa.Schema | None:
@@ -796,7 +839,8 @@ class ArrowFormat(_ColumnFile):
         self._schemas[message] = schema
         return schema
 
-    def _batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[pa.RecordBatch]:
+    def _batches(self, chunks: Iterable[Chunk], layout: Layout, joined: bool = False
+                 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
         """Each record batch of the read, decoded as soon as its bytes are in.
         Where the layout knows the schema (a file without dictionaries), a
         batch is decoded from its own bytes: its arrays are views of the
@@ -806,49 +850,75 @@ class ArrowFormat(_ColumnFile):
         import pyarrow as pa
 
         schema = layout.meta["schema"]
-        offsets = layout.meta["batch_offsets"]
+        offsets, sizes = layout.meta["batch_offsets"], layout.meta["batch_sizes"]
+        groups = layout.meta["unit_batches"]
         start, tail = layout.meta["tail"]
         known = {start: tail, 0: layout.meta["head"]}
         at, record = start, None  # the footer is read first, then each batch
         try:
             stream = _stream_at(layout.meta["head"]) == 0
+            handle = None
             if schema is None and not stream:
                 file = _RangeFile(layout.url, layout.size, known)
                 handle = pa.ipc.open_file(pa.PythonFile(file))
                 _check_names(handle.schema)
             planned = layout.meta["lengths"], layout.meta["unit_of"], layout.meta["unit_ends"]
             for i, pieces in _unit_pieces(chunks, *planned, views=True):
-                if i < 0 or offsets[i] not in pieces:
-                    continue  # bytes of no record batch the read planned
-                at, record = offsets[i], i
-                if schema is None and stream:
-                    # Dictionaries: the batch as a stream of its own, after
-                    # the schema and every dictionary (one copy of its bytes).
-                    parts = [layout.meta["head"], *map(pieces.__getitem__,
-                             layout.meta["dictionaries"]), pieces[at]]  # fmt: skip
-                    stream_reader = pa.ipc.open_stream(pa.py_buffer(b"".join(parts)))
-                    _check_names(stream_reader.schema)
-                    batch = stream_reader.read_next_batch()
-                elif schema is None:
+                first = offsets[groups[i]] if i >= 0 else -1
+                if first not in pieces:
+                    continue  # bytes of no unit the read planned
+                unit = pieces[first]
+                unit = unit if isinstance(unit, pa.Buffer) else pa.py_buffer(unit)
+                if schema is None and not stream:
                     file.hold(known | pieces)
-                    batch = handle.get_batch(i)
-                else:
-                    batch = pa.ipc.read_record_batch(pa.ipc.read_message(pieces[at]), schema)
-                # Decoding checks the buffers' sizes, not their contents: a
-                # damaged offset would send a reader of the rows outside them.
-                # Checked whole: 5 us a batch of 1,024 rows of 1 KB.
-                batch.validate(full=True)
-                yield batch.select(self.columns) if self.columns is not None else batch
+                decoded: list[pa.RecordBatch] = []
+                damage: Exception | None = None
+                try:
+                    for record in range(groups[i], groups[i + 1]):
+                        at = offsets[record]
+                        message = unit.slice(at - first, sizes[record])
+                        decoded.append(self._decoded(pa, layout, message, record, handle, pieces))
+                except (pa.ArrowException, OSError, UnicodeDecodeError) as error:
+                    damage = error  # raised once the batches before it are out
+                if joined and len(decoded) > 1 and unit.size < _JOINED_BYTES * len(decoded):
+                    decoded = _joined_batches(pa, decoded)
+                yield from decoded
+                if damage is not None:
+                    raise damage
         except (pa.ArrowException, OSError, UnicodeDecodeError) as error:
             what = "footer" if record is None else f"record batch {record}"
             raise DecodeError(f"Arrow {what} does not decode: {error}", layout.url, at) from None
+
+    def _decoded(self, pa: Any, layout: Layout, message: pa.Buffer, record: int, handle: Any,
+                 pieces: dict[int, Any]) -> pa.RecordBatch:  # fmt: skip
+        """Record batch ``record`` of the file, checked: from its ``message``
+        and the schema; with dictionaries, from a stream's dictionaries (in
+        the unit's ``pieces``) or through pyarrow's file reader ``handle``."""
+        schema = layout.meta["schema"]
+        if schema is None and _stream_at(layout.meta["head"]) == 0:
+            # Dictionaries: the batch as a stream of its own, after the
+            # schema and every dictionary (one copy of its bytes).
+            parts = [layout.meta["head"], *map(pieces.__getitem__,
+                     layout.meta["dictionaries"]), message]  # fmt: skip
+            stream_reader = pa.ipc.open_stream(pa.py_buffer(b"".join(parts)))
+            _check_names(stream_reader.schema)
+            batch = stream_reader.read_next_batch()
+        elif schema is None:
+            batch = handle.get_batch(record)
+        else:
+            batch = pa.ipc.read_record_batch(pa.ipc.read_message(message), schema)
+        # Decoding checks the buffers' sizes, not their contents: a damaged
+        # offset would send a reader of the rows outside them. Checked whole:
+        # 5 us a batch of 1,024 rows of 1 KB.
+        batch.validate(full=True)
+        return batch.select(self.columns) if self.columns is not None else batch
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
         for batch in self._batches(chunks, layout):
             yield from batch.to_pylist()
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
-        return self._batches(chunks, layout)
+        return self._batches(chunks, layout, joined=True)
 
 
 # ---- writing ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ and under skip every intact row delivered and the lost ones counted."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 from pathlib import Path
 
@@ -244,3 +245,36 @@ def test_a_schema_with_two_fields_of_one_name_is_a_decode_error(tmp_path, stream
         with fastio.Dataset(pattern, shuffle=False, on_error="skip") as dataset:
             assert read(dataset) == [{"key": 1, "other": 3}, {"key": 2, "other": 4}]
             assert dataset.stats()["skipped"] == 2
+
+
+def test_small_record_batches_are_read_in_runs_of_a_megabyte(tmp_path):
+    """A local file's small record batches (100 rows of 1 KB, as ``datasets``
+    writes binary rows) are read and handed over in runs of about 1 MiB,
+    each closed by the batch that takes it past 1 MiB; over HTTP each record
+    batch stays a unit of its own (a unit is decoded once all of it is in).
+    Either way the rows are pyarrow's."""
+    from fastio.formats._shards import make_format
+
+    table = pa.table({"data": [bytes([i % 251]) * 1000 for i in range(4000)]})
+    for name in ("part-0.arrow", "part-1.arrow"):
+        with pa.ipc.new_stream(tmp_path / name, table.schema) as writer:
+            writer.write_table(table, max_chunksize=100)
+    server = RangeServer(tmp_path).start()
+    try:
+        with Reader() as reader:
+            local = make_format("arrow").layout(reader, str(tmp_path / "part-0.arrow"), False)[0]
+            remote = make_format("arrow").layout(reader, server.url("part-1.arrow"), False)[0]
+        sizes = local.meta["batch_sizes"]
+        assert len(sizes) == 40
+        assert [int(n) for n in remote.bounds] == list(range(0, 4001, 100))
+        starts = local.meta["unit_batches"]
+        assert 1 < len(starts) - 1 < 40
+        for a, b in itertools.pairwise(starts):
+            held = sum(sizes[a:b])
+            assert held - sizes[b - 1] < 1 << 20 <= held or b == len(sizes)
+        urls = [str(tmp_path / "part-0.arrow"), server.url("part-1.arrow")]
+        with fastio.Dataset(urls, format="arrow", shuffle=False) as dataset:
+            rows = [row for batch in dataset.batches(256) for row in batch.to_pylist()]
+        assert rows == table.to_pylist() * 2
+    finally:
+        server.stop()
