@@ -529,20 +529,20 @@ def _check_names(fields: Iterable[pa.Field]) -> None:
         _check_names(kind.field(i) for i in range(kind.num_fields))
 
 
-# A local Arrow file's unit (what a read plans and a shuffle window holds) is
-# a run of neighbouring record batches of this many bytes or more (or one
+# An Arrow file's unit (what a read plans and a shuffle window holds) is a
+# run of neighbouring record batches of this many bytes or more (or one
 # larger batch): a file's own batches may be small (Hugging Face datasets
 # writes 100 rows a batch where rows are binary), and each unit costs the
-# dataset Python steps to plan, read and hand over. A remote file's unit is
-# its record batch: a unit is decoded once all of it is in, and a batch
-# should not wait for a megabyte over the network.
+# dataset Python steps to plan, read and hand over. The same wherever the
+# file is, so that a seed gives the same order from local disk and from
+# remote storage.
 _UNIT_BYTES = 1 << 20
 # Where a unit's record batches average fewer bytes than this, its batches are
 # joined into one as they are decoded for .batches().
 _JOINED_BYTES = 256 << 10
 
 
-def _grouped(offsets: list[int], sizes: list[int], least: int) -> list[int]:
+def _grouped(offsets: list[int], sizes: list[int], least: int = _UNIT_BYTES) -> list[int]:
     """The first record batch of each unit, then the number of batches: runs
     of batches that follow one another in the file, each run closed once it
     holds ``least`` bytes."""
@@ -575,8 +575,16 @@ def _stream_at(head: bytes) -> int:
 
 def _batch_ranges(url: str, offsets: list[int], sizes: list[int], shared: list[ByteRange],
                   unit: int) -> list[ByteRange]:  # fmt: skip
-    """The ranges record batch ``unit`` decodes from: its message, then ``shared``."""
+    """The ranges unit ``unit`` decodes from: its messages, then ``shared``."""
     return [ByteRange(url, offsets[unit], sizes[unit]), *shared]
+
+
+def _run_ranges(url: str, offsets: list[int], sizes: list[int], groups: list[int],
+                shared: list[ByteRange], unit: int) -> list[ByteRange]:  # fmt: skip
+    """The ranges unit ``unit`` decodes from: each of its record batches'
+    messages, then ``shared``."""
+    own = range(groups[unit], groups[unit + 1])
+    return [*(ByteRange(url, offsets[k], sizes[k]) for k in own), *shared]
 
 
 def _batch_rows(url: str, batches: list[tuple[int, int, int]], headers: dict[int, bytes]
@@ -598,67 +606,108 @@ _ArrowHead = tuple[_ArrowBlocks, bytes, list[int]]  # blocks, schema message, ro
 _SCHEMA, _DICTIONARY, _RECORD_BATCH = 1, 2, 3
 
 
-def _walk_stream(reader: Reader, url: str, tolerate: bool
-                 ) -> tuple[_ArrowHead, list[DecodeError]] | None:  # fmt: skip
-    """An Arrow IPC stream's layout, as a file's footer would give it: the
+class _StreamWalk:
+    """One Arrow IPC stream's layout, as a file's footer would give it: the
     stream (no footer; Hugging Face ``datasets`` writes its ``.arrow`` files
-    so) walked message by message through ``reader``, each message's
-    metadata read where the last read's window does not hold it (a round
-    trip a message, remote). Its tail is empty, its head its schema message.
-    None where the file does not begin with a schema message (not a stream).
-    A damaged or cut message raises DecodeError (TruncatedShardError); with
-    ``tolerate``, the stream is laid out to it instead, and the error (which
-    counts the rows it costs, where its header says) comes with it."""
-    size, _ = reader.describe(url)
-    window_at, window = 0, memoryview(b"")
+    so) walked message by message, each message's metadata read where the
+    last read's window does not hold it: :meth:`needed` names the bytes to
+    read next, :meth:`take` takes them, so that the streams of a group are
+    walked together (one wait a step for them all; a step a message, as a
+    message's place follows from the last one's lengths). Done when
+    :meth:`needed` is None: :attr:`found` is then the layout's head (its
+    tail empty, its head its schema message) and the problems met, or None
+    where the file does not begin with a schema message (not a stream). A
+    damaged or cut message stops the walk: it is laid out to there, and the
+    error (which counts the rows it costs, where its header says) is in the
+    problems."""
 
-    def read(at: int, length: int) -> memoryview:
-        nonlocal window_at, window
-        if at < window_at or at + length > window_at + len(window):
-            want = min(size - at, max(length, _first_bytes(url)))
-            window_at, window = at, memoryview(reader.read_ranges([ByteRange(url, at, want)])[0])
-        return window[at - window_at : at - window_at + length]
+    def __init__(self, url: str, size: int) -> None:
+        self.url, self.size = url, size
+        self.window_at, self.window = 0, memoryview(b"")
+        self.head: bytes | None = None
+        self.batches: list[tuple[int, int, int]] = []
+        self.dictionaries: list[tuple[int, int, int]] = []
+        self.rows: list[int] = []
+        self.problems: list[DecodeError] = []
+        self.at = self.before = 0  # before: the rows of the record batches walked
+        self.done = False
+        self.found: tuple[_ArrowHead, list[DecodeError]] | None = None
 
-    head: bytes | None = None
-    batches: list[tuple[int, int, int]] = []
-    dictionaries: list[tuple[int, int, int]] = []
-    rows: list[int] = []
-    problems: list[DecodeError] = []
-    at = before = 0  # before: the rows of the record batches walked
-    while at < size:
-        prefix = read(at, min(8, size - at))
+    def take(self, data: bytes) -> None:
+        """The bytes :meth:`needed` named."""
+        self.window_at, self.window = self.at, memoryview(data)
+
+    def needed(self) -> ByteRange | None:
+        """Walks the messages the window holds; the bytes to read next, or None when done."""
+        while not self.done:
+            want = self._step()
+            if want:
+                size, at = self.size, self.at
+                return ByteRange(self.url, at, min(size - at, max(want, _first_bytes(self.url))))
+        return None
+
+    def _held(self, length: int) -> memoryview | None:
+        at = self.at - self.window_at
+        return self.window[at : at + length] if at + length <= len(self.window) else None
+
+    def _step(self) -> int:
+        """Walks one message: 0, or the bytes from :attr:`at` it needs read first."""
+        size, at = self.size, self.at
+        if at >= size:
+            return self._finish()
+        prefix = self._held(min(8, size - at))
+        if prefix is None:
+            return 8
         marker = int.from_bytes(prefix[:4], "little")
         skip = 8 if marker == 0xFFFFFFFF else 4  # before format 1.0: the length alone
         length = int.from_bytes(prefix[4:8], "little") if skip == 8 else marker
         fits = len(prefix) >= skip and length <= size - at - skip
-        info = _native.arrow_message(read(at, skip + length)) if fits and length else None
-        if head is None:
+        metadata = self._held(skip + length) if fits else None
+        if fits and metadata is None:
+            return skip + length
+        info = _native.arrow_message(metadata) if metadata is not None and length else None
+        if self.head is None:
             if info is None or info[0] != _SCHEMA:
-                return None
-            head = bytes(read(at, skip + length))
-            at += skip + length + info[1]
-            continue
+                self.done = True  # not a stream
+                return 0
+            self.head = bytes(metadata or b"")
+            self.at += skip + length + info[1]
+            return 0
         if fits and length == 0:
-            break  # the end-of-stream marker
+            return self._finish()  # the end-of-stream marker
         try:
-            _check_message(url, at, info, fits, size - at - skip - length, bool(batches),
-                           before)  # fmt: skip
+            _check_message(self.url, at, info, fits, size - at - skip - length,
+                           bool(self.batches), self.before)  # fmt: skip
         except DecodeError as error:
-            if not tolerate:
-                raise
-            problems.append(error)
-            break
+            self.problems.append(error)
+            return self._finish()
         assert info is not None
         if info[0] == _RECORD_BATCH:
-            batches.append((at, skip + length, info[1]))
-            rows.append(info[2])
-            before += info[2]
+            self.batches.append((at, skip + length, info[1]))
+            self.rows.append(info[2])
+            self.before += info[2]
         else:
-            dictionaries.append((at, skip + length, info[1]))
-        at += skip + length + info[1]
-    if head is None:
-        return None
-    return ((size, size, b"", batches, dictionaries), head, rows), problems
+            self.dictionaries.append((at, skip + length, info[1]))
+        self.at += skip + length + info[1]
+        return 0
+
+    def _finish(self) -> int:
+        self.done = True
+        if self.head is not None:  # else empty: not a stream
+            blocks = (self.size, self.size, b"", self.batches, self.dictionaries)
+            self.found = (blocks, self.head, self.rows), self.problems
+        return 0
+
+
+def _walk_streams(reader: Reader, urls: Sequence[str]
+                  ) -> dict[str, tuple[_ArrowHead, list[DecodeError]] | None]:  # fmt: skip
+    """The layouts of the Arrow IPC streams ``urls`` (see :class:`_StreamWalk`),
+    walked together. Raises what the reads raise."""
+    walks = [_StreamWalk(url, reader.describe(url)[0]) for url in urls]
+    while needs := [(walk, want) for walk in walks if (want := walk.needed()) is not None]:
+        for (walk, _), data in zip(needs, reader.read_ranges([w for _, w in needs]), strict=True):
+            walk.take(data)
+    return {walk.url: walk.found for walk in walks}
 
 
 def _check_message(url: str, at: int, info: tuple[int, int, int] | None, fits: bool, room: int,
@@ -714,6 +763,8 @@ class ArrowFormat(_ColumnFile):
         super().__init__(columns)
         # By file: its footer's blocks, schema message and record batches' rows.
         self._heads: dict[str, _ArrowHead] = {}
+        # By file without a footer: its walk as an IPC stream (see _walk_streams).
+        self._streams: dict[str, tuple[_ArrowHead, list[DecodeError]] | None] = {}
         self._schemas: dict[bytes, pa.Schema | None] = {}  # by schema message
 
     def maps_cached(self, columnar: bool, sample_bytes: float | None) -> bool:
@@ -727,11 +778,13 @@ class ArrowFormat(_ColumnFile):
         # Local files the page cache holds are read and parsed natively, a
         # few microseconds each. For the others, after the footers, each
         # file's schema and record batch headers, again read together for
-        # the group: one wait, not one per file.
+        # the group: one wait, not one per file; and files without a footer
+        # walked as IPC streams together, a wait a message for them all.
         self._heads = _scanned(urls)
         rest = [url for url in urls if url not in self._heads]
         super().prefetch(reader, rest)
         planned: dict[str, _ArrowBlocks] = {}
+        streams = []  # files without a footer: IPC streams, perhaps
         for url in rest:
             known = self._prefetched.get(url)
             if known is None:
@@ -739,10 +792,17 @@ class ArrowFormat(_ColumnFile):
             try:
                 blocks = self._blocks(reader, url, known)
             except (DecodeError, OSError):
+                if _footer_length(known[2], self.magic) is None:
+                    streams.append(url)
                 continue  # its layout reads it again and reports what is wrong
             size, start, tail, _, _ = blocks
             self._prefetched[url] = (size, start, tail)
             planned[url] = blocks
+        if streams:
+            try:
+                self._streams = _walk_streams(reader, streams)
+            except OSError:
+                self._streams = {}  # each walked on its own, reporting its own failure
         if not planned:
             return
         try:
@@ -778,10 +838,14 @@ class ArrowFormat(_ColumnFile):
             try:
                 size, start, tail, batches, dictionaries = self._blocks(reader, url, known)
             except DecodeError:
-                walked = _walk_stream(reader, url, tolerate)  # no footer: an IPC stream?
+                # No footer: an IPC stream, perhaps (walked already with the group's).
+                walked = (self._streams.pop(url) if url in self._streams
+                          else _walk_streams(reader, [url])[url])  # fmt: skip
                 if walked is None:
                     raise
                 ((size, start, tail, batches, dictionaries), schema_head, rows), problems = walked
+                if problems and not tolerate:
+                    raise problems[0] from None
             else:
                 schema_head, pieces = _arrow_heads(reader, [(url, size, batches)])[url]
                 rows = _batch_rows(url, batches, pieces)
@@ -792,17 +856,27 @@ class ArrowFormat(_ColumnFile):
         # Its ranges: its own, then the dictionaries every batch reads. Made
         # as each is read, where a dataset lays out every file before its
         # first sample.
-        groups = _grouped(offsets, sizes, 0 if is_remote(url) else _UNIT_BYTES)
-        starts = [offsets[g] for g in groups[:-1]]
+        groups = _grouped(offsets, sizes)
+        unit_of = {offsets[k]: u for u, (a, b) in enumerate(itertools.pairwise(groups))
+                   for k in range(a, b)}  # fmt: skip
         spans = [offsets[b - 1] + sizes[b - 1] - offsets[a] for a, b in itertools.pairwise(groups)]
-        lengths = dict(zip(starts, spans, strict=True))
+        if is_remote(url):
+            # A range per record batch, each decoded as soon as it is in (a
+            # batch should not wait for a megabyte over the network).
+            ranges = functools.partial(_run_ranges, url, offsets, sizes, groups, extra)
+            lengths = dict(zip(offsets, sizes, strict=True))
+            ends = offsets
+        else:  # one range a unit: its batches decoded together
+            starts = [offsets[g] for g in groups[:-1]]
+            ranges = functools.partial(_batch_ranges, url, starts, spans, extra)
+            lengths = dict(zip(starts, spans, strict=True))
+            ends = starts
         if batches:
             lengths.update((o, m + b) for o, m, b in dictionaries)
-        meta = {"unit_ranges": functools.partial(_batch_ranges, url, starts, spans, extra),
-                "tail": (start, tail), "batch_offsets": offsets, "batch_sizes": sizes,
-                "unit_batches": groups, "lengths": lengths,
-                "unit_of": dict(zip(starts, range(len(starts)), strict=True)),
-                "unit_ends": frozenset((extra[-1].offset,) if extra and batches else starts),
+        meta = {"unit_ranges": ranges, "tail": (start, tail), "batch_offsets": offsets,
+                "batch_sizes": sizes, "unit_batches": groups, "lengths": lengths,
+                "unit_of": unit_of,
+                "unit_ends": frozenset((extra[-1].offset,) if extra and batches else ends),
                 "whole": True}  # fmt: skip
         meta["head"] = schema_head
         meta["dictionaries"] = [o for o, _, _ in dictionaries]
@@ -864,23 +938,35 @@ class ArrowFormat(_ColumnFile):
                 _check_names(handle.schema)
             planned = layout.meta["lengths"], layout.meta["unit_of"], layout.meta["unit_ends"]
             for i, pieces in _unit_pieces(chunks, *planned, views=True):
-                first = offsets[groups[i]] if i >= 0 else -1
-                if first not in pieces:
+                if i < 0:
                     continue  # bytes of no unit the read planned
-                unit = pieces[first]
-                unit = unit if isinstance(unit, pa.Buffer) else pa.py_buffer(unit)
+                # A local unit is one range (its first batch's offset); a
+                # remote one a range per batch, each handed over as it is in.
+                first = offsets[groups[i]]
+                unit = pieces.get(first)
+                if unit is not None and not isinstance(unit, pa.Buffer):
+                    unit = pa.py_buffer(unit)
                 if schema is None and not stream:
                     file.hold(known | pieces)
                 decoded: list[pa.RecordBatch] = []
+                held = 0  # their messages' bytes
                 damage: Exception | None = None
                 try:
                     for record in range(groups[i], groups[i + 1]):
                         at = offsets[record]
-                        message = unit.slice(at - first, sizes[record])
+                        if at in pieces:
+                            own = pieces[at]
+                            message = (own if isinstance(own, pa.Buffer)
+                                       else pa.py_buffer(own)).slice(0, sizes[record])  # fmt: skip
+                        elif unit is not None and at - first < unit.size:
+                            message = unit.slice(at - first, sizes[record])
+                        else:
+                            continue  # bytes of another part of the unit
                         decoded.append(self._decoded(pa, layout, message, record, handle, pieces))
+                        held += sizes[record]
                 except (pa.ArrowException, OSError, UnicodeDecodeError) as error:
                     damage = error  # raised once the batches before it are out
-                if joined and len(decoded) > 1 and unit.size < _JOINED_BYTES * len(decoded):
+                if joined and len(decoded) > 1 and held < _JOINED_BYTES * len(decoded):
                     decoded = _joined_batches(pa, decoded)
                 yield from decoded
                 if damage is not None:

@@ -15,7 +15,7 @@ import pytest
 
 import fastio
 from fastio import _native
-from fastio.formats._tables import _walk_stream
+from fastio.formats._tables import _walk_streams
 from fastio.reader._reader import Reader
 from tests.dataset.test_columnar import FILE_ROWS, GROUP_ROWS, _cold, _table
 from tests.servers import RangeServer
@@ -94,7 +94,7 @@ def test_the_native_walk_and_the_readers_agree(tmp_path, dictionary, legacy):
     with Reader() as reader:
         for path, scan in zip(paths, scanned, strict=True):
             assert scan is not None
-            walked = _walk_stream(reader, str(path), tolerate=False)
+            walked = _walk_streams(reader, [str(path)])[str(path)]
             assert walked is not None
             ((size, start, tail, batches, dictionaries), head, rows), problems = walked
             assert problems == []
@@ -248,11 +248,12 @@ def test_a_schema_with_two_fields_of_one_name_is_a_decode_error(tmp_path, stream
 
 
 def test_small_record_batches_are_read_in_runs_of_a_megabyte(tmp_path):
-    """A local file's small record batches (100 rows of 1 KB, as ``datasets``
+    """A file's small record batches (100 rows of 1 KB, as ``datasets``
     writes binary rows) are read and handed over in runs of about 1 MiB,
-    each closed by the batch that takes it past 1 MiB; over HTTP each record
-    batch stays a unit of its own (a unit is decoded once all of it is in).
-    Either way the rows are pyarrow's."""
+    each closed by the batch that takes it past 1 MiB: the same runs local
+    and over HTTP (a seed gives one order wherever the files are), read as
+    one range locally and as a range per record batch over HTTP (each
+    decoded as soon as it is in). Either way the rows are pyarrow's."""
     from fastio.formats._shards import make_format
 
     table = pa.table({"data": [bytes([i % 251]) * 1000 for i in range(4000)]})
@@ -266,9 +267,12 @@ def test_small_record_batches_are_read_in_runs_of_a_megabyte(tmp_path):
             remote = make_format("arrow").layout(reader, server.url("part-1.arrow"), False)[0]
         sizes = local.meta["batch_sizes"]
         assert len(sizes) == 40
-        assert [int(n) for n in remote.bounds] == list(range(0, 4001, 100))
         starts = local.meta["unit_batches"]
         assert 1 < len(starts) - 1 < 40
+        assert remote.meta["unit_batches"] == starts
+        assert list(remote.bounds) == list(local.bounds)
+        assert len(local.meta["unit_ranges"](0)) == 1
+        assert len(remote.meta["unit_ranges"](0)) == starts[1] - starts[0]
         for a, b in itertools.pairwise(starts):
             held = sum(sizes[a:b])
             assert held - sizes[b - 1] < 1 << 20 <= held or b == len(sizes)
@@ -276,5 +280,38 @@ def test_small_record_batches_are_read_in_runs_of_a_megabyte(tmp_path):
         with fastio.Dataset(urls, format="arrow", shuffle=False) as dataset:
             rows = [row for batch in dataset.batches(256) for row in batch.to_pylist()]
         assert rows == table.to_pylist() * 2
+    finally:
+        server.stop()
+
+
+def test_remote_streams_are_walked_together(tmp_path, monkeypatch):
+    """The streams of a group of remote files are walked together: a step
+    of reads for all of them per message (each message's place follows from
+    the last one's), not a read per message of each file, and their rows
+    are pyarrow's."""
+    files, batches = 6, 5
+    table = pa.table({"data": [bytes([i % 251]) * 1000 for i in range(100 * batches)]})
+    for number in range(files):
+        with pa.ipc.new_stream(tmp_path / f"part-{number}.arrow", table.schema) as writer:
+            writer.write_table(table, max_chunksize=100)  # bodies past a first read's 64 KiB
+    asked: list[int] = []
+    read_ranges = Reader.read_ranges
+
+    def counted(self, ranges):  # the real reads, each call's ranges counted
+        asked.append(len(ranges))
+        return read_ranges(self, ranges)
+
+    server = RangeServer(tmp_path).start()
+    try:
+        monkeypatch.setattr(Reader, "read_ranges", counted)
+        urls = [server.url(f"part-{number}.arrow") for number in range(files)]
+        with fastio.Dataset(urls, format="arrow", shuffle=False,
+                            index_dir=str(tmp_path / "index")) as dataset:  # fmt: skip
+            assert len(dataset) == files * table.num_rows
+            # The tails, then a step per message (schema, batches, end marker).
+            assert len(asked) <= 1 + batches + 2
+            assert max(asked) == files
+            rows = [row for batch in dataset.batches(64) for row in batch.to_pylist()]
+        assert rows == table.to_pylist() * files
     finally:
         server.stop()
