@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,42 +115,50 @@ def _row_payload(value: bytes) -> int:
     return len(value)
 
 
+def _batches_read(batches: Iterable[Any]) -> tuple[int, int]:
+    """Rows and payload bytes of ``batches`` (record batches or tables), each touched."""
+    rows = payload = 0
+    for batch in batches:
+        rows += batch.num_rows
+        payload += _payload(batch)
+    return rows, payload
+
+
+def _rows_read(samples: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    """Rows and payload bytes of ``samples`` (dicts), each touched."""
+    rows = payload = 0
+    for sample in samples:
+        rows += 1
+        payload += _row_payload(sample["data"])
+    return rows, payload
+
+
+def _stream_batches(files: list[str]) -> Iterator[Any]:
+    """Every record batch of the files, each read as a stream from its mapping."""
+    import pyarrow as pa
+
+    for path in files:
+        with pa.memory_map(path) as source, pa.ipc.open_stream(source) as reader:
+            yield from reader
+
+
 def run(method: str, folder: Path, files: list[str]) -> tuple[int, int]:
     """Rows and payload bytes of one pass of ``method`` over the files."""
-    rows = payload = 0
     if method.startswith("fastio"):
         import fastio
 
         with fastio.Dataset(files, format="arrow", shuffle=False) as dataset:
             if method == "fastio batches":
-                for batch in dataset.batches(BATCH):
-                    rows += batch.num_rows
-                    payload += _payload(batch)
-            else:
-                for sample in dataset:
-                    rows += 1
-                    payload += _row_payload(sample["data"])
-    elif method.startswith("datasets"):
+                return _batches_read(dataset.batches(BATCH))
+            return _rows_read(dataset)
+    if method.startswith("datasets"):
         import datasets
 
         saved = datasets.load_from_disk(str(folder / "saved"))
         if method == "datasets arrow":
-            for table in saved.with_format("arrow").iter(batch_size=BATCH):
-                rows += table.num_rows
-                payload += _payload(table)
-        else:
-            for row in saved:
-                rows += 1
-                payload += _row_payload(row["data"])
-    else:
-        import pyarrow as pa
-
-        for path in files:
-            with pa.memory_map(path) as source, pa.ipc.open_stream(source) as reader:
-                for batch in reader:
-                    rows += batch.num_rows
-                    payload += _payload(batch)
-    return rows, payload
+            return _batches_read(saved.with_format("arrow").iter(batch_size=BATCH))
+        return _rows_read(saved)
+    return _batches_read(_stream_batches(files))
 
 
 def child(method: str, folder: str) -> None:
