@@ -6,6 +6,7 @@ and under skip every intact row delivered and the lost ones counted."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import struct
 from pathlib import Path
@@ -132,18 +133,34 @@ def test_arrow_streams_over_http_give_pyarrows_rows(tmp_path, monkeypatch):
 
 def test_hugging_face_datasets_arrow_files_are_read(tmp_path):
     """What ``datasets`` saves (its ``.arrow`` files are IPC streams, with
-    its own schema metadata) reads as ``datasets`` reads it back."""
+    its own schema metadata), an image dataset's struct column included,
+    reads as ``datasets`` reads its Arrow rows back, per sample and in
+    batches; a folder of it reads as its list of files."""
     datasets = pytest.importorskip("datasets", reason="Hugging Face datasets is a test extra")
-    rows = [{"text": f"sample {i} " * (i % 5), "label": i % 3, "score": i / 7} for i in range(300)]
-    saved = datasets.Dataset.from_list(rows)
+    image = pytest.importorskip("PIL.Image", reason="pillow comes with the plot extra")
+    rows = []
+    for i in range(300):
+        png = io.BytesIO()
+        image.new("RGB", (4 + i % 7, 4), (i % 256, 7, 9)).save(png, format="PNG")
+        rows.append({"text": f"sample {i} " * (i % 5), "label": i % 3, "score": i / 7,
+                     "image": {"bytes": png.getvalue(), "path": None}})  # fmt: skip
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["a", "b", "c"]),
+                                  "score": datasets.Value("float64"),
+                                  "image": datasets.Image()})  # fmt: skip
+    saved = datasets.Dataset.from_list(rows, features=features)
     saved.save_to_disk(str(tmp_path / "saved"), max_shard_size="8KB")
     files = sorted((tmp_path / "saved").glob("*.arrow"))
     assert len(files) > 1
     assert not files[0].read_bytes().startswith(b"ARROW1")  # a stream, not an IPC file
-    loaded = datasets.load_from_disk(str(tmp_path / "saved"))
+    loaded = datasets.load_from_disk(str(tmp_path / "saved")).with_format("arrow")
+    expected = loaded[:].to_pylist()
+    assert [row["label"] for row in expected] == [row["label"] for row in rows]
     with fastio.Dataset([str(f) for f in files], shuffle=False) as dataset:
-        assert list(dataset) == loaded.to_list() == rows
-        assert [row for b in dataset.batches(64) for row in b.to_pylist()] == rows
+        assert list(dataset) == expected
+        assert [row for b in dataset.batches(64) for row in b.to_pylist()] == expected
+    with fastio.Dataset(str(tmp_path / "saved"), format="arrow", shuffle=False) as dataset:
+        assert list(dataset) == expected
 
 
 def _two_streams(tmp_path: Path) -> tuple[str, Path, bytes]:
