@@ -17,6 +17,7 @@ import numpy as np
 from fastio import _native
 from fastio._errors import DecodeError, TruncatedShardError, import_extra
 from fastio.formats._layout import Layout, ShardFormat, ShardWriter
+from fastio.formats._records import owned_kind
 from fastio.reader._ranges import ByteRange
 from fastio.sources._remote import is_remote, local_path
 
@@ -98,6 +99,29 @@ class _RangeFile:
         if len(parts) == 1:
             return parts[0]
         return b"".join(parts)
+
+
+def _rows(tables: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The rows of ``tables`` (record batches or tables) as dicts. In a
+    DataLoader worker, the values of binary columns are of the kind its queue
+    hands to the main process through shared memory, not pickled (see
+    :func:`fastio.formats._records.owned_kind`)."""
+    kind = owned_kind()
+    for table in tables:
+        rows = table.to_pylist()
+        names = [] if kind is bytes else [f.name for f in table.schema if _binary(f.type)]
+        for row in rows if names else ():
+            for name in names:
+                if row[name] is not None:
+                    row[name] = kind(row[name])
+        yield from rows
+
+
+def _binary(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+                or pa.types.is_fixed_size_binary(kind))  # fmt: skip
 
 
 def _unit_pieces(
@@ -498,8 +522,7 @@ class ParquetFormat(_ColumnFile):
                 ) from None  # fmt: skip
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
-        for table in self._tables(chunks, layout):
-            yield from table.to_pylist()
+        return _rows(self._tables(chunks, layout))
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         for table in self._tables(chunks, layout):
@@ -1000,8 +1023,7 @@ class ArrowFormat(_ColumnFile):
         return batch.select(self.columns) if self.columns is not None else batch
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[dict[str, Any]]:
-        for batch in self._batches(chunks, layout):
-            yield from batch.to_pylist()
+        return _rows(self._batches(chunks, layout))
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         return self._batches(chunks, layout, joined=True)
