@@ -22,13 +22,14 @@ from tests.dataset.test_columnar import FILE_ROWS, GROUP_ROWS, _cold, _table
 from tests.servers import RangeServer
 
 
-def _write_streams(folder: Path, dictionary: bool = False, legacy: bool = False
-                   ) -> tuple[str, list[Path]]:  # fmt: skip
+def _write_streams(folder: Path, dictionary: bool = False, legacy: bool = False,
+                   compression: str | None = None) -> tuple[str, list[Path]]:  # fmt: skip
     """Files of ``FILE_ROWS`` rows, record batches of ``GROUP_ROWS``, written
     by pyarrow's stream writer (``legacy``: the format before 1.0, a length
-    without the continuation marker); their pattern and paths."""
+    without the continuation marker; ``compression`` of the batches' buffers);
+    their pattern and paths."""
     folder.mkdir(parents=True, exist_ok=True)
-    options = pa.ipc.IpcWriteOptions(use_legacy_format=legacy)
+    options = pa.ipc.IpcWriteOptions(use_legacy_format=legacy, compression=compression)
     paths, first = [], 0
     for number, rows in enumerate(FILE_ROWS):
         table = _table(first, rows, dictionary)
@@ -64,13 +65,17 @@ def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.mark.parametrize("cached", [True, False])
-@pytest.mark.parametrize(("dictionary", "legacy"), [(False, False), (True, False), (False, True)])
-def test_arrow_streams_give_pyarrows_rows(tmp_path, monkeypatch, cached, dictionary, legacy):
+@pytest.mark.parametrize(("dictionary", "legacy", "compression"),
+                         [(False, False, None), (True, False, None), (False, True, None),
+                          (False, False, "zstd")])  # fmt: skip
+def test_arrow_streams_give_pyarrows_rows(tmp_path, monkeypatch, cached, dictionary, legacy,
+                                          compression):  # fmt: skip
     """Streams give the rows pyarrow's stream reader gives, per sample and in
-    batches of sizes that span record batches and files, dictionaries
-    included. Cached, they are laid out natively (nothing goes through the
-    reader to lay them out); cold, by walking their messages through it."""
-    pattern, paths = _write_streams(tmp_path, dictionary, legacy)
+    batches of sizes that span record batches and files, dictionaries and
+    compressed buffers included. Cached, they are laid out natively (nothing
+    goes through the reader to lay them out); cold, by walking their
+    messages through it."""
+    pattern, paths = _write_streams(tmp_path, dictionary, legacy, compression)
     expected = _stream_rows(paths)
     if not cached:
         _cold(paths)
