@@ -101,20 +101,26 @@ class _Ring:
         self.fd = fd
         self.read_mark = np.frombuffer(self.map, np.int64, 1)
         self.head = 0
+        self.floor = 0  # where the ring last went back to its start: all before it read
         util.Finalize(self, self.close, exitpriority=10)
 
     def reserve(self, length: int) -> int | None:
         """The position of ``length`` free bytes (taken), or None if the main
         process has not read enough yet.
 
-        Back to the ring's start as soon as the main process has read what
-        lies there, rather than at its end: the pages written are then the
-        ones that payloads in flight need (a DataLoader's prefetched batches),
-        not the whole capacity, which a worker would otherwise hold resident
-        after one lap."""
-        read_mark = int(self.read_mark[0])
-        lap = -(-self.head // self.capacity) * self.capacity
-        if lap + length - read_mark <= self.capacity:
+        Back to the ring's start whenever the main process has read all of
+        it, rather than on to its end: where the main process keeps up, the
+        pages written are then those one batch needs, not the whole capacity.
+        Else on round the ring. (Going back as soon as the main process had
+        read the start's first bytes left room only for what it had read by
+        then, ahead of what it had not: the ring was full at once, and most
+        payloads were pickled.)"""
+        read_mark = max(int(self.read_mark[0]), self.floor)
+        if read_mark >= self.head:  # all read: the ring is empty
+            lap = -(-self.head // self.capacity) * self.capacity
+            # What the jump skips counts as read: the main process marks
+            # nothing until it reads this payload.
+            self.floor = lap
             self.head = lap + length
             return lap
         start = -(-self.head // _ALIGN) * _ALIGN

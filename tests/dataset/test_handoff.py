@@ -135,6 +135,61 @@ def rows_of(batches: list[pa.RecordBatch]) -> list[dict]:
     return sorted((row for b in batches for row in b.to_pylist()), key=lambda r: r["__key__"])
 
 
+def test_every_payload_crosses_through_a_ring_that_holds_the_batches_in_flight(
+    written, monkeypatch
+) -> None:
+    """A ring that holds the batches a DataLoader keeps in flight takes every
+    payload of 16 KiB and more: none is pickled through the queue. (Going
+    back to the ring's start as soon as its first bytes were read left room
+    only ahead of the unread ones, and most payloads were pickled.)"""
+    came = []
+    read = _handoff._Attached.read
+
+    def counted(self, start: int, length: int) -> bytes:  # the main process's reads
+        came.append(length)
+        return read(self, start, length)
+
+    # (Not the function a payload pickles as: a worker would pickle this one.)
+    monkeypatch.setattr(_handoff._Attached, "read", counted)
+    expected = in_process(written)
+    large = sum(len(payload) >= _handoff.MIN_HANDED for payload in expected.values())
+    # Batches of 8 payloads of at most 20 KB, prefetch_factor 2: about 0.5 MB
+    # in flight per worker, in a ring of 2 MiB.
+    dataset = fastio.Dataset(written.pattern, seed=3, handoff_memory=2 << 20)
+    got = {}
+    for _ in range(2):  # persistent workers: their rings go round
+        loader = DataLoader(dataset, batch_size=8, num_workers=2, persistent_workers=True)
+        for batch in loader:
+            got.update(zip(batch["__key__"], batch["bin"], strict=True))
+    assert got == expected
+    assert large > 0
+    assert len(came) == 2 * large
+
+
+def test_the_ring_stays_at_its_start_while_the_main_process_keeps_up(tmp_path) -> None:
+    """A worker's ring goes back to its start when the main process has read
+    all of it (only the pages one batch needs are written), and on round it
+    while the main process lags: a payload is refused only when the unread
+    ones and it would not fit."""
+    ring = _handoff._Ring(1 << 20)
+    try:
+        for _ in range(50):  # read before the next is written
+            start = ring.reserve(20_000)
+            assert start is not None
+            assert start % ring.capacity == 0
+            ring.read_mark[0] = start + 20_000
+        unread = []
+        for _ in range(2000):  # the main process reads 40 payloads behind
+            start = ring.reserve(20_000)
+            assert start is not None
+            unread.append(start + 20_000)
+            if len(unread) > 40:
+                ring.read_mark[0] = unread.pop(0)
+        assert ring.reserve(400_000) is None  # 40 unread payloads and this: past 1 MiB
+    finally:
+        ring.close()
+
+
 @pytest.mark.parametrize("handoff_memory", [0, 64 << 10, 1 << 20])
 def test_a_ring_too_small_or_none_pickles_what_does_not_fit(written, handoff_memory) -> None:
     # 64 KiB holds about three large payloads of a batch of 8: the rest pickle.
