@@ -103,25 +103,39 @@ class _RangeFile:
 
 def _rows(tables: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """The rows of ``tables`` (record batches or tables) as dicts. In a
-    DataLoader worker, the values of binary columns are of the kind its queue
-    hands to the main process through shared memory, not pickled (see
+    DataLoader worker, the values of binary columns, and of the binary fields
+    of struct columns (a Hugging Face image's ``bytes``), are of the kind its
+    queue hands to the main process through shared memory, not pickled (see
     :func:`fastio.formats._records.owned_kind`)."""
     kind = owned_kind()
     for table in tables:
         rows = table.to_pylist()
-        names = [] if kind is bytes else [f.name for f in table.schema if _binary(f.type)]
-        for row in rows if names else ():
-            for name in names:
-                if row[name] is not None:
-                    row[name] = kind(row[name])
+        paths = [] if kind is bytes else _binary_paths(table.schema)
+        for row in rows if paths else ():
+            for name, child in paths:
+                holder = row if child is None else row[name]
+                key = name if child is None else child
+                if holder is not None and holder[key] is not None:
+                    holder[key] = kind(holder[key])
         yield from rows
 
 
-def _binary(kind: Any) -> bool:
+def _binary_paths(schema: Any) -> list[tuple[str, str | None]]:
+    """The binary columns of ``schema`` (name, None), and the binary fields of
+    its struct columns (name, field)."""
     import pyarrow as pa
 
-    return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
-                or pa.types.is_fixed_size_binary(kind))  # fmt: skip
+    def binary(kind: Any) -> bool:
+        return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+                    or pa.types.is_fixed_size_binary(kind))  # fmt: skip
+
+    paths: list[tuple[str, str | None]] = []
+    for field in schema:
+        if binary(field.type):
+            paths.append((field.name, None))
+        elif pa.types.is_struct(field.type):
+            paths += [(field.name, child.name) for child in field.type if binary(child.type)]
+    return paths
 
 
 def _unit_pieces(
