@@ -135,18 +135,26 @@ def rows_of(batches: list[pa.RecordBatch]) -> list[dict]:
     return sorted((row for b in batches for row in b.to_pylist()), key=lambda r: r["__key__"])
 
 
-def test_binary_fields_of_struct_columns_cross_through_the_ring(tmp_path, monkeypatch) -> None:
-    """A Hugging Face image column (a struct of ``bytes`` and ``path``) crosses
-    with its bytes through the ring, not pickled: the same rows as in this
-    process, every image's bytes read from a ring."""
-    came = []
+@pytest.fixture
+def ring_reads(monkeypatch) -> list[int]:
+    """The lengths of the payloads this (the main) process reads from rings
+    from now on. (Counted in the read, not in the function a payload pickles
+    as: a worker would pickle the counting one, fail, and lose the batch.)"""
+    came: list[int] = []
     read = _handoff._Attached.read
 
-    def counted(self, start: int, length: int) -> bytes:  # the main process's reads
+    def counted(self, start: int, length: int) -> bytes:
         came.append(length)
         return read(self, start, length)
 
     monkeypatch.setattr(_handoff._Attached, "read", counted)
+    return came
+
+
+def test_binary_fields_of_struct_columns_cross_through_the_ring(tmp_path, ring_reads) -> None:
+    """A Hugging Face image column (a struct of ``bytes`` and ``path``) crosses
+    with its bytes through the ring, not pickled: the same rows as in this
+    process, every image's bytes read from a ring."""
     images = [{"bytes": bytes([i]) * (20_000 + i), "path": None if i % 2 else f"{i}.png"}
               for i in range(40)]  # fmt: skip
     table = pa.table({"image": images, "label": list(range(40))})
@@ -161,25 +169,16 @@ def test_binary_fields_of_struct_columns_cross_through_the_ring(tmp_path, monkey
     got = sorted(loader, key=lambda row: row["label"])
     assert got == expected
     assert all(type(row["image"]["bytes"]) is bytes for row in got)
-    assert sorted(came) == sorted(len(image["bytes"]) for image in images)
+    assert sorted(ring_reads) == sorted(len(image["bytes"]) for image in images)
 
 
 def test_every_payload_crosses_through_a_ring_that_holds_the_batches_in_flight(
-    written, monkeypatch
+    written, ring_reads
 ) -> None:
     """A ring that holds the batches a DataLoader keeps in flight takes every
     payload of 16 KiB and more: none is pickled through the queue. (Going
     back to the ring's start as soon as its first bytes were read left room
     only ahead of the unread ones, and most payloads were pickled.)"""
-    came = []
-    read = _handoff._Attached.read
-
-    def counted(self, start: int, length: int) -> bytes:  # the main process's reads
-        came.append(length)
-        return read(self, start, length)
-
-    # (Not the function a payload pickles as: a worker would pickle this one.)
-    monkeypatch.setattr(_handoff._Attached, "read", counted)
     expected = in_process(written)
     large = sum(len(payload) >= _handoff.MIN_HANDED for payload in expected.values())
     # Batches of 8 payloads of at most 20 KB, prefetch_factor 2: about 0.5 MB
@@ -192,7 +191,7 @@ def test_every_payload_crosses_through_a_ring_that_holds_the_batches_in_flight(
             got.update(zip(batch["__key__"], batch["bin"], strict=True))
     assert got == expected
     assert large > 0
-    assert len(came) == 2 * large
+    assert len(ring_reads) == 2 * large
 
 
 def test_the_ring_stays_at_its_start_while_the_main_process_keeps_up(tmp_path) -> None:
