@@ -916,6 +916,7 @@ class ArrowFormat(_ColumnFile):
                 "unit_ends": frozenset((extra[-1].offset,) if extra and batches else ends),
                 "whole": True}  # fmt: skip
         meta["head"] = schema_head
+        meta["stream"] = _stream_at(schema_head) == 0
         meta["dictionaries"] = [o for o, _, _ in dictionaries]
         import pyarrow as pa
 
@@ -967,9 +968,8 @@ class ArrowFormat(_ColumnFile):
         known = {start: tail, 0: layout.meta["head"]}
         at, record = start, None  # the footer is read first, then each batch
         try:
-            stream = _stream_at(layout.meta["head"]) == 0
             handle = None
-            if schema is None and not stream:
+            if schema is None and not layout.meta["stream"]:
                 file = _RangeFile(layout.url, layout.size, known)
                 handle = pa.ipc.open_file(pa.PythonFile(file))
                 _check_names(handle.schema)
@@ -977,28 +977,22 @@ class ArrowFormat(_ColumnFile):
             for i, pieces in _unit_pieces(chunks, *planned, views=True):
                 if i < 0:
                     continue  # bytes of no unit the read planned
-                # A local unit is one range (its first batch's offset); a
-                # remote one a range per batch, each handed over as it is in.
-                first = offsets[groups[i]]
-                unit = pieces.get(first)
-                if unit is not None and not isinstance(unit, pa.Buffer):
-                    unit = pa.py_buffer(unit)
-                if schema is None and not stream:
+                if handle is not None:
                     file.hold(known | pieces)
                 decoded: list[pa.RecordBatch] = []
                 held = 0  # their messages' bytes
                 damage: Exception | None = None
                 try:
                     for record in range(groups[i], groups[i + 1]):
+                        # A local unit is one range (at its first batch); a
+                        # remote one a range per batch, each handed over as
+                        # it is in.
                         at = offsets[record]
-                        if at in pieces:
-                            own = pieces[at]
-                            message = (own if isinstance(own, pa.Buffer)
-                                       else pa.py_buffer(own)).slice(0, sizes[record])  # fmt: skip
-                        elif unit is not None and at - first < unit.size:
-                            message = unit.slice(at - first, sizes[record])
-                        else:
+                        base = at if at in pieces else offsets[groups[i]]
+                        piece = pieces.get(base)
+                        if piece is None or at - base >= len(piece):
                             continue  # bytes of another part of the unit
+                        message = pa.py_buffer(piece).slice(at - base, sizes[record])
                         decoded.append(self._decoded(pa, layout, message, record, handle, pieces))
                         held += sizes[record]
                 except (pa.ArrowException, OSError, UnicodeDecodeError) as error:
@@ -1018,7 +1012,7 @@ class ArrowFormat(_ColumnFile):
         and the schema; with dictionaries, from a stream's dictionaries (in
         the unit's ``pieces``) or through pyarrow's file reader ``handle``."""
         schema = layout.meta["schema"]
-        if schema is None and _stream_at(layout.meta["head"]) == 0:
+        if schema is None and layout.meta["stream"]:
             # Dictionaries: the batch as a stream of its own, after the
             # schema and every dictionary (one copy of its bytes).
             parts = [layout.meta["head"], *map(pieces.__getitem__,
