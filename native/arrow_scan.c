@@ -196,6 +196,8 @@ void fio_arrow_file_free(fio_arrow_file *file)
  * schema message becomes the head, the others blocks as a footer lists them.
  * 0 for a stream to read the other way: colder, damaged, cut short, or with
  * a dictionary after a record batch (which the other reading refuses). */
+#define WALK_READ 1024 /* bytes read at each message of a stream at first */
+
 static int walk_stream(int fd, uint64_t size, uint64_t schema_max, fio_arrow_file *out)
 {
     size_t room = 16, extra_room = 16, batches = 0, dictionaries = 0;
@@ -207,13 +209,17 @@ static int walk_stream(int fd, uint64_t size, uint64_t schema_max, fio_arrow_fil
     if (!found || !extra)
         goto done;
     while (at < size) {
-        uint8_t prefix[8];
-        uint64_t want = size - at < 8 ? size - at : 8, marker, length;
-        if (want < 4 || fio_read_whole(fd, prefix, at, want, RWF_NOWAIT) != want)
+        /* One read for the prefix and, mostly, the metadata after it (a
+         * message's metadata is a few hundred bytes); what the page cache
+         * does not hold of the body after them is simply not read. */
+        uint8_t first[WALK_READ];
+        uint64_t want = size - at < WALK_READ ? size - at : WALK_READ, marker, length;
+        uint64_t got = fio_read_whole(fd, first, at, want, RWF_NOWAIT);
+        if (got < 4 || (got < 8 && got < want))
             goto done;
-        read_le(prefix, want, 0, 4, &marker);
+        read_le(first, got, 0, 4, &marker);
         uint64_t skip = marker == 0xffffffffu ? 8 : 4;
-        if (skip == 8 && read_le(prefix, want, 4, 4, &length))
+        if (skip == 8 && read_le(first, got, 4, 4, &length))
             goto done;
         if (skip == 4)
             length = marker;
@@ -222,7 +228,13 @@ static int walk_stream(int fd, uint64_t size, uint64_t schema_max, fio_arrow_fil
         if (length > size - at - skip || length > INT32_MAX - 8 ||
             (!at && skip + length > schema_max))
             goto done;
-        message = read_cached(fd, at, skip + length);
+        if (skip + length <= got) {
+            message = malloc(skip + length);
+            if (message)
+                memcpy(message, first, skip + length);
+        } else {
+            message = read_cached(fd, at, skip + length);
+        }
         fio_arrow_message_info info;
         if (!message || fio_arrow_message(message, skip + length, &info) ||
             (uint64_t)info.body > size - at - skip - length)
