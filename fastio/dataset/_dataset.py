@@ -60,6 +60,7 @@ from fastio.plan._stream import stream_shards
 from fastio.plan._windows import Run
 from fastio.reader import _tuning
 from fastio.reader._reader import Reader
+from fastio.shared._collector import collector_paused
 from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
 from fastio.shared._inherited import freeze_inherited
@@ -209,7 +210,8 @@ class Dataset(_Base):
         self._tuning: _tuning.ReaderTuning | None = None
         self.cache: ShardCache | None = None
         try:
-            self._open(spec, tiering)
+            with collector_paused():
+                self._open(spec, tiering)
         except BaseException:
             self.close()
             raise
@@ -618,8 +620,11 @@ class Dataset(_Base):
         return Batches(self, batch_size, drop_last)
 
     def _iterate(self, columnar: bool, batch_size: int, drop_last: bool) -> Iterator[Any]:
-        return deliver(lambda: self._begin(columnar, batch_size, drop_last),
-                       self._policy.iteration_ended)  # fmt: skip
+        def begin() -> tuple[Iterator[Any], Observer | None]:
+            with collector_paused():  # the pass's plan: objects per shard, none garbage
+                return self._begin(columnar, batch_size, drop_last)
+
+        return deliver(begin, self._policy.iteration_ended)
 
     def _begin(
         self, columnar: bool, batch_size: int, drop_last: bool

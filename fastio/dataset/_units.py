@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from fastio.dataset._spill import ShuffleSpill
     from fastio.plan._cursor import EpochCursor
     from fastio.plan._part import Part
+    from fastio.plan._windows import Window
 
 __all__ = ["read_part"]
 
@@ -46,13 +47,29 @@ def read_part(
     ``columnar``, per window a table, the rows to deliver in order, each row's
     position in the part, and the position after the window. The cursor
     passes every sample, delivered or lost (samples mode; batches move it as
-    they are delivered). ``stop``: windows before it only (a unit of work)."""
+    they are delivered). ``stop``: windows before it only (a unit of work).
+    The reads are planned here, at the call; they start at the first item."""
     windows = part.windows[:stop]
-    starts = part.starts
     first, skip = part.locate(position)
     if first >= len(windows):
-        return
+        return iter(())
     planned = reads.plan(windows, first, skip, part.order)
+    return _delivered(part, windows, first, skip, planned, reads, cursor, spill, columnar)
+
+
+def _delivered(
+    part: Part,
+    windows: list[Window],
+    first: int,
+    skip: int,
+    planned: list[Read],
+    reads: SampleReads,
+    cursor: EpochCursor,
+    spill: ShuffleSpill | None,
+    columnar: bool,
+) -> Iterator[Any]:
+    """:func:`read_part`'s items: ``planned`` read, windows ``first``.. delivered."""
+    starts = part.starts
     per_window = np.bincount([r.window for r in planned], minlength=len(windows))
     # A shuffle window in memory holds samples encoded where the format can,
     # made as they are delivered.

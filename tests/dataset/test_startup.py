@@ -235,3 +235,69 @@ def test_only_the_shard_index_files_the_index_folder_holds_are_opened(
     assert len(stored) == 5
     assert sorted(opened) == stored  # each once, at open (the epoch streams the rest)
     assert got == [row["key"] for row in written.samples]
+
+
+def test_no_collection_runs_while_a_dataset_lays_out_and_plans_its_shards(
+    never_seen, tmp_path
+) -> None:
+    """Laying out shards and planning a pass make objects per shard, none
+    garbage: no collection starts meanwhile, though here every few new
+    objects would start one. The collector runs again once the first sample
+    is handed out, and after an open that fails."""
+    import gc
+
+    inside: list[str] = []  # where each collection started, in the steps watched
+    watched = {"_open", "_begin", "make_part", "read_part"}
+
+    def where(phase: str, info: dict) -> None:
+        if phase != "start":
+            return
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_name in watched and "fastio" in frame.f_code.co_filename:
+                inside.append(frame.f_code.co_name)
+                return
+            frame = frame.f_back
+
+    fastio.Dataset(never_seen.urls, index_dir=tmp_path / "index").index()
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(where)
+    try:
+        gc.set_threshold(5)
+        dataset = fastio.Dataset(never_seen.urls, index_dir=tmp_path / "index", shuffle=True)
+        samples = iter(dataset)
+        assert next(samples) is not None
+        handed_out = gc.isenabled()
+        with pytest.raises(FileNotFoundError):
+            fastio.Dataset(str(tmp_path / "missing-{0..3}.tar"), format="webdataset")
+        failed = gc.isenabled()
+        dataset.close()
+    finally:
+        gc.callbacks.remove(where)
+        gc.set_threshold(*thresholds)
+    assert inside == []
+    assert handed_out and failed
+
+
+def test_a_paused_collector_comes_back_as_it_was() -> None:
+    import gc
+
+    from fastio.shared._collector import collector_paused
+
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():  # nested: the outer block re-enables
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("the block failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # a process that disabled it keeps it so
+    finally:
+        gc.enable()
