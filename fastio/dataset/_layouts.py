@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError, IndexFileError, ShardChangedError
-from fastio.formats._index import DatasetIndex, dataset_index_location, index_key, stamped
+from fastio.formats._index import DatasetIndex, dataset_index_location, index_keys, stamped
 from fastio.formats._layout import Layout
 from fastio.formats._records import RecordFormat
 from fastio.sources._remote import is_remote
@@ -78,7 +78,7 @@ class ShardLayouts:
         # Size, version, change stamp; None for a remote object not asked about
         # yet (its size is 0 until a read learns it).
         self.stamps: list[tuple[int, int, int] | None] = []
-        keys = [index_key(url) for url in self.urls]  # how indexes name the shards
+        keys = index_keys(self.urls)  # how indexes name the shards
         # The first remote objects' sizes are asked for while the dataset index
         # is (a small dataset not indexed yet waits for one round trip, not
         # two); what the index holds is laid out from it without waiting for

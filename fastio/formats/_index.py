@@ -74,6 +74,7 @@ __all__ = [
     "dataset_index_location",
     "fingerprint",
     "index_key",
+    "index_keys",
     "scan_shard",
     "stamped",
 ]
@@ -518,7 +519,7 @@ class IndexStore:
 
     @staticmethod
     def set_name(urls: Sequence[str]) -> str:
-        key = "\n".join(index_key(url) for url in urls)
+        key = "\n".join(index_keys(urls))
         return f"{SET_PREFIX}{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
     def load_set(self, urls: Sequence[str]) -> dict[str, ShardIndex]:
@@ -627,23 +628,22 @@ class DatasetIndex:
         if len({len(shards[field]) for field in _FIELDS}) > 1:
             raise ValueError(f"{location}: the index's fields differ in length")
         starts, ends = stored["starts"], stored["ends"]
-        bounds = [0, *itertools.accumulate(int(count) for count in shards["count"])]
+        bounds = list(itertools.accumulate(map(int, shards["count"]), initial=0))
         if bounds[-1] != len(starts) or len(ends) != len(starts):
             raise ValueError(f"{location}: the index counts {bounds[-1]} samples, "
                              f"holds {len(starts)}")  # fmt: skip
-        folder = posixpath.dirname(index_key(location))  # once: a dataset's index names thousands
-        fields = zip(shards["url"], shards["format"], shards["size"], shards["version"],
-                     shards["change"], shards["fingerprint"], bounds[:-1], bounds[1:],
+        # Field by field, not shard by shard: a dataset's index may name tens of thousands.
+        fields = zip(_resolved_all(shards["url"], posixpath.dirname(index_key(location))),
+                     shards["format"], map(int, shards["size"]), map(int, shards["version"]),
+                     map(int, shards["change"]), shards["fingerprint"], bounds[:-1], bounds[1:],
                      strict=True)  # fmt: skip
-        return cls([
-            ShardIndex(_resolved(url, folder), kind, int(size), int(version), starts[a:b],
-                       ends[a:b], int(change), fingerprint)
-            for url, kind, size, version, change, fingerprint, a, b in fields
-        ])  # fmt: skip
+        return cls([ShardIndex(url, kind, size, version, starts[a:b], ends[a:b], change, print_)
+                    for url, kind, size, version, change, print_, a, b in fields])  # fmt: skip
 
     def lookup(self) -> dict[str, ShardIndex]:
         """The shards' indexes by URL (local paths made absolute)."""
-        return {index_key(index.url): index for index in self.shards}
+        return dict(zip(index_keys([index.url for index in self.shards]), self.shards,
+                        strict=True))  # fmt: skip
 
     def save(self, location: str, storage_options: dict[str, Any] | None = None) -> None:
         """Write the index to ``location`` (a path or URL), atomically where local."""
@@ -690,7 +690,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
 def dataset_index_location(urls: Sequence[str]) -> str:
     """Where a dataset's index is looked for unless named: ``dataset.fastio-index.npz``
     in the folder that holds every shard."""
-    keys = [index_key(url) for url in urls]
+    keys = index_keys(urls)
     common = posixpath.dirname(keys[0])
     # A shard is in a folder or below it where its key starts with the folder
     # and a slash: a prefix test each (a dataset may have thousands of shards).
@@ -708,6 +708,15 @@ def index_key(url: str) -> str:
     return url if is_remote(url) else absolute_path(local_path(url))
 
 
+def index_keys(urls: Iterable[str]) -> list[str]:
+    """:func:`index_key` of each of ``urls``. A path that is absolute and
+    normal already (no ``.``, ``..`` or empty part: no ``//``, so no protocol
+    either) is its own key, told without a call: a dataset may have tens of
+    thousands of shards, keyed before its first sample."""
+    return [url if url[:1] == "/" and "/." not in url and "//" not in url and url[-1:] != "/"
+            else index_key(url) for url in urls]  # fmt: skip
+
+
 def _relative(url: str, location: str) -> str:
     """``url`` as an index file at ``location`` names it: relative to the file's
     folder where it is below it, else whole (a local path made absolute, so
@@ -720,10 +729,17 @@ def _relative(url: str, location: str) -> str:
     return key[len(base) + 1 :] if key.startswith(base + "/") else key
 
 
+def _resolved_all(names: Sequence[str], folder: str) -> list[str]:
+    """``names`` as an index file in ``folder`` names them: the URLs or paths
+    they mean."""
+    if not folder or folder.endswith("/"):
+        return [_resolved(name, folder) for name in names]
+    within = folder + "/"  # posixpath.join's result, told without a call
+    return [name if "://" in name or name[:1] == "/" else within + name for name in names]
+
+
 def _resolved(name: str, folder: str) -> str:
     """``name`` as an index file in ``folder`` names it: the URL or path it means."""
     if "://" in name or name.startswith("/"):
         return name
-    if folder and not folder.endswith("/"):  # posixpath.join's result, a dataset's shards each
-        return f"{folder}/{name}"
     return posixpath.join(folder, name)

@@ -46,6 +46,8 @@ from fastio.formats._index import (
     _stored_members,
     build_index,
     dataset_index_location,
+    index_key,
+    index_keys,
 )
 from fastio.formats._layout import Layout, sample_bounds
 from fastio.formats._records import RecordFormat, RecordWriter
@@ -458,6 +460,17 @@ def test_a_dataset_index_is_looked_for_in_the_folder_that_holds_every_shard(
         common = posixpath.dirname(common)
     expected = posixpath.join(common, DATASET_INDEX) if common else DATASET_INDEX
     assert dataset_index_location(urls) == expected
+
+
+@given(st.lists(st.lists(st.sampled_from(["", "/", "//", ".", "..", "a", ".b", "x.tar", "s3:",
+                                          "file:", "~"]), max_size=6).map("".join),
+                max_size=8))  # fmt: skip
+def test_shards_are_keyed_in_bulk_as_one_by_one(urls: list[str]) -> None:
+    """A dataset's keys, taken without a call for paths absolute and normal
+    already, are what each shard's own key is: relative paths, ``.`` and
+    ``..`` parts, doubled and trailing slashes, ``file://`` and URLs alike."""
+    urls = [url for url in urls if url]  # a shard is named by something
+    assert index_keys(urls) == [index_key(url) for url in urls]
 
 
 def test_shards_no_folder_holds_all_look_for_the_dataset_index_by_its_name() -> None:
