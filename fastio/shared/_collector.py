@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["collector_paused"]
 

@@ -276,7 +276,8 @@ def test_no_collection_runs_while_a_dataset_lays_out_and_plans_its_shards(
         gc.callbacks.remove(where)
         gc.set_threshold(*thresholds)
     assert inside == []
-    assert handed_out and failed
+    assert handed_out
+    assert failed
 
 
 def test_a_paused_collector_comes_back_as_it_was() -> None:
