@@ -94,7 +94,11 @@ def make_windows(
     if arrays is not None:  # the same cuts, in native code
         starts, ends = arrays
         triples = [(span.shard, span.start, span.stop) for span in spans]
-        return _native.cut_windows(triples, starts, ends, budget, mix, FIRST_WINDOW, Run, Window)
+        try:
+            return _native.cut_windows(triples, starts, ends, budget, mix, FIRST_WINDOW, Run,
+                                       Window)  # fmt: skip
+        except ValueError:  # an array not of contiguous int64 (a format's own layout)
+            pass
     if mix == 1:
         return _stored_windows(spans, layouts, budget)
     return _mixed_windows(spans, layouts, budget, mix)
@@ -102,25 +106,22 @@ def make_windows(
 
 def _per_sample(spans: Sequence[Span], layouts: Sequence[Layout]
                 ) -> tuple[list[np.ndarray | None], list[np.ndarray | None]] | None:  # fmt: skip
-    """Every shard's sample starts and ends (contiguous int64 arrays) where
-    each span's shard is laid out per sample, else None."""
+    """Every shard's sample starts and ends where each span's shard is laid
+    out per sample, else None. The native cut takes them where they are
+    contiguous int64 arrays, and raises ValueError where not (checked once
+    there, not for each of a dataset's thousands of shards here)."""
     starts: list[np.ndarray | None] = [None] * len(layouts)
     ends: list[np.ndarray | None] = [None] * len(layouts)
     for span in spans:
-        if span.stop <= span.start or starts[span.shard] is not None:
+        shard = span.shard
+        if starts[shard] is not None or span.stop <= span.start:
             continue
-        layout = layouts[span.shard]
+        layout = layouts[shard]
         first, last = layout.starts, layout.ends
-        if not layout.per_sample or first is None or last is None:
+        if first is None or last is None or layout.whole:  # not :attr:`Layout.per_sample`
             return None
-        if not (_int64_row(first) and _int64_row(last)):
-            return None
-        starts[span.shard], ends[span.shard] = first, last
+        starts[shard], ends[shard] = first, last
     return starts, ends
-
-
-def _int64_row(array: np.ndarray) -> bool:
-    return array.dtype == np.int64 and array.ndim == 1 and array.flags.c_contiguous
 
 
 def _stored_windows(spans: Sequence[Span], layouts: Sequence[Layout], budget: int

@@ -113,3 +113,22 @@ def test_the_native_cut_is_taken_only_where_every_shard_is_laid_out_per_sample()
     assert make_windows(spans, [per_sample, units], 30_000, 2) == _mixed_windows(
         spans, [per_sample, units], 30_000, 2
     )
+
+
+def test_sample_ranges_not_of_contiguous_int64_are_cut_in_python() -> None:
+    """A format's layout may hold its sample ranges in other arrays (int32,
+    or every other element of one): the native cut refuses them and the
+    Python cut makes the same windows as from contiguous int64 ones."""
+    sizes = [5_000, 70_000, 0, 12_000, 300]
+    ends = np.cumsum(sizes, dtype=np.int64)
+    starts = ends - np.asarray(sizes, np.int64)
+    plain = Layout("a", 5, int(ends[-1]), sample_bounds(5), None, starts, ends)
+    spans = [Span(0, 0, 5), Span(1, 1, 4)]
+    expected = make_windows(spans, [plain, plain], 30_000, 2)
+    interleaved = np.empty((5, 2), np.int64)
+    interleaved[:, 0], interleaved[:, 1] = starts, ends
+    for first, last in [(starts.astype(np.int32), ends.astype(np.int32)),
+                        (interleaved[:, 0], interleaved[:, 1])]:  # fmt: skip
+        other = Layout("a", 5, int(ends[-1]), sample_bounds(5), None, first, last)
+        assert make_windows(spans, [other, other], 30_000, 2) == expected
+        assert make_windows(spans, [plain, other], 30_000, 2) == expected
