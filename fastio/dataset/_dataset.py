@@ -249,7 +249,7 @@ class Dataset(_Base):
         # process would stream (where it is a DataLoader worker's parent, its
         # workers' differ: what it asked about then goes unused).
         first = None
-        self._remote = any(is_remote(url) for url in self.urls)
+        self._remote = any(map(is_remote, self.urls))
         if self._remote:
             first = stream_shards(len(self.urls), None, spec.shuffle, self._ledger.first_epoch(),
                                   self._participant())  # fmt: skip

@@ -67,6 +67,9 @@ class ShardLayouts:
         """``read_first``: the shards this process would read first (their remote
         objects are asked about while the dataset index is looked for)."""
         self.urls = list(urls)
+        # Whether any shard is remote: where none is, what only remote objects
+        # need (their answers, their checks) is not asked of each shard.
+        self.remote = any(map(is_remote, self.urls))
         self.format = shard_format
         self._records = shard_format if isinstance(shard_format, RecordFormat) else None
         self.reader = reader
@@ -116,6 +119,19 @@ class ShardLayouts:
             group = self.urls[first : first + _PREFETCH_SHARDS]
             shard_format.prefetch(opener, group)
             for shard in range(first, first + len(group)):
+                stamp, entry = stamps[shard], known.get(keys[shard]) if known else None
+                if (entry is not None and entry.change and entry.stamp == stamp
+                        and reusable is not None and reusable(entry.format)):  # fmt: skip
+                    # A local file as indexed, its change stamp too (what
+                    # :meth:`_layout_at_open` finds, without its steps).
+                    assert isinstance(stamp, tuple)
+                    assert records is not None
+                    self.sizes.append(stamp[0])
+                    self.stamps.append(stamp)
+                    self.indexes.append(entry)
+                    self.layouts.append(records.layout_of(entry))
+                    self._reused += 1
+                    continue
                 self.indexes.append(None)
                 self.layouts.append(self._open(opener, self.urls[shard], keys[shard],
                                                stamps[shard], known, reusable))  # fmt: skip
@@ -137,6 +153,8 @@ class ShardLayouts:
         the objects' versions: those are asked. None for a remote record
         shard no index anywhere holds: the read that streams it asks (a
         bucket never seen does not wait for an answer about each object)."""
+        if not self.remote:
+            return list(reader.stamps(self.urls))
         trusted = {
             url: known[key].stamp for url, key in zip(self.urls, keys, strict=True)
             if key in known and is_remote(url) and known[key].of_an_object
@@ -161,6 +179,9 @@ class ShardLayouts:
         local shards it serves, so that with ``direct="auto"`` it reads cold
         ones through the page cache where they fit there (later epochs then
         find them cached; see :attr:`Reader.data_bytes`)."""
+        if not self.remote:
+            reader.data_bytes = sum(self.sizes)
+            return
         reader.expect({url: stamp[:2] for url, stamp in zip(self.urls, self.stamps, strict=True)
                        if is_remote(url) and stamp is not None})  # fmt: skip
         reader.data_bytes = sum(size for url, size in zip(self.urls, self.sizes, strict=True)
@@ -178,6 +199,8 @@ class ShardLayouts:
     def local_sizes(self) -> list[int]:
         """Each shard's size, 0 for remote objects (whose sizes may be
         learned only as they are read)."""
+        if not self.remote:
+            return list(self.sizes)
         return [0 if is_remote(url) else size
                 for url, size in zip(self.urls, self.sizes, strict=True)]  # fmt: skip
 
@@ -424,6 +447,8 @@ class ShardLayouts:
         ``anew``: forget what was known of them (a later pass: one may have
         been replaced since). A pass does not wait for a round of requests
         about every object first."""
+        if not self.remote:
+            return
         urls = [self.urls[shard] for shard in shards if is_remote(self.urls[shard])]
         if urls:
             self.reader().confirm_ahead(urls, anew)

@@ -30,6 +30,7 @@ import inspect
 import itertools
 import logging
 import os
+import sys
 import threading
 import time
 import warnings
@@ -493,21 +494,28 @@ class Reader:
         local files in one native call (a dataset checks thousands of shards
         against its index before its first sample)."""
         self._check_usable()
-        paths = [local_path(url) for url in urls if not is_remote(url)]
-        local = zip(paths, _native.stat_stamps([os.fsencode(path) for path in paths]), strict=True)
+        far = list(map(is_remote, urls))
+        paths = [local_path(url) for url, remote in zip(urls, far, strict=True) if not remote]
+        encoding, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+        native = _native.stat_stamps([path.encode(encoding, errors) for path in paths])  # fsencode
+        # OSError(errno, ...) is the errno's subclass, as os.stat raises it.
+        local: list[tuple[int, int, int] | OSError] = [
+            stamp if isinstance(stamp, tuple) else OSError(stamp, os.strerror(stamp), path)
+            for path, stamp in zip(paths, native, strict=True)
+        ]  # fmt: skip
+        if not any(far):
+            return local
         found: list[tuple[int, int, int] | OSError] = []
-        for url in urls:
-            if is_remote(url):
-                try:
-                    remote = self._remotes.stat(url, in_turn=True)  # asked ahead in this order
-                    found.append((*remote.identity, 0))
-                except OSError as error:
-                    found.append(error)
+        in_order = iter(local)
+        for url, remote in zip(urls, far, strict=True):
+            if not remote:
+                found.append(next(in_order))
                 continue
-            path, stamp = next(local)
-            # OSError(errno, ...) is the errno's subclass, as os.stat raises it.
-            found.append(stamp if isinstance(stamp, tuple)
-                         else OSError(stamp, os.strerror(stamp), path))  # fmt: skip
+            try:
+                answer = self._remotes.stat(url, in_turn=True)  # asked ahead in this order
+                found.append((*answer.identity, 0))
+            except OSError as error:
+                found.append(error)
         return found
 
     def change_stamp(self, url: str) -> int:
