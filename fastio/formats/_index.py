@@ -477,7 +477,9 @@ class IndexStore:
         names: set[str] = set()
         for folder in self._folders():
             with contextlib.suppress(OSError):  # no such folder yet: nothing stored
-                names.update(os.listdir(folder))
+                names.update(name for name in os.listdir(folder) if name.endswith(INDEX_SUFFIX))
+        if not names:  # a first run: no shard's name is worked out (a digest each)
+            return set()
         return {url for url in urls if self.name(url) + INDEX_SUFFIX in names}
 
     def load(self, reader: Reader, url: str, locator: Locator) -> ShardIndex | None:
