@@ -331,10 +331,12 @@ class Dataset(_Base):
         state["_reader"] = None  # each process makes its own
         state["_tuning"] = None  # and tunes its own
         del state["_reads"]  # which reads through this copy's reader
+        del state["layouts"]  # the shards' list, which they pickle (see ShardLayouts)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.layouts = self._shards.layouts
         self._shards.reader = lambda: self.reader
         self._reads = SampleReads(self._known, self._format, lambda: self.reader, self._policy)
 

@@ -27,9 +27,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError, IndexFileError, ShardChangedError
-from fastio.formats._index import DatasetIndex, dataset_index_location, index_keys, stamped
+from fastio.formats._index import (
+    DatasetIndex,
+    dataset_index_location,
+    index_columns,
+    index_keys,
+    indexes_of_columns,
+    stamped,
+)
 from fastio.formats._layout import Layout
 from fastio.formats._records import RecordFormat
+from fastio.shared._collector import collector_paused
 from fastio.sources._remote import is_remote
 
 if TYPE_CHECKING:
@@ -136,7 +144,7 @@ class ShardLayouts:
                 self.layouts.append(self._open(opener, self.urls[shard], keys[shard],
                                                stamps[shard], known, reusable))  # fmt: skip
         shard_format.prefetch(opener, [])
-        self._held = None  # asked about at open only
+        self._held = self._kept = None  # asked about at open only
         if (kept and self._reused < len(self.urls)) or self._restamped:
             self._keep_together()
         self.arm(opener)
@@ -188,9 +196,36 @@ class ShardLayouts:
                                 if not is_remote(url))  # fmt: skip
 
     def __getstate__(self) -> dict[str, Any]:
+        """What a spawned DataLoader worker (or a Ray task) gets. A layout made
+        from a shard's index is made again from it there, and the indexes go
+        as columns, their offsets in two arrays: pickled object by object,
+        20,000 shards took 0.5 s and 18 MB (four arrays a shard), once per
+        worker per epoch."""
         state = self.__dict__.copy()
         del state["reader"]  # the new process's own: the dataset gives it back
+        if any(index is not None for index in self.indexes):
+            state["indexes"] = _PackedIndexes.of(self.indexes)
+            pairs = zip(self.layouts, self.indexes, strict=True)
+            state["layouts"] = [layout if index is None else None for layout, index in pairs]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        packed = state["indexes"]
+        if isinstance(packed, _PackedIndexes):
+            records = state["_records"]
+            with collector_paused():  # objects per shard, none garbage
+                indexes = state["indexes"] = packed.unpacked()
+                pairs = zip(state["layouts"], indexes, strict=True)
+                state["layouts"] = [layout if index is None else records.layout_of(index)
+                                    for layout, index in pairs]  # fmt: skip
+        self.__dict__.update(state)
+
+    def __copy__(self) -> ShardLayouts:
+        """The same layouts and indexes (a part of the dataset, see
+        :meth:`Dataset.as_rank`), not made again as unpickling makes them."""
+        copied = type(self).__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        return copied
 
     @property
     def record_format(self) -> RecordFormat | None:
@@ -465,6 +500,32 @@ class ShardLayouts:
 
     def stale_error(self, shard: int) -> ShardChangedError:
         return ShardChangedError.of(self.urls[shard])
+
+
+@dataclasses.dataclass(frozen=True)
+class _PackedIndexes:
+    """A dataset's shard indexes as :func:`index_columns` gives them (the
+    shards that have one, ``held``, of ``count``), for pickling."""
+
+    count: int
+    held: list[int]
+    fields: dict[str, list[Any]]
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, indexes: list[ShardIndex | None]) -> _PackedIndexes:
+        held = [shard for shard, index in enumerate(indexes) if index is not None]
+        fields, starts, ends = index_columns([indexes[shard] for shard in held])  # type: ignore[misc]
+        return cls(len(indexes), held, fields, starts, ends)
+
+    def unpacked(self) -> list[ShardIndex | None]:
+        indexes: list[ShardIndex | None] = [None] * self.count
+        made = indexes_of_columns(self.fields, self.starts, self.ends, self.fields["url"],
+                                  "a pickled dataset")  # fmt: skip
+        for shard, index in zip(self.held, made, strict=True):
+            indexes[shard] = index
+        return indexes
 
 
 def _empty_layout(url: str) -> Layout:

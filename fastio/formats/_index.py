@@ -73,8 +73,10 @@ __all__ = [
     "build_index",
     "dataset_index_location",
     "fingerprint",
+    "index_columns",
     "index_key",
     "index_keys",
+    "indexes_of_columns",
     "scan_shard",
     "stamped",
 ]
@@ -558,21 +560,51 @@ def _index_file(shards: Sequence[ShardIndex], names: Sequence[str], version: int
     offsets concatenated, and their fields in JSON, a list each (version 3),
     or an object per shard (version 2, whose keys took most of a dataset
     index's bytes and of the time to read it)."""
-    fields = {"url": list(names), "format": [index.format for index in shards],
-              "size": [index.size for index in shards],
-              "version": [index.version for index in shards],
-              "change": [index.change for index in shards],
-              "fingerprint": [index.fingerprint for index in shards],
-              "count": [len(index) for index in shards]}  # fmt: skip
+    fields, starts, ends = index_columns(shards)
+    fields["url"] = list(names)
     listed: Any = fields
     if version == 2:
         listed = [dict(zip(fields, entry, strict=True))
                   for entry in zip(*fields.values(), strict=True)]  # fmt: skip
     meta = json.dumps({"version": version, "shards": listed}, separators=(",", ":"))
+    return _aligned_npz({"starts": starts, "ends": ends, "meta": np.array(meta)})
+
+
+def index_columns(shards: Sequence[ShardIndex]) -> tuple[dict[str, list[Any]], np.ndarray,
+                                                         np.ndarray]:  # fmt: skip
+    """The fields of ``shards``, a list each (as an index file keeps them,
+    their URLs as the indexes name them), and their sample offsets
+    concatenated: see :func:`indexes_of_columns`."""
+    fields: dict[str, list[Any]] = {
+        "url": [index.url for index in shards],
+        "format": [index.format for index in shards],
+        "size": [index.size for index in shards],
+        "version": [index.version for index in shards],
+        "change": [index.change for index in shards],
+        "fingerprint": [index.fingerprint for index in shards],
+        "count": [len(index) for index in shards],
+    }
     empty = [np.zeros(0, np.uint64)]
-    return _aligned_npz({"starts": np.concatenate([index.starts for index in shards] or empty),
-                         "ends": np.concatenate([index.ends for index in shards] or empty),
-                         "meta": np.array(meta)})  # fmt: skip
+    starts = np.concatenate([index.starts for index in shards] or empty)
+    ends = np.concatenate([index.ends for index in shards] or empty)
+    return fields, starts, ends
+
+
+def indexes_of_columns(fields: dict[str, list[Any]], starts: np.ndarray, ends: np.ndarray,
+                       urls: Sequence[str], where: str) -> list[ShardIndex]:  # fmt: skip
+    """The shards' indexes that :func:`index_columns` gave the fields and
+    offsets of, named ``urls``; their offsets are views of ``starts`` and
+    ``ends``. Field by field, not shard by shard: a dataset may have tens of
+    thousands. Raises ValueError (naming ``where``) where the counts do not
+    add up to the offsets."""
+    bounds = list(itertools.accumulate(map(int, fields["count"]), initial=0))
+    if bounds[-1] != len(starts) or len(ends) != len(starts):
+        raise ValueError(f"{where}: the index counts {bounds[-1]} samples, holds {len(starts)}")
+    columns = zip(urls, fields["format"], map(int, fields["size"]), map(int, fields["version"]),
+                  map(int, fields["change"]), fields["fingerprint"], bounds[:-1], bounds[1:],
+                  strict=True)  # fmt: skip
+    return [ShardIndex(url, kind, size, version, starts[a:b], ends[a:b], change, print_)
+            for url, kind, size, version, change, print_, a, b in columns]  # fmt: skip
 
 
 # The zip extra field that pads a member's local header (as Android's
@@ -629,18 +661,8 @@ class DatasetIndex:
                       for field, default in _FIELDS.items()}  # fmt: skip
         if len({len(shards[field]) for field in _FIELDS}) > 1:
             raise ValueError(f"{location}: the index's fields differ in length")
-        starts, ends = stored["starts"], stored["ends"]
-        bounds = list(itertools.accumulate(map(int, shards["count"]), initial=0))
-        if bounds[-1] != len(starts) or len(ends) != len(starts):
-            raise ValueError(f"{location}: the index counts {bounds[-1]} samples, "
-                             f"holds {len(starts)}")  # fmt: skip
-        # Field by field, not shard by shard: a dataset's index may name tens of thousands.
-        fields = zip(_resolved_all(shards["url"], posixpath.dirname(index_key(location))),
-                     shards["format"], map(int, shards["size"]), map(int, shards["version"]),
-                     map(int, shards["change"]), shards["fingerprint"], bounds[:-1], bounds[1:],
-                     strict=True)  # fmt: skip
-        return cls([ShardIndex(url, kind, size, version, starts[a:b], ends[a:b], change, print_)
-                    for url, kind, size, version, change, print_, a, b in fields])  # fmt: skip
+        urls = _resolved_all(shards["url"], posixpath.dirname(index_key(location)))
+        return cls(indexes_of_columns(shards, stored["starts"], stored["ends"], urls, location))
 
     def lookup(self) -> dict[str, ShardIndex]:
         """The shards' indexes by URL (local paths made absolute)."""

@@ -417,3 +417,68 @@ def test_a_loop_left_at_its_first_sample_ends_quietly_with_the_process(tmp_path)
     first = {"__key__": done.stdout.strip()}
     assert key_of("webdataset", first) == written.samples[0]["key"]
     assert done.stderr == ""
+
+
+def _arrays_pickled(value: object) -> int:
+    import io
+
+    class Counting(pickle.Pickler):
+        arrays = 0
+
+        def reducer_override(self, obj: object) -> object:
+            if isinstance(obj, np.ndarray):
+                Counting.arrays += 1
+            return NotImplemented
+
+    Counting(io.BytesIO()).dump(value)
+    return Counting.arrays
+
+
+def test_a_pickled_dataset_has_its_shards_laid_out_as_they_were(tmp_path) -> None:
+    """What a spawned DataLoader worker gets: each shard's index (its stamps,
+    its offsets as uint64) and layout as in the parent, a damaged shard's
+    layout (made by its scan, with no index to share) too, and the same
+    samples in the same order. The shards' offsets travel as two arrays,
+    not as arrays of each shard's own."""
+    written = write("webdataset", tmp_path / "data", shards=5, per_shard=12, index=False)
+    with open(written.urls[2], "r+b") as handle:
+        handle.truncate(os.path.getsize(written.urls[2]) * 6 // 10)
+    dataset = fastio.Dataset(written.pattern, on_error="skip", index_dir=tmp_path / "index",
+                             seed=5)  # fmt: skip
+    dataset.index()
+    shards = dataset._shards
+    assert [index is None for index in shards.indexes] == [False, False, True, False, False]
+    unindexed = [layout for layout, index in zip(dataset.layouts, shards.indexes, strict=True)
+                 if index is None]  # fmt: skip
+    arrays = sum(isinstance(value, np.ndarray) for layout in unindexed
+                 for value in vars(layout).values())  # fmt: skip
+    assert _arrays_pickled(dataset) == 2 + arrays
+    copy = pickle.loads(pickle.dumps(dataset))
+    assert copy.layouts is copy._shards.layouts
+    assert (copy._shards.stamps, copy._shards.sizes) == (shards.stamps, shards.sizes)
+    for mine, theirs in zip(shards.indexes, copy._shards.indexes, strict=True):
+        if mine is None:
+            assert theirs is None
+            continue
+        assert theirs is not None
+        assert (theirs.url, theirs.format, theirs.stamp, theirs.fingerprint) == (
+            mine.url, mine.format, mine.stamp, mine.fingerprint)  # fmt: skip
+        assert theirs.starts.dtype == theirs.ends.dtype == np.uint64
+        assert np.array_equal(theirs.starts, mine.starts)
+        assert np.array_equal(theirs.ends, mine.ends)
+    for mine, theirs in zip(dataset.layouts, copy.layouts, strict=True):
+        fields = vars(mine)
+        assert vars(theirs).keys() == fields.keys()
+        for name, value in fields.items():
+            if isinstance(value, np.ndarray):
+                assert np.array_equal(getattr(theirs, name), value), name
+            else:
+                assert getattr(theirs, name) == value, name
+    keys = [key_of("webdataset", sample) for sample in dataset]
+    assert [key_of("webdataset", sample) for sample in copy] == keys
+    assert len(keys) == dataset.total
+    part = dataset.as_rank(0, 1)  # a part of the dataset in this process: the same layouts
+    assert part.layouts is dataset.layouts
+    assert sorted(key_of("webdataset", sample) for sample in part) == sorted(keys)
+    for made in (dataset, copy, part):
+        made.close()
