@@ -8,7 +8,8 @@ samples, 64 shards, indexes present). Each run is a fresh process that first
 imports what ``bench_datasets.py`` imports before its clock (fastio, numpy,
 pyarrow, torch, uvloop, webdataset: a once-per-process cost), then times, as
 that benchmark does, from constructing the dataset to its first sample (or
-the first batch of a 2-worker DataLoader), and stops there, with the
+the first batch of a 2-worker DataLoader; "spawn": its workers spawned, each
+sent the pickled dataset), and stops there, with the
 iteration still open (its teardown is not part of the wait): seconds per
 run, not a whole epoch. Besides wall-clock time it reports the process's
 CPU time to the first sample (all threads) and the main thread's, which a
@@ -64,7 +65,7 @@ LOADER_BATCH = 256
 WORKERS = 2
 IMPORTS = (*FASTIO_IMPORTS, "webdataset")  # as bench_datasets.py's webdataset methods
 METHODS = ["fastio", "fastio shuffled", "fastio never seen", "webdataset", "fastio loader",
-           "webdataset loader"]  # fmt: skip
+           "webdataset loader", "fastio loader spawn", "webdataset loader spawn"]  # fmt: skip
 
 
 def first_item(method: str, url: str) -> tuple[Any, Any]:
@@ -81,10 +82,12 @@ def first_item(method: str, url: str) -> tuple[Any, Any]:
 
         knobs: dict[str, Any] = {} if method == "fastio shuffled" else {"shuffle": False}
         dataset = fastio.Dataset(url, format="webdataset", **knobs)
-    if method.endswith("loader"):
+    if "loader" in method:
         from torch.utils.data import DataLoader
 
-        dataset = DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=WORKERS)
+        context = "spawn" if method.endswith("spawn") else None  # the dataset pickled to each
+        dataset = DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=WORKERS,
+                             multiprocessing_context=context)  # fmt: skip
     iterator = iter(dataset)
     return next(iterator), iterator
 
@@ -224,7 +227,7 @@ def run(args: argparse.Namespace, data_dir: Path, where: str) -> None:
           " webdataset / this (wall) | then stopping there (ms) |")  # fmt: skip
     print("|---|---|---|---|---|---|")
     for method in args.methods:
-        peer = "webdataset loader" if method.endswith("loader") else "webdataset"
+        peer = method.replace("fastio", "webdataset", 1) if "loader" in method else "webdataset"
         ratio = ""
         if results.get(peer):
             ratio = f"{median(peer, 'seconds') / median(method, 'seconds'):.2f}"

@@ -64,6 +64,7 @@ from fastio.shared._collector import collector_paused
 from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
 from fastio.shared._inherited import freeze_inherited
+from fastio.shared._sent import SentStates, received
 from fastio.sources._remote import is_remote
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
 
@@ -209,6 +210,7 @@ class Dataset(_Base):
         self._reader: Reader | None = None
         self._tuning: _tuning.ReaderTuning | None = None
         self.cache: ShardCache | None = None
+        self._sent = SentStates()
         try:
             with collector_paused():
                 self._open(spec, tiering)
@@ -332,10 +334,12 @@ class Dataset(_Base):
         state["_tuning"] = None  # and tunes its own
         del state["_reads"]  # which reads through this copy's reader
         del state["layouts"]  # the shards' list, which they pickle (see ShardLayouts)
-        return state
+        del state["_sent"]
+        return self._sent.state(state)  # a spawned worker's through a file where large
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update(received(state))
+        self._sent = SentStates()
         self.layouts = self._shards.layouts
         self._shards.reader = lambda: self.reader
         self._reads = SampleReads(self._known, self._format, lambda: self.reader, self._policy)
@@ -374,7 +378,7 @@ class Dataset(_Base):
         # The tuning's summary stays readable; the cache (its index connection
         # and pins) is reopened on use. What an open that failed did not make
         # yet is not there.
-        for name in ("_tuning", "_reader", "cache", "fairness", "_ledger"):
+        for name in ("_tuning", "_reader", "cache", "fairness", "_ledger", "_sent"):
             made = self.__dict__.get(name)
             if made is not None:
                 made.close()

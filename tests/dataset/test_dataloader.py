@@ -156,3 +156,36 @@ def test_ranks_come_from_the_environment(written, monkeypatch) -> None:
     union = collections.Counter(k for keys in per_rank for k in keys)
     assert set(union.values()) == {1}
     assert len(union) == len(written.samples)
+
+
+def test_spawned_workers_get_a_large_dataset_through_one_shared_file(tmp_path) -> None:
+    """A dataset whose pickle passes a pipe's buffer (300 shards) reaches
+    spawned workers through one file of the shared folder, which their
+    pickles name: the parent does not wait for each worker to import its
+    main module before it starts the next. Every sample comes once; the
+    file is removed when the dataset is closed; pickled for anything but a
+    spawned process (a Ray task, a user's own), the dataset holds its state."""
+    import os
+    import pickle
+
+    from fastio.shared._mapped import shared_folder
+    from fastio.shared._sent import KIND
+
+    def files() -> list[str]:
+        return [name for name in os.listdir(shared_folder())
+                if name.startswith(f"fastio-{KIND}-{os.getpid()}-")]  # fmt: skip
+
+    written = write("webdataset", tmp_path, shards=300, per_shard=2)
+    dataset = fastio.Dataset(written.pattern, seed=4)
+    whole = pickle.dumps(dataset)
+    assert len(whole) > 64 << 10
+    loader = DataLoader(dataset, batch_size=10, num_workers=2, collate_fn=collate_keys,
+                        multiprocessing_context="spawn")  # fmt: skip
+    got = [k for batch in loader for k in batch]
+    assert sorted(got) == sorted(row["key"] for row in written.samples)
+    assert len(files()) == 1  # one for both workers
+    copy = pickle.loads(whole)
+    dataset.close()
+    assert files() == []
+    assert sorted(key_of("webdataset", sample) for sample in copy) == sorted(got)
+    copy.close()
