@@ -516,7 +516,7 @@ class _PackedIndexes:
     @classmethod
     def of(cls, indexes: list[ShardIndex | None]) -> _PackedIndexes:
         held = [shard for shard, index in enumerate(indexes) if index is not None]
-        fields, starts, ends = index_columns([indexes[shard] for shard in held])  # type: ignore[misc]
+        fields, starts, ends = index_columns([index for index in indexes if index is not None])
         return cls(len(indexes), held, fields, starts, ends)
 
     def unpacked(self) -> list[ShardIndex | None]:
