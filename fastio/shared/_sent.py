@@ -22,6 +22,7 @@ files whose owner died are swept like the package's others.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import weakref
@@ -84,8 +85,15 @@ def received(state: dict[str, Any]) -> dict[str, Any]:
     path = state.get(SENT)
     if path is None:
         return state
-    with open(path, "rb") as file:
-        loaded: dict[str, Any] = reduction.ForkingPickler.loads(file.read())
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            errno.ENOENT, "the dataset state sent to this process is gone: its dataset was "
+            "closed (or collected) before the process started", path,
+        ) from None  # fmt: skip
+    loaded: dict[str, Any] = reduction.ForkingPickler.loads(data)
     return loaded
 
 

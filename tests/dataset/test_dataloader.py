@@ -189,3 +189,42 @@ def test_spawned_workers_get_a_large_dataset_through_one_shared_file(tmp_path) -
     assert files() == []
     assert sorted(key_of("webdataset", sample) for sample in copy) == sorted(got)
     copy.close()
+
+
+def test_a_state_sent_through_a_file_is_written_once_kept_a_while_and_removed() -> None:
+    """While a process is being spawned, a large state goes into a file: one
+    per distinct state (the same one for every worker), the latest few kept,
+    all removed on close, none by a forked child's copy; a small state, and
+    any state pickled when no process is being spawned, go as they are. A
+    process that receives a state whose file is gone is told so."""
+    import os
+    import pickle
+    from multiprocessing import context
+
+    from fastio.shared._sent import SENT, SentStates, received
+
+    sent = SentStates()
+    small, large = {"a": 1}, {"a": b"x" * (64 << 10)}
+    assert sent.state(large) is large  # not spawning: a Ray task's, a user's own pickle
+    context.set_spawning_popen(object())
+    try:
+        assert sent.state(small) is small
+        first = sent.state(large)
+        assert sent.state(dict(large)) == first  # the same state: the same file
+        assert received(pickle.loads(pickle.dumps(first))) == large
+        later = [sent.state({"a": bytes([n]) * (64 << 10)})[SENT] for n in range(5)]
+    finally:
+        context.set_spawning_popen(None)
+    assert not os.path.exists(first[SENT])  # the oldest let go: four kept
+    assert all(os.path.exists(path) for path in later[1:])
+    child = os.fork()
+    if child == 0:  # a forked copy closing (a worker's) removes nothing of its parent's
+        sent.close()
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert all(os.path.exists(path) for path in later[1:])
+    sent.close()
+    assert not any(os.path.exists(path) for path in later)
+    with pytest.raises(FileNotFoundError, match="closed") as gone:
+        received({SENT: later[-1]})
+    assert gone.value.filename == later[-1]
