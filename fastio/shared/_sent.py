@@ -27,9 +27,12 @@ import hashlib
 import os
 import weakref
 from multiprocessing import context, reduction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastio.shared._mapped import shared_path
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["SENT", "SentStates", "received"]
 
@@ -46,7 +49,7 @@ class SentStates:
     def __init__(self) -> None:
         self._paths: dict[str, str] = {}  # digest -> file, oldest first
         self._owner = os.getpid()  # a forked child's copy removes none of them
-        weakref.finalize(self, _remove, self._paths, self._owner)
+        weakref.finalize(self, _remove, self._paths.values(), self._owner)
 
     def state(self, state: dict[str, Any]) -> dict[str, Any]:
         """``state``, or where a process is being spawned and its pickle is
@@ -69,11 +72,11 @@ class SentStates:
                 return state
             self._paths[digest] = path
             while len(self._paths) > _KEPT:
-                _remove({"": self._paths.pop(next(iter(self._paths)))}, self._owner)
+                _remove([self._paths.pop(next(iter(self._paths)))], self._owner)
         return {SENT: path}
 
     def close(self) -> None:
-        _remove(self._paths, self._owner)
+        _remove(self._paths.values(), self._owner)
         if os.getpid() == self._owner:
             self._paths.clear()
 
@@ -110,9 +113,9 @@ def _write(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def _remove(paths: dict[str, str], owner: int) -> None:
+def _remove(paths: Iterable[str], owner: int) -> None:
     if os.getpid() != owner:
         return
-    for path in paths.values():
+    for path in paths:
         with contextlib.suppress(OSError):
             os.unlink(path)
