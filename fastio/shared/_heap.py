@@ -27,8 +27,9 @@ batches. Nothing is changed where the user has set malloc's thresholds (the
 
 from __future__ import annotations
 
-import ctypes
 import os
+
+from fastio import _native
 
 __all__ = ["KEPT_TOP", "MAPPED_FROM", "keep_heap"]
 
@@ -60,12 +61,8 @@ def keep_heap() -> bool:
         return False
     if not _glibc():
         return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    if not (mallopt(_M_MMAP_THRESHOLD, MAPPED_FROM) and mallopt(_M_TRIM_THRESHOLD, KEPT_TOP)):
+    if not (_native.set_malloc_option(_M_MMAP_THRESHOLD, MAPPED_FROM)
+            and _native.set_malloc_option(_M_TRIM_THRESHOLD, KEPT_TOP)):  # fmt: skip
         return False
     _kept = True
     return True
