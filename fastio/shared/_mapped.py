@@ -4,7 +4,7 @@ Zeros are a valid empty array, so the file needs no initialisation and any
 process may create it (``O_CREAT`` without ``O_EXCL``). Only the process that
 named it (its *owner*, whose pid is in the name) removes it; files of owners
 that died without cleaning up (killed by SIGKILL) are removed by the next
-process that names one of the same kind on the machine. Not
+process that names one on the machine. Not
 ``multiprocessing.shared_memory``: its resource tracker would count every
 worker's attach as a leak. Changes that must not interleave are made under an
 exclusive ``flock`` of the file, and the file grows under it too: a process
@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import mmap
 import os
+import re
 import secrets
 import tempfile
 import threading
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["SharedArray", "remove_owned", "shared_folder", "shared_path"]
 
 PREFIX = "fastio-"
-_swept: set[tuple[int, str]] = set()  # (process, kind) that removed stale files already
+_NAMED = re.compile(rf"{PREFIX}[a-z]+-(\d+)-[0-9a-f]{{12}}")  # as shared_path names them
+_swept: set[int] = set()  # processes that removed stale files already
 
 
 def shared_folder() -> str:
@@ -40,12 +42,13 @@ def shared_folder() -> str:
 
 def shared_path(kind: str) -> str:
     """A new name for a shared file of ``kind`` owned by this process. The
-    first name of a kind a process makes sweeps away that kind's files whose
-    owner is gone."""
+    first name a process makes sweeps away the files of every kind whose
+    owner is gone (one listing of the folder: a dataset names files of two
+    kinds before its first sample)."""
     folder = shared_folder()
-    if (os.getpid(), kind) not in _swept:
-        _swept.add((os.getpid(), kind))
-        _sweep(folder, f"{PREFIX}{kind}-")
+    if os.getpid() not in _swept:
+        _swept.add(os.getpid())
+        _sweep(folder)
     return os.path.join(folder, f"{PREFIX}{kind}-{os.getpid()}-{secrets.token_hex(6)}")
 
 
@@ -138,16 +141,16 @@ def remove_owned(path: str, owner: int) -> None:
             os.unlink(path)
 
 
-def _sweep(folder: str, prefix: str) -> None:
-    """Remove files of ``prefix`` whose owner process is gone."""
+def _sweep(folder: str) -> None:
+    """Remove the files :func:`shared_path` named whose owner process is gone."""
     try:
-        names = [name for name in os.listdir(folder) if name.startswith(prefix)]
+        found = [_NAMED.fullmatch(name) for name in os.listdir(folder) if name.startswith(PREFIX)]
     except OSError:
         return
-    for name in names:
-        owner = owner_of(name)
-        if owner is None:
+    for match in found:
+        if match is None:
             continue
+        name, owner = match[0], int(match[1])
         try:
             os.kill(owner, 0)
         except ProcessLookupError:

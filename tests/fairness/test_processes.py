@@ -5,6 +5,7 @@ path, a killed worker included."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -113,16 +114,35 @@ def test_a_killed_worker_leaves_nothing_behind(written, tmp_path) -> None:
 
 
 def test_boards_of_dead_owners_are_swept(written, tmp_path) -> None:
+    """The first shared file a process names sweeps away those of every kind
+    whose owner is gone, and nothing it did not name so."""
     dead = os.fork()
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)
-    stale = os.path.join(_mapped.shared_folder(), f"{PREFIX}{dead}-feedfacecafe")
+    folder = _mapped.shared_folder()
+    stale = os.path.join(folder, f"{PREFIX}{dead}-feedfacecafe")
     Board(stale).close()
-    _mapped._swept.discard((os.getpid(), "fairness"))
-    with dataset(written, tmp_path) as ds:
-        next(iter(ds))
-        assert not os.path.exists(stale)
+    others = [os.path.join(folder, f"fastio-{kind}-{dead}-0123456789ab")
+              for kind in ("handoff", "state", "epochs")]  # fmt: skip
+    # Named otherwise: not fastio's shared files, whoever made them.
+    foreign = [os.path.join(folder, name) for name in
+               (f"fastio-notes-{dead}-x.txt", f"fastio-{dead}-feedfacecafe",
+                f"fastio-state-{dead}-0123456789ab.tmp")]  # fmt: skip
+    for path in others + foreign:
+        with open(path, "wb"):
+            pass
+    try:
+        _mapped._swept.discard(os.getpid())
+        with dataset(written, tmp_path) as ds:
+            next(iter(ds))
+            assert not os.path.exists(stale)
+            assert not any(map(os.path.exists, others))
+            assert all(map(os.path.exists, foreign))
+    finally:
+        for path in others + foreign:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 def test_off_means_no_board(written, tmp_path) -> None:
