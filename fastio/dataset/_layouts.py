@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -121,17 +121,23 @@ class ShardLayouts:
         opener = reader()
         reusable = None if records is None else records.locator().reusable
         stamps = self._stamps_now(opener, keys, known, records, reusable)
+        as_indexed = self._as_indexed(keys, stamps, known, reusable)
+        if records is not None and None not in as_indexed:  # every shard as indexed: at once
+            indexes = cast("list[ShardIndex]", as_indexed)
+            self.stamps = [index.stamp for index in indexes]
+            self.sizes = [index.size for index in indexes]
+            self.indexes = as_indexed
+            self.layouts = list[Layout | None](records.layouts_of(indexes))
+            self._reused = len(indexes)
+            stamps = []  # nothing left to lay out one by one
         # Footers and the like are read ahead a group of shards at a time: one
         # wait per group, with a group's bytes held at once.
-        for first in range(0, len(self.urls), _PREFETCH_SHARDS):
+        for first in range(0, len(stamps), _PREFETCH_SHARDS):
             group = self.urls[first : first + _PREFETCH_SHARDS]
             shard_format.prefetch(opener, group)
             for shard in range(first, first + len(group)):
-                stamp, entry = stamps[shard], known.get(keys[shard]) if known else None
-                if (entry is not None and entry.change and entry.stamp == stamp
-                        and reusable is not None and reusable(entry.format)):  # fmt: skip
-                    # A local file as indexed, its change stamp too (what
-                    # :meth:`_layout_at_open` finds, without its steps).
+                stamp, entry = stamps[shard], as_indexed[shard]
+                if entry is not None:
                     assert isinstance(stamp, tuple)
                     assert records is not None
                     self.sizes.append(stamp[0])
@@ -148,6 +154,22 @@ class ShardLayouts:
         if (kept and self._reused < len(self.urls)) or self._restamped:
             self._keep_together()
         self.arm(opener)
+
+    @staticmethod
+    def _as_indexed(keys: list[str], stamps: list[tuple[int, int, int] | OSError | None],
+                    known: dict[str, ShardIndex] | None,
+                    reusable: Callable[[str], bool] | None) -> list[ShardIndex | None]:  # fmt: skip
+        """Each shard's index in ``known`` where the shard is a local file as
+        indexed, its change stamp too (what :meth:`_layout_at_open` finds,
+        without its steps), else None."""
+        if not known or reusable is None:
+            return [None] * len(keys)
+        entries = [known.get(key) for key in keys]
+        usable = {kind for kind in {entry.format for entry in entries if entry is not None}
+                  if reusable(kind)}  # fmt: skip
+        return [entry if entry is not None and entry.change and entry.format in usable
+                and (entry.size, entry.version, entry.change) == stamp else None
+                for entry, stamp in zip(entries, stamps, strict=True)]  # fmt: skip
 
     def _stamps_now(self, reader: Reader, keys: list[str], known: dict[str, ShardIndex],
                     records: RecordFormat | None, reusable: Callable[[str], bool] | None,

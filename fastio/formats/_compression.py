@@ -43,7 +43,7 @@ def named_path(url: str) -> str:
 
 def codec_for(url: str) -> str | None:
     """``"gzip"``, ``"zstd"`` or None, from the URL's extension."""
-    lowered = named_path(url).lower()
+    lowered = named_path(url)[-5:].lower()  # the longest extension told: ".zstd"
     if lowered.endswith((".gz", ".tgz")):
         return "gzip"
     if lowered.endswith((".zst", ".zstd")):

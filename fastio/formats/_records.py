@@ -87,14 +87,24 @@ class RecordFormat(ShardFormat):
 
     def layout_of(self, index: ShardIndex) -> Layout:
         """The layout an index describes."""
-        url = index.url
-        starts, ends = _signed(index.starts), _signed(index.ends)
-        count, size = len(starts), index.size
-        if codec_for(url) is not None:
+        [layout] = self.layouts_of([index])
+        return layout
+
+    def layouts_of(self, indexes: Iterable[ShardIndex]) -> list[Layout]:
+        """The layouts the indexes describe, in one loop (a dataset lays out
+        every shard before its first sample, and may have tens of thousands)."""
+        layouts = []
+        for index in indexes:
+            url = index.url
+            starts, ends = _signed(index.starts), _signed(index.ends)
+            count, size = len(starts), index.size
+            if codec_for(url) is None:
+                layouts.append(Layout(url, count, size, sample_bounds(count), None, starts, ends))
+                continue
             whole = np.array([size], np.int64)
             bounds = np.array([0, count], np.int64)
-            return Layout(url, count, size, bounds, whole, starts, ends, whole=True)
-        return Layout(url, count, size, sample_bounds(count), None, starts, ends)
+            layouts.append(Layout(url, count, size, bounds, whole, starts, ends, whole=True))
+        return layouts
 
     def scanned(
         self, chunks: Iterable[Chunk], url: str, encoded: bool = False
@@ -228,10 +238,14 @@ def own_bytes_as(kind: type[bytes]) -> None:
     _owned_bytes = kind
 
 
+_UINT64 = np.dtype(np.uint64)
+_INT64 = np.dtype(np.int64)
+
+
 def _signed(offsets: np.ndarray) -> np.ndarray:
     """An index's offsets (uint64, below 2**63) as the int64 a layout computes
     with: a view of the same memory where they are uint64 (a dataset lays out
     thousands of shards before its first sample), else a copy."""
-    if offsets.dtype == np.uint64:
-        return offsets.view(np.int64)
-    return offsets.astype(np.int64)
+    if offsets.dtype == _UINT64:
+        return offsets.view(_INT64)
+    return offsets.astype(_INT64)
