@@ -228,3 +228,22 @@ def map_resident(int fd, long long offset, Py_ssize_t length):
     mapping._data = <char *>base + (mapped - available)
     mapping._size = <Py_ssize_t>available
     return mapping
+
+
+# glibc's malloc thresholds (see fastio/shared/_heap.py); elsewhere nothing.
+cdef extern from *:
+    """
+    #if defined(__GLIBC__)
+    #include <malloc.h>
+    static int fio_mallopt(int param, int value) { return mallopt(param, value); }
+    #else
+    static int fio_mallopt(int param, int value) { (void)param; (void)value; return 0; }
+    #endif
+    """
+    int fio_mallopt(int param, int value) nogil
+
+
+def set_malloc_option(int param, int value):
+    """glibc's ``mallopt(param, value)``: whether it took the setting (False
+    without glibc). What ctypes would call, without loading a library."""
+    return fio_mallopt(param, value) == 1

@@ -24,22 +24,3 @@ def _hold_thread_state_lock(double seconds):
         rc = fio_hold_thread_state_lock(seconds)
     if rc < 0:
         raise OSError(-rc, "the thread-state lock cannot be held here")
-
-
-# glibc's malloc thresholds (see fastio/shared/_heap.py); elsewhere nothing.
-cdef extern from *:
-    """
-    #if defined(__GLIBC__)
-    #include <malloc.h>
-    static int fio_mallopt(int param, int value) { return mallopt(param, value); }
-    #else
-    static int fio_mallopt(int param, int value) { (void)param; (void)value; return 0; }
-    #endif
-    """
-    int fio_mallopt(int param, int value) nogil
-
-
-def set_malloc_option(int param, int value):
-    """glibc's ``mallopt(param, value)``: whether it took the setting (False
-    without glibc). What ctypes would call, without loading a library."""
-    return fio_mallopt(param, value) == 1
