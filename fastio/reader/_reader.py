@@ -1418,22 +1418,22 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only:
 
 
 def _mapped_head(fd: int, offset: int, length: int) -> memoryview | None:
-    """Bytes ``offset..offset + length`` of ``fd`` mapped, where the page
-    cache holds every one of them (cut where the file ends); else None."""
-    try:
-        mapping = _native.map_resident(fd, offset, length)
-    except OSError:
-        return None  # read instead: that reports what is wrong
+    """:func:`_mapped`, as a stream's first chunk holds it (None where empty)."""
+    mapping = _mapped(fd, offset, length)
     return None if mapping is None or not len(mapping) else memoryview(mapping)
 
 
 def _map_resident(piece: Request) -> Any:
-    """The piece's bytes mapped from the page cache, where it holds them all
-    (else None: read them). The mapping ends where the file ends now: a file
-    cut short since it was opened reads as it would."""
     assert piece.file is not None
+    return _mapped(piece.file.fd, piece.offset, piece.length)
+
+
+def _mapped(fd: int, offset: int, length: int) -> Any:
+    """Bytes ``offset..offset + length`` of ``fd`` mapped from the page cache,
+    where it holds them all (else None: read them). The mapping ends where
+    the file ends now: a file cut short since it was opened reads as it would."""
     try:
-        return _native.map_resident(piece.file.fd, piece.offset, piece.length)
+        return _native.map_resident(fd, offset, length)
     except OSError:
         return None  # the read reports it, with the path
 
