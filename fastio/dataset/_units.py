@@ -11,6 +11,7 @@ into batches.
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -123,15 +124,25 @@ def _delivered(
             yield _columnar_window(its_reads, window.count, sequence, order is None,
                                    int(starts[index]) + begin, end)  # fmt: skip
             continue
-        # Collect the window (the shuffle buffer), then deliver it in its order.
+        # The window (the shuffle buffer) delivered in its order, each sample
+        # as soon as the read that holds it is in: a window's order is known
+        # before its reads, so its first sample waits for the reads up to its
+        # own, not for the whole window (a shuffled epoch's first window is a
+        # sample from each of 8 shards).
         slots: list[Any] = [_MISSING] * window.count
         origins: list[Read | None] = [None] * window.count if encoded else []
-        for read, samples in its_reads:
-            decoded = list(samples)
-            slots[read.at : read.at + len(decoded)] = decoded
-            if encoded:
-                origins[read.at : read.at + len(decoded)] = [read] * len(decoded)
+        ready = bytearray(window.count)  # 1 where the read of that place is in
         for slot in sequence:
+            while not ready[slot]:
+                got = next(its_reads, None)
+                if got is None:  # no read holds it: a sample lost
+                    break
+                read, samples = got
+                decoded = list(samples)
+                slots[read.at : read.at + len(decoded)] = decoded
+                ready[read.at : read.at + read.stop - read.start] = b"\1" * (read.stop - read.start)
+                if encoded:
+                    origins[read.at : read.at + len(decoded)] = [read] * len(decoded)
             sample = slots[slot]
             slots[slot] = None  # the buffer shrinks as it is delivered
             if encoded and sample is not _MISSING:
@@ -143,6 +154,10 @@ def _delivered(
             else:
                 cursor.deliver_one()
                 yield sample
+        # Reads that hold no place still to deliver are taken all the same:
+        # the next window's reads come after them.
+        for _, samples in its_reads:
+            deque(samples, maxlen=0)
 
 
 def _columnar_window(
