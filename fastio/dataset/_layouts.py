@@ -286,7 +286,7 @@ class ShardLayouts:
                        keys: list[str]) -> dict[str, ShardIndex]:  # fmt: skip
         if self.record_format is None:
             return {}
-        location = index if index is not None else dataset_index_location(keys)
+        location = index if index is not None else dataset_index_location(keys, keyed=True)
         try:
             found = DatasetIndex.fetch(location, storage_options, self.reader().settings)
         except PermissionError as error:

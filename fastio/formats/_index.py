@@ -45,6 +45,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from operator import methodcaller
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -716,14 +717,15 @@ def _write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def dataset_index_location(urls: Sequence[str]) -> str:
+def dataset_index_location(urls: Sequence[str], *, keyed: bool = False) -> str:
     """Where a dataset's index is looked for unless named: ``dataset.fastio-index.npz``
-    in the folder that holds every shard."""
-    keys = index_keys(urls)
+    in the folder that holds every shard. ``keyed``: ``urls`` are the shards'
+    :func:`index_keys` already."""
+    keys = urls if keyed else index_keys(urls)
     common = posixpath.dirname(keys[0])
     # A shard is in a folder or below it where its key starts with the folder
     # and a slash: a prefix test each (a dataset may have thousands of shards).
-    while not all(key.startswith(common.rstrip("/") + "/") for key in keys):
+    while not all(map(methodcaller("startswith", common.rstrip("/") + "/"), keys)):
         parent = posixpath.dirname(common)
         if parent == common:  # no folder holds them all (local paths and URLs together)
             common = ""
