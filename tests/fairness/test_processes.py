@@ -9,6 +9,7 @@ import contextlib
 import os
 import pickle
 import signal
+from pathlib import Path
 
 import pytest
 from torch.utils.data import DataLoader
@@ -130,8 +131,7 @@ def test_boards_of_dead_owners_are_swept(written, tmp_path) -> None:
                (f"fastio-notes-{dead}-x.txt", f"fastio-{dead}-feedfacecafe",
                 f"fastio-state-{dead}-0123456789ab.tmp")]  # fmt: skip
     for path in others + foreign:
-        with open(path, "wb"):
-            pass
+        Path(path).touch()
     try:
         _mapped._swept.discard(os.getpid())
         with dataset(written, tmp_path) as ds:
