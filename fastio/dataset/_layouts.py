@@ -122,29 +122,18 @@ class ShardLayouts:
         reusable = None if records is None else records.locator().reusable
         stamps = self._stamps_now(opener, keys, known, records, reusable)
         as_indexed = self._as_indexed(keys, stamps, known, reusable)
-        if records is not None and None not in as_indexed:  # every shard as indexed: at once
-            indexes = cast("list[ShardIndex]", as_indexed)
-            self.stamps = [index.stamp for index in indexes]
-            self.sizes = [index.size for index in indexes]
-            self.indexes = as_indexed
-            self.layouts = list[Layout | None](records.layouts_of(indexes))
-            self._reused = len(indexes)
-            stamps = []  # nothing left to lay out one by one
         # Footers and the like are read ahead a group of shards at a time: one
-        # wait per group, with a group's bytes held at once.
-        for first in range(0, len(stamps), _PREFETCH_SHARDS):
-            group = self.urls[first : first + _PREFETCH_SHARDS]
-            shard_format.prefetch(opener, group)
-            for shard in range(first, first + len(group)):
-                stamp, entry = stamps[shard], as_indexed[shard]
+        # wait per group, with a group's bytes held at once. A group of shards
+        # all as indexed is laid out at once, with nothing to read.
+        for first in range(0, len(self.urls), _PREFETCH_SHARDS):
+            group = as_indexed[first : first + _PREFETCH_SHARDS]
+            if None not in group:
+                self._add_indexed(cast("list[ShardIndex]", group))
+                continue
+            shard_format.prefetch(opener, self.urls[first : first + len(group)])
+            for shard, entry in enumerate(group, first):
                 if entry is not None:
-                    assert isinstance(stamp, tuple)
-                    assert records is not None
-                    self.sizes.append(stamp[0])
-                    self.stamps.append(stamp)
-                    self.indexes.append(entry)
-                    self.layouts.append(records.layout_of(entry))
-                    self._reused += 1
+                    self._add_indexed([entry])
                     continue
                 self.indexes.append(None)
                 self.layouts.append(self._open(opener, self.urls[shard], keys[shard],
@@ -168,8 +157,18 @@ class ShardLayouts:
         usable = {kind for kind in {entry.format for entry in entries if entry is not None}
                   if reusable(kind)}  # fmt: skip
         return [entry if entry is not None and entry.change and entry.format in usable
-                and (entry.size, entry.version, entry.change) == stamp else None
+                and entry.stamp == stamp else None
                 for entry, stamp in zip(entries, stamps, strict=True)]  # fmt: skip
+
+    def _add_indexed(self, indexes: list[ShardIndex]) -> None:
+        """The next shards, each as its index holds it (see :meth:`_as_indexed`)."""
+        records = self.record_format
+        assert records is not None  # only record shards are as indexed
+        self.sizes.extend(index.size for index in indexes)
+        self.stamps.extend(index.stamp for index in indexes)
+        self.indexes.extend(indexes)
+        self.layouts.extend(records.layouts_of(indexes))
+        self._reused += len(indexes)
 
     def _stamps_now(self, reader: Reader, keys: list[str], known: dict[str, ShardIndex],
                     records: RecordFormat | None, reusable: Callable[[str], bool] | None,

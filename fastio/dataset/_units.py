@@ -140,7 +140,8 @@ def _delivered(
                 read, samples = got
                 decoded = list(samples)
                 slots[read.at : read.at + len(decoded)] = decoded
-                ready[read.at : read.at + read.stop - read.start] = b"\1" * (read.stop - read.start)
+                places = read.stop - read.start  # those it lost too: no other read holds them
+                ready[read.at : read.at + places] = b"\1" * places
                 if encoded:
                     origins[read.at : read.at + len(decoded)] = [read] * len(decoded)
             sample = slots[slot]

@@ -765,7 +765,7 @@ class Reader:
         # Mapped where the stream maps what the page cache holds at all: the
         # head's bytes would otherwise go into fresh memory, each page faulted
         # in as the read copies (see _read_head).
-        maps = self._settings.map_cached is True or (self._settings.map_cached == "auto" and mapped)
+        maps = _map_least(self._settings, mapped) is not None
         head = _read_head(shards, direct, min(LOCAL_FIRST_BYTES, read_size), maps=maps)
         shards, shards_before, ranges_before = head.rest, head.shards_before, head.ranges_before
         first = head.chunk  # while the consumer has not taken it
@@ -894,10 +894,7 @@ class Reader:
                      ) -> _Stream:  # fmt: skip
         stream = _Stream(count_wait)
         settings = self._settings
-        if settings.map_cached == "auto":
-            stream.map_least = MAPPED_PIECE_BYTES if mapped else None
-        else:
-            stream.map_least = 0 if settings.map_cached else None
+        stream.map_least = _map_least(settings, mapped)
         stream.plan = plan_requests(
             stream, shards, self._files, settings.direct,
             lambda: self._settings.read_size, settings.coalesce_gap, settings.memory_budget // 2,
@@ -1415,6 +1412,16 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only:
         return _Head(chunk, took, itertools.chain((following,), listed), shards_before=1)
     rest = dataclasses.replace(shard, ranges=shard.ranges[1:])
     return _Head(chunk, took, itertools.chain((rest,), listed), ranges_before=1)
+
+
+def _map_least(settings: ReaderSettings, mapped: bool) -> int | None:
+    """The smallest piece a stream maps where the page cache holds it (None:
+    it maps none): with ``map_cached="auto"``, pieces from
+    :data:`MAPPED_PIECE_BYTES` where the consumer asks for mapped ranges
+    (``mapped``)."""
+    if settings.map_cached == "auto":
+        return MAPPED_PIECE_BYTES if mapped else None
+    return 0 if settings.map_cached else None
 
 
 def _mapped_head(fd: int, offset: int, length: int) -> memoryview | None:

@@ -53,9 +53,10 @@ def shared_path(kind: str) -> str:
 
 
 def owner_of(path: str) -> int | None:
-    """The pid in a shared file's name (None if it has none)."""
-    parts = os.path.basename(path).split("-")
-    return int(parts[2]) if len(parts) > 3 and parts[2].isdigit() else None
+    """The pid in the name of a shared file :func:`shared_path` named (None
+    for a name it does not make)."""
+    named = _NAMED.fullmatch(os.path.basename(path))
+    return int(named[1]) if named else None
 
 
 class SharedArray:
@@ -144,13 +145,13 @@ def remove_owned(path: str, owner: int) -> None:
 def _sweep(folder: str) -> None:
     """Remove the files :func:`shared_path` named whose owner process is gone."""
     try:
-        found = [_NAMED.fullmatch(name) for name in os.listdir(folder) if name.startswith(PREFIX)]
+        names = [name for name in os.listdir(folder) if name.startswith(PREFIX)]
     except OSError:
         return
-    for match in found:
-        if match is None:
+    for name in names:
+        owner = owner_of(name)
+        if owner is None:
             continue
-        name, owner = match[0], int(match[1])
         try:
             os.kill(owner, 0)
         except ProcessLookupError:
