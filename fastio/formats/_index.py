@@ -39,8 +39,8 @@ import json
 import os
 import posixpath
 import re
+import secrets
 import struct
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -146,17 +146,10 @@ class ShardIndex:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically: a crash never leaves a torn index that is later read."""
         path = Path(path)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as out:
-                # Version 2, which every fastio reads: the index folder is shared
-                # by the versions installed on a machine, and one file per shard
-                # gains nothing from version 3.
-                out.write(_index_file([self], [_relative(self.url, str(path))], version=2))
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        # Version 2, which every fastio reads: the index folder is shared by
+        # the versions installed on a machine, and one file per shard gains
+        # nothing from version 3.
+        _write_atomically(path, _index_file([self], [_relative(self.url, str(path))], version=2))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ShardIndex:
@@ -706,8 +699,13 @@ class DatasetIndex:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash never leaves a torn file."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    """Write ``data`` to ``path`` so that a crash never leaves a torn file.
+    The file gets the mode any file the process writes gets (0666 less its
+    umask), not ``mkstemp``'s 0600: a dataset index beside the shards is read
+    by every rank, node and user that reads them, and by a web server that
+    serves them."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)

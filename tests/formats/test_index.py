@@ -127,6 +127,28 @@ def test_index_is_kept_in_the_index_folder_never_beside_the_shard(tmp_path) -> N
     assert ShardIndex.load(stored).format == "tfrecord"
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o027], ids=["umask 022", "umask 027"])
+def test_index_files_get_the_mode_of_any_file_the_process_writes(tmp_path, umask: int) -> None:
+    """Not 0600: a dataset index beside the shards is read by every rank, node
+    and user that reads the shards, and by a web server that serves them."""
+    data = tmp_path / "data"
+    data.mkdir()
+    url = make_shard(data, "webdataset")
+    folder = tmp_path / "index"
+    before = os.umask(umask)
+    try:
+        with fastio.Reader() as reader:
+            index_of(reader, url, "webdataset", folder)
+        with fastio.Dataset(url, format="webdataset", index_dir=str(folder)) as dataset:
+            location = dataset.save_index()
+    finally:
+        os.umask(before)
+    [kept] = list(folder.glob(f"*{INDEX_SUFFIX}"))
+    for path in (Path(location), kept):
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
+    assert sorted(os.listdir(data)) == ["dataset.fastio-index.npz", "s.tar"]  # no temporary left
+
+
 @pytest.mark.parametrize("asked", [3, 300])  # looked up one by one; the folder listed
 def test_the_store_knows_which_shards_it_holds_an_index_of(tmp_path, asked: int) -> None:
     data, folder = tmp_path / "data", tmp_path / "index"
