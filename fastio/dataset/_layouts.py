@@ -19,6 +19,7 @@ objects does not wait for an answer about each before its first sample).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -390,7 +391,14 @@ class ShardLayouts:
         return all(layout is not None for layout in self.layouts)
 
     def counts(self) -> list[int]:
-        """Samples per shard. Raises TypeError while some are unknown."""
+        """Samples per shard. Raises TypeError while some are unknown: not in
+        this process, nor in the index folder, where DataLoader workers that
+        streamed them left their indexes."""
+        if not self.known:
+            # A damaged stored index is the next pass's to report (its
+            # policy's way), not a count's.
+            with contextlib.suppress(IndexFileError, OSError):
+                self.complete(scan=False)
         missing = sum(layout is None for layout in self.layouts)
         if missing:
             raise TypeError(

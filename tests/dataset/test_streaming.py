@@ -105,6 +105,25 @@ def test_persistent_workers_stream_once_then_read_windows(never_seen, tmp_path):
     assert len({tuple(epoch) for epoch in epochs}) == 3
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["workers", "persistent workers"])
+def test_once_workers_streamed_an_epoch_the_main_process_counts_it(never_seen, tmp_path,
+                                                                   persistent):  # fmt: skip
+    """The workers index the shards on the way; the main process, which read
+    none of them, finds their indexes for ``len`` (of the dataset, and of the
+    loader, by which Lightning sizes its epochs)."""
+    dataset = fresh(never_seen, tmp_path, batch_size=7)
+    loader = DataLoader(dataset, batch_size=7, num_workers=2, persistent_workers=persistent,
+                        collate_fn=keys)  # fmt: skip
+    with pytest.raises(TypeError, match="not indexed yet"):
+        len(loader)
+    first = [k for batch in loader for k in batch]
+    total = sum(everything(never_seen).values())
+    assert len(dataset) == dataset.total == len(first) == total
+    batches = list(loader)
+    assert Counter(k for batch in batches for k in batch) == everything(never_seen)
+    assert len(loader) == len(batches)
+
+
 def test_equal_counts_across_ranks_index_first(never_seen, tmp_path):
     # drop and pad need every rank's count before the first sample: the
     # dataset indexes at open (and says so in its length).
