@@ -437,10 +437,15 @@ class Dataset(_Base):
         default ``dataset.fastio-index.npz`` in the shards' folder (found
         there without being named). Returns where it went. Raises ValueError
         where a shard cannot be indexed (damaged, or a format without
-        indexes), OSError where the file cannot be written."""
-        self.index(progress)
+        indexes), OSError where the file cannot be written (before any shard
+        is scanned where it is an HTTP URL: HTTP serves, it takes no writes)."""
         where = (os.fspath(location) if location is not None
                  else dataset_index_location(self.urls))  # fmt: skip
+        if where.startswith(("http://", "https://")):
+            raise OSError(errno.EROFS, "a dataset index cannot be written over HTTP: name a "
+                          "local path or a store that takes writes (save_index(location); "
+                          "fastio-bench index --index)", where)  # fmt: skip
+        self.index(progress)
         self._shards.dataset_index().save(where, self.storage_options)
         return where
 

@@ -295,3 +295,29 @@ def test_a_server_that_cannot_be_reached_is_named(tmp_path):
     with pytest.raises(ConnectionRefusedError) as caught:
         fastio.Dataset(url, index_dir=tmp_path / "index", retries=0)
     assert caught.value.filename == server.url("dataset.fastio-index.npz")
+
+
+def test_a_dataset_index_is_not_written_over_http_and_nothing_is_scanned_for_it(
+    served, tmp_path
+) -> None:
+    """HTTP serves, it takes no writes: said at once, with the URL, not after
+    every shard was scanned (fsspec's NotImplementedError, as a traceback)."""
+    written, server = served
+    (tmp_path / "data" / "dataset.fastio-index.npz").unlink()  # never seen: each shard a scan
+    url = remote(written, server)
+    beside = server.url("dataset.fastio-index.npz")
+    with (
+        fastio.Dataset(url, index_dir=tmp_path / "fresh") as dataset,
+        pytest.raises(OSError, match="cannot be written over HTTP") as raised,
+    ):
+        dataset.save_index()
+    assert raised.value.filename == beside
+    executable = Path(sys.executable).parent / "fastio-bench"
+    environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run([str(executable), "index", url], capture_output=True, text=True,
+                          timeout=120, env=environment)  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "cannot be written over HTTP" in done.stderr
+    assert beside in done.stderr
+    assert not [name for name in server.faults.gets if name.endswith(".tar")]  # none scanned
