@@ -368,16 +368,19 @@ class ShardLayouts:
             return entry
         return None
 
-    def _stored(self, records: RecordFormat, reader: Reader, url: str, held: Container[str]
-                ) -> ShardIndex | None:  # fmt: skip
+    def _stored(self, records: RecordFormat, reader: Reader, url: str, held: Container[str],
+                report: bool = True) -> ShardIndex | None:  # fmt: skip
         """The index folder's index of ``url``, where it is one of those
         ``held`` there (:meth:`IndexStore.holding`: asked about together, not
-        by failing to open a file for each) and still matches the shard."""
+        by failing to open a file for each) and still matches the shard. A
+        damaged one is None, reported as the policy says where ``report``."""
         if url not in held:
             return None
         try:
             return records.known_index(reader, url)
         except IndexFileError as error:
+            if not report:
+                return None
             if not self.policy.tolerates:
                 raise
             self.policy.failure(error, None, "the shard is indexed anew")
@@ -395,10 +398,8 @@ class ShardLayouts:
         this process, nor in the index folder, where DataLoader workers that
         streamed them left their indexes."""
         if not self.known:
-            # A damaged stored index is the next pass's to report (its
-            # policy's way), not a count's.
-            with contextlib.suppress(IndexFileError, OSError):
-                self.complete(scan=False)
+            with contextlib.suppress(OSError):
+                self.complete(scan=False, report=False)
         missing = sum(layout is None for layout in self.layouts)
         if missing:
             raise TypeError(
@@ -443,10 +444,13 @@ class ShardLayouts:
         if records is not None and all(index is not None for index in self.indexes):
             records.store.save_set(self.urls, self.dataset_index())
 
-    def complete(self, scan: bool = True, progress: Callable[[int], None] | None = None) -> None:
+    def complete(self, scan: bool = True, progress: Callable[[int], None] | None = None,
+                 report: bool = True) -> None:  # fmt: skip
         """Find the unknown layouts: in the index folder (where other processes
         that streamed them left them), then, with ``scan``, by scanning the
-        shards, ``outstanding_requests`` at a time (``progress(1)`` after each)."""
+        shards, ``outstanding_requests`` at a time (``progress(1)`` after each).
+        ``report``: damaged stored indexes go through the policy (else they
+        are passed over: a count is no pass, and reports nothing)."""
         records = self.record_format
         missing = [i for i, layout in enumerate(self.layouts) if layout is None]
         if records is None or not missing:
@@ -456,7 +460,7 @@ class ShardLayouts:
         held = records.store.holding(self.urls[shard] for shard in missing)
         reader.stat_ahead([self.urls[shard] for shard in missing if self.urls[shard] in held])
         for shard in missing:
-            stored = self._stored(records, reader, self.urls[shard], held)
+            stored = self._stored(records, reader, self.urls[shard], held, report)
             if stored is not None:
                 self._found(shard, records, stored)
         missing = [i for i in missing if self.layouts[i] is None]
