@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from fastio._errors import DecodeError, TruncatedShardError, import_extra
+from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError, import_extra
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -68,6 +68,7 @@ def framed(
     carry_base: int | None = None  # shard offset of carry[0] (the first chunk's offset at first)
     needed = 0  # bytes the record at the start of carry needs, as far as known
     done = False
+    end = 0  # where the end marker is, once seen
     stream = iter(chunks)
     while True:
         try:
@@ -80,6 +81,9 @@ def framed(
                 error.lost = max(error.lost, 1)
             raise
         view = chunk.data
+        if done:
+            _check_past_end(view, url, end)
+            continue
         if carry_base is None or (chunk.range != current_range and not carry):
             # A stream may start mid-file, and skip bytes between ranges (runs
             # of samples): offsets follow the file.
@@ -108,6 +112,9 @@ def framed(
             if found.error is not None:
                 raise found.error
             done, needed = found.done, found.needed
+            if done:
+                end = base + found.consumed
+                _check_past_end(whole[found.consumed :], url, end)
             if not done and found.consumed < len(whole):
                 if not found.consumed and needed <= len(whole):
                     raise TruncatedShardError("record does not frame as its header says", url, base)
@@ -129,6 +136,19 @@ def framed(
         raise TruncatedShardError(
             "shard ends without its end marker (cut short between records?)",
             url, carry_base or 0, lost=0,
+        )  # fmt: skip
+
+
+def _check_past_end(data: memoryview | bytearray, url: str, end: int) -> None:
+    """What follows a format's end marker (at ``end``) is its padding: zeros
+    to the end of the shard. Anything else means the marker is damage inside
+    the shard (a block of zeros written over a record's header), not its end:
+    raises :class:`CorruptRecordError` there, so that the records after it are
+    not dropped without a word."""
+    if len(data) and (data[0] or data != bytes(len(data))):
+        raise CorruptRecordError(
+            "zeros where a record's header belongs: the end marker is followed by data, "
+            "so it is damage inside the shard, not its end", url, end,
         )  # fmt: skip
 
 

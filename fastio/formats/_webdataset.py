@@ -270,10 +270,51 @@ def resync_webdataset(reader: Reader, url: str, error: DecodeError) -> int | Non
         stream.close()  # type: ignore[attr-defined]
     if after <= error.offset:
         # The header block checks out, yet what it starts does not decode (an
-        # extended header's damaged records): going on there would meet the
-        # same error again, forever. The next header after the block instead.
-        return _next_header(reader, url, error.offset, head, size)
+        # extended header's damaged records), or it is zeros, which end no
+        # archive that goes on after them: going on there would meet the same
+        # error again, forever. The next header after the block instead.
+        following = _next_header(reader, url, error.offset, head, size)
+        if following is None:
+            return None
+        after = following
+    if lost_key is None:
+        # Damage that names no key (a block of zeros over a header): the
+        # members after it may be the rest of the sample it hit.
+        return _past_a_remnant(reader, url, after)
     return after
+
+
+def _past_a_remnant(reader: Reader, url: str, at: int) -> int:
+    """Where the samples after unnamed damage start: at ``at``, unless the
+    sample there has fewer members than the one after it, each of that one's
+    extensions (what is left of the damaged sample, whose first members the
+    damage took: delivered, it would lack them); then past it. Samples of a
+    shard mostly hold the same members."""
+    extensions: list[set[str]] = []  # of the sample at ``at``, then the next
+    keys: list[str] = []
+    second = at
+    stream = reader.stream([ByteRange(url, at)])
+    try:
+        for member, base in framed(stream, url, _members):
+            parts = sample_key(member.name)
+            if member.typeflag not in _REGULAR or parts is None:
+                continue
+            key, extension = parts
+            if not keys or keys[-1] != key:
+                if len(keys) == 2:
+                    break
+                keys.append(key)
+                extensions.append(set())
+                if len(keys) == 2:
+                    second = base + member.header_offset
+            extensions[-1].add(extension)
+    except DecodeError:
+        pass  # the scan that goes on meets it again
+    finally:
+        stream.close()  # type: ignore[attr-defined]
+    if len(extensions) == 2 and extensions[0] < extensions[1]:
+        return second
+    return at
 
 
 def _read(reader: Reader, url: str, offset: int, length: int) -> bytes:

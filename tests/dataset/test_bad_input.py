@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tarfile
 import warnings
 
 import pytest
@@ -188,3 +189,51 @@ def test_shard_vanishing_mid_epoch(tars) -> None:
     assert lost == dataset.layouts[1].count
     assert len(got) == len(tars.samples) - lost
     assert skipping.stats()["position"] == len(tars.samples)  # the epoch ran to its end
+
+
+@pytest.mark.parametrize("sample", [0, 7], ids=["the first sample", "a sample inside"])
+@pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
+def test_zeros_over_a_header_are_damage_not_the_end_of_the_shard(tmp_path, sample, batches):
+    """A block of zeros written over a sample's first header (a hole a crashed
+    copy leaves) reads as a tar's end marker, yet data follows it: raised as
+    damage where it is, and under skip the shard goes on after it, the sample
+    it hit (what is left of it) counted, never the rest of the shard dropped."""
+    written = write("webdataset", tmp_path / "wds", shards=2, per_shard=16, large=True,
+                    index=False)  # fmt: skip
+    url = written.urls[0]
+    with tarfile.open(url) as archive:
+        starts = {}
+        for member in archive:
+            starts.setdefault(member.name.split(".", 1)[0], member.offset)
+    held = len(starts)
+    hole = sorted(starts.values())[sample]
+    with open(url, "r+b") as handle:
+        handle.seek(hole)
+        handle.write(bytes(4096))
+    first_key = written.samples[0]["key"]
+
+    def keys_of(dataset: fastio.Dataset) -> list[int]:
+        if batches:
+            return [key_of("webdataset", {"__key__": key}) for batch in dataset.batches(4)
+                    for key in batch.column("__key__").to_pylist()]  # fmt: skip
+        keys = []
+        for item in dataset:
+            keys.append(key_of("webdataset", item))
+            check_sample("webdataset", item, written.samples[keys[-1]])
+        return keys
+
+    def fresh(policy: str) -> fastio.Dataset:
+        return fastio.Dataset(written.pattern, format="webdataset", shuffle=False,
+                              on_error=policy, index_dir=tmp_path / policy)  # fmt: skip
+
+    with pytest.raises(fastio.CorruptRecordError) as caught:
+        keys_of(fresh("raise"))
+    assert caught.value.offset == hole
+    assert url in str(caught.value)
+    dataset = fresh("skip")
+    hurt = first_key + sample
+    for epoch in range(2):  # streamed, then planned by the layout it left
+        keys = keys_of(dataset)
+        assert sorted(keys) == [row["key"] for row in written.samples if row["key"] != hurt]
+        assert dataset.stats()["skipped"] == 1  # delivered + skipped is what the shard held
+        assert len([key for key in keys if key < first_key + held]) + 1 == held, epoch
