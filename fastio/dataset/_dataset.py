@@ -531,6 +531,12 @@ class Dataset(_Base):
             "world_size": who.world_size, "worker": who.worker, "num_workers": who.num_workers,
             "batch_size": self.spec.split.batch_size, "plan": self._plan, "history": None,
         }  # fmt: skip
+        if (
+            not cursor.running
+            and self._first_streams
+            and state["epoch"] == self._ledger.first_epoch()
+        ):
+            state["streams"] = True  # its pass will stream: resumed, it streams too
         if cursor.running:
             state.update(epoch=cursor.epoch, position=cursor.position,
                          batch_size=self._pass_batch_size, history=self._history)  # fmt: skip
@@ -577,10 +583,6 @@ class Dataset(_Base):
         if saved is None:
             return None, 0, None
         if "members" in saved:
-            if any("stream" in member for member in saved["members"]):
-                raise ValueError("states saved in a streamed first epoch resume with the same "
-                                 "world size and workers only (index the dataset to resume "
-                                 "with another layout)")  # fmt: skip
             return saved, 0, None
         same = (_participant_of(saved), saved.get("batch_size")) == (participant, batch_size)
         if same:
@@ -651,12 +653,18 @@ class Dataset(_Base):
         cursor = self._cursor
         epoch, resumes = self._ledger.begin(participant.worker, cursor.pending_resume())
         saved = cursor.pending if resumes else None
-        if saved is not None and _at_a_start(saved):
-            saved = None  # saved before a pass began: that pass from its start
+        if saved is not None and "members" in saved and _streamed(saved):
+            saved = _own_stream(saved, participant)
+        streams = False  # the pass streams, as its epoch did where the state was saved
+        if saved is not None and "stream" not in saved and _at_a_start(saved):
+            # Saved before a pass began: that pass from its start (a stream's
+            # too: its participant's shards are its own, not a part of the
+            # plan that an index made since would give).
+            streams, saved = bool(saved.get("streams")), None
         self._stealing = self._stream = None
-        if (saved is not None and "stream" in saved) or (
-            saved is None and self._first_streams and epoch == self._ledger.first_epoch()
-        ):
+        if (saved is not None and "stream" in saved) or (saved is None and (
+            streams or (self._first_streams and epoch == self._ledger.first_epoch())
+        )):  # fmt: skip
             return self._begin_stream(participant, epoch, saved, columnar, batch_size, drop_last)
         self._shards.complete()  # indexes the streamed first epoch left, or scans
         batch_size_of_part = batch_size if columnar else self.spec.split.batch_size
@@ -892,6 +900,29 @@ def _at_a_start(state: dict[str, Any]) -> bool:
     """Whether ``state`` was saved where nothing of its epoch was passed yet."""
     return (not state.get("position") and "members" not in state
             and not state.get("history") and not state.get("steal"))  # fmt: skip
+
+
+def _streamed(merged: dict[str, Any]) -> bool:
+    """Whether merged states were saved in a streamed first epoch."""
+    return any("stream" in member or "streams" in member for member in merged["members"])
+
+
+def _own_stream(merged: dict[str, Any], participant: Participant) -> dict[str, Any]:
+    """``participant``'s own state among merged states saved in a streamed
+    first epoch (its stream resumes as it was, in that participant only).
+    Raises ValueError where the layout is another."""
+    layout = (int(merged["world_size"]), int(merged["num_workers"]))
+    own = [member for member in merged["members"]
+           if (int(member["rank"]), int(member["worker"])) == (participant.rank,
+                                                                participant.worker)]  # fmt: skip
+    if layout != (participant.world_size, participant.num_workers) or not own:
+        raise ValueError(
+            f"states saved in a streamed first epoch ({layout[0]} ranks x {layout[1]} "
+            f"workers) resume with the same world size and workers only, not as "
+            f"{participant.describe()} (index the dataset to resume with another layout)"
+        )
+    shared = {key: value for key, value in merged.items() if key != "members"}
+    return {**shared, **own[0]}
 
 
 def _participant_of(state: dict[str, Any]) -> Participant:

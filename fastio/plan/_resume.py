@@ -102,6 +102,10 @@ def _participant(state: dict[str, Any]) -> Participant:
                        int(state["num_workers"]))  # fmt: skip
 
 
+# What merged states keep of each participant's.
+_MEMBER_KEYS = ("rank", "worker", "position", "steal", "stream", "streams")
+
+
 def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The states of every participant of one layout as one merged state.
     Raises ValueError when they disagree (epoch, plan, layout, history) or
@@ -124,8 +128,7 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
             f"layout ({world_size} ranks x {num_workers} workers); missing {missing[:8]}, "
             "repeated or extra pairs are refused too: load every rank's saved state"
         )
-    members = [{key: state[key] for key in ("rank", "worker", "position", "steal")
-                if key in state} for state in states]  # fmt: skip
+    members = [{key: state[key] for key in _MEMBER_KEYS if key in state} for state in states]
     return {"version": first["version"], "epoch": first["epoch"], "plan": first["plan"],
             "history": first.get("history"), "world_size": world_size,
             "num_workers": num_workers, "batch_size": first.get("batch_size"),

@@ -202,6 +202,42 @@ def test_resume_mid_stream_with_workers_in_a_new_process(never_seen, tmp_path):
     assert Counter(head + json.loads(result.stdout)) == everything(never_seen)
 
 
+@pytest.mark.parametrize(("shards", "workers", "saved_after"), [(6, 2, 1), (2, 3, 5)],
+                         ids=["a worker not begun", "more workers than shards"])  # fmt: skip
+def test_a_streamed_epoch_resumes_exactly_after_its_shards_were_indexed(
+    tmp_path, shards, workers, saved_after
+):
+    """Saved where some worker had delivered nothing yet (its state is at a
+    start), the saving job then finishes the epoch, which indexes the shards:
+    resumed, each worker still reads its part of the streamed epoch, not a
+    part of the plan the indexes now give. So does a list of the states, in
+    the same layout; another layout is refused."""
+    written = write("webdataset", tmp_path / "data", shards=shards, per_shard=25, index=False)
+
+    def loader(dataset, kind=StatefulDataLoader, count=workers):
+        return kind(dataset, batch_size=5, num_workers=count, collate_fn=keys)
+
+    first = loader(fresh(written, tmp_path))
+    batches = iter(first)
+    head = [k for _ in range(saved_after) for k in next(batches)]
+    state = first.state_dict()
+    for _ in batches:  # the job goes on: its workers index the shards
+        pass
+    assert len(fresh(written, tmp_path)) == len(written.samples)  # indexed now
+    resumed = loader(fresh(written, tmp_path))
+    resumed.load_state_dict(state)
+    rest = [k for batch in resumed for k in batch]
+    assert sorted(head + rest) == sorted(everything(written).elements())
+    listed = fresh(written, tmp_path)
+    listed.load_state_dict([state])  # every worker's state, as one merged state
+    rest = [k for batch in loader(listed, DataLoader) for k in batch]
+    assert sorted(head + rest) == sorted(everything(written).elements())
+    other = fresh(written, tmp_path)
+    other.load_state_dict([state])
+    with pytest.raises(ValueError, match="streamed first epoch"):  # raised in a worker
+        next(iter(loader(other, DataLoader, workers + 1)))
+
+
 def test_a_streamed_state_resumes_at_its_layout_only(never_seen, tmp_path):
     dataset = fresh(never_seen, tmp_path, "a", rank=0, world_size=2)
     next(iter(dataset))
