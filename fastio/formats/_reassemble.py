@@ -145,7 +145,7 @@ def _check_past_end(data: memoryview | bytearray, url: str, end: int) -> None:
     the shard (a block of zeros written over a record's header), not its end:
     raises :class:`CorruptRecordError` there, so that the records after it are
     not dropped without a word."""
-    if len(data) and (data[0] or data != bytes(len(data))):
+    if len(data) and (data[0] or bytes(data) != bytes(len(data))):
         raise CorruptRecordError(
             "zeros where a record's header belongs: the end marker is followed by data, "
             "so it is damage inside the shard, not its end", url, end,
