@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,7 +38,25 @@ __all__ = [
 
 
 class FastIOError(Exception):
-    """Root of every error fastio raises on its own account."""
+    """Root of every error fastio raises on its own account.
+
+    Each also takes its message alone, as torch's DataLoader re-raises a
+    worker's error in the main process (``type(error)(text)``, the text its
+    traceback): the type is kept, so ``except`` clauses still match, and the
+    fields are read back from the text where it holds them."""
+
+
+def _raised_line(text: str, kind: type[BaseException]) -> str:
+    """The line of a traceback's ``text`` where an error of ``kind`` was
+    raised (what follows its type's name), else the text itself."""
+    found = re.findall(rf"(?m)^(?:[\w.]*\.)?{kind.__name__}: (.*)$", text)
+    return found[-1] if found else text
+
+
+def _filename(line: str) -> str | None:
+    """The file name an OSError's text ends in (``...: 'name'``)."""
+    found = re.search(r": '(.*)'$", line)
+    return found.group(1) if found else None
 
 
 class TruncatedFileError(FastIOError, OSError):
@@ -50,7 +69,14 @@ class TruncatedFileError(FastIOError, OSError):
     running); the reader itself stays usable.
     """
 
-    def __init__(self, path: str, offset: int, expected_end: int) -> None:
+    def __init__(self, path: str, offset: int | None = None, expected_end: int | None = None
+                 ) -> None:  # fmt: skip
+        if offset is None or expected_end is None:  # rebuilt from its text (see FastIOError)
+            line = _raised_line(path, type(self))
+            numbers = [int(n) for n in re.findall(r"offset (\d+)", line)] + [0, 0]
+            super().__init__(errno.EIO, path, _filename(line))
+            self.offset, self.expected_end = numbers[0], numbers[1]
+            return
         message = (
             f"file ended at offset {offset} but the read needed bytes up to "
             f"offset {expected_end} (file truncated or still being written)"
@@ -77,8 +103,17 @@ class DecodeError(FastIOError, ValueError):
     """
 
     def __init__(
-        self, message: str, url: str, offset: int, record: int | None = None, *, lost: int = 1
-    ) -> None:
+        self, message: str, url: str | None = None, offset: int | None = None,
+        record: int | None = None, *, lost: int = 1,
+    ) -> None:  # fmt: skip
+        if url is None or offset is None:  # rebuilt from its text (see FastIOError)
+            super().__init__(message)
+            found = _LOCATED.match(_raised_line(message, type(self)))
+            self.url = found.group("url") if found else ""
+            self.offset = int(found.group("offset")) if found else 0
+            self.record = int(found.group("record")) if found and found.group("record") else None
+            self.lost = lost
+            return
         where = f"{url} at byte {offset}" + (f" (record {record})" if record is not None else "")
         super().__init__(f"{where}: {message}")
         self.url = url
@@ -89,6 +124,9 @@ class DecodeError(FastIOError, ValueError):
     def __reduce__(self) -> tuple[Any, ...]:
         message = str(self).split(": ", 1)[1]
         return (type(self), (message, self.url, self.offset, self.record), {"lost": self.lost})
+
+
+_LOCATED = re.compile(r"(?P<url>.+?) at byte (?P<offset>\d+)(?: \(record (?P<record>\d+)\))?: ")
 
 
 class CorruptRecordError(DecodeError):
@@ -106,7 +144,9 @@ class ShardChangedError(FastIOError, OSError):
     it with the old layout would deliver the wrong samples: make the dataset
     anew (it indexes the shard again), or restore the shard."""
 
-    def __init__(self, url: str, message: str) -> None:
+    def __init__(self, url: str, message: str | None = None) -> None:
+        if message is None:  # rebuilt from its text (see FastIOError)
+            url, message = _filename(_raised_line(url, type(self))) or "", url
         super().__init__(errno.ESTALE, message, url)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -124,7 +164,13 @@ class IndexFileError(FastIOError, ValueError):
     say where ``url``'s samples are. Under ``on_error="skip"``/``"warn"`` the
     shard is indexed again; make the index anew with ``fastio-bench index``."""
 
-    def __init__(self, path: str, url: str, problem: str) -> None:
+    def __init__(self, path: str, url: str | None = None, problem: str | None = None) -> None:
+        if url is None or problem is None:  # rebuilt from its text (see FastIOError)
+            super().__init__(path)
+            found = re.match(r"index (.+?) of (.+?) cannot be read: (.*)",
+                             _raised_line(path, type(self)))  # fmt: skip
+            self.path, self.url, self.problem = found.groups() if found else ("", "", path)
+            return
         super().__init__(f"index {path} of {url} cannot be read: {problem}")
         self.path = path
         self.url = url
@@ -166,9 +212,19 @@ class HTTPStatusError(FastIOError, OSError):
     """An HTTP server answered a ranged read with a status other than the
     bytes asked for; ``status`` is the HTTP status (a 5xx or 429 is retried)."""
 
-    def __init__(self, status: int, reason: str, url: str) -> None:
-        super().__init__(errno.EIO, f"HTTP {status} {reason}".rstrip(), url)
-        self.status = status
+    def __init__(self, status: int | str, reason: str | None = None, url: str | None = None
+                 ) -> None:  # fmt: skip
+        if isinstance(status, str):  # rebuilt from its text (see FastIOError)
+            line = _raised_line(status, type(self))
+            found = re.search(r"HTTP (\d+)", line)
+            super().__init__(errno.EIO, status, _filename(line))
+            self.status, self.reason = (int(found.group(1)) if found else 0), ""
+            return
+        super().__init__(errno.EIO, f"HTTP {status} {reason or ''}".rstrip(), url)
+        self.status, self.reason = status, reason or ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.status, self.reason, self.filename))
 
 
 class DownloadCancelled(FastIOError):
@@ -180,7 +236,9 @@ class CacheError(FastIOError, OSError):
 
     code = errno.EIO
 
-    def __init__(self, url: str, message: str) -> None:
+    def __init__(self, url: str, message: str | None = None) -> None:
+        if message is None:  # rebuilt from its text (see FastIOError)
+            url, message = _filename(_raised_line(url, type(self))) or "", url
         super().__init__(self.code, message, url)
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import tarfile
 import warnings
 
 import pytest
+from torch.utils.data import DataLoader
 
 import fastio
 from tests.shards import check_sample, key_of, write
@@ -105,6 +107,51 @@ def test_tfrecord_with_a_bad_crc(tmp_path) -> None:
     assert len(raw) == len(written.samples)
     intact = list(fastio.Dataset(written.pattern, example=False, shuffle=False, on_error="skip"))
     assert [r for r in raw if r not in intact] == [raw[bad_key]]
+
+
+def test_through_dataloader_workers_the_error_keeps_its_type_and_fields(tmp_path) -> None:
+    """torch re-raises a worker's error as ``type(error)(text)``: a fastio
+    error stays itself (``except fastio.CorruptRecordError`` catches it), its
+    URL, offset and record read back from the text."""
+    written = write("tfrecord", tmp_path, shards=4, per_shard=15)
+    url, offset, record = damage_tfrecord(written)
+    loader = DataLoader(fastio.Dataset(written.pattern), batch_size=4, num_workers=2,
+                        collate_fn=list)  # fmt: skip
+    with pytest.raises(fastio.CorruptRecordError) as caught:
+        list(loader)
+    assert (caught.value.url, caught.value.offset, caught.value.record) == (url, offset, record)
+    assert "DataLoader worker" in str(caught.value)  # torch's text, with the worker's traceback
+
+
+ERRORS = [
+    fastio.CorruptRecordError("data checksum does not match", "s3://b/x.tfrecord", 4096, 7),
+    fastio.TruncatedShardError("shard ends inside a record", "/d/x.tar", 512),
+    fastio.DecodeError("line is not JSON", "/d/a b.jsonl", 10, lost=1),
+    fastio.TruncatedFileError("/d/x.tar", 100, 4096),
+    fastio.ShardChangedError.of("https://h/x.tar"),
+    fastio.IndexFileError("/i/x.fastio-index.npz", "/d/x.tar", "truncated or not an index"),
+    fastio.HTTPStatusError(404, "Not Found", "https://h/x.tar"),
+    fastio.CacheIntegrityError("s3://b/x.tar", "size differs"),
+    fastio.CacheFullError("s3://b/x.tar", "does not fit"),
+]
+FIELDS = ["url", "offset", "record", "filename", "expected_end", "path", "problem", "status"]
+
+
+@pytest.mark.parametrize("error", ERRORS, ids=lambda error: type(error).__name__)
+def test_every_error_survives_torch_s_re_raise(error) -> None:
+    from torch._utils import ExceptionWrapper
+
+    try:
+        raise error
+    except fastio.FastIOError:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 0")
+    with pytest.raises(type(error)) as caught:
+        wrapped.reraise()
+    for field in FIELDS:
+        assert getattr(caught.value, field, None) == getattr(error, field, None), field
+    assert str(error) in str(caught.value)
+    again = pickle.loads(pickle.dumps(error))  # and as workers send them, pickled
+    assert (type(again), str(again)) == (type(error), str(error))
 
 
 def test_checksum_damage_after_indexing_is_caught_while_reading(tmp_path) -> None:
