@@ -32,7 +32,7 @@ from fastio._errors import ReaderClosedError, import_extra
 from fastio.dataset._batching import rebatch
 from fastio.dataset._delivery import deliver
 from fastio.dataset._layouts import ShardLayouts
-from fastio.dataset._policy import ErrorPolicy
+from fastio.dataset._policy import MAX_KEPT_ERRORS, ErrorPolicy
 from fastio.dataset._reads import Read, SampleReads
 from fastio.dataset._spill import make_spill
 from fastio.dataset._steal import StealingRun, check_steal_state
@@ -602,11 +602,18 @@ class Dataset(_Base):
 
     def stats(self) -> dict[str, Any]:
         """Samples delivered and skipped, shards left out as unreadable,
-        failures kept (up to 100) and the reader's statistics."""
+        failures kept (up to 100) and the reader's statistics. In the process
+        that made the dataset, what its DataLoader workers skipped counts too
+        (the samples delivered are those this process read itself)."""
         cursor, policy = self._cursor, self._policy
+        skipped, shards_skipped, errors = policy.skipped, policy.shards_skipped, policy.errors
+        if not in_dataloader_worker():  # and what its DataLoader workers skipped
+            samples, shards, texts = policy.workers.read(known=policy.places)
+            skipped, shards_skipped = skipped + samples, shards_skipped + shards
+            errors = [*errors, *texts][:MAX_KEPT_ERRORS]
         return {
-            "samples": cursor.delivered, "skipped": policy.skipped,
-            "shards_skipped": policy.shards_skipped, "errors": list(policy.errors),
+            "samples": cursor.delivered, "skipped": skipped,
+            "shards_skipped": shards_skipped, "errors": list(errors),
             "epoch": cursor.epoch if cursor.participant is not None else None,
             "position": cursor.position,
             "reader": self._reader.stats().as_dict() if self._reader is not None else None,
@@ -645,6 +652,7 @@ class Dataset(_Base):
         """At the first item: the iteration's items, and what observes them."""
         keep_heap()  # a window's payloads are allocated and freed together
         if in_dataloader_worker():
+            self._policy.reports = True  # to the process that made the dataset
             freeze_inherited()
             capacity = self.spec.split.handoff_memory
             hand_off(capacity, arrow=columnar and self._format.batch_kind == "arrow")

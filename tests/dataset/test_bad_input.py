@@ -123,6 +123,29 @@ def test_through_dataloader_workers_the_error_keeps_its_type_and_fields(tmp_path
     assert "DataLoader worker" in str(caught.value)  # torch's text, with the worker's traceback
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["workers", "persistent workers"])
+def test_the_main_process_counts_what_its_workers_skipped(tmp_path, persistent) -> None:
+    """The workers skip; the process that made the dataset (and reads what
+    they deliver) sees it in its stats, each place of damage once (each
+    worker of each pass meets it again): delivered + skipped is what the
+    shards hold, every epoch, as in one process."""
+    written = write("tfrecord", tmp_path, shards=4, per_shard=15)
+    url, _, _ = damage_tfrecord(written)
+    missing = written.urls[0]
+    held = len(written.samples) - fastio.Dataset(missing, format="tfrecord").total
+    os.unlink(missing)
+    dataset = fastio.Dataset(written.pattern, on_error="skip", index_dir=tmp_path / "index")
+    loader = DataLoader(dataset, batch_size=4, num_workers=2, persistent_workers=persistent,
+                        collate_fn=list)  # fmt: skip
+    for _ in range(2):
+        delivered = sum(len(batch) for batch in loader)
+        stats = dataset.stats()
+        assert delivered + stats["skipped"] == held
+        assert (stats["skipped"], stats["shards_skipped"]) == (1, 1)
+        assert sorted(missing in error for error in stats["errors"]) == [False, True]
+        assert any(url in error and "checksum" in error for error in stats["errors"])
+
+
 ERRORS = [
     fastio.CorruptRecordError("data checksum does not match", "s3://b/x.tfrecord", 4096, 7),
     fastio.TruncatedShardError("shard ends inside a record", "/d/x.tar", 512),
