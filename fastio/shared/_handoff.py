@@ -26,8 +26,10 @@ from it (both keep it open; the memory goes when both have closed it), a worker
 empties its ring as it exits (unless a payload is still being written into it:
 then the memory goes with the process), the main process closes rings whose worker is gone
 when it meets a new one, and files of workers killed before the main process
-read from them are swept by the next process that names a ring
-(:func:`fastio.shared.shared_path`). A payload's own file is unlinked by the
+read from them are swept by the next process that names a ring, and by the
+main process as it exits (:func:`fastio.shared.shared_path`): its exit stops
+the workers of a loader still iterating with SIGTERM, before their own
+clean-up. A payload's own file is unlinked by the
 main process as it maps it (the memory goes with the batch read from it), or,
 never read (the loader dropped), by its worker as it exits.
 """

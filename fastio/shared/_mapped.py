@@ -3,8 +3,9 @@
 Zeros are a valid empty array, so the file needs no initialisation and any
 process may create it (``O_CREAT`` without ``O_EXCL``). Only the process that
 named it (its *owner*, whose pid is in the name) removes it; files of owners
-that died without cleaning up (killed by SIGKILL) are removed by the next
-process that names one on the machine. Not
+that died without cleaning up (killed by SIGKILL, or stopped by SIGTERM) are
+removed by the next process that names one on the machine, and by a process
+that named one as it exits (its DataLoader workers', stopped as it exits). Not
 ``multiprocessing.shared_memory``: its resource tracker would count every
 worker's attach as a leak. Changes that must not interleave are made under an
 exclusive ``flock`` of the file, and the file grows under it too: a process
@@ -22,6 +23,7 @@ import re
 import secrets
 import tempfile
 import threading
+from multiprocessing import util
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,6 +51,11 @@ def shared_path(kind: str) -> str:
     if os.getpid() not in _swept:
         _swept.add(os.getpid())
         _sweep(folder)
+        # And again as it exits, once multiprocessing has stopped and joined
+        # its daemonic children (a negative priority runs after that): DataLoader
+        # workers, which it stops with SIGTERM, before their own clean-up runs,
+        # when the main process exits mid-epoch (an exception in training).
+        util.Finalize(None, _sweep, args=(folder,), exitpriority=-100)
     return os.path.join(folder, f"{PREFIX}{kind}-{os.getpid()}-{secrets.token_hex(6)}")
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -23,6 +24,8 @@ import fastio
 from fastio.shared import _handoff, _heap
 from fastio.shared._mapped import owner_of, shared_folder
 from tests.shards import write
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -257,6 +260,40 @@ def test_a_killed_worker_leaves_nothing_in_dev_shm(written) -> None:
     # The next loader's first payload closes the rings of workers gone.
     next(iter(DataLoader(dataset, batch_size=4, num_workers=2)))
     assert not attached_owners() & pids
+
+
+DIES_MID_EPOCH = """
+import json, os, signal, sys, time
+import fastio
+from fastio.shared import _handoff
+from torch.utils.data import DataLoader
+_handoff.MIN_APART = 32 << 10  # batches of 16 (about 120 KB): each in a file of its own
+dataset = fastio.Dataset(sys.argv[1], seed=3, handoff_memory=64 << 10)
+batches = iter(DataLoader(dataset.batches(16), batch_size=None, num_workers=2))
+next(batches)
+workers = [worker.pid for worker in batches._workers]
+print(json.dumps([os.getpid(), *workers]), flush=True)
+time.sleep(1)  # a training step: the workers hand over the next batches meanwhile
+if sys.argv[2] == "kill":  # a worker killed; torch raises in the main process
+    os.kill(workers[0], signal.SIGKILL)
+    time.sleep(1)
+    next(batches)
+raise RuntimeError("the training step failed")
+"""
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"], ids=["an exception", "a worker killed"])
+def test_a_main_process_that_dies_mid_epoch_leaves_nothing_in_dev_shm(written, how) -> None:
+    """Python's exit stops the workers of a loader still iterating with
+    SIGTERM, before their own clean-up runs; the exiting main process removes
+    what they leave."""
+    done = subprocess.run([sys.executable, "-c", DIES_MID_EPOCH, written.pattern, how],
+                          capture_output=True, text=True, timeout=120, cwd=REPOSITORY)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert ("training step failed" if how == "raise" else "DataLoader worker") in done.stderr
+    pids = set(json.loads(done.stdout.splitlines()[0]))
+    gone(pids)
+    assert rings_of(pids) == []
 
 
 def handoff_mappings() -> list[tuple[int, int]]:
