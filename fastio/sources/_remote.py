@@ -586,13 +586,16 @@ class Remotes:
         :meth:`read_into`), as where they say nothing: a server may tag the
         answer to a range otherwise than the object. Raises
         :class:`~fastio.ShardChangedError` where the answer names another
-        size or (strong) ETag than the first answer to a read of ``url`` did:
-        the object was replaced while it was being read, and its bytes would
-        mix two objects (compared with answers alone, as a server tags its
-        answers to ranges alike)."""
+        size than the object had when it was opened, or another size or
+        (strong) ETag than the first answer to a read of ``url`` did: the
+        object was replaced (or cut) while it was being read, and its bytes
+        would mix two objects (ETags compared with answers alone, as a server
+        tags its answers to ranges alike)."""
         if size is not None:
             strong = "" if etag.startswith("W/") else etag  # a weak one may vary by answer
-            seen = self._answered.setdefault(url, (size, strong))
+            opened = self._info.get(url)
+            seen = self._answered.setdefault(url, (size if opened is None else opened.size,
+                                                   strong))  # fmt: skip
             if size != seen[0] or (strong and seen[1] and strong != seen[1]):
                 raise ShardChangedError(url, f"{url} changed while it was read (another size "
                                              "or ETag from one answer to the next)")  # fmt: skip

@@ -330,3 +330,19 @@ def test_a_never_seen_dataset_opens_without_asking_about_each_object(tmp_path) -
     finally:
         server.faults.hold_heads = False
         server.stop()
+
+
+def test_an_object_cut_after_the_open_asked_about_it_is_a_changed_shard(served, tmp_path):
+    """Not indexed yet, an object the open asked about (its size, in the
+    background) and cut before its read: the answers to its reads name
+    another size than it had, so it changed (ShardChangedError, naming it),
+    not damage (the shard is not cut as it was written)."""
+    written, server = served
+    ds = dataset(written, server, tmp_path, shuffle=False)
+    cut = written.urls[0]  # the first read in stored order
+    name = os.path.basename(cut)
+    wait_for(lambda: server.faults.heads[name] >= 1)  # the open asked about it
+    os.truncate(cut, os.path.getsize(cut) // 2)
+    with pytest.raises(fastio.ShardChangedError) as caught:
+        list(ds)
+    assert caught.value.filename.endswith(name)
