@@ -65,10 +65,15 @@ def expand_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
 
 
 def files_to_read(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """:func:`expand_paths` for a command: a missing path or nothing to read
-    ends it with a usage error naming the problem."""
+    """:func:`expand_paths` for a command: a remote URL, a missing path or
+    nothing to read ends it with a usage error naming the problem."""
     import click
 
+    remote = [str(path) for path in paths if "://" in str(path)]
+    if remote:  # (a Path of one would lose a slash of its URL)
+        raise click.BadParameter(f"{remote[0]} is remote: this command reads local files or "
+                                 "folders (fastio-bench run --format FORMAT reads remote "
+                                 "datasets)")  # fmt: skip
     try:
         files = expand_paths(paths)
     except FileNotFoundError as error:

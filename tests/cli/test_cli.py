@@ -71,6 +71,14 @@ def test_run_reports_a_missing_path(tmp_path) -> None:
     assert "absent: no such file or directory" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "tune", "sweep"])
+def test_commands_of_local_files_name_a_remote_url_as_such(command) -> None:
+    url = "http://127.0.0.1:9/data/shard-0000.tar"
+    result = bench(command, url, check=False)
+    assert result.returncode == 2
+    assert f"{url} is remote" in result.stderr  # whole: no slash lost
+
+
 def test_run_rejects_bad_knobs(make_file) -> None:
     path, _ = make_file(10)
     result = bench("run", path, "--read-size", "lots", check=False)
