@@ -27,6 +27,7 @@ __all__ = [
     "HTTPStatusError",
     "IndexFileError",
     "MissingExtraError",
+    "MixedTypesError",
     "RangeIgnoredError",
     "ReaderClosedError",
     "ShardChangedError",
@@ -157,6 +158,14 @@ class ShardChangedError(FastIOError, OSError):
         """The error of shard ``url``, found changed against its layout."""
         return cls(url, f"{url} changed since it was indexed (its size, version or change time "
                         "differ): its samples are not where the index says")  # fmt: skip
+
+
+class MixedTypesError(FastIOError, ValueError):
+    """A field holds values of two types that no one Arrow column holds (a
+    JSON field that is a number in one line and text in another): Arrow
+    batches cannot be made of those samples; iterating samples delivers them.
+    Not damage, so no error policy skips it: every such sample is intact.
+    Numbers of both kinds (1 and 1.5) make one column of floats."""
 
 
 class IndexFileError(FastIOError, ValueError):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio._errors import MixedTypesError
 from fastio.dataset._arrow_rows import ArrowRows
 from fastio.formats._parts import Part, PartBuilder
 
@@ -57,7 +58,13 @@ def _concat(parts: list[Any]) -> Any:
         # chunks took three times as long (a batch across two record batches).
         return pa.concat_batches(parts)
     tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts]
-    return pa.concat_tables(tables, promote_options="default")
+    try:
+        # Types widened where they differ (JSON lines: a field of integers in
+        # one shard and of floats in the next makes floats; null and lists, lists).
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as error:
+        raise MixedTypesError(f"samples of one batch do not make one table: {error}; "
+                              "iterate samples instead") from None  # fmt: skip
 
 
 def _joinable_batches(pa: Any, parts: list[Any]) -> bool:

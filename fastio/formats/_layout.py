@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._errors import DecodeError, import_extra
+from fastio._errors import DecodeError, MixedTypesError, import_extra
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
@@ -277,7 +277,11 @@ def batch_of(samples: list[Any]) -> Any:
     if not samples or not all(type(sample) is dict for sample in samples):
         return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
     names = list(dict.fromkeys(name for sample in samples for name in sample))
-    columns = [_column(pa, [sample.get(name) for sample in samples]) for name in names]
+    try:
+        columns = [_column(pa, [sample.get(name) for sample in samples]) for name in names]
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as error:
+        raise MixedTypesError(f"samples whose fields have two types make no Arrow batch "
+                              f"({error}); iterate samples instead") from None  # fmt: skip
     return pa.RecordBatch.from_arrays(columns, names)
 
 

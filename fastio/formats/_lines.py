@@ -10,7 +10,7 @@ import io
 import json
 from typing import TYPE_CHECKING, Any
 
-from fastio._errors import DecodeError
+from fastio._errors import DecodeError, MixedTypesError
 from fastio._native import RecordColumns, split_lines
 from fastio.formats._index import Locator
 from fastio.formats._reassemble import MAX_BATCH_BYTES, arrow, too_large
@@ -230,8 +230,9 @@ def _json_batches(data: bytes, url: str, offset: int) -> Iterator[Any]:
 
 def _json_lines_around_damage(data: bytes, url: str, offset: int) -> Iterator[Any]:
     """Batches of the lines that are JSON objects, and in their places the
-    DecodeErrors of those that are not. Raises DecodeError where the good
-    lines still do not make one table (a field of two types)."""
+    DecodeErrors of those that are not. Raises MixedTypesError where the
+    good lines still do not make one table (a field of two types: intact
+    lines, which no policy may skip as damage)."""
     good = bytearray()
     good_start = offset
     index = 0
@@ -245,7 +246,7 @@ def _json_lines_around_damage(data: bytes, url: str, offset: int) -> Iterator[An
                 problem = f"JSON: {error}"
             if problem is not None:
                 if good:
-                    yield from _json_batches(bytes(good), url, good_start)
+                    yield from _typed_json_batches(bytes(good), url, good_start)
                     good.clear()
                 yield DecodeError(f"line is not {problem}", url, offset, index)
             else:
@@ -255,7 +256,18 @@ def _json_lines_around_damage(data: bytes, url: str, offset: int) -> Iterator[An
             index += 1
         offset += len(line)
     if good:
-        yield from _json_batches(bytes(good), url, good_start)
+        yield from _typed_json_batches(bytes(good), url, good_start)
+
+
+def _typed_json_batches(data: bytes, url: str, offset: int) -> Iterator[Any]:
+    """:func:`_json_batches` of lines that are all JSON objects: where they
+    still do not parse, a field has two types (MixedTypesError)."""
+    try:
+        yield from _json_batches(data, url, offset)
+    except DecodeError as error:
+        raise MixedTypesError(f"{url} at byte {offset}: JSON lines whose fields have two types "
+                              f"make no Arrow batch ({str(error).split(': ', 2)[-1]}); "
+                              "iterate samples instead") from None  # fmt: skip
 
 
 class LinesFormat(RecordFormat):

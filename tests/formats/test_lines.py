@@ -90,3 +90,39 @@ def test_writers_write_what_the_decoders_read(tmp_path) -> None:
     assert [bytes(x).decode() for x in decode_lines(stream(str(path), 4096), str(path))] == lines
     with pytest.raises(ValueError, match="newline"):
         writer.write("two\nlines")
+
+
+def test_json_numbers_of_both_kinds_batch_as_floats(tmp_path) -> None:
+    """Integers in one shard and floats in the next (or the same field as
+    both, as JSON writers do): one column of floats, every row."""
+    (tmp_path / "a.jsonl").write_text('{"x": 1}\n{"x": 2}\n')
+    (tmp_path / "b.jsonl").write_text('{"x": 1.5}\n{"x": 2, "y": [1]}\n')
+    urls = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    for on_error in ("raise", "skip"):
+        dataset = fastio.Dataset(
+            urls, shuffle=False, on_error=on_error, index_dir=tmp_path / on_error
+        )
+        samples = list(dataset)
+        for _ in range(2):  # never seen (streamed), then indexed
+            rows = [row for batch in dataset.batches(8) for row in batch.to_pylist()]
+            assert [row["x"] for row in rows] == [sample["x"] for sample in samples]
+            assert [row.get("y") for row in rows] == [None, None, None, [1]]
+        assert dataset.stats()["skipped"] == 0
+
+
+def test_json_fields_of_two_types_are_no_batch_and_no_damage(tmp_path) -> None:
+    """Every line is a JSON object, but a field is a number in one and text
+    in another: no Arrow column holds both. A clear error under every policy
+    (no intact line is skipped as damage); samples deliver them all."""
+    path = tmp_path / "mixed.jsonl"
+    path.write_text('{"x": 1}\n{"x": "two"}\n{"x": 3}\n')
+    for indexed in (False, True):
+        for on_error in ("raise", "skip"):
+            folder = tmp_path / f"{on_error}{indexed}"
+            dataset = fastio.Dataset(str(path), shuffle=False, on_error=on_error, index_dir=folder)
+            if indexed:
+                dataset.index()
+            with pytest.raises(fastio.MixedTypesError, match="iterate samples"):
+                list(dataset.batches(8))
+            assert dataset.stats()["skipped"] == 0
+            assert [sample["x"] for sample in dataset] == [1, "two", 3]
