@@ -47,8 +47,8 @@ def _concat(parts: list[Any]) -> Any:
         return type(parts[0]).join(parts)
     # Rows of a window gathered as it was and of one joined first: as Arrow.
     parts = [part.batch() if isinstance(part, Part) else part for part in parts]
-    if isinstance(parts[0], np.ndarray):
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    if isinstance(parts[0], np.ndarray):  # in the file's dtype (its byte order too)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, dtype=parts[0].dtype)
     import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
 
     if len(parts) == 1:

@@ -6,8 +6,10 @@ row_size``), read as views or as numpy batches, and written.
 
 from __future__ import annotations
 
+import ast
 import io
 import math
+import struct
 from tokenize import TokenError
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -78,7 +80,20 @@ def _npy_header_length(prefix: bytes, url: str) -> int | None:
 # evaluates the header's dict literal (SyntaxError, tokenize's TokenError),
 # then checks its keys and values.
 _NPY_HEADER_ERRORS = (ValueError, SyntaxError, TokenError, TypeError, KeyError, OverflowError,
-                      RecursionError)  # fmt: skip
+                      RecursionError, struct.error)  # fmt: skip
+
+
+def _npy_header_3(stream: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """A version 3.0 header, past its magic: 2.0's, in UTF-8 (numpy writes it
+    where a field's name is not Latin-1, and reads 2.0's as Latin-1)."""
+    (size,) = struct.unpack("<I", stream.read(4))
+    header = ast.literal_eval(stream.read(size).decode("utf-8"))
+    shape, fortran_order = header["shape"], header["fortran_order"]
+    if not isinstance(shape, tuple) or not all(type(n) is int for n in shape):
+        raise ValueError(f"shape is not a tuple of integers: {shape!r}")
+    if type(fortran_order) is not bool:
+        raise ValueError(f"fortran_order is not a bool: {fortran_order!r}")
+    return shape, fortran_order, np.lib.format.descr_to_dtype(header["descr"])
 
 
 def _npy_header(head: bytes, length: int, url: str) -> _NpyHeader:
@@ -88,10 +103,12 @@ def _npy_header(head: bytes, length: int, url: str) -> _NpyHeader:
     stream = io.BytesIO(head[:length])
     try:
         version = np.lib.format.read_magic(stream)
-        # Version 3.0 differs from 2.0 only in allowing UTF-8 in the header.
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)  # fmt: skip
-        shape, fortran_order, dtype = read(stream)
+        if version == (3, 0):
+            shape, fortran_order, dtype = _npy_header_3(stream)
+        else:
+            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0)  # fmt: skip
+            shape, fortran_order, dtype = read(stream)
     except _NPY_HEADER_ERRORS as error:
         raise DecodeError(f"bad .npy header: {error}", url, 0) from None
     if dtype.hasobject:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -22,17 +23,34 @@ from tests.formats.chunks import stream
         np.arange(4000, dtype=">i4").reshape(1000, 4),  # big-endian stays big-endian
         np.zeros(50, dtype=[("x", "<f8"), ("label", "u1")]),  # structured rows
         np.zeros((0, 5)),
+        # numpy writes header version 3.0 (UTF-8) for a field name outside Latin-1
+        np.zeros(20, dtype=[("名前", "<f4"), ("x", "<i4")]),
     ],
-    ids=["int64", "float32-3d", "big-endian", "structured", "empty"],
+    ids=["int64", "float32-3d", "big-endian", "structured", "empty", "utf-8 header"],
 )
 def test_npy_rows_round_trip(tmp_path, read_size: int, array: np.ndarray) -> None:
     path = tmp_path / "array.npy"
-    np.save(path, array)
+    with warnings.catch_warnings():  # numpy's own note that 3.0 needs numpy 1.17
+        warnings.filterwarnings("ignore", "Stored array in format 3.0", UserWarning)
+        np.save(path, array)
     rows = list(decode_npy(stream(str(path), read_size), str(path)))
     assert len(rows) == len(array)
     if len(array):
         np.testing.assert_array_equal(np.stack(rows), array)
         assert rows[0].dtype == array.dtype
+
+
+@pytest.mark.parametrize("rows", [2, 4, 7])
+def test_npy_batches_keep_the_file_s_dtype(tmp_path, rows: int) -> None:
+    """Each batch in the file's dtype, byte order too, whether it is cut from
+    one read or joined from two."""
+    array = np.arange(24, dtype=">f8").reshape(24, 1)
+    for shard in range(3):
+        np.save(tmp_path / f"a-{shard}.npy", array[shard * 8 : shard * 8 + 8])
+    dataset = fastio.Dataset(str(tmp_path / "a-{0..2}.npy"), shuffle=False, read_size=4096)
+    batches = list(dataset.batches(rows))
+    assert {batch.dtype for batch in batches} == {np.dtype(">f8")}
+    np.testing.assert_array_equal(np.concatenate(batches), array)
 
 
 def test_npy_fortran_order_and_object_arrays_are_refused(tmp_path) -> None:
