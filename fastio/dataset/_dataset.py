@@ -263,9 +263,7 @@ class Dataset(_Base):
         # Not indexed yet: the first epoch streams whole shards, unless the split
         # needs every rank's count from its start (equal counts across ranks).
         self._first_streams = not self._shards.known
-        if self._first_streams and self.remainder != "exact" and self._rank()[1] > 1:
-            self._shards.complete()
-            self._first_streams = False
+        self._index_for_equal_counts()
         self._stream: StreamPass | None = None
         options = spec.format_options
         # Remote objects' sizes are not in it: a never-seen one's is learned
@@ -370,7 +368,16 @@ class Dataset(_Base):
             fairness=FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed),
         )  # fmt: skip
         part.__setstate__(state)
+        part._index_for_equal_counts()
         return part
+
+    def _index_for_equal_counts(self) -> None:
+        """Where ranks must have equal counts from the start (``remainder``
+        drop or pad, more than one rank), index what is not yet: the first
+        epoch cannot stream."""
+        if self._first_streams and self.remainder != "exact" and self._rank()[1] > 1:
+            self._shards.complete()
+            self._first_streams = False
 
     def close(self) -> None:
         """Release the reader (its descriptors, buffers and loop thread) and the

@@ -290,6 +290,25 @@ def test_parts_as_ranks_of_one_dataset_each_read_their_own_epoch(tmp_path) -> No
             dataset.as_rank(3, 3)
 
 
+@pytest.mark.parametrize("remainder", ["drop", "pad"])
+def test_parts_as_ranks_of_a_never_seen_dataset_have_equal_counts(tmp_path, remainder) -> None:
+    """As a dataset made for a rank does: a never-seen dataset's parts with
+    drop or pad index it first, so that each has the same count from the
+    first epoch on (not each a stream of whole shards)."""
+    written = write("tfrecord", tmp_path, shards=5, per_shard=7, index=False)
+    total = len(written.samples)
+    base = fastio.Dataset(written.pattern, remainder=remainder, index_dir=tmp_path / "index",
+                          fairness=False)  # fmt: skip
+    counts = []
+    for rank in range(3):
+        part = base.as_rank(rank, 3)
+        counts.append(len(keys(written, part)))
+        part.close()
+    equal = total // 3 if remainder == "drop" else -(-total // 3)
+    assert total % 3  # a remainder to drop or pad
+    assert counts == [equal] * 3
+
+
 @pytest.mark.parametrize(
     ("shuffle", "batch_size", "buffer", "read_size"),
     [
