@@ -281,9 +281,11 @@ class LinesFormat(RecordFormat):
 
     def own(self, record: Any, url: str, offset: int) -> str:
         try:
-            return str(record, "utf-8")
+            text = str(record, "utf-8")
         except UnicodeDecodeError as error:
             raise DecodeError(f"line is not UTF-8: {error}", url, offset) from None
+        # A line ends at "\r\n" too (Windows' newline), as Python's text files read.
+        return text[:-1] if text.endswith("\r") else text
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         for offset, _, line in locate_lines(self._decompressed(chunks, layout), layout.url):
@@ -298,10 +300,24 @@ class LinesFormat(RecordFormat):
         offsets = _Offsets(self._decompressed(chunks, layout))
         for batch in columns_lines(offsets, layout.url):
             try:  # text, as samples are (validated as UTF-8 by the cast)
-                yield batch.cast(text)
+                yield _without_returns(batch.cast(text))
             except pyarrow.ArrowInvalid:
-                yield from _text_rows(batch, text, layout.url, offsets.position)
+                yield from map(_without_returns,
+                               _text_rows(batch, text, layout.url, offsets.position))  # fmt: skip
             offsets.passed(batch)
+
+
+def _without_returns(batch: Any) -> Any:
+    """A batch of lines (or an error in a line's place) with the "\r" of
+    lines that ended in "\r\n" taken off, as :meth:`LinesFormat.own` does."""
+    if isinstance(batch, DecodeError):
+        return batch
+    compute = arrow().compute
+    column = batch.column(0)
+    if not compute.any(compute.ends_with(column, "\r")).as_py():
+        return batch
+    trimmed = compute.replace_substring_regex(column, "\r$", "")
+    return type(batch).from_arrays([trimmed], schema=batch.schema)
 
 
 class _Offsets:

@@ -126,3 +126,17 @@ def test_json_fields_of_two_types_are_no_batch_and_no_damage(tmp_path) -> None:
                 list(dataset.batches(8))
             assert dataset.stats()["skipped"] == 0
             assert [sample["x"] for sample in dataset] == [1, "two", 3]
+
+
+def test_lines_that_end_in_crlf_come_without_the_return(tmp_path) -> None:
+    """Windows' newline ends a line as "\\n" does (samples and batches); a
+    return inside a line stays."""
+    path = tmp_path / "windows.txt"
+    path.write_bytes(b"first\r\nse\rcond\r\nthird\n\r\nlast\r")
+    expected = ["first", "se\rcond", "third", "", "last"]
+    dataset = fastio.Dataset(str(path), format="lines", shuffle=False, index_dir=tmp_path / "i")
+    for _ in range(2):  # never seen, then indexed
+        assert list(dataset) == expected
+        assert [row for batch in dataset.batches(2) for row in batch.column(0).to_pylist()] == (
+            expected
+        )
