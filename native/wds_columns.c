@@ -79,9 +79,34 @@ size_t fio_wds_rows(const fio_wds *wds)
     return wds->row_count;
 }
 
-/* The slot of an extension, made on first sight. Returns 0, 1 for a name that
- * cannot name a column (not UTF-8, or with a NUL), or -ENOMEM. */
+static int intern_lowered(fio_wds *wds, const uint8_t *extension, size_t length, uint32_t *slot);
+
+/* The slot of an extension, made on first sight, its ASCII letters lowered
+ * as webdataset lowers extensions (img.JPG is the "jpg" column). Returns 0,
+ * 1 for a name that cannot name a column (not UTF-8, or with a NUL), or
+ * -ENOMEM. */
 static int intern(fio_wds *wds, const uint8_t *extension, size_t length, uint32_t *slot)
+{
+    size_t at = 0;
+    while (at < length && !(extension[at] >= 'A' && extension[at] <= 'Z'))
+        at++;
+    if (at == length)
+        return intern_lowered(wds, extension, length, slot);
+    uint8_t small[64];
+    uint8_t *lowered = length <= sizeof small ? small : malloc(length);
+    if (!lowered)
+        return -ENOMEM;
+    for (size_t i = 0; i < length; i++) {
+        uint8_t c = extension[i];
+        lowered[i] = c >= 'A' && c <= 'Z' ? (uint8_t)(c + 32) : c;
+    }
+    int rc = intern_lowered(wds, lowered, length, slot);
+    if (lowered != small)
+        free(lowered);
+    return rc;
+}
+
+static int intern_lowered(fio_wds *wds, const uint8_t *extension, size_t length, uint32_t *slot)
 {
     uint64_t hash = fio_fnv1a(extension, length);
     int64_t known = fio_names_find(&wds->names, extension, length, hash);

@@ -48,6 +48,7 @@ __all__ = [
 # component, the extension is the rest ("a/b.seg.png" -> "a/b", "seg.png").
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")
 _BLOCK = 512
+_ASCII_LOWER = {upper: upper + 32 for upper in range(65, 91)}  # str.translate: A-Z to a-z
 _REGULAR = frozenset("07")
 # Extensions keep their columns across a shard's batches (missing ones are null),
 # so that batches share a schema; a shard with more distinct extensions than
@@ -57,9 +58,10 @@ _MAX_STABLE_COLUMNS = 64
 
 def sample_key(name: str) -> tuple[str, str] | None:
     """``(key, extension)`` of a member name, or None for names without an
-    extension (webdataset skips those)."""
+    extension (webdataset skips those). The extension's ASCII letters are
+    lowered, as webdataset lowers extensions (``img.JPG`` is ``jpg``)."""
     match = _KEY_EXT.match(name)
-    return (match.group(1), match.group(2)) if match else None
+    return (match.group(1), match.group(2).translate(_ASCII_LOWER)) if match else None
 
 
 def _padded(size: int) -> int:

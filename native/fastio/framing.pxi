@@ -152,6 +152,17 @@ cdef inline object _member_value(object view, object own, const unsigned char *s
     return value if own is None else own(value)
 
 
+_ASCII_LOWER = {upper: upper + 32 for upper in range(65, 91)}  # str.translate: A-Z to a-z
+
+
+cdef inline bint _has_upper(const unsigned char *text, size_t length) noexcept nogil:
+    cdef size_t at
+    for at in range(length):
+        if 65 <= text[at] <= 90:
+            return True
+    return False
+
+
 def group_tar(object data, str url, object split_name, object own=None):
     """The complete tar members at the start of ``data`` (framed as
     :func:`scan_tar` frames them) grouped into WebDataset samples:
@@ -247,6 +258,8 @@ def group_tar(object data, str url, object split_name, object own=None):
                     key_length = <size_t>(dot - name)
                     extension = PyUnicode_DecodeUTF8(
                         <const char *>dot + 1, name_length - key_length - 1, "surrogateescape")
+                    if _has_upper(dot + 1, name_length - key_length - 1):
+                        extension = extension.translate(_ASCII_LOWER)  # as webdataset lowers it
                 header_offset = total + member.header_offset
                 if (sample is None or key_length != open_length
                         or memcmp(name, open_key, key_length) != 0):

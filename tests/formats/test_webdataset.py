@@ -638,3 +638,36 @@ def test_a_sample_comes_once_the_next_header_names_another_key(
             assert plain([sample]) == [{**samples[before], "__url__": str(path)}]
         assert plain([s for _, _, s in got]) == [{**s, "__url__": str(path)}
                                                  for s in samples[index:]]  # fmt: skip
+
+
+def test_extensions_are_lowered_as_webdataset_lowers_them(tmp_path) -> None:
+    """``img.JPG`` is the sample's ``jpg``, in samples as in batches' columns;
+    ``.JPG`` and ``.jpg`` in one sample repeat an extension (webdataset
+    refuses that sample too)."""
+    from webdataset.tariterators import group_by_keys, tar_file_iterator
+
+    path = tmp_path / "upper.tar"
+    with tarfile.open(path, "w") as archive:
+        for name, data in [("a.JPG", b"1"), ("a.Seg.PNG", b"2"), ("b.jpg", b"3")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    with open(path, "rb") as stream:  # webdataset's own grouping, of the same members
+        theirs = [{k: v for k, v in s.items() if not k.startswith("__")}
+                  for s in group_by_keys({**member, "__url__": str(path)}
+                                         for member in tar_file_iterator(stream))]  # fmt: skip
+    assert theirs == [{"jpg": b"1", "seg.png": b"2"}, {"jpg": b"3"}]
+    dataset = fastio.Dataset(str(path), shuffle=False, index_dir=tmp_path / "index")
+    for _ in range(2):  # never seen, then indexed
+        ours = [{k: bytes(v) for k, v in s.items() if not k.startswith("__")} for s in dataset]
+        assert ours == theirs
+        [batch] = dataset.batches(8)
+        assert batch.schema.names == ["__key__", "__url__", "jpg", "seg.png"]
+    repeated = tmp_path / "repeated.tar"
+    with tarfile.open(repeated, "w") as archive:
+        for name in ("a.JPG", "a.jpg"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            archive.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(fastio.DecodeError, match="repeats extension 'jpg'"):
+        list(fastio.Dataset(str(repeated), shuffle=False, index_dir=tmp_path / "r"))
