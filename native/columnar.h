@@ -164,6 +164,8 @@ void fio_wds_free(fio_wds *wds);
 size_t fio_wds_columns(const fio_wds *wds);
 void fio_wds_reset_columns(fio_wds *wds);
 size_t fio_wds_rows(const fio_wds *wds);
+/* The bytes of the members of the samples collected. */
+uint64_t fio_wds_bytes(const fio_wds *wds);
 
 /* Adds the complete samples at the start of `buf`, which starts on a member's
  * header. A sample is complete once its members are and the header of the

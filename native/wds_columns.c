@@ -79,6 +79,14 @@ size_t fio_wds_rows(const fio_wds *wds)
     return wds->row_count;
 }
 
+uint64_t fio_wds_bytes(const fio_wds *wds)
+{
+    uint64_t total = 0;
+    for (size_t index = 0; index < wds->member_count; index++)
+        total += wds->members[index].size;
+    return total;
+}
+
 static int intern_lowered(fio_wds *wds, const uint8_t *extension, size_t length, uint32_t *slot);
 
 /* The slot of an extension, made on first sight, its ASCII letters lowered

@@ -92,6 +92,18 @@ class Part(abc.ABC):
                 picked.append((span[0], row, 1, *span[3:]))
         return type(self)(picked)
 
+    def row_bytes(self) -> float | None:
+        """The mean bytes of a row of the collections the spans are rows of,
+        where they say (None where they do not)."""
+        collections = list({id(span[0]): span[0] for span in self.spans}.values())
+        total, rows = 0, 0
+        for collection in collections:
+            size = getattr(collection, "nbytes", None)
+            if size is None:
+                return None
+            total, rows = total + int(size), rows + int(collection.num_rows)
+        return total / rows if rows else None
+
     @abc.abstractmethod
     def batch(self) -> Any:
         """The rows gathered into one batch."""

@@ -79,6 +79,7 @@ cdef extern from "columnar.h" nogil:
     size_t fio_wds_columns(const fio_wds *wds)
     void fio_wds_reset_columns(fio_wds *wds)
     size_t fio_wds_rows(const fio_wds *wds)
+    uint64_t fio_wds_bytes(const fio_wds *wds)
     int fio_wds_scan(fio_wds *wds, const unsigned char *buf, size_t len, int final,
                      uint64_t max_bytes, fio_wds_result *result)
     int fio_wds_export(fio_wds *wds, const char *url, size_t url_length, ArrowSchema *schema,

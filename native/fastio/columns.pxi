@@ -318,6 +318,11 @@ cdef class TarRows:
     def __dealloc__(self):
         fio_wds_free(self._wds)
 
+    @property
+    def nbytes(self):
+        """The bytes of the samples' members (what gathering them copies)."""
+        return fio_wds_bytes(self._wds)
+
 
 cdef tuple _url_dictionary(list urls):
     """The bytes of ``urls`` joined, and their offsets (a calloc'ed array the

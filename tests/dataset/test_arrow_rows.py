@@ -247,3 +247,37 @@ def test_copy_into_copies_to_the_start_of_a_buffer_and_nothing_past_the_source(s
         copy_into(destination[: size - 1 if size else 0], np.zeros(size + 1, np.uint8))
     with pytest.raises(BufferError):
         copy_into(bytes(size), source)  # read-only
+
+
+@pytest.mark.parametrize(("payload", "joined"), [(100, True), (40_000, False)],
+                         ids=["small rows", "large rows"])  # fmt: skip
+def test_a_window_is_joined_first_only_where_its_rows_are_small(payload, joined) -> None:
+    """A shuffled window of many batches' rows: small rows are joined once
+    (a gather per batch from many spans would cost more than their bytes);
+    large ones are gathered batch by batch from where they were read, not
+    copied whole beside the shuffle buffer first. The batches are the same."""
+    import io
+
+    import numpy as np
+    import webdataset
+
+    from fastio._native import TarColumns
+    from fastio.dataset._batching import _gatherable, _take
+    from fastio.formats._parts import TarPart
+
+    buffer = io.BytesIO()
+    with webdataset.TarWriter(buffer) as sink:
+        for number in range(40):
+            sink.write({"__key__": f"s{number}", "bin": bytes([number]) * payload})
+    collector = TarColumns()
+    assert collector.scan(buffer.getvalue(), True).rows == 40
+    samples = collector.detach()
+    assert samples.nbytes == 40 * payload  # the members' bytes
+    part = TarPart.of(samples, "a.tar")
+    rows = np.random.default_rng(1).permutation(40)
+    ready = _gatherable(part, rows, 8)
+    assert (ready is not part) == joined
+    for start in range(0, 40, 8):
+        batch = _take(ready, rows[start : start + 8])
+        batch = batch.batch() if isinstance(batch, TarPart) else batch
+        assert pa.record_batch(batch).equals(pa.record_batch(part.take(rows[start : start + 8])))
