@@ -485,7 +485,9 @@ class ShardCache:
         entry = index.entry(key)
         if entry is not None and entry.state == READY:
             current = entry.size == size and (etag is None or entry.etag in (None, etag))
-            if current and os.path.exists(entry.path):
+            # A copy cut short on disk since (a full disk, a hand) is no copy:
+            # fetched again, not served as a hit that fails (or is skipped) each run.
+            if current and _size_on_disk(entry.path) == entry.size:
                 if demand:  # pinned already, by _obtain
                     index.touch(key)
                     record_use = getattr(self.placement, "record_use", None)
@@ -638,3 +640,10 @@ class ShardCache:
             url, f"no room for its {size} bytes after {elapsed:.1f} s (wait_timeout): "
             f"{pinned} of the cache's {self.max_bytes} bytes are shards in use (pinned)"
         )  # fmt: skip
+
+
+def _size_on_disk(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None

@@ -538,6 +538,18 @@ def test_another_etag_replaces_the_copy(tmp_path) -> None:
         assert cache.stats()["misses"] == 2
 
 
+def test_a_copy_cut_short_on_disk_is_fetched_again(tmp_path) -> None:
+    """Not served as a hit (whose reads would fail, or be skipped, every run)."""
+    url, size = "mem://cut", 4096
+    with ShardCache(tmp_path, OWN + 2 * size) as cache:
+        with cache.use(url, size, serve(url, size)) as path:
+            assert Path(path).read_bytes() == content(url, size)
+        os.truncate(path, size // 3)
+        with cache.use(url, size, serve(url, size)) as again:
+            assert Path(again).read_bytes() == content(url, size)
+        assert (cache.stats()["misses"], cache.stats()["hits"]) == (2, 0)
+
+
 def test_etag_checksum_takes_only_md5_etags() -> None:
     assert etag_checksum('"' + "A" * 32 + '"') == "md5:" + "a" * 32
     assert etag_checksum('"' + "a" * 32 + '-3"') is None  # multipart
