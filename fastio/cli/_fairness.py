@@ -82,8 +82,12 @@ def _make_dataset(spec: DatasetSpec, slow: tuple[str, ...], slow_delay: float) -
     changes: dict[str, Any] = {"shuffle": dataclasses.replace(spec.shuffle, enabled=False)}
     if slow:
         import fastio.sources._throttled  # noqa: F401 - registers throttled://
+        from fastio.sources._urls import expand_urls
 
-        urls = [spec.urls] if isinstance(spec.urls, str) else spec.urls
+        try:  # expanded where they are (folders, globs), then read behind the throttle
+            urls = expand_urls(spec.urls, spec.storage_options)
+        except (OSError, ValueError) as error:
+            raise click.ClickException(str(error)) from None
         changes["urls"] = tuple(f"throttled://{url}" for url in urls)
         changes["storage_options"] = {"slow": list(slow), "slow_delay": slow_delay}
     try:

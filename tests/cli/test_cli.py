@@ -253,3 +253,17 @@ def test_fairness_table_shows_a_window_without_readiness(capsys) -> None:
     print_timeline({"report": report, "epoch_seconds": [0.5]})
     shown = capsys.readouterr().out
     assert "120/s - q=8" in shown
+
+
+def test_fairness_slows_shards_of_a_folder_or_a_glob(tmp_path) -> None:
+    """--slow reads the shards it names behind a delay, whatever form PATHS
+    take (a folder, a glob, braces)."""
+    from tests.shards import write
+
+    written = write("webdataset", tmp_path / "data", shards=2, per_shard=6)
+    slow = Path(written.urls[0]).stem
+    for paths in (str(tmp_path / "data"), str(tmp_path / "data" / "*.tar"), written.pattern):
+        result = bench("fairness", paths, "--workers", "0", "--step-ms", "0", "--slow", slow,
+                       "--json", check=False)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["slow"] == [slow]
