@@ -47,6 +47,7 @@ from fastio._errors import (
     CacheError,
     CacheFullError,
     CacheTimeoutError,
+    TierFullError,
 )
 from fastio.cache._database import FETCHING, READY, WAL_PEAK, CacheIndex, Entry, EvictionPolicy
 from fastio.cache._files import (
@@ -517,7 +518,7 @@ class ShardCache:
         # The reads the copy will serve: those planned, and this one (a demand
         # get has moved its plan past it already).
         uses = index.planned_uses(key) + int(demand)
-        path = os.path.join(self._place(key, size, uses), data_name(url))
+        path = os.path.join(self._place(key, url, size, uses), data_name(url))
         for victim in victims:
             index.remove(victim.key)
             remove_quietly(victim.path)
@@ -616,10 +617,15 @@ class ShardCache:
             grown = 0
         return max(INDEX_ROOM, total + max(WAL_PEAK - grown, 0))
 
-    def _place(self, key: str, size: int, uses: int) -> str:
+    def _place(self, key: str, url: str, size: int, uses: int) -> str:
         if self.placement is None:
             return first_with_room(self.directories, size)
-        folder = os.path.abspath(self.placement(key, size, SHARD, float(max(uses, 1))))
+        try:
+            folder = os.path.abspath(self.placement(key, size, SHARD, float(max(uses, 1))))
+        except TierFullError as error:
+            # No tier has room for it now (the cache evicts by its own bytes,
+            # not by each tier's): as a full cache, and the shard read remotely.
+            raise CacheFullError(url, f"no tier has room for its copy ({error})") from error
         if folder not in self.directories:
             raise ValueError(f"placement chose {folder!r}, which is not one of the cache's "
                              f"directories {self.directories}")  # fmt: skip

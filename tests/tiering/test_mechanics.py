@@ -164,6 +164,25 @@ def test_shard_cache_lands_where_the_policy_says(tmp_path: Path) -> None:
     assert sorted(p.bytes_read for p in live) == [0, 100_000]
 
 
+def test_a_copy_no_tier_has_room_for_is_a_full_cache_not_an_error(tmp_path: Path) -> None:
+    """The cache's bytes fit the tiers together, not a copy in either: as a
+    full cache (the shard is read remotely), never TierFullError."""
+    tiering = two_tiers(tmp_path, 150_000, 150_000)
+    payload = {f"s3://bucket/shard-{i}.tar": bytes([i]) * 100_000 for i in range(3)}
+
+    def fetch(url: str, file: object) -> None:
+        file.write(payload[url])  # type: ignore[attr-defined]
+
+    with ShardCache(tiering.directories, INDEX_ROOM + 300_000, placement=tiering) as cache:
+        held = [cache.get(url, 100_000, fetch) for url in list(payload)[:2]]  # one a tier
+        with pytest.raises(fastio.CacheFullError, match="no tier has room") as caught:
+            cache.get("s3://bucket/shard-2.tar", 100_000, fetch, wait=False)
+        assert caught.value.filename == "s3://bucket/shard-2.tar"
+        for url in list(payload)[:2]:
+            cache.release(url)
+        assert len(held) == 2
+
+
 def test_shuffle_spill_keeps_the_order_and_lands_on_the_fast_tier(tmp_path: Path) -> None:
     shards = []
     for number in range(3):
