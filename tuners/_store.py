@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,14 +60,31 @@ def open_storage(storage: str | os.PathLike[str] | BaseStorage) -> BaseStorage:
     if not text:
         raise ValueError("tuner storage: give a file path or a database URL, not ''")
     if "://" in text:
-        return RDBStorage(text)
+        return _rdb(RDBStorage, text)
     path = Path(text).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() in _SQLITE:
-        return RDBStorage(f"sqlite:///{path.resolve()}")
+        return _rdb(RDBStorage, f"sqlite:///{path.resolve()}")
     from optuna.storages.journal import JournalFileBackend
 
     return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _rdb(make: Any, url: str, attempts: int = 8) -> BaseStorage:
+    """``RDBStorage(url)``, made again where another process made the
+    database's tables meanwhile: runs that start together on a new database
+    race to create them (a table that "already exists", a version row that
+    is not unique), and the loser finds them made on its next try."""
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    for attempt in range(attempts):
+        try:
+            return make(url)  # type: ignore[no-any-return]
+        except (OperationalError, IntegrityError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def round_names(storage: BaseStorage, base: str) -> list[tuple[int, str]]:

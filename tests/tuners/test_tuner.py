@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -540,3 +541,30 @@ def test_settled_windows_last_longer() -> None:
     assert not meter.complete  # past max_seconds, short of four windows
     meter.add(100, 1.0, 100)
     assert meter.complete
+
+
+OPEN_TOGETHER = """
+import os, sys, time
+from fastio.tuners import open_storage
+start = float(sys.argv[2])
+while time.time() < start:  # every process opens the new database at once
+    time.sleep(0.001)
+storage = open_storage(sys.argv[1])
+storage.get_all_studies()
+print("opened")
+"""
+
+
+def test_runs_that_open_a_new_database_together_all_open_it(tmp_path: Path) -> None:
+    """They race to create its tables; the losers find them made and go on
+    (Optuna's own creation raised 'table studies already exists' or a
+    version row that is not unique, and the run died)."""
+    database = str(tmp_path / "shared.db")
+    start = f"{time.time() + 3.0:.3f}"  # after every process's imports
+    runs = [subprocess.Popen([sys.executable, "-c", OPEN_TOGETHER, database, start],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(4)]  # fmt: skip
+    for run in runs:
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        assert out.strip() == "opened"
