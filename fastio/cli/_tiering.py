@@ -138,7 +138,11 @@ def probe(config_file: Path | None, tier_specs: tuple[str, ...], refresh: bool,
         if as_json:
             status.stop()
         for tier in tiers:
-            profile = measure(tier, refresh=refresh)
+            try:
+                profile = measure(tier, refresh=refresh)
+            except OSError as error:  # a tier too small for the probe's file, or unwritable
+                raise click.ClickException(f"tier {tier.name} ({tier.path}) cannot be probed: "
+                                           f"{error}") from None  # fmt: skip
             rows.append({"name": tier.name, "path": tier.path, "media": tier.media,
                          "detected": tier.detected, "capacity": tier.capacity,
                          **profile.as_dict()})  # fmt: skip
@@ -177,4 +181,7 @@ def _tiers(config_file: Path | None, specs: Sequence[str]) -> list[Tier]:
             raise click.BadParameter(str(error)) from None
     if not settings:
         raise click.UsageError("give --tier NAME=PATH:CAPACITY or --config FILE with tiers")
-    return [Tier(t.name, t.path, t.capacity, t.media) for t in settings]
+    try:
+        return [Tier(t.name, t.path, t.capacity, t.media) for t in settings]
+    except OSError as error:  # its folder cannot be made (a file there, no permission)
+        raise click.ClickException(f"a tier's folder cannot be made: {error}") from None

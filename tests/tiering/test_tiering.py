@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,3 +140,9 @@ def test_cli_probe_shows_tiers(tmp_path: object) -> None:
     bad = CliRunner().invoke(main, ["tiering", "probe", "--tier", "nonsense"])
     assert bad.exit_code != 0
     assert "NAME=PATH:CAPACITY" in bad.output
+    a_file = Path(str(tmp_path)) / "a-file"
+    a_file.write_bytes(b"")
+    for spec in (f"file={a_file}:1GiB:hdd", f"under-a-file={a_file}/tier:1GiB:hdd"):
+        refused = CliRunner().invoke(main, ["tiering", "probe", "--refresh", "--tier", spec])
+        assert refused.exit_code == 1, refused.output  # an error, said: no traceback
+        assert str(a_file) in refused.output
