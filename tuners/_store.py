@@ -77,14 +77,12 @@ def _rdb(make: Any, url: str, attempts: int = 8) -> BaseStorage:
     is not unique), and the loser finds them made on its next try."""
     from sqlalchemy.exc import IntegrityError, OperationalError
 
-    for attempt in range(attempts):
+    for attempt in range(1, attempts):
         try:
             return make(url)  # type: ignore[no-any-return]
         except (OperationalError, IntegrityError):
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.05 * (attempt + 1))
-    raise AssertionError("unreachable")
+            time.sleep(0.05 * attempt)
+    return make(url)  # type: ignore[no-any-return]
 
 
 def round_names(storage: BaseStorage, base: str) -> list[tuple[int, str]]:
