@@ -48,6 +48,10 @@ class Shard:
         object.__setattr__(self, "ranges", tuple(self.ranges))  # accept any sequence
         if not self.ranges:
             raise ValueError(f"shard {self.name or ''} has no byte ranges".replace("  ", " "))
+        strays = [item for item in self.ranges if not isinstance(item, ByteRange)]
+        if strays:  # said here, not as an AttributeError when a read gets to it
+            raise TypeError(f"a shard's ranges are ByteRange objects, not {strays[0]!r} "
+                            "(Shard.file(path) is a whole file)")  # fmt: skip
 
     @classmethod
     def file(

@@ -1166,3 +1166,13 @@ def test_stats_by_many_threads_or_few_land_in_place(tmp_path: Path, round_trip_n
             continue
         status = os.stat(path)
         assert stamp == (i, status.st_mtime_ns, _change_stamp(status))
+
+
+def test_a_shard_of_other_things_than_ranges_is_refused_when_made(tmp_path: Path) -> None:
+    path = str(tmp_path / "f")
+    with pytest.raises(TypeError, match="ByteRange objects, not 'f'"):
+        Shard(("f",))
+    with pytest.raises(TypeError, match="ByteRange"):
+        Shard((ByteRange(path, 0, 10), (path, 0, 10)))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no byte ranges"):
+        Shard(())
