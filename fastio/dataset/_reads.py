@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio._errors import DecodeError, TruncatedShardError
+from fastio._errors import DecodeError, ShardChangedError, TruncatedFileError, TruncatedShardError
 from fastio.dataset._batching import rows_of, slice_rows
 from fastio.reader._ranges import Shard
 
@@ -347,6 +347,16 @@ def located(error: Exception, layout: Layout) -> Exception:
                        sample)  # fmt: skip
 
 
+def _changed(error: OSError) -> OSError:
+    """A read's failure as a dataset says it: a file that ended before bytes
+    a read asked for is a shard changed since it was laid out (its index, or
+    its open, said it held them), :class:`~fastio.ShardChangedError`."""
+    if not isinstance(error, TruncatedFileError):
+        return error
+    url = error.filename or ""
+    return ShardChangedError(url, f"{url} changed while it was read ({error.strerror})")
+
+
 class Guarded:
     """A reader stream that ends, instead of raising, at a failed read, and
     says which of its shards failed: the decoder of the shard before never
@@ -370,14 +380,16 @@ class Guarded:
                 last = chunk
                 yield chunk
         except OSError as error:
-            self.failure = error
+            failure = self.failure = _changed(error)
             if last is None:
                 self.failed_at, self.untouched = 0, True
             else:
                 self.failed_at = last.shard + 1 if last.end_of_shard else last.shard
                 self.untouched = last.end_of_shard
                 if self.cut and not self.untouched:
-                    raise
+                    if failure is error:
+                        raise
+                    raise failure from None
 
     def close(self) -> None:
         self.stream.close()  # type: ignore[attr-defined]

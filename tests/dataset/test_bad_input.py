@@ -307,3 +307,21 @@ def test_zeros_over_a_header_are_damage_not_the_end_of_the_shard(tmp_path, sampl
         assert sorted(keys) == [row["key"] for row in written.samples if row["key"] != hurt]
         assert dataset.stats()["skipped"] == 1  # delivered + skipped is what the shard held
         assert len([key for key in keys if key < first_key + held]) + 1 == held, epoch
+
+
+def test_a_shard_cut_while_it_is_read_is_a_changed_shard(tmp_path) -> None:
+    """Indexed, a shard cut short while an epoch reads it: the bytes its
+    index places are gone, so it changed (ShardChangedError, naming it),
+    after the samples read before the cut, never wrong bytes."""
+    written = write("webdataset", tmp_path / "wds", shards=1, per_shard=60, large=True)
+    url = written.urls[0]
+    dataset = fastio.Dataset(written.pattern, shuffle=False, read_size=64 << 10,
+                             memory_budget=256 << 10)  # fmt: skip
+    samples = iter(dataset)
+    first = next(samples)
+    check_sample("webdataset", first, written.samples[0])
+    os.truncate(url, os.path.getsize(url) // 2)
+    with pytest.raises(fastio.ShardChangedError) as caught:
+        for sample in samples:
+            check_sample("webdataset", sample, written.samples[key_of("webdataset", sample)])
+    assert caught.value.filename == url
