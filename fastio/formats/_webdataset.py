@@ -7,6 +7,7 @@ spends ~40 us per member, a minute for a million samples).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import tarfile
@@ -23,7 +24,7 @@ from fastio.formats._records import RecordFormat, RecordWriter, owned, owned_kin
 from fastio.reader._ranges import ByteRange
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Generator, Iterable, Iterator, Mapping
 
     from typing_extensions import Buffer
 
@@ -258,18 +259,13 @@ def resync_webdataset(reader: Reader, url: str, error: DecodeError) -> int | Non
             # A damaged extended header: the member it belongs to is the next.
             lost_key = header_key(_read(reader, url, at, _BLOCK))
     after = at
-    stream = reader.stream([ByteRange(url, at)])
-    try:
-        for member, base in framed(stream, url, _members):
+    with contextlib.closing(_members_at(reader, url, at)) as members:
+        for member, base in members:
             parts = sample_key(member.name)
             if member.typeflag in _REGULAR and parts is not None and parts[0] != lost_key:
                 after = base + member.header_offset
                 break
             after = base + member.data_offset + _padded(member.size)
-    except DecodeError:
-        pass  # the scan that goes on from `after` meets it again
-    finally:
-        stream.close()  # type: ignore[attr-defined]
     if after <= error.offset:
         # The header block checks out, yet what it starts does not decode (an
         # extended header's damaged records), or it is zeros, which end no
@@ -295,9 +291,8 @@ def _past_a_remnant(reader: Reader, url: str, at: int) -> int:
     extensions: list[set[str]] = []  # of the sample at ``at``, then the next
     keys: list[str] = []
     second = at
-    stream = reader.stream([ByteRange(url, at)])
-    try:
-        for member, base in framed(stream, url, _members):
+    with contextlib.closing(_members_at(reader, url, at)) as members:
+        for member, base in members:
             parts = sample_key(member.name)
             if member.typeflag not in _REGULAR or parts is None:
                 continue
@@ -310,13 +305,22 @@ def _past_a_remnant(reader: Reader, url: str, at: int) -> int:
                 if len(keys) == 2:
                     second = base + member.header_offset
             extensions[-1].add(extension)
-    except DecodeError:
-        pass  # the scan that goes on meets it again
-    finally:
-        stream.close()  # type: ignore[attr-defined]
     if len(extensions) == 2 and extensions[0] < extensions[1]:
         return second
     return at
+
+
+def _members_at(reader: Reader, url: str, at: int) -> Generator[tuple[TarMember, int]]:
+    """The tar's members from byte ``at`` on, with their buffers' offsets, as
+    far as they frame: damage further on ends them, for the scan that goes on
+    to meet again (close it to end the read early)."""
+    stream = reader.stream([ByteRange(url, at)])
+    try:
+        yield from framed(stream, url, _members)
+    except DecodeError:
+        return
+    finally:
+        stream.close()  # type: ignore[attr-defined]
 
 
 def _read(reader: Reader, url: str, offset: int, length: int) -> bytes:
