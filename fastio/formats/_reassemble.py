@@ -205,6 +205,7 @@ def batched(
     offset: int | None = None  # stream offset of the current chunk's first byte
     needed = 0  # bytes the record at the start of carry needs, as far as known
     done = False
+    end: int | None = None  # where the end marker is, once seen
     stream = iter(chunks)
     while True:
         try:
@@ -273,8 +274,17 @@ def batched(
                 position = len(view)
             else:
                 break
+        # What followed the end marker in this chunk, and where it is (see framed).
+        past: tuple[Any, int] | None = None
+        if done and end is None:  # met in this chunk, or in the carry
+            end = carry_base if carry else offset + position
+            past = bytes(carry) + bytes(view[position:]), end
+        elif done and end is not None:
+            past = view, end
         offset += len(view)
         yield from _taken(take)
+        if past is not None:
+            _check_past_end(past[0], url, past[1])
     while carry and not done:
         found, error = scan(carry, carry_base, True)
         done = found.at_end
@@ -290,6 +300,8 @@ def batched(
             raise error
         carry = carry[found.consumed :]
         carry_base += found.consumed
+        if done:
+            _check_past_end(carry, url, carry_base)
     if require_end and not done:
         end = carry_base if offset is None else offset
         raise TruncatedShardError(

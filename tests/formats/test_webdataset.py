@@ -671,3 +671,25 @@ def test_extensions_are_lowered_as_webdataset_lowers_them(tmp_path) -> None:
             archive.addfile(info, io.BytesIO(b"x"))
     with pytest.raises(fastio.DecodeError, match="repeats extension 'jpg'"):
         list(fastio.Dataset(str(repeated), shuffle=False, index_dir=tmp_path / "r"))
+
+
+@pytest.mark.parametrize("read_size", [4096, 65_536, 1 << 20])
+def test_zeros_over_a_header_end_no_batches_as_the_tar_s_end(tmp_path, read_size: int) -> None:
+    """As samples do (see tests/dataset/test_bad_input.py): a zero block
+    with data after it is damage at the block, raised after the batches of
+    the samples before it, wherever the reads cut the archive."""
+    path = tmp_path / "holed.tar"
+    with tarfile.open(path, "w") as archive:
+        for number in range(12):
+            add_file(archive, f"s{number:02d}.bin", bytes([number]) * 3000)
+    with tarfile.open(path) as archive:
+        hole = next(m.offset for m in archive if m.name == "s05.bin")
+    with open(path, "r+b") as handle:
+        handle.seek(hole)
+        handle.write(bytes(1024))
+    keys: list[str] = []
+    with pytest.raises(fastio.CorruptRecordError) as caught:
+        for batch in columns_webdataset(stream(str(path), read_size), str(path), whole=True):
+            keys += batch.column("__key__").to_pylist()
+    assert caught.value.offset == hole
+    assert keys == [f"s{number:02d}" for number in range(5)]
