@@ -23,14 +23,26 @@ registry's lock, so it sees one complete copy or the other, never a torn file.
 The owner's descriptor is switched with ``dup2``, so its own reads and writes
 carry on. Accounting is per ``Tiering`` object (one process); processes
 sharing tiers should give each its own share of the capacity.
+
+**What a killed process leaves is removed.** Each temporary (and each copy a
+migration is writing) is locked (``flock``) by its owner from before its name
+exists until it is removed; a new ``Tiering`` removes the files of its naming
+in its tiers that no process holds: those of a process that died without
+closing them (killed, or out of memory), which would otherwise fill the tiers
+past their budgets unseen. A lock on the tier's directory keeps a removal
+from meeting a file between its creation and its owner's lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import itertools
 import os
+import re
 import secrets
+import stat
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -40,7 +52,7 @@ from fastio.tiering._model import DensityModel, Features, Outcome
 from fastio.tiering._policies import coldest_first
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from _typeshed import ReadableBuffer
 
@@ -51,6 +63,78 @@ __all__ = ["TieredFile", "Tiering"]
 
 _COPY_BLOCK = 1 << 20
 _UNSEEN_GRACE = 600.0  # seconds a cache copy may take to appear before it counts as gone
+_MIGRATING = ".migrating-"
+# What :class:`TieredFile` names its files (``.fastio-<kind>-<16 hex><suffix>``),
+# and a migration its copies: what a sweep may remove, once no owner holds it.
+_TEMPORARY = re.compile(rf"^(?:{re.escape(_MIGRATING)})?\.fastio-.+-[0-9a-f]{{16}}")
+
+
+# A filesystem without ``flock``: its files are made without locks, and a
+# sweep removes none of them (it removes only what it could lock).
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL}
+
+
+def _lock(fd: int, operation: int) -> None:
+    try:
+        fcntl.flock(fd, operation)
+    except OSError as error:
+        if error.errno not in _NO_LOCKS:
+            raise
+
+
+@contextlib.contextmanager
+def _tier_lock(folder: str, operation: int) -> Iterator[None]:
+    """``flock`` ``operation`` on the tier's directory: shared while a file
+    is made and locked by its owner, exclusive while a sweep looks."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _lock(fd, operation)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def _create_owned(path: str) -> int:
+    """A new file at ``path``, read-write, locked by this process (its open
+    file description: forked children share it) before its name can be seen
+    unlocked. Raises OSError (FileExistsError where the name is taken)."""
+    with _tier_lock(os.path.dirname(path), fcntl.LOCK_SH):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            _lock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            os.close(fd)
+            os.remove(path)
+            raise
+    return fd
+
+
+def sweep_orphans(folder: str) -> list[str]:
+    """Remove the temporaries in ``folder`` that no live process holds (see
+    the module); returns their names. A file another process holds is left;
+    one that cannot be looked at is left too."""
+    removed: list[str] = []
+    with _tier_lock(folder, fcntl.LOCK_EX):
+        for name in os.listdir(folder):
+            if not _TEMPORARY.match(name):
+                continue
+            path = os.path.join(folder, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # held: its owner lives
+            finally:
+                os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+                removed.append(name)
+    return removed
 
 
 class _Placed:
@@ -94,6 +178,11 @@ class Tiering:
         self._lock = threading.RLock()
         self._files: dict[int, _Placed] = {}
         self._numbers = itertools.count()
+        self.swept: list[str] = []
+        """Paths of files left by processes that died, removed when this was made."""
+        for tier in self.tiers:
+            with contextlib.suppress(OSError):  # a tier it cannot sweep still works
+                self.swept += [os.path.join(tier.path, name) for name in sweep_orphans(tier.path)]
 
     @property
     def directories(self) -> list[str]:
@@ -248,8 +337,8 @@ class Tiering:
         assert handle is not None, "only temporaries are movable"
         with handle._io:
             new_path = os.path.join(target.path, os.path.basename(handle.path))
-            temp = os.path.join(target.path, f".migrating-{os.path.basename(handle.path)}")
-            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            temp = os.path.join(target.path, f"{_MIGRATING}{os.path.basename(handle.path)}")
+            fd = _create_owned(temp)  # its lock passes to the owner's descriptor with it
             try:
                 offset = 0
                 while block := os.pread(handle._fd, _COPY_BLOCK, offset):
@@ -267,7 +356,10 @@ class Tiering:
             os.close(fd)
             handle.path = new_path
             placed.tier = target
-            os.remove(old_path)  # open readers keep the old inode until they close
+            # Open readers keep the old inode until they close. Unlocked since
+            # the dup2, it may have been swept already.
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(old_path)
         self.migrations += 1
 
     def _finish(self, placed: _Placed, size: int | None = None) -> None:
@@ -333,7 +425,7 @@ class TieredFile:
         self._io = threading.RLock()
         name = f".fastio-{placed.features.kind}-{secrets.token_hex(8)}{suffix}"
         self.path = os.path.join(placed.tier.path, name)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self._fd = _create_owned(self.path)
         self._position = 0
         self._size = 0
         self.closed = False

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -135,6 +138,74 @@ def test_migration_never_shows_a_torn_file(tmp_path: Path) -> None:
     assert not problems, problems[:3]
     assert reads[0] > 0
     assert tiering.migrations == 30
+
+
+# A process that makes temporaries in two tiers, then dies by SIGKILL in the
+# middle of moving one (its copy in the new tier written, not renamed yet).
+_KILLED_MID_MIGRATION = """
+import os, signal, sys
+from fastio.tiering import Tier, Tiering
+root = sys.argv[1]
+tiering = Tiering([Tier("slow", root + "/slow", 8 << 20, "hdd"),
+                   Tier("fast", root + "/fast", 8 << 20, "ssd")])
+kept = tiering.temporary("spill", 1 << 20)
+kept.write(os.urandom(1 << 20))
+moved = tiering.temporary("spill", 1 << 20)
+moved.write(os.urandom(1 << 20))
+os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)
+tiering.migrate(moved, "slow")
+"""
+
+# A process that holds a temporary until told to close it.
+_HOLDING = """
+import sys
+from fastio.tiering import Tier, Tiering
+root = sys.argv[1]
+tiering = Tiering([Tier("slow", root + "/slow", 8 << 20, "hdd"),
+                   Tier("fast", root + "/fast", 8 << 20, "ssd")])
+with tiering.temporary("spill", 1000) as file:
+    file.write(b"x" * 1000)
+    print(file.path, flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_what_a_killed_process_left_in_the_tiers_is_removed(tmp_path: Path) -> None:
+    killed = subprocess.run([sys.executable, "-c", _KILLED_MID_MIGRATION, str(tmp_path)],
+                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    left = sorted(str(path) for path in tmp_path.glob("*/.*fastio-spill-*"))
+    # Two temporaries in the fast tier, the copy being moved in the slow one.
+    assert [Path(path).parent.name for path in left] == ["fast", "fast", "slow"], left
+    assert sum(Path(path).stat().st_size for path in left) == 3 << 20
+    tiering = two_tiers(tmp_path, 8 << 20, 8 << 20)
+    assert sorted(tiering.swept) == left
+    assert not list(tmp_path.glob("*/.*fastio-spill-*"))
+    assert tiering.usage() == {"fast": 0, "slow": 0}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDING, str(tmp_path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert holder.stdin is not None
+        held = holder.stdout.readline().strip()
+        with tiering.temporary("spill", 1 << 20) as file:
+            file.write(b"y" * (1 << 20))
+            tiering.migrate(file, "slow")
+            # Files of live processes are never swept, moved or not.
+            assert two_tiers(tmp_path, 8 << 20, 8 << 20).swept == []
+            present = sorted(map(str, tmp_path.glob("*/.*fastio-spill-*")))
+            assert present == sorted([held, file.path])
+            assert file.pread(4, 0) == b"yyyy"
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=60) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+        for stream in (holder.stdin, holder.stdout):
+            if stream is not None:
+                stream.close()
+    assert not list(tmp_path.glob("*/.*fastio-spill-*"))
 
 
 def test_shard_cache_lands_where_the_policy_says(tmp_path: Path) -> None:
