@@ -82,6 +82,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Batches", "Dataset", "MapStyle"]
 
+# Tuners a forked DataLoader worker inherited, kept: closing or collecting
+# one would close its study's connection, which is its parent's.
+_INHERITED_TUNINGS: list[_tuning.ReaderTuning] = []
+
 if TYPE_CHECKING:
     _Base = object
     _MapBase = object
@@ -243,6 +247,7 @@ class Dataset(_Base):
         self._ledger = EpochLedger()
         self._policy = ErrorPolicy(spec.on_error)
         self._stealing: StealingRun | None = None
+        self._worker_tuners = _tuning.WorkersTuners() if spec.tuner.enabled else None
         self._history: dict[str, Any] | None = None  # the merged state a resumed pass continues
         self._remaining: np.ndarray | None = None  # what of that epoch is left to read
         self._pass_batch_size = spec.split.batch_size
@@ -314,10 +319,16 @@ class Dataset(_Base):
             self._reader.consumer_window = self.spec.shuffle.buffer
             if self._tuning is not None:
                 self._tuning.close()
-            self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls)
+            self._attach_tuning()
             shards = self.__dict__.get("_shards")  # None while the shards are first opened
             if shards is not None:
                 shards.arm(self._reader)
+        elif self._tuning is not None and self._tuning.pid != os.getpid():
+            # A forked DataLoader worker: the parent's tuner thread is not
+            # here, and its study's connection is the parent's (kept, never
+            # closed here). The worker's reader gets a tuner of its own.
+            _INHERITED_TUNINGS.append(self._tuning)
+            self._attach_tuning()
         # DataLoader workers share the link: each holds its share of the
         # remote budget (a reader inherited through fork included).
         settings = self.spec.reader
@@ -325,6 +336,22 @@ class Dataset(_Base):
         if self._reader.remote_memory_budget != share:
             self._reader.remote_memory_budget = share
         return self._reader
+
+    def _attach_tuning(self) -> None:
+        """The reader's tuner, where the spec tunes; in a DataLoader worker,
+        its summary goes to the process that made the dataset at each of its
+        decisions (see :meth:`_report_tuning`)."""
+        assert self._reader is not None
+        worker = in_dataloader_worker() and self._worker_tuners is not None
+        report = (lambda _: self._report_tuning()) if worker else None
+        self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls, report)
+
+    def _report_tuning(self) -> None:
+        """This worker's tuner's summary, to the process that made the dataset."""
+        tuning, reports = self._tuning, self._worker_tuners
+        if tuning is not None and reports is not None and in_dataloader_worker():
+            with contextlib.suppress(OSError):  # a report lost costs only the report
+                reports.put(current_worker()[0], tuning.summary())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -625,8 +652,23 @@ class Dataset(_Base):
             "position": cursor.position,
             "reader": self._reader.stats().as_dict() if self._reader is not None else None,
             "fairness": self.fairness.report(),
-            "tuner": self._tuning.summary() if self._tuning is not None else None,
+            "tuner": self._tuner_summary(),
         }  # fmt: skip
+
+    def _tuner_summary(self) -> dict[str, Any] | None:
+        """This process's tuner's summary; in the process that made the
+        dataset, once its DataLoader workers tuned, theirs summed up (and its
+        own among them, where it read too)."""
+        own = self._tuning.summary() if self._tuning is not None else None
+        reports = self._worker_tuners
+        if reports is None or in_dataloader_worker():
+            return own
+        workers = reports.read()
+        if not workers:
+            return own
+        if own is not None and (own["windows"] or own["first_pass_bytes"] is not None):
+            workers["main"] = own
+        return _tuning.combined(workers)
 
     # ---- iteration -------------------------------------------------------------------
 
@@ -651,7 +693,11 @@ class Dataset(_Base):
             with collector_paused():  # the pass's plan: objects per shard, none garbage
                 return self._begin(columnar, batch_size, drop_last)
 
-        return deliver(begin, self._policy.iteration_ended)
+        def end() -> None:
+            self._policy.iteration_ended()
+            self._report_tuning()
+
+        return deliver(begin, end)
 
     def _begin(
         self, columnar: bool, batch_size: int, drop_last: bool

@@ -11,10 +11,13 @@ interrupt the job's stream, leaves them alone: ``fastio-bench sweep --engine
 io_uring,threads --direct false,true`` measures them with a fresh reader per
 setting, and the choice goes into the config (``reader: {engine, direct}``).
 
-With DataLoader workers, each worker's reader has its own tuner; given a
-shared ``storage`` they share one study (trials of all of them inform each).
-The tuner owns each reader's total; a fairness monitor that shifts requests
-between workers works within it.
+With DataLoader workers, each worker's reader has its own tuner (a forked
+worker makes its own: the parent's thread is not in it); given a shared
+``storage`` they share one study (trials of all of them inform each). The
+tuner owns each reader's total; a fairness monitor that shifts requests
+between workers works within it. Each worker's summary goes to the process
+that made the dataset (:class:`WorkersTuners`), whose ``stats()["tuner"]``
+sums them up (:func:`combined`).
 
 A :class:`ReaderTuning` measures the reader every ``tick_seconds`` on a
 daemon thread: delivered bytes over elapsed time, what the job sees (for
@@ -32,16 +35,20 @@ logger and to :meth:`ReaderTuning.summary` (``dataset.stats()["tuner"]``).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
+import json
 import logging
 import os
 import threading
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fastio._errors import import_extra
 from fastio.reader._requests import REMOTE_REQUEST_BYTES
+from fastio.shared._mapped import remove_owned, shared_path
 from fastio.sources._remote import is_remote
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 from fastio.spec._tuner import MAX_TUNED_READ_SIZE, MIN_TUNED_READ_SIZE, TunerSettings
@@ -58,7 +65,14 @@ if TYPE_CHECKING:
 else:  # light: the tuners import optuna only when a tuner is made
     from fastio import tuners as tuners_api
 
-__all__ = ["ReaderTuning", "attach", "reader_space", "storage_fingerprint"]
+__all__ = [
+    "ReaderTuning",
+    "WorkersTuners",
+    "attach",
+    "combined",
+    "reader_space",
+    "storage_fingerprint",
+]
 
 log = logging.getLogger("fastio")
 
@@ -166,6 +180,7 @@ class ReaderTuning:
             import_extra("optuna", "tuning")
         self.reader = reader
         self.options = options
+        self.pid = os.getpid()  # a forked child's copy tunes nothing: its thread is not there
         self._defaults = {"outstanding_requests": reader.settings.outstanding_requests}
         budget = remote_budget_for(reader.settings, options)
         space = remote_space(reader.settings, budget) if remote else None
@@ -178,7 +193,7 @@ class ReaderTuning:
             self.space = reader_space(self.budget)
         self._study_name = study_name
         self._tuner: OnlineTuner | None = None
-        self._on_decision = on_decision
+        self.on_decision = on_decision
         self._last: ReaderStats | None = None
         self._first: ReaderStats | None = None
         self.settled_after: dict[str, float] | None = None
@@ -347,8 +362,8 @@ class ReaderTuning:
         self.decisions.append(decision.as_dict() | when)
         if decision.next_phase == "settled" and self.settled_after is None:
             self.settled_after = when
-        if self._on_decision is not None:
-            self._on_decision(decision)
+        if self.on_decision is not None:
+            self.on_decision(decision)
 
     def start(self) -> ReaderTuning:
         if self._thread is None:
@@ -426,10 +441,111 @@ def _measured(window: ReaderStats, now: ReaderStats) -> int:
     return window.bytes_arrived if now.bytes_arrived > 0 else window.bytes_delivered
 
 
-def attach(reader: Reader, settings: TunerSettings, urls: Sequence[str]) -> ReaderTuning | None:
+def attach(
+    reader: Reader, settings: TunerSettings, urls: Sequence[str],
+    on_decision: Callable[[Decision], None] | None = None,
+) -> ReaderTuning | None:  # fmt: skip
     """A started :class:`ReaderTuning` of ``reader`` for a dataset of ``urls``,
     or None when tuning is not enabled."""
     if not settings.enabled:
         return None
     remote = bool(urls) and all(is_remote(url) for url in urls)
-    return ReaderTuning(reader, settings, storage_fingerprint(urls), remote=remote).start()
+    return ReaderTuning(reader, settings, storage_fingerprint(urls), on_decision,
+                        remote=remote).start()  # fmt: skip
+
+
+class WorkersTuners:
+    """The summaries of a dataset's DataLoader workers' tuners, for the process
+    that made it (a worker's tuner dies with it, a non-persistent worker's
+    with its pass). A shared file, named by that process and removed with it:
+    one JSON object of each worker's latest summary by worker number,
+    rewritten under an exclusive ``flock`` at each of the worker's decisions
+    and as each of its passes ends."""
+
+    def __init__(self) -> None:
+        self._path = shared_path("tuners")
+        self._owner = os.getpid()
+        self._setup()
+
+    def _setup(self) -> None:
+        weakref.finalize(self, remove_owned, self._path, self._owner)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_path": self._path, "_owner": self._owner}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    def put(self, worker: int, summary: dict[str, Any]) -> None:
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with open(fd, "r+b", closefd=False) as file:
+                reports = _reports(file.read())
+                reports[str(worker)] = summary
+                file.seek(0)
+                file.truncate()
+                file.write(json.dumps(reports, default=str).encode())
+        finally:
+            os.close(fd)
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        """Each worker's latest summary, by worker number (as text)."""
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return {}
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            with open(fd, "rb", closefd=False) as file:
+                return _reports(file.read())
+        finally:
+            os.close(fd)
+
+
+def _reports(text: bytes) -> dict[str, Any]:
+    """The summaries in a :class:`WorkersTuners` file; none where it is empty
+    or torn (a worker killed while it wrote)."""
+    try:
+        reports = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return reports if isinstance(reports, dict) else {}
+
+
+def _seconds(settled: Any) -> float:
+    return float(settled["seconds"])
+
+
+def combined(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One summary of several tuners' (a dataset's DataLoader workers', by
+    worker): settled once all are, the phase of one still working else;
+    rounds the most any ran, trials and windows in all; the knobs where all
+    agree (else None); rates, budgets and first passes added up (the workers
+    read side by side, each its share of a pass); ``settled_after`` the
+    latest, once all settled. Each tuner's own under ``"workers"``."""
+    values = list(summaries.values())
+
+    def agreed(key: str) -> Any:
+        first = values[0].get(key)
+        return first if all(value.get(key) == first for value in values) else None
+
+    def total(key: str) -> Any:
+        numbers = [value.get(key) for value in values]
+        return None if None in numbers else sum(numbers)
+
+    settled = [value.get("settled_after") for value in values]
+    waiting = [value["phase"] for value in values if not value.get("converged")]
+    return {
+        "phase": waiting[0] if waiting else "settled",
+        "round": max(value.get("round", 0) for value in values),
+        "trials": total("trials"), "windows": total("windows"), "converged": not waiting,
+        "config": agreed("config"), "best_config": agreed("best_config"),
+        "best_bytes_per_second": total("best_bytes_per_second"),
+        "memory_budget": total("memory_budget"),
+        "noise": max((value.get("noise") or 0.0) for value in values),
+        "settled_after": None if None in settled else max(settled, key=_seconds),
+        "first_pass_bytes": total("first_pass_bytes"), "last_decision": None,
+        "workers": dict(summaries),
+    }  # fmt: skip

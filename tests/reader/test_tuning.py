@@ -181,6 +181,39 @@ def test_a_pass_long_enough_for_the_trials_runs_them(files: dict[str, str]) -> N
     assert not any("first pass" in d["reason"] for d in tuning.decisions)
 
 
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent workers", "workers"])
+def test_dataloader_workers_tune_and_the_main_process_sees_them(
+    files: dict[str, str], persistent: bool
+) -> None:
+    from torch.utils.data import DataLoader
+
+    # Forked workers (Linux's default): each must tune its own reader (the
+    # parent's tuner thread is not in it), and the process that made the
+    # dataset, which reads nothing itself, reports theirs.
+    paths = sorted(files)
+    tune = {"window_seconds": 0.005, "warmup_seconds": 0.0, "tick_seconds": 0.002}
+    with fastio.Dataset(paths, format="fixed", record_size=4096, shuffle=False,
+                        tune=tune) as dataset:  # fmt: skip
+        loader = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=persistent,
+                            multiprocessing_context="fork")  # fmt: skip
+        for epoch in range(300):  # noqa: B007 (how many it took, below)
+            assert sum(1 for _ in loader) == FILES * FILE_SIZE // 4096
+            report = dataset.stats()["tuner"]
+            assert report is not None
+            workers = report.get("workers", {})
+            assert sorted(workers) == ["0", "1"], report
+            if not persistent or all(worker["windows"] for worker in workers.values()):
+                break
+        assert epoch < 299, "a worker's tuner measured no window in 300 epochs"
+    # Each worker's first pass is its half of the dataset; together, the whole.
+    assert [w["first_pass_bytes"] for w in workers.values()] == [FILES * FILE_SIZE // 2] * 2
+    assert report["first_pass_bytes"] == FILES * FILE_SIZE
+    assert report["windows"] == sum(worker["windows"] for worker in workers.values())
+    assert report["converged"] == all(worker["converged"] for worker in workers.values())
+    if persistent:  # the same workers all along: their tuners measured windows
+        assert all(worker["windows"] > 0 for worker in workers.values())
+
+
 def test_bad_tune_options_are_refused(files: dict[str, str]) -> None:
     with pytest.raises(TypeError, match=r"tune: .*speed"):
         TunerSettings.coerce({"speed": 3})
