@@ -123,8 +123,21 @@ class DecodeError(FastIOError, ValueError):
         self.lost = lost
 
     def __reduce__(self) -> tuple[Any, ...]:
-        message = str(self).split(": ", 1)[1]
-        return (type(self), (message, self.url, self.offset, self.record), {"lost": self.lost})
+        return (type(self), (self.message, self.url, self.offset, self.record), {"lost": self.lost})
+
+    @property
+    def message(self) -> str:
+        """What is wrong, without where."""
+        return str(self).split(": ", 1)[1]
+
+    def numbered(self, sample: int) -> DecodeError:
+        """This error as a dataset names it: at the shard's ``sample``-th
+        sample (its record; a format's decoder may count otherwise, a tar's
+        members)."""
+        numbered = type(self)(f"{self.message} (sample {sample} of the shard)", self.url,
+                              self.offset, sample, lost=self.lost)  # fmt: skip
+        numbered.__cause__, numbered.__suppress_context__ = self.__cause__, True
+        return numbered
 
 
 _LOCATED = re.compile(r"(?P<url>.+?) at byte (?P<offset>\d+)(?: \(record (?P<record>\d+)\))?: ")

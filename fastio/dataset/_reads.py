@@ -341,10 +341,7 @@ def located(error: Exception, layout: Layout) -> Exception:
     if not isinstance(error, DecodeError) or not layout.per_sample or error.offset < 0:
         return error
     assert layout.ends is not None
-    sample = int(np.searchsorted(layout.ends, error.offset, side="right"))
-    message = str(error).split(": ", 1)[1]
-    return type(error)(f"{message} (sample {sample} of the shard)", error.url, error.offset,
-                       sample)  # fmt: skip
+    return error.numbered(int(np.searchsorted(layout.ends, error.offset, side="right")))
 
 
 def _changed(error: OSError) -> OSError:

@@ -223,6 +223,7 @@ class StreamPass:
                     if position:
                         shard = _ShardRead(from_start=True)
                     count = number if position == 0 else 0
+                    stepped = 0  # damaged records stepped over, for the records' numbers
                     shard_url = self.urls[self.shards[here]]
                     try:
                         for start, end, sample in self.format.scanned(chunks, shard_url,
@@ -231,7 +232,9 @@ class StreamPass:
                                 if not skip_samples:  # (else counted before the resume)
                                     shard.damaged = True
                                     what = f"shard {shard_url} is damaged"
-                                    self.policy.failure(sample, sample.lost, what)
+                                    damaged = sample.numbered(count + stepped)
+                                    self.policy.failure(damaged, sample.lost, what)
+                                stepped += 1
                                 continue
                             if skip_samples:
                                 skip_samples -= 1
@@ -246,7 +249,7 @@ class StreamPass:
                         break  # its read failed: said below, after the samples before it
                     except DecodeError as error:
                         shard.damaged = True
-                        again = self._failed(error, here, count)
+                        again = self._failed(error.numbered(count + stepped), here, count)
                         if again is None:  # nothing more of it can be found: the next one
                             self._finish(here, shard)
                             again = (here + 1, 0, 0)

@@ -158,6 +158,7 @@ def decode_npy(chunks: Iterable[Chunk], url: str) -> Iterator[np.ndarray]:
             f".npy array says {header.rows} rows but holds {count}",
             url,
             length + count * header.row_size,
+            count,
         )
 
 
@@ -171,7 +172,8 @@ def _fixed_layout(url: str, size: int, data_offset: int, row_size: int, tolerate
         # The header says how many rows there are: those missing are lost.
         problem = TruncatedShardError(
             f".npy array says {expected} rows but the file holds {count}",
-            url, data_offset + min(count, expected) * row_size, lost=max(expected - count, 0),
+            url, data_offset + min(count, expected) * row_size, min(count, expected),
+            lost=max(expected - count, 0),
         )  # fmt: skip
         if not tolerate:
             raise problem
@@ -179,7 +181,10 @@ def _fixed_layout(url: str, size: int, data_offset: int, row_size: int, tolerate
         count = min(count, expected)
     elif extra:
         problem = TruncatedShardError(
-            f"{body} bytes are not a whole number of {row_size}-byte records", url, size - extra
+            f"{body} bytes are not a whole number of {row_size}-byte records",
+            url,
+            size - extra,
+            count,
         )
         if not tolerate:
             raise problem

@@ -325,3 +325,47 @@ def test_a_shard_cut_while_it_is_read_is_a_changed_shard(tmp_path) -> None:
         for sample in samples:
             check_sample("webdataset", sample, written.samples[key_of("webdataset", sample)])
     assert caught.value.filename == url
+
+
+@pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
+@pytest.mark.parametrize("seen", [False, True], ids=["never seen", "indexed before the cut"])
+@pytest.mark.parametrize("format_name", ["webdataset", "tfrecord", "jsonl", "npy", "fixed"])
+def test_a_shard_cut_short_names_the_sample_it_cuts(tmp_path, format_name, seen, batches):
+    """Under raise, the error of a shard cut inside a sample names the shard,
+    the byte where that sample starts and its number in the shard."""
+    written = write(format_name, tmp_path / "data", shards=2, per_shard=20, index=False)
+    index_dir = str(tmp_path / "index")
+    with fastio.Dataset(written.pattern, index_dir=index_dir, **written.options) as intact:
+        intact.index()
+        sample = intact.counts[1] // 2
+        start = int(intact.layouts[1].starts[sample])
+    with open(written.urls[1], "r+b") as handle:
+        handle.truncate(start + 3)
+    if not seen:
+        index_dir = str(tmp_path / "elsewhere")
+    with pytest.raises(fastio.DecodeError) as caught:  # the open may find it, or the read
+        dataset = fastio.Dataset(written.pattern, index_dir=index_dir, shuffle=False,
+                                 **written.options)  # fmt: skip
+        for _ in dataset.batches(4) if batches else dataset:
+            pass
+    error = caught.value
+    assert (error.url, error.offset, error.record) == (written.urls[1], start, sample), error
+    assert f"(record {sample})" in str(error)
+
+
+@pytest.mark.parametrize("seen", [False, True], ids=["never seen", "indexed"])
+def test_a_damaged_line_stepped_over_is_named_by_its_sample(tmp_path, seen) -> None:
+    written = write("jsonl", tmp_path / "data", shards=2, per_shard=20, index=seen)
+    with open(written.urls[1], "rb") as handle:
+        lines = handle.read().split(b"\n")
+    damaged = len(lines) // 2
+    lines[damaged] = b"{" + b"x" * (len(lines[damaged]) - 1)  # as long: the index still holds
+    with open(written.urls[1], "wb") as handle:
+        handle.write(b"\n".join(lines))
+    sample = sum(1 for line in lines[:damaged] if line.strip())  # blank lines are no samples
+    dataset = fastio.Dataset(written.pattern, on_error="skip", shuffle=False)
+    assert sum(1 for _ in dataset) == len(written.samples) - 1
+    stats = dataset.stats()
+    assert stats["skipped"] == 1
+    [error] = stats["errors"]
+    assert f"(record {sample})" in error, error
