@@ -134,12 +134,17 @@ class DecodeError(FastIOError, ValueError):
         """This error as a dataset names it: at the shard's ``sample``-th
         sample (its record; a format's decoder may count otherwise, a tar's
         members)."""
-        numbered = type(self)(f"{self.message} (sample {sample} of the shard)", self.url,
-                              self.offset, sample, lost=self.lost)  # fmt: skip
+        suffix = f" (sample {sample} of the shard)"
+        if self.record == sample and self.message.endswith(suffix):
+            return self  # numbered already (an error passes a stream and its policy)
+        message = _NUMBERED.sub("", self.message)
+        numbered = type(self)(f"{message}{suffix}", self.url, self.offset, sample,
+                              lost=self.lost)  # fmt: skip
         numbered.__cause__, numbered.__suppress_context__ = self.__cause__, True
         return numbered
 
 
+_NUMBERED = re.compile(r" \(sample \d+ of the shard\)$")
 _LOCATED = re.compile(r"(?P<url>.+?) at byte (?P<offset>\d+)(?: \(record (?P<record>\d+)\))?: ")
 
 

@@ -351,10 +351,12 @@ def test_a_shard_cut_short_names_the_sample_it_cuts(tmp_path, format_name, seen,
     error = caught.value
     assert (error.url, error.offset, error.record) == (written.urls[1], start, sample), error
     assert f"(record {sample})" in str(error)
+    assert str(error).count("of the shard)") <= 1, error  # said once at most, however it came
 
 
 @pytest.mark.parametrize("seen", [False, True], ids=["never seen", "indexed"])
-def test_a_damaged_line_stepped_over_is_named_by_its_sample(tmp_path, seen) -> None:
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+def test_a_damaged_line_stepped_over_is_named_by_its_sample(tmp_path, seen, on_error) -> None:
     written = write("jsonl", tmp_path / "data", shards=2, per_shard=20, index=seen)
     with open(written.urls[1], "rb") as handle:
         lines = handle.read().split(b"\n")
@@ -363,9 +365,15 @@ def test_a_damaged_line_stepped_over_is_named_by_its_sample(tmp_path, seen) -> N
     with open(written.urls[1], "wb") as handle:
         handle.write(b"\n".join(lines))
     sample = sum(1 for line in lines[:damaged] if line.strip())  # blank lines are no samples
-    dataset = fastio.Dataset(written.pattern, on_error="skip", shuffle=False)
-    assert sum(1 for _ in dataset) == len(written.samples) - 1
-    stats = dataset.stats()
-    assert stats["skipped"] == 1
-    [error] = stats["errors"]
+    dataset = fastio.Dataset(written.pattern, on_error=on_error, shuffle=False)
+    if on_error == "raise":
+        with pytest.raises(fastio.DecodeError) as caught:
+            list(dataset)
+        error = str(caught.value)
+    else:
+        assert sum(1 for _ in dataset) == len(written.samples) - 1
+        stats = dataset.stats()
+        assert stats["skipped"] == 1
+        [error] = stats["errors"]
     assert f"(record {sample})" in error, error
+    assert error.count("of the shard)") == 1, error
