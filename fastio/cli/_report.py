@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import json
@@ -234,16 +235,29 @@ def plot_timelines(timelines: Sequence[Sequence[tuple[float, int]]], unit: str, 
 
 
 def _rates(points: Sequence[tuple[float, int]], scale: float) -> tuple[list[float], list[float]]:
-    """Rates over slices of about a fiftieth of the run (at least one point each)."""
+    """Rates at about every fiftieth of the run, each over the tenth of the
+    run before it (from the start, for the first ones). Bytes come a chunk
+    at a time, several chunks at once: a rate over a fiftieth alone (the
+    slice a burst falls in, or the few microseconds before the last chunk)
+    was many times what the storage delivers."""
     if not points:
         return [], []
-    step = max(points[-1][0] / 50, 1e-9)
-    times, rates = [], []
-    last_time, last_count = 0.0, 0
+    end = points[-1][0]
+    step, window = max(end / 50, 1e-9), max(end / 10, 1e-9)
+    moments = [moment for moment, _ in points]
+    counts = [count for _, count in points]
+    times: list[float] = []
+    rates: list[float] = []
+    last = 0.0
     for moment, count in points:
-        if moment - last_time >= step or (moment, count) == points[-1]:
-            if moment > last_time:
-                times.append(moment)
-                rates.append((count - last_count) / (moment - last_time) / scale)
-            last_time, last_count = moment, count
+        if moment - last < step and moment != end:
+            continue
+        last = moment
+        since = max(moment - window, 0.0)
+        # Bytes delivered by ``since``: the count of the last point at or before it.
+        before = bisect.bisect_right(moments, since)
+        earlier = counts[before - 1] if before else 0
+        if moment > since:
+            times.append(moment)
+            rates.append((count - earlier) / (moment - since) / scale)
     return times, rates

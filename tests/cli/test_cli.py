@@ -267,3 +267,26 @@ def test_fairness_slows_shards_of_a_folder_or_a_glob(tmp_path) -> None:
                        "--json", check=False)  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["slow"] == [slow]
+
+
+def test_a_timeline_plots_rates_the_storage_delivered() -> None:
+    from fastio.cli._report import _rates
+
+    # 4 MB chunks handed over three at once every 1.5 ms (8 GB/s on average),
+    # the last one 50 us after the burst before it.
+    chunk, points, moment, total = 4_000_000, [], 0.0, 0
+    for _ in range(40):
+        moment += 1.5e-3
+        for offset in (0.0, 2e-6, 4e-6):
+            total += chunk
+            points.append((moment + offset, total))
+    total += chunk
+    points.append((points[-1][0] + 50e-6, total))
+    times, rates = _rates(points, 1e6)
+    average = total / points[-1][0] / 1e6
+    assert times[-1] == points[-1][0]
+    assert len(times) >= 20
+    # No point of the line is far above what was delivered on average: a
+    # burst, or the last chunk over the microseconds before it, is no rate.
+    assert max(rates) < 1.5 * average, (max(rates), average)
+    assert min(rates[len(rates) // 2 :]) > 0.5 * average
