@@ -94,8 +94,8 @@ def config() -> None:
 @click.argument("file", type=_FILE)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 def check(file: Path, as_json: bool) -> None:
-    """Validate FILE and print the effective config (FILE over FASTIO_* variables
-    over defaults), every key. Exits 1 naming each problem."""
+    """Validate FILE and print the effective config (FASTIO_* variables over
+    FILE over defaults), every key. Exits 1 naming each problem."""
     _print(load(file, {}).to_dict(), as_json)
 
 

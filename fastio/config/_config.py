@@ -93,11 +93,12 @@ def save_config(
     that :func:`load_config` gives it back equal.
 
     Every key is written (a full snapshot: it loads back the same where no
-    ``FASTIO_*`` variable is set then), except unset ones (null); with
-    ``only_changed``, only what differs from the defaults. Raises
-    :class:`fastio.ConfigError` for an unknown extension, OSError where the
-    file cannot be written.
+    ``FASTIO_*`` variable is set then), except those unset as by default
+    (null); with ``only_changed``, only what differs from the defaults.
+    Raises :class:`fastio.ConfigError` for an unknown extension, or for a key
+    unset where its default is a value (``tuner.seed``) in TOML, which has
+    no null; OSError where the file cannot be written.
     """
     path = Path(path)
-    text = dumps(config.to_dict(only_changed=only_changed), file_kind(path))
+    text = dumps(config.to_dict(only_changed=only_changed), file_kind(path), str(path))
     path.write_text(text, encoding="utf-8")

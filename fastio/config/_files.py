@@ -20,7 +20,7 @@ else:  # pragma: no cover - the backport, a dependency on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
     from pathlib import Path
 
 __all__ = ["dumps", "file_kind", "read"]
@@ -91,10 +91,28 @@ def _parse(text: str, kind: str, label: str) -> object:
     raise ConfigError(f"{label}: {problem}", file=label)
 
 
-def dumps(data: Mapping[str, Any], kind: str) -> str:
-    """``data`` (see :meth:`DatasetConfig.to_dict`) as ``"yaml"``, ``"toml"`` or ``"json"``."""
+def dumps(data: Mapping[str, Any], kind: str, label: str = "the config") -> str:
+    """``data`` (see :meth:`DatasetConfig.to_dict`) as ``"yaml"``, ``"toml"`` or
+    ``"json"``. Raises :class:`fastio.ConfigError` for a null (an unset key
+    whose default is a value) in TOML, which has none, naming ``label``."""
     if kind == "yaml":
         return str(yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True))
     if kind == "toml":
+        nulls = [".".join(path) for path in _null_paths(data)]
+        if nulls:
+            raise ConfigError(*(f"{label}: {key}: unset, which TOML cannot write (it has no "
+                                "null); write YAML or JSON, or give it a value"
+                                for key in nulls), file=label)  # fmt: skip
         return tomli_w.dumps(data)
     return json.dumps(data, indent=2) + "\n"
+
+
+def _null_paths(data: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    if data is None:
+        yield path
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from _null_paths(value, (*path, str(key)))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _null_paths(value, (*path, str(index)))

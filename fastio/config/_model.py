@@ -45,7 +45,10 @@ class Section(BaseModel):
     a section that validates is one the spec accepts.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Infinite values (a timeout that never fires) stay floats as files hold
+    # them: YAML's .inf, TOML's inf, JSON's Infinity (not null, which loads
+    # back as "unset").
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
     settings: ClassVar[type[Any]]
 
     @model_validator(mode="after")
@@ -117,11 +120,14 @@ class ConfigBase(Section):
         spec: DatasetSpec = self.to_settings()
         return spec
 
-    def to_dict(self, *, only_changed: bool = False) -> dict[str, Any]:
+    def to_dict(self, *, only_changed: bool = False, unset: bool = False) -> dict[str, Any]:
         """Plain data as a config file holds it: sizes as ``"64MiB"`` where exact,
-        unset (null) keys left out (TOML has no null), and with ``only_changed``
-        only what differs from the defaults."""
-        return self.model_dump(mode="json", exclude_none=True, exclude_defaults=only_changed)
+        keys unset (null) where that is their default left out (TOML has no
+        null; with ``unset``, kept), and with ``only_changed`` only what
+        differs from the defaults. A key unset where its default is a value
+        (``tuner.seed``: unset is random, the default 0) stays, as null."""
+        data = self.model_dump(mode="json", exclude_defaults=only_changed)
+        return data if unset else _without_unset(self, data)
 
     def to_dataset(self) -> Dataset:
         """The :class:`fastio.Dataset` this config describes. Raises what
@@ -130,6 +136,24 @@ class ConfigBase(Section):
         from fastio.dataset._dataset import Dataset
 
         return Dataset.from_spec(self.to_spec())
+
+
+def _without_unset(model: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (``model`` dumped) less the null values of fields whose default is null."""
+    kept: dict[str, Any] = {}
+    for name, value in data.items():
+        field = type(model).model_fields.get(name)
+        if value is None and (field is None or field.get_default(call_default_factory=True)
+                              is None):  # fmt: skip
+            continue
+        current = getattr(model, name, None)
+        if isinstance(value, dict) and isinstance(current, BaseModel):
+            value = _without_unset(current, value)
+        elif isinstance(value, list) and isinstance(current, tuple):
+            value = [_without_unset(one, item) if isinstance(one, BaseModel) else item
+                     for one, item in zip(current, value, strict=True)]  # fmt: skip
+        kept[name] = value
+    return kept
 
 
 def plain(settings: Any) -> dict[str, Any]:
@@ -234,6 +258,6 @@ _expose(DatasetConfig)
 
 def defaults() -> dict[str, Any]:
     """Every key but ``urls`` (which has none) with its default, as files hold them."""
-    data = DatasetConfig.model_construct(urls="").to_dict()  # no validation: "" is no URL
+    data = DatasetConfig.model_construct(urls="").to_dict(unset=True)  # "" is no URL: not checked
     del data["urls"]
     return data
