@@ -160,6 +160,11 @@ def demo(
     side: samples/s, MB/s and each peer's ratio to fastio read the same way."""
     from fastio.spec._reader import ReaderSettings
 
+    if sample_size < 1:
+        raise click.BadParameter("a sample needs at least one byte", param_hint="--sample-size")
+    if samples < shards:
+        raise click.BadParameter(f"{samples} samples cannot fill {shards} shards",
+                                 param_hint="--samples")  # fmt: skip
     settings = ReaderSettings() if config_file is None else load(config_file, {}).to_spec().reader
     temporary = folder is None
     root = Path(tempfile.mkdtemp(prefix="fastio-demo-")) if folder is None else folder

@@ -60,6 +60,12 @@ def fairness(
     """Per-worker fairness of reading PATHS (or --config's dataset) as training
     does, in stored order (unshuffled)."""
     spec = command_spec(ctx, config_file, paths)
+    if not spec.fairness.enabled:  # nothing would be watched, nor reported
+        raise click.ClickException(
+            "the config turns the fairness monitor off (fairness.enabled: false), which this "
+            "command reports on: drop that, or set fairness.mitigate: false to watch the "
+            "workers without moving their requests"
+        )
     spec = spec.replace(split=dataclasses.replace(spec.split, batch_size=batch_size))
     dataset = _make_dataset(spec, slow, slow_delay)
     with dataset:

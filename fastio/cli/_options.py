@@ -19,6 +19,8 @@ object on stdout and nothing else, ``--out FILE`` writes it to a file,
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -170,6 +172,22 @@ def knob_option(
     return decorate
 
 
+class NumberRange(click.FloatRange):
+    """A float in a range, never NaN (which compares as in any range), nor
+    infinite unless ``infinite``."""
+
+    def __init__(self, *args: Any, infinite: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.infinite = infinite
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:  # fmt: skip
+        number = super().convert(value, param, ctx)
+        if math.isnan(number) or (not self.infinite and math.isinf(number)):
+            self.fail(f"{value!r} is not a number this takes", param, ctx)
+        return number
+
+
 def _click_type(name: str, spec: Knob) -> click.ParamType[Any]:
     low, high, above = spec.low, spec.high, spec.above
     if spec.kind == "count":
@@ -179,7 +197,7 @@ def _click_type(name: str, spec: Knob) -> click.ParamType[Any]:
     if spec.kind == "size":
         return SizeType(name, spec)
     if spec.kind in ("seconds", "number"):
-        return click.FloatRange(low if above is None else above, high, min_open=above is not None)
+        return NumberRange(low if above is None else above, high, min_open=above is not None)
     if spec.kind == "choice":
         return click.Choice(spec.choices)
     if spec.kind in ("text", "path"):
@@ -251,6 +269,16 @@ def reader_settings(ctx: click.Context) -> ReaderSettings:
 # ---- the options of results --------------------------------------------------------------
 
 
+def writable_file(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A file option's value, once its folder is there: checked while the
+    command line is read, not after the run whose result it would hold."""
+    if value is not None:
+        folder = os.path.dirname(os.path.abspath(value))
+        if not os.path.isdir(folder):
+            raise click.BadParameter(f"no folder {folder} to write {value} in", ctx, param)
+    return value
+
+
 def _needs_matplotlib(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     # Checked while the command line is read: before a sweep or a tuning run, not after.
     if value is not None:
@@ -258,7 +286,7 @@ def _needs_matplotlib(ctx: click.Context, param: click.Parameter, value: Any) ->
             import_extra("matplotlib", "--plot")
         except MissingExtraError as error:
             raise click.UsageError(str(error), ctx) from None
-    return value
+    return writable_file(ctx, param, value)
 
 
 def output_options(*, plot: str | None = None, repeat: str | None = None,
@@ -281,7 +309,7 @@ def output_options(*, plot: str | None = None, repeat: str | None = None,
             )(function)  # fmt: skip
         function = click.option(
             "--out", "out_path", type=click.Path(dir_okay=False), default=None,
-            help="Also write the result as JSON to this file.",
+            callback=writable_file, help="Also write the result as JSON to this file.",
         )(function)  # fmt: skip
         return click.option("--json", "as_json", is_flag=True,
                             help="Print the result as one JSON object on stdout (no table, "

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fastio.cli._config_cmd import config_option, load
-from fastio.cli._options import knob_option, output_options
+from fastio.cli._options import NumberRange, knob_option, output_options
 from fastio.cli._report import console, emit, error_console, pyplot
 from fastio.spec import TieringSettings, TierSettings
 
@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 @click.option("--files", type=click.IntRange(10), default=2000, show_default=True,
               help="Files per period of the synthetic trace.")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True, help="Trace seed.")
-@click.option("--hours", type=float, default=24.0, show_default=True, help="Hours per period.")
-@click.option("--budget-fraction", "budgets", type=click.FloatRange(0.001, 1.0), multiple=True,
+@click.option("--hours", type=NumberRange(0, min_open=True, infinite=False), default=24.0,
+              show_default=True, help="Hours per period.")  # fmt: skip
+@click.option("--budget-fraction", "budgets", type=NumberRange(0.001, 1.0), multiple=True,
               help="SSD budget as a fraction of the peak live bytes (repeat; default "
                    "0.1, 0.2, 0.5).")  # fmt: skip
 @config_option("Replay with the learned policy's prior from this config's tiering section.")

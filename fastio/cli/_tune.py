@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from fastio._errors import ConfigError
 from fastio.cli._config_cmd import command_spec, config_option
 from fastio.cli._measure import files_to_read
-from fastio.cli._options import knob_option, output_options, reader_options
+from fastio.cli._options import knob_option, output_options, reader_options, writable_file
 from fastio.cli._report import _size, console, emit, error_console, pyplot
+from fastio.config._files import file_kind
 from fastio.spec import TunerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,9 +54,19 @@ def tuned_config_option(function: F) -> F:
     """``--tuned-config FILE``: where the tuned configuration is written."""
     return click.option(
         "--tuned-config", type=click.Path(dir_okay=False), default="fastio-tuned.yaml",
-        show_default=True, help="Write the tuned configuration here, as a config file "
+        show_default=True, callback=_config_file_to_write,
+        help="Write the tuned configuration here, as a config file "
         "(YAML, TOML or JSON by its extension) that --config reads back.",
     )(function)  # fmt: skip
+
+
+def _config_file_to_write(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    # Checked before the measuring, which its result would be lost after.
+    try:
+        file_kind(Path(value))
+    except ConfigError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+    return str(writable_file(ctx, param, value))
 
 
 def _human(size: int) -> str:

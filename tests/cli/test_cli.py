@@ -290,3 +290,40 @@ def test_a_timeline_plots_rates_the_storage_delivered() -> None:
     # burst, or the last chunk over the microseconds before it, is no rate.
     assert max(rates) < 1.5 * average, (max(rates), average)
     assert min(rates[len(rates) // 2 :]) > 0.5 * average
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["tune", "{data}", "--tuned-config", "{tmp}/tuned.cfg"], "unknown config file type"),
+        (["compare", "{data}", "--tuned-config", "{tmp}/none/tuned.yaml"], "no folder"),
+        (["run", "{data}", "--out", "{tmp}/none/r.json"], "no folder"),
+        (["sweep", "{data}", "-q", "1", "-b", "64KiB", "--plot", "{tmp}/none/s.png"], "no folder"),
+        (["tiering", "--files", "20", "--hours", "nan"], "not a number"),
+        (["tiering", "--files", "20", "--tiering-prior-strength", "nan"], "not a number"),
+        (["tiering", "--files", "20", "--budget-fraction", "nan"], "not a number"),
+        (["demo", "--sample-size", "0"], "at least one byte"),
+        (["demo", "--samples", "3", "--shards", "8"], "cannot fill 8 shards"),
+    ],
+    ids=["tuned-config type", "tuned-config folder", "out folder", "plot folder", "hours nan",
+         "prior nan", "budget nan", "demo size", "demo shards"],
+)  # fmt: skip
+def test_bad_options_are_refused_before_any_work(tmp_path, args, says) -> None:
+    data = tmp_path / "data"
+    bench("gen", str(data), "--samples", "40", "--sample-size", "1KB", "--shards", "2")
+    done = bench(*(arg.format(data=data, tmp=tmp_path) for arg in args), check=False)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert says in done.stderr
+    assert not [path for path in tmp_path.rglob("*") if path.suffix in (".json", ".png", ".cfg")]
+
+
+def test_fairness_says_so_when_the_config_turns_the_monitor_off(tmp_path) -> None:
+    bench("gen", str(tmp_path / "data"), "--samples", "40", "--sample-size", "1KB", "--shards", "2")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"urls: {tmp_path / 'data'}\nfairness: {{enabled: false}}\n")
+    for extra in ([], ["--json"], ["--plot", str(tmp_path / "f.png")]):
+        done = bench("fairness", "--config", str(config), "--workers", "0", *extra, check=False)
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr
+        assert "fairness.enabled: false" in done.stderr
