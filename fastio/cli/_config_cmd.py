@@ -4,6 +4,7 @@ file (see :mod:`fastio.config._config` for the precedence)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -64,10 +65,15 @@ def gen_target(
     """``gen --config``: the config's format (unless --format is given) and, for
     a missing OUT_DIR, the folder its urls name (None if remote or a pattern)."""
     spec = load(path, {}).to_spec()
-    if spec.format is not None and not given(ctx, "dataset_format"):
-        dataset_format = spec.format
+    first = spec.urls if isinstance(spec.urls, str) else spec.urls[0]
+    if not given(ctx, "dataset_format"):
+        # The config's format, else the one its first URL's extension names
+        # (as a dataset of the config reads it).
+        from fastio.formats._shards import format_for_url
+
+        with contextlib.suppress(ValueError):
+            dataset_format = spec.format or format_for_url(first)
     if out_dir is None:
-        first = spec.urls if isinstance(spec.urls, str) else spec.urls[0]
         folder = os.path.dirname(first) or "."
         local = not ({"{", "*", "?", "["} & set(folder) or "://" in first or "::" in first)
         out_dir = Path(folder) if local else None

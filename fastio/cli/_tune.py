@@ -13,6 +13,7 @@ a plot of throughput over time with the trial boundaries (``--plot``), JSON
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 import time
 from collections import defaultdict
@@ -170,10 +171,17 @@ def write_config(out: Path, spec: DatasetSpec, tuned: dict[str, Any]) -> dict[st
     """Save ``spec`` with the tuned knobs as a config file and load it back;
     its reader section."""
     from fastio.config import DatasetConfig, load_config, save_config
+    from fastio.sources._remote import is_remote
 
     knobs = {"outstanding_requests": tuned["outstanding_requests"],
              "read_size": tuned["read_size"]}  # fmt: skip
-    save_config(DatasetConfig.from_spec(spec.replace(reader=spec.reader.replace(**knobs))), out)
+    # Local paths (patterns and folders too) absolute: a config's paths are
+    # taken from the directory it is used in, which is seldom this one.
+    listed = [spec.urls] if isinstance(spec.urls, str) else list(spec.urls)
+    urls = [url if is_remote(url) or "::" in url else os.path.abspath(url) for url in listed]
+    spec = spec.replace(urls=urls[0] if isinstance(spec.urls, str) else tuple(urls),
+                        reader=spec.reader.replace(**knobs))  # fmt: skip
+    save_config(DatasetConfig.from_spec(spec), out)
     reader = load_config(out).to_spec().reader
     if (reader.outstanding_requests, reader.read_size) != (
         knobs["outstanding_requests"], knobs["read_size"]
@@ -208,9 +216,14 @@ def tune(ctx: click.Context, /, paths: tuple[str, ...], config_file: Path | None
 
         # patterns, globs and folders, as a dataset reads them
         paths = tuple(shard_urls(spec.urls, spec.format, spec.storage_options))
-    files = files_to_read(paths)
-    if config_file is None:  # the config written names the files read, not their folders
-        spec = spec.replace(urls=tuple(files))
+    files = files_to_read(paths)  # read whole, a folder's other files too
+    if config_file is None:
+        from fastio.formats._shards import shard_urls
+
+        try:  # the config written names the dataset as given, where it is one
+            shard_urls(list(paths), spec.format, spec.storage_options)
+        except (OSError, ValueError):  # files of no format a folder is read as: by name
+            spec = spec.replace(urls=tuple(files))
     tuner = spec.tuner
     # Ticks finer than the windows, so that each window is measured on time.
     tuning_options = tuner.replace(enabled=True, tick_seconds=min(0.1, tuner.window_seconds / 4))

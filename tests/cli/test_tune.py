@@ -199,3 +199,31 @@ def test_few_trials_through_a_dataset_and_a_checked_config(folder: Path, tmp_pat
     with fastio.Dataset(urls, format="fixed", record_size=4096, tune={"max_trials": 3}) as dataset:
         assert sum(len(batch) for batch in dataset.batches(64)) == len(dataset)
         assert dataset.stats()["tuner"]["phase"] in ("explore", "remeasure", "settled")
+
+
+def test_a_tuned_config_names_the_dataset_as_given_from_anywhere(tmp_path: Path) -> None:
+    # A folder of tar shards beside a README and a subfolder: the dataset is
+    # the shards (as fastio.Dataset reads a folder), wherever the config is used.
+    bench("gen", "data", "--samples", "100", "--sample-size", "1KB", "--shards", "2", cwd=tmp_path)
+    (tmp_path / "data" / "README.txt").write_text("about this dataset\n")
+    (tmp_path / "data" / "sub").mkdir()
+    (tmp_path / "data" / "sub" / "notes.md").write_text("x\n")
+    fast = ("--tuner-window-seconds", "0.05", "--tuner-warmup-seconds", "0.01")
+    bench("tune", "data", "--tuned-config", "tuned.yaml", *fast, "--max-seconds", "5", "--json",
+          cwd=tmp_path)  # fmt: skip
+    config = fastio.load_config(tmp_path / "tuned.yaml")
+    assert list(config.urls) == [str(tmp_path / "data")]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    report = json.loads(bench("run", "--config", str(tmp_path / "tuned.yaml"), "--json",
+                              cwd=elsewhere).stdout)  # fmt: skip
+    assert report["samples"] == 100
+
+
+def test_gen_with_a_config_writes_the_format_its_urls_name(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text("urls: data/train-{00000..00003}.tfrecord\n")
+    bench("gen", "--config", "c.yaml", "--samples", "40", "--sample-size", "1KB", "--shards",
+          "4", cwd=tmp_path)  # fmt: skip
+    assert len(list((tmp_path / "data").glob("*.tfrecord"))) == 4
+    assert not list((tmp_path / "data").glob("*.tar"))
+    assert len(list(fastio.Dataset(str(tmp_path / "data")))) == 40
