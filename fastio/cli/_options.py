@@ -116,6 +116,26 @@ class GridType(click.ParamType[tuple[Any, ...]]):
         return tuple(self.item.convert(text, param, ctx) for text in items)
 
 
+class FlagOrWord(click.ParamType[Any]):
+    """A flag's value that may also be a word (``direct``: true, false or auto)."""
+
+    def __init__(self, words: tuple[str, ...]) -> None:
+        self.words = words
+        self.name = f"boolean or {' or '.join(words)}"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:  # fmt: skip
+        if isinstance(value, str) and value.strip().lower() in self.words:
+            return value.strip().lower()
+        return click.BOOL.convert(value, param, ctx)
+
+
+def _lowered(doc: str) -> str:
+    """A doc's first letter lowered to follow other words, unless it starts a
+    name (``O_DIRECT``, ``URLs``)."""
+    return doc[0].lower() + doc[1:] if doc[1:2].islower() else doc
+
+
 def option_name(settings: type[Any], name: str) -> str:
     """The flag of a knob without dashes: its Dataset keyword (a reader knob's
     name), else ``section_name`` (``tuner_max_trials``)."""
@@ -149,7 +169,7 @@ def knob_option(
         default = size_text(default)  # shown as "1MiB"; the type reads it back
     doc = spec.doc
     if context:  # "Dataset mode: shuffle ..."; a doc that starts with a name keeps its case
-        doc = f"{context}: {doc[0].lower() + doc[1:] if doc[1:2].islower() else doc}"
+        doc = f"{context}: {_lowered(doc)}"
     attrs: dict[str, Any] = {"default": default, "show_default": default is not None,
                              "help": doc}  # fmt: skip
     if spec.kind == "flag" and not grid and not isinstance(default, bool | None):
@@ -157,9 +177,12 @@ def knob_option(
         # given, so the spec's default applies.
         attrs.update(default=None, show_default=str(default))
     if grid:
-        item = click.BOOL if spec.kind == "flag" else _click_type(name, spec)
+        item: click.ParamType[Any] = _click_type(name, spec) if spec.kind != "flag" else (
+            click.BOOL if isinstance(knob_defaults(settings).get(name), bool | None)
+            else FlagOrWord((str(knob_defaults(settings)[name]),))  # direct: also "auto"
+        )  # fmt: skip
         attrs["type"] = GridType(item)
-        attrs["help"] = f"Values to try, comma-separated: {doc[0].lower()}{doc[1:]}"
+        attrs["help"] = f"Values to try, comma-separated: {_lowered(doc)}"
         attrs["show_default"] = shown or False
     elif spec.kind != "flag":
         attrs["type"] = _click_type(name, spec)

@@ -122,7 +122,7 @@ def plot_heatmap(points: list[dict[str, Any]], requests: list[int], sizes: list[
         axis.set_yticks(range(len(requests)), [str(q) for q in requests])
         axis.set_xlabel("read size")
         axis.set_ylabel("outstanding requests")
-        axis.set_title(f"{engine}, {'O_DIRECT' if direct else 'buffered'}")
+        axis.set_title(f"{engine}, {_mode_label(direct)}")
         for row, line in enumerate(values):
             for column, value in enumerate(line):
                 axis.text(column, row, f"{value:.0f}", ha="center", va="center",
@@ -139,7 +139,7 @@ def plot_heatmap(points: list[dict[str, Any]], requests: list[int], sizes: list[
 @knob_option(ReaderSettings, "outstanding_requests", grid=True, shown="1,4,16,64")
 @knob_option(ReaderSettings, "read_size", grid=True, shown="64KiB,256KiB,1MiB,4MiB")
 @knob_option(ReaderSettings, "engine", grid=True, shown="the config's, else auto")
-@knob_option(ReaderSettings, "direct", grid=True, shown="the config's, else false")
+@knob_option(ReaderSettings, "direct", grid=True, shown="the config's, else auto")
 @knob_option(TunerSettings, "memory_budget")
 @output_options(plot="a heatmap per engine and O_DIRECT mode", repeat="Read each point")
 @click.pass_context

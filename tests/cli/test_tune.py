@@ -55,6 +55,13 @@ def test_sweep_writes_table_json_and_heatmap(folder: Path, tmp_path: Path) -> No
     assert image.read_bytes().startswith(PNG)
 
 
+def test_sweep_tries_direct_auto_beside_true_and_false(folder: Path) -> None:
+    data = json.loads(bench("sweep", str(folder), "-q", "1", "-b", "64KiB", "--direct",
+                            "auto,false,true", "--json").stdout)  # fmt: skip
+    assert [point["direct"] for point in data["points"]] == ["auto", False, True]
+    assert "else auto" in " ".join(bench("sweep", "--help").stdout.split())  # the default it states
+
+
 def test_sweep_json_on_stdout_and_with_a_config(folder: Path, tmp_path: Path) -> None:
     config = tmp_path / "data.yaml"
     config.write_text(f"urls: {sorted(str(p) for p in folder.iterdir())!r}\n"
