@@ -36,7 +36,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 if TYPE_CHECKING:
     from fastio.reader._tuning import ReaderTuning
     from fastio.spec import DatasetSpec
-    from tuners import Decision  # fastio.tuners, as mypy reads the tuners/ folder
+    from tuners import Decision, OnlineTuner  # fastio.tuners, as mypy reads the tuners/ folder
 
 _SHOWN = 14  # trials in the live table
 # The tuner's knobs a command offers (the rest: in a config file).
@@ -285,21 +285,42 @@ def tune_files(files: list[str], spec: DatasetSpec, tuning_options: TunerSetting
         finally:
             tuning.close()
     tuner = tuning.tuner
-    best, best_rate = tuner.best
     rows = summarize(tuner.decisions)
-    first = next((d.rate for d in tuner.decisions), 0.0)
     settled_at = next((d.window for d in tuner.decisions if d.next_phase == "settled"), None)
+    start = changes[0][1]
+    best, best_rate, start_rate, gain = best_and_gain(tuner, start)
     result: dict[str, Any] = {
         "files": len(files), "seconds": seconds, "converged": tuner.converged,
         "windows": len(tuner.decisions), "trials": tuner.trials, "round": tuner.round,
         "settled_after_windows": settled_at, "memory_budget": tuning.budget,
-        "start_config": changes[0][1], "start_mb_per_s": first / 1e6,
-        "best_config": best, "best_mb_per_s": best_rate / 1e6,
-        "gain_over_start": best_rate / first if first else None,
+        "start_config": start, "start_mb_per_s": start_rate / 1e6,
+        "best_config": best, "best_mb_per_s": best_rate / 1e6, "gain_over_start": gain,
         "configurations": rows, "decisions": [d.as_dict() for d in tuner.decisions],
         "timeline": timeline,
     }  # fmt: skip
     return result, changes
+
+
+def best_and_gain(tuner: OnlineTuner, start: dict[str, Any]
+                  ) -> tuple[dict[str, Any], float, float, float | None]:  # fmt: skip
+    """The best configuration and its rate (bytes/s), the rate of ``start``
+    (the configuration the run began at) and the best's gain over it, each
+    rate the mean over the windows measured at it. A round begun after drift
+    has measured nothing yet: the best is then what the last round settled
+    at, as measured then. A best that is the start gains exactly nothing (its
+    first window alone made the same setting 0.7x or 1.2x itself)."""
+    rates = {(row["outstanding_requests"], row["read_size"]): row["mb_per_s"] * 1e6
+             for row in summarize(tuner.decisions)}  # fmt: skip
+    best, best_rate = tuner.best
+    if not best_rate:
+        settled = [d.next_config for d in tuner.decisions if d.next_phase == "settled"]
+        best = dict(settled[-1]) if settled else best
+        best_rate = rates.get((best["outstanding_requests"], best["read_size"]), 0.0)
+    first = next((d.rate for d in tuner.decisions), 0.0)
+    start_rate = rates.get((start["outstanding_requests"], start["read_size"]), first)
+    if not start_rate:
+        return best, best_rate, start_rate, None
+    return best, best_rate, start_rate, 1.0 if best == start else best_rate / start_rate
 
 
 def _print_result(result: dict[str, Any]) -> None:
@@ -318,7 +339,7 @@ def _print_result(result: dict[str, Any]) -> None:
     gain = result["gain_over_start"]
     console().print(
         f"{'settled' if result['converged'] else 'NOT settled'} after "
-        f"{result['settled_after_windows'] or result['windows']} windows "
+        f"{(result['converged'] and result['settled_after_windows']) or result['windows']} windows "
         f"({result['seconds']:.1f} s in all, {result['round']} re-tunes after drift): "
         f"{_label(best)} at {result['best_mb_per_s']:,.0f} "
         f"MB/s, x{gain or 0:.2f} the start ({_label(result['start_config'])}); "

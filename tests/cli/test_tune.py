@@ -234,3 +234,31 @@ def test_gen_with_a_config_writes_the_format_its_urls_name(tmp_path: Path) -> No
     assert len(list((tmp_path / "data").glob("*.tfrecord"))) == 4
     assert not list((tmp_path / "data").glob("*.tar"))
     assert len(list(fastio.Dataset(str(tmp_path / "data")))) == 40
+
+
+def test_a_tune_report_never_shows_a_best_it_did_not_measure() -> None:
+    from fastio.tuners import OnlineTuner
+
+    from fastio.cli._tune import best_and_gain
+    from fastio.reader._tuning import reader_space
+
+    start = {"outstanding_requests": 16, "read_size": 4 * MiB}
+    tuner = OnlineTuner(reader_space(64 * MiB), start, seed=0, max_trials=8, min_trials=4,
+                        patience=3, keep_initial=True)  # fmt: skip
+    tuner.start()
+    windows = 0
+    while tuner.phase != "settled" and windows < 50:  # every other setting measures slower
+        tuner.tell_window(3e9 if tuner.config == start else 2e9)
+        windows += 1
+    best, rate, start_rate, gain = best_and_gain(tuner, start)
+    assert (best, gain) == (start, 1.0)  # the start, against itself: no gain
+    assert rate == start_rate == pytest.approx(3e9)
+    while tuner.phase == "settled" and windows < 100:  # the storage got faster: a new round
+        tuner.tell_window(7.5e9)
+        windows += 1
+    assert tuner.phase != "settled"
+    assert tuner.best[1] == 0.0  # nothing measured in the new round yet
+    best, rate, _, gain = best_and_gain(tuner, start)
+    assert best == start  # what the last round settled at, as measured then
+    assert rate > 0
+    assert gain == 1.0
