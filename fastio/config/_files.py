@@ -65,14 +65,47 @@ def read(path: Path) -> dict[str, Any]:
     return data
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]
+    """YAML's safe loader, refusing a key given twice in one mapping (the
+    second would silently replace the first: a whole section lost)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark,
+                    f"key {key!r} is given twice", key_node.start_mark,
+                )  # fmt: skip
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+class _RepeatedKeyError(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (see :class:`_UniqueKeyLoader`)."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _RepeatedKeyError(f"key {key!r} is given twice")
+        result[key] = value
+    return result
+
+
 def _parse(text: str, kind: str, label: str) -> object:
-    """The data in ``text``; syntax errors name the line and column."""
+    """The data in ``text``; syntax errors (and a key given twice) name where."""
     try:
         if kind == "yaml":
-            return yaml.safe_load(text)
+            return yaml.load(text, Loader=_UniqueKeyLoader)  # a safe loader, subclassed
         if kind == "toml":
             return tomllib.loads(text)
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except _RepeatedKeyError as error:
+        problem = f"not valid JSON: {error}"
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

@@ -491,3 +491,21 @@ def test_a_callback_stays_out_of_the_file_and_the_section() -> None:
     assert "callback" not in DatasetConfig.model_fields["fairness"].annotation.model_fields
     spec = fastio.spec.DatasetSpec("a.tar", fairness={"callback": print})
     assert DatasetConfig.from_spec(spec).to_spec().fairness.callback is None
+
+
+@pytest.mark.parametrize(
+    ("suffix", "text"),
+    [(".yaml", "urls: a.tar\nreader: {read_size: 1MiB}\nreader: {outstanding_requests: 4}\n"),
+     (".json", '{"urls": "a.tar", "reader": {"read_size": "1MiB"},'
+               ' "reader": {"outstanding_requests": 4}}'),
+     (".toml", 'urls = "a.tar"\n[reader]\nread_size = "1MiB"\n'
+               '[reader]\noutstanding_requests = 4\n'),
+     (".yaml", "urls: a.tar\nreader:\n  read_size: 1MiB\n  read_size: 2MiB\n")],
+    ids=["yaml", "json", "toml", "yaml key"],
+)  # fmt: skip
+def test_a_key_given_twice_is_refused_not_lost(tmp_path, suffix, text) -> None:
+    path = tmp_path / f"train{suffix}"
+    path.write_text(text)
+    with pytest.raises(fastio.ConfigError, match="twice") as caught:
+        load_config(path)
+    assert str(path) in str(caught.value)
