@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -197,7 +198,8 @@ def write_dataset(
     index: bool = False,
 ) -> GenResult:
     """Write ``samples`` samples of about ``sample_size`` bytes as ``shards`` files
-    ``<out_dir>/<format>-NNNNN.<ext>[.gz|.zst]``, replacing files of those names.
+    ``<out_dir>/<format>-NNNNN.<ext>[.gz|.zst]``, replacing files of those names
+    (and removing those an earlier run numbered past them).
 
     ``compression`` wraps whole files for the stream formats; Parquet and Arrow
     compress their buffers instead (Arrow IPC: zstd only) and keep their names.
@@ -245,10 +247,24 @@ def write_dataset(
             indexes.add(writer, path)  # in place now, as the index records it
         payload += blocks.payload_bytes
     written_index = indexes.save() if indexes is not None else None
+    _remove_earlier(folder, format, paths)
     seconds = time.perf_counter() - started
     on_disk = sum(os.path.getsize(path) for path in paths)
     return GenResult(format, compression, tuple(paths), url, samples, payload, on_disk, seconds,
                      written_index)  # fmt: skip
+
+
+def _remove_earlier(folder: Path, format: str, paths: list[str]) -> None:
+    """Shards of ``format`` an earlier run left in ``folder`` past those just
+    written (named as they are, numbered after them): the folder holds the
+    dataset just written, which a dataset of the folder reads."""
+    written = {os.path.basename(path) for path in paths}
+    suffix = paths[0][len(os.path.join(os.fspath(folder), f"{format}-")) :].lstrip("0123456789")
+    named = re.compile(rf"{re.escape(format)}-\d{{5,}}{re.escape(suffix)}")
+    for name in os.listdir(folder):
+        if named.fullmatch(name) and name not in written:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(folder / name)
 
 
 class _Counted(Iterator[Block]):

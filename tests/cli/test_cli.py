@@ -327,3 +327,16 @@ def test_fairness_says_so_when_the_config_turns_the_monitor_off(tmp_path) -> Non
         assert done.returncode == 1, done.stderr
         assert "Traceback" not in done.stderr
         assert "fairness.enabled: false" in done.stderr
+
+
+def test_gen_into_a_folder_of_an_earlier_gen_leaves_the_dataset_it_wrote(tmp_path) -> None:
+    import fastio
+
+    folder = tmp_path / "ds"
+    bench("gen", str(folder), "--samples", "100", "--sample-size", "1KB", "--shards", "4")
+    (folder / "notes-00003.tar").write_bytes(b"not gen's")  # another name: not gen's to remove
+    bench("gen", str(folder), "--samples", "10", "--sample-size", "1KB", "--shards", "2")
+    assert sorted(p.name for p in folder.glob("*.tar")) == [
+        "notes-00003.tar", "webdataset-00000.tar", "webdataset-00001.tar",
+    ]  # fmt: skip
+    assert len(list(fastio.Dataset(str(folder / "webdataset-*.tar")))) == 10
