@@ -65,7 +65,7 @@ from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
 from fastio.shared._inherited import freeze_inherited
 from fastio.shared._sent import SentStates, received
-from fastio.sources._remote import is_remote
+from fastio.sources._remote import is_remote, local_path
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
 
 if TYPE_CHECKING:
@@ -1001,6 +1001,8 @@ def _format_of(url: str) -> str:
             raise IsADirectoryError(
                 errno.EISDIR, "a folder: name it with a trailing / for the shards in it", url
             ) from None
+        if not is_remote(url) and not os.path.exists(local_path(url)):  # a typo, most likely
+            raise FileNotFoundError(errno.ENOENT, "no such file or directory", url) from None
         raise
 
 

@@ -705,7 +705,10 @@ def _write_atomically(path: Path, data: bytes) -> None:
     by every rank, node and user that reads them, and by a web server that
     serves them."""
     temporary = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    except OSError as error:  # said of the file asked for (a missing folder), not the temporary
+        raise type(error)(error.errno, error.strerror, str(path)) from None
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)

@@ -141,3 +141,22 @@ def test_a_folder_whose_name_has_a_dot_is_named_with_a_trailing_slash(tmp_path: 
         list(fastio.Dataset(folder, format="webdataset", fairness=False))
     with fastio.Dataset(folder + "/", fairness=False) as dataset:
         assert sorted(key_of("webdataset", s) for s in dataset) == list(range(len(written.samples)))
+
+
+def test_a_path_that_is_not_there_is_named_as_missing(tmp_path: Path) -> None:
+    # Not "cannot tell the format": the path is mistyped, not of a strange format.
+    missing = tmp_path / "trian"
+    with pytest.raises(FileNotFoundError, match="no such file") as raised:
+        fastio.Dataset(str(missing))
+    assert raised.value.filename == str(missing)
+    (tmp_path / "notes").write_text("x")  # there, of no format: what it was
+    with pytest.raises(ValueError, match="cannot tell the format"):
+        fastio.Dataset(str(tmp_path / "notes"))
+
+
+def test_an_index_into_a_missing_folder_is_an_error_naming_the_index(tmp_path: Path) -> None:
+    written = write("webdataset", tmp_path / "data", shards=2, per_shard=5, index=False)
+    target = tmp_path / "missing" / "x.fastio-index.npz"
+    with pytest.raises(FileNotFoundError) as raised:
+        fastio.Dataset(written.pattern).save_index(str(target))
+    assert raised.value.filename == str(target)
