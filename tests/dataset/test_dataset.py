@@ -233,6 +233,7 @@ def test_options_are_checked(tmp_path) -> None:
         fastio.Dataset(written.pattern, record_size=4)
     with pytest.raises(ValueError, match="needs record_size"):
         fastio.Dataset(written.pattern, format="fixed")
+    (tmp_path / "x.unknown").write_bytes(b"x")  # there, of no format (missing: not found)
     with pytest.raises(ValueError, match="extension"):
         fastio.Dataset(str(tmp_path / "x.unknown"))
     with pytest.raises(FileNotFoundError):
