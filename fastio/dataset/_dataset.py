@@ -64,6 +64,7 @@ from fastio.shared._collector import collector_paused
 from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
 from fastio.shared._inherited import freeze_inherited
+from fastio.shared._mapped import regrouped
 from fastio.shared._sent import SentStates, received
 from fastio.sources._remote import is_remote, local_path
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
@@ -244,7 +245,8 @@ class Dataset(_Base):
         split = spec.split
         self._explicit_rank = None if split.rank is None else (split.rank, split.world_size or 1)
         self._cursor = EpochCursor()
-        self._ledger = EpochLedger()
+        self._epochs = EpochLedger()  # see _ledger
+        self._home = os.getpid()  # the process whose group of readers this copy belongs to
         self._policy = ErrorPolicy(spec.on_error)
         self._stealing: StealingRun | None = None
         self._worker_tuners = _tuning.WorkersTuners() if spec.tuner.enabled else None
@@ -337,6 +339,33 @@ class Dataset(_Base):
             self._reader.remote_memory_budget = share
         return self._reader
 
+    @property
+    def _ledger(self) -> EpochLedger:
+        """The epochs of the passes of this process and its DataLoader workers
+        (see :meth:`_rehome`)."""
+        self._rehome()
+        return self._epochs
+
+    def _rehome(self) -> None:
+        """A dataset made in another process and handed to this one, which is
+        none of its DataLoader workers (a rank that ``ddp_spawn`` or
+        ``torch.multiprocessing.spawn`` started with the dataset its parent
+        made), reads as a rank of its own: its epochs, and what its own
+        workers skip and tune, are this process's and its workers', from the
+        maker's next epoch on (each finds the same files on its own: see
+        :func:`~fastio.shared._mapped.regrouped`). Shared, the ranks took each
+        other's epochs (rank 0 read epochs 0, 2, 4 and rank 1 epochs 1, 3, 5)."""
+        # The group: this process, or for a DataLoader worker its parent (a
+        # rank that may not have used the dataset itself before starting them).
+        group = os.getppid() if in_dataloader_worker() else os.getpid()
+        if self.__dict__.get("_home", group) == group:
+            return
+        self._home = group
+        self._epochs = self._epochs.regrouped(group)
+        self._policy.workers = regrouped(self._policy.workers, group)
+        if self._worker_tuners is not None:
+            self._worker_tuners = regrouped(self._worker_tuners, group)
+
     def _attach_tuning(self) -> None:
         """The reader's tuner, where the spec tunes; in a DataLoader worker,
         its summary goes to the process that made the dataset at each of its
@@ -355,6 +384,9 @@ class Dataset(_Base):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
+        rank = current_rank()
+        # The rank this process is, for a spawned DataLoader worker (see _rank).
+        state["_handed_rank"] = rank if rank != (0, 1) else self.__dict__.get("_handed_rank")
         state["_reader"] = None  # each process makes its own
         state["_tuning"] = None  # and tunes its own
         del state["_reads"]  # which reads through this copy's reader
@@ -389,7 +421,7 @@ class Dataset(_Base):
         shards.policy = policy
         state.update(
             spec=spec, _explicit_rank=(rank, world_size), _cursor=EpochCursor(),
-            _ledger=EpochLedger(), _policy=policy, _shards=shards, _stealing=None,
+            _epochs=EpochLedger(), _policy=policy, _shards=shards, _stealing=None,
             _history=None, _remaining=None, _stream=None,
             _pass_batch_size=spec.split.batch_size,
             fairness=FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed),
@@ -412,7 +444,7 @@ class Dataset(_Base):
         # The tuning's summary stays readable; the cache (its index connection
         # and pins) is reopened on use. What an open that failed did not make
         # yet is not there.
-        for name in ("_tuning", "_reader", "cache", "fairness", "_ledger", "_sent"):
+        for name in ("_tuning", "_reader", "cache", "fairness", "_epochs", "_sent"):
             made = self.__dict__.get(name)
             if made is not None:
                 made.close()
@@ -491,10 +523,19 @@ class Dataset(_Base):
         return self._ledger.next_epoch() if current is None else current
 
     def _rank(self) -> tuple[int, int]:
-        return self._explicit_rank if self._explicit_rank is not None else current_rank()
+        if self._explicit_rank is not None:
+            return self._explicit_rank
+        rank = current_rank()
+        handed: tuple[int, int] | None = self.__dict__.get("_handed_rank")
+        if rank == (0, 1) and handed is not None and in_dataloader_worker():
+            # A spawned DataLoader worker of a rank whose process group it
+            # cannot see (no torch.distributed there, no RANK variables under
+            # ddp_spawn): the rank its parent was when it handed the dataset over.
+            return handed
+        return rank
 
     def _participant(self) -> Participant:
-        return Participant.current(self._explicit_rank)
+        return Participant.current(self._rank())
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its DataLoader workers
@@ -502,6 +543,7 @@ class Dataset(_Base):
         ``remainder="drop"`` or ``"pad"``, the same on every rank. Raises
         TypeError while shards are not indexed yet (a DataLoader, Lightning
         and tf.data then go by the samples that come)."""
+        self._index_for_equal_counts()  # ranks known now, perhaps not when it was made
         rank, world_size = self._rank()
         total = self.total
         if self.remainder == "exact":
@@ -711,6 +753,9 @@ class Dataset(_Base):
             hand_off(capacity, arrow=columnar and self._format.batch_kind == "arrow")
             own_bytes_as(HandedBytes if capacity else bytes)
         participant = self._participant()
+        # Made before torch.distributed was initialized (a DataModule's
+        # __init__), it saw one rank: drop and pad need every rank's count.
+        self._index_for_equal_counts()
         cursor = self._cursor
         epoch, resumes = self._ledger.begin(participant.worker, cursor.pending_resume())
         saved = cursor.pending if resumes else None

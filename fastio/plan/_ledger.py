@@ -22,6 +22,7 @@ Every rank counts its passes the same way, so the epochs agree across ranks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import weakref
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from fastio.shared._mapped import SharedArray, remove_owned, shared_path
+from fastio.shared._mapped import SharedArray, regrouped, remove_owned, shared_path
 
 __all__ = ["EpochLedger"]
 
@@ -50,6 +51,17 @@ class EpochLedger:
         self._path = shared_path(KIND)
         self._owner = os.getpid()
         self._setup()
+
+    def regrouped(self, group: int) -> EpochLedger:
+        """The ledger of the processes of ``group`` (see
+        :func:`~fastio.shared._mapped.regrouped`), whose next pass begins at
+        this one's next epoch."""
+        made = regrouped(self, group)
+        if self._array is not None or os.path.exists(self._path):
+            with contextlib.suppress(OSError):
+                made._kept = np.array(self._values().values[:PIDS])
+        made._passes = 0
+        return made
 
     def _setup(self) -> None:
         self._array: SharedArray | None = None

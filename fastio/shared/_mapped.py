@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import mmap
 import os
 import re
@@ -24,14 +25,16 @@ import secrets
 import tempfile
 import threading
 from multiprocessing import util
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["SharedArray", "remove_owned", "shared_folder", "shared_path"]
+__all__ = ["SharedArray", "regrouped", "remove_owned", "shared_folder", "shared_path"]
+
+T = TypeVar("T")
 
 PREFIX = "fastio-"
 _NAMED = re.compile(rf"{PREFIX}[a-z]+-(\d+)-[0-9a-f]{{12}}")  # as shared_path names them
@@ -57,6 +60,23 @@ def shared_path(kind: str) -> str:
         # when the main process exits mid-epoch (an exception in training).
         util.Finalize(None, _sweep, args=(folder,), exitpriority=-100)
     return os.path.join(folder, f"{PREFIX}{kind}-{os.getpid()}-{secrets.token_hex(6)}")
+
+
+def regrouped(shared: T, group: int) -> T:
+    """A copy of ``shared`` (an object of one shared file, pickled as its
+    ``_path`` and ``_owner``) with a file of its own for the processes of
+    ``group`` (a pid, the file's owner): named from the old name and the pid,
+    so that every process of the group, asking on its own, gets the same."""
+    state = shared.__getstate__()  # type: ignore[attr-defined]
+    old = os.path.basename(state["_path"])
+    named = _NAMED.fullmatch(old)
+    kind = old[len(PREFIX) :].split("-", 1)[0] if named else "shared"
+    token = hashlib.sha256(old.encode()).hexdigest()[:12]
+    state.update(_path=os.path.join(shared_folder(), f"{PREFIX}{kind}-{group}-{token}"),
+                 _owner=group)  # fmt: skip
+    made = type(shared).__new__(type(shared))
+    made.__setstate__(state)  # type: ignore[attr-defined]
+    return made
 
 
 def owner_of(path: str) -> int | None:
