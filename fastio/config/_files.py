@@ -20,7 +20,7 @@ else:  # pragma: no cover - the backport, a dependency on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
     from pathlib import Path
 
 __all__ = ["dumps", "file_kind", "read"]
@@ -82,18 +82,19 @@ class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]
         return super().construct_mapping(node, deep)
 
 
-class _RepeatedKeyError(ValueError):
-    pass
+def _json_object(repeated: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A JSON object hook noting in ``repeated`` each key given twice in one
+    object (see :class:`_UniqueKeyLoader`)."""
 
+    def made(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                repeated.append(key)
+            result[key] = value
+        return result
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refusing a key given twice (see :class:`_UniqueKeyLoader`)."""
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _RepeatedKeyError(f"key {key!r} is given twice")
-        result[key] = value
-    return result
+    return made
 
 
 def _parse(text: str, kind: str, label: str) -> object:
@@ -103,9 +104,11 @@ def _parse(text: str, kind: str, label: str) -> object:
             return yaml.load(text, Loader=_UniqueKeyLoader)  # a safe loader, subclassed
         if kind == "toml":
             return tomllib.loads(text)
-        return json.loads(text, object_pairs_hook=_unique_pairs)
-    except _RepeatedKeyError as error:
-        problem = f"not valid JSON: {error}"
+        repeated: list[str] = []
+        data = json.loads(text, object_pairs_hook=_json_object(repeated))
+        if not repeated:
+            return data
+        problem = f"not valid JSON: key {repeated[0]!r} is given twice"
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
