@@ -57,6 +57,17 @@ def _current(path: Path) -> tuple[bytes, str]:
     return data, '"' + hashlib.md5(f"{stat.st_size}-{stat.st_mtime_ns}".encode()).hexdigest() + '"'
 
 
+def close_connections(known: set[asyncio.BaseTransport]) -> None:
+    """Close every connection of the running loop: those a server's handlers
+    saw (``known``), and those accepted that no handler saw yet (a client's
+    idle keep-alive connection): left to the collector, each is a
+    ResourceWarning in whichever test runs next."""
+    loop = asyncio.get_running_loop()
+    for transport in [*known, *getattr(loop, "_transports", {}).values()]:
+        if not transport.is_closing():
+            transport.close()
+
+
 class RangeServer:
     """Serves the files under `root` over HTTP on 127.0.0.1 with Range, HEAD and ETag."""
 
@@ -103,10 +114,9 @@ class RangeServer:
         pending = [t for t in asyncio.all_tasks() if t is not current]
         for task in pending:
             task.cancel()
-        for transport in self._transports:
-            transport.close()
-        await asyncio.sleep(0.01)  # their closing callbacks run
         await asyncio.gather(*pending, return_exceptions=True)
+        close_connections(self._transports)
+        await asyncio.sleep(0.01)  # their closing callbacks run (and close their sockets)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -207,6 +217,8 @@ class BottleneckServer:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            close_connections(set())
+            await asyncio.sleep(0.01)  # their closing callbacks run
 
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
