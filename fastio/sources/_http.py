@@ -81,9 +81,12 @@ def plain_headers(storage_options: Mapping[str, Any]) -> dict[str, str] | None:
         return None
     if set(storage_options) - {"headers"}:
         return None
-    fsspec = sys.modules.get("fsspec")
-    if fsspec is not None:  # loaded: its configuration as it is now
-        if any(fsspec.config.conf.get(name) for name in ("http", "https")):
+    # Loaded: its configuration as it is now. Being imported by another
+    # thread (a stat falling back to fsspec), it has none yet: what it will
+    # read is looked at as where it is not loaded.
+    config = getattr(sys.modules.get("fsspec"), "config", None)
+    if config is not None:
+        if any(config.conf.get(name) for name in ("http", "https")):
             return None
     elif any(name.startswith("FSSPEC_") for name in os.environ) or _listed(
             os.path.join(os.path.expanduser("~"), ".config", "fsspec")):  # fmt: skip

@@ -12,6 +12,7 @@ import gc
 import os
 import random
 import socket
+import sys
 import threading
 import warnings
 from collections import Counter
@@ -639,3 +640,18 @@ def test_a_body_that_trickles_in_arrives_whole_and_the_socket_is_left_as_it_was(
         sender.join(30)
         for sock in (client, server, listener):
             sock.close()
+
+
+def test_headers_are_worked_out_while_fsspec_is_half_imported(monkeypatch) -> None:
+    """Another thread (a stat falling back to fsspec) may be importing fsspec:
+    its module is in sys.modules without its config yet (an AttributeError,
+    3-20% of fresh processes against a server that refuses HEAD)."""
+    import types
+
+    from fastio.sources._http import plain_headers
+
+    monkeypatch.setitem(sys.modules, "fsspec", types.ModuleType("fsspec"))  # half imported
+    for name in [name for name in os.environ if name.startswith("FSSPEC_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", "/nonexistent")  # no fsspec config folder
+    assert plain_headers({"headers": {"a": "b"}}) == {"a": "b"}
