@@ -493,9 +493,17 @@ class Remotes:
                 return
             from fsspec.asyn import get_loop
 
+            async def ranged(offset: int, length: int) -> tuple[Any, OSError | None]:
+                # Over HTTP each answer's size and ETag are held to the first's
+                # (see _get_range); other stores' answers say none.
+                if not _is_http(fs):
+                    return await self._read_async(fs, path, url, offset, length)
+                into = memoryview(bytearray(length))
+                count, error = await self._read_async(fs, path, url, offset, length, into)
+                return into[: int(count or 0)], error
+
             def submit(offset: int, length: int) -> Future[tuple[Any, OSError | None]]:
-                return asyncio.run_coroutine_threadsafe(
-                    self._read_async(fs, path, url, offset, length), get_loop())  # fmt: skip
+                return asyncio.run_coroutine_threadsafe(ranged(offset, length), get_loop())
 
         try:
             self._download_ranges(url, file, ranges, in_flight, submit, written)
@@ -726,7 +734,11 @@ class Remotes:
         written before, so its pages are in): a view of the bytes that
         arrived, and the error."""
         data = memoryview(into)[:length]
+        # Every answer names the object it is of: a download's ranges must
+        # all be of one (an object replaced meanwhile would be cached as one
+        # shard made of both), as a read's are (see _confirmed_by).
         count, error = self._get_into(url, offset, length, data, cancelled,
+                                      functools.partial(self._confirmed_by, url),
                                       faulted_in=faulted_in)  # fmt: skip
         return data[:count], error
 

@@ -313,6 +313,53 @@ def test_an_object_replaced_while_it_is_read(http, folder, tmp_path, monkeypatch
     assert (stats["skipped"], stats["shards_skipped"]) == ((lost, 0) if indexed else (0, 1))
 
 
+@pytest.mark.parametrize("client", ["fastio", "aiohttp"])
+def test_an_object_replaced_while_the_shard_cache_downloads_it(
+    http, folder, tmp_path, monkeypatch, client
+) -> None:
+    """The shard cache downloads an object in ranges: one replaced between
+    them is caught as it is by reads (never cached as one shard made of
+    both), under raise and skip."""
+    if client == "aiohttp":
+        monkeypatch.setenv("FASTIO_HTTP_CLIENT", "aiohttp")
+    base = f"cached-{client}"
+    written = write("webdataset", folder / base, shards=2, per_shard=40, index=False)
+    shards = [[without_url(s) for s in fastio.Dataset(url, shuffle=False, index_dir=tmp_path / "l")]
+              for url in written.urls]  # fmt: skip
+    name = f"{base}/{os.path.basename(written.urls[0])}"
+
+    def replace_once(asked: str, offset: int) -> bool:
+        # The object replaced (a new ETag) as the first request past its
+        # first 8 KiB comes, once the request of its first bytes was answered.
+        if asked == name and offset > 8192 and not done:
+            if (name, 0) not in {(a, o) for a, o, _ in http.faults.asked}:
+                return True
+            os.utime(written.urls[0], ns=(time.time_ns(), time.time_ns() + 10**9))
+            done.append(offset)
+        return False
+
+    for on_error in ("raise", "skip"):
+        done: list[int] = []
+        http.faults.asked.clear()
+        http.faults.hold = replace_once
+        dataset = fastio.Dataset(remote_pattern(written, http.url(f"{base}/")), shuffle=False,
+                                 index_dir=tmp_path / on_error, read_size=4096, retries=1,
+                                 on_error=on_error, cache_dir=tmp_path / f"cache-{on_error}",
+                                 cache_bytes=64 << 20)  # fmt: skip
+        got: list[object] = []
+        if on_error == "raise":
+            with pytest.raises(fastio.ShardChangedError, match="changed while it was read"):
+                got.extend(without_url(s) for s in dataset)
+        else:
+            got = [without_url(s) for s in dataset]
+            assert got[len(got) - len(shards[1]) :] == shards[1]
+        http.faults.hold = None
+        assert done  # it was replaced mid-download
+        first = len(got) - (len(shards[1]) if on_error == "skip" else 0)
+        assert got[:first] == shards[0][:first]  # none of the new object's samples among them
+        dataset.close()
+
+
 def test_a_server_ignoring_range_is_an_error(http, tars, tmp_path) -> None:
     dataset = http_dataset(http, tars, tmp_path)
     http.faults.ignore_range = True
