@@ -100,12 +100,18 @@ class RangeServer:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._close_connections(), self._loop).result(10)
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         asyncio.run_coroutine_threadsafe(self._cancel_handlers(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+    async def _close_connections(self) -> None:
+        # First: the runner's clean-up lets go of connections it does not close.
+        close_connections(self._transports)
+        await asyncio.sleep(0.01)  # their closing callbacks run
 
     async def _cancel_handlers(self) -> None:
         """Handlers still sleeping (stalls) end with the server, not at exit;
