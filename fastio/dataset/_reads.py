@@ -4,6 +4,7 @@ policy."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from itertools import groupby, islice
 from operator import attrgetter
@@ -142,15 +143,23 @@ class SampleReads:
         it fails (after the samples before the failure); a failed stream
         restarts after it."""
         policy = policy or self.policy
+        # Shards whose reads failed twice in this pass after all their retries
+        # (a server that stops answering for one object): their other reads
+        # are skipped at once, not each asked again with every retry (a
+        # stalled object cost minutes, its ranges asked for a hundred times).
+        failures: Counter[int] = Counter()
+        dead: dict[int, Exception] = {}
         k = 0
         while k < len(reads):
-            failing = self.failing.get(reads[k].run.shard)
+            shard = reads[k].run.shard
+            failing = self.failing.get(shard) or dead.get(shard)
             if failing is not None:
                 policy.failure(failing, reads[k].stop - reads[k].start, "shard skipped")
                 yield reads[k], _nothing(columnar)
                 k += 1
                 continue
-            stop = next((i for i in range(k, len(reads)) if reads[i].run.shard in self.failing),
+            stop = next((i for i in range(k, len(reads))
+                         if reads[i].run.shard in self.failing or reads[i].run.shard in dead),
                         len(reads))  # fmt: skip
             # Each read's ranges are worked out as the reader comes to it, not
             # all before the first: an epoch's part may be thousands of reads.
@@ -181,6 +190,9 @@ class SampleReads:
                 guarded.close()
             if guarded.failure is not None and guarded.failed_at is not None:
                 failed = k + guarded.failed_at
+                failures[reads[failed].run.shard] += 1
+                if failures[reads[failed].run.shard] >= _DEAD_AFTER:
+                    dead[reads[failed].run.shard] = guarded.failure
                 if failed >= expected:  # failed before delivering any of its bytes
                     while expected < failed:
                         yield reads[expected], _nothing(columnar)
@@ -278,6 +290,9 @@ class SampleReads:
                 f"{read.start}", layout.url, -1, read.start + taken.count,
             )  # fmt: skip
         _cut_short(policy, error, guarded, position, want - taken.count)
+
+
+_DEAD_AFTER = 2  # reads of a shard failed in a pass, after their retries
 
 
 def _uncut(groups: Iterator[Any], guarded: Guarded) -> Iterator[Any]:

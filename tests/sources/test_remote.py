@@ -712,3 +712,31 @@ def test_absolute_path_is_abspath(parts: list[str], rooted: bool, trailing: bool
     every other comes back as ``os.path.abspath`` makes it."""
     path = ("/" if rooted else "") + "/".join(parts) + ("/" if trailing else "")
     assert absolute_path(path) == os.path.abspath(path)
+
+
+def test_a_shard_whose_reads_keep_failing_is_given_up_within_the_pass(
+    http, folder, tmp_path
+) -> None:
+    """Under skip, a shard the server stops serving (503 after every retry)
+    costs two failed reads, not one for each of its reads in the epoch, each
+    with all its retries; every other sample comes, and delivered + skipped
+    is what the shards hold."""
+    written = write("webdataset", folder / "dying", shards=4, per_shard=40, index=False)
+    dead = f"dying/{os.path.basename(written.urls[1])}"
+    dataset = fastio.Dataset(remote_pattern(written, http.url("dying/")), index_dir=tmp_path,
+                             on_error="skip", shuffle_buffer=64 << 10, retries=1,
+                             outstanding_requests=1, read_size=64 << 20).index()  # fmt: skip
+    http.faults.failing = lambda name, offset: name == dead
+    http.faults.gets.clear()
+    try:
+        keys = [key_of("webdataset", s) for s in dataset]
+    finally:
+        http.faults.failing = None
+    held = dataset.counts
+    stats = dataset.stats()
+    assert len(keys) + stats["skipped"] == sum(held)
+    assert stats["skipped"] == held[1]
+    assert len(set(keys)) == len(keys)
+    # Reads of that shard in the plan: one per window it is in (a small shuffle
+    # buffer: many); asked for twice, two requests each (one retry).
+    assert http.faults.gets[dead] <= 2 * 2, http.faults.gets[dead]
