@@ -13,11 +13,10 @@ import fcntl
 import logging
 import os
 import warnings
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastio._errors import SkippedSamplesWarning
-from fastio.shared._mapped import remove_owned, shared_path
+from fastio.shared._mapped import OwnedFile
 from fastio.spec._dataset import ON_ERROR, OnError
 
 if TYPE_CHECKING:
@@ -99,7 +98,7 @@ def place_of(error: Exception) -> str:
     return " ".join(" ".join(named).split()) or " ".join(str(error).split())
 
 
-class WorkersTally:
+class WorkersTally(OwnedFile):
     """What the DataLoader workers of a dataset skipped, for the process that
     made it: its ``stats()`` counts them with its own (a worker's counts die
     with the worker, and a non-persistent worker's with its pass). A shared
@@ -110,20 +109,7 @@ class WorkersTally:
     each worker of each pass indexes a damaged shard anew, and each meets its
     damage."""
 
-    def __init__(self) -> None:
-        self._path = shared_path("skips")
-        self._owner = os.getpid()
-        self._setup()
-
-    def _setup(self) -> None:
-        weakref.finalize(self, remove_owned, self._path, self._owner)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_path": self._path, "_owner": self._owner}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._setup()
+    kind = "skips"
 
     def add(self, error: Exception, samples: int, shards: int, text: str) -> None:
         place = place_of(error)

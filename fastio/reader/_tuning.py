@@ -41,14 +41,13 @@ import json
 import logging
 import os
 import threading
-import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fastio._errors import import_extra
 from fastio.reader._requests import REMOTE_REQUEST_BYTES
-from fastio.shared._mapped import remove_owned, shared_path
+from fastio.shared._mapped import OwnedFile
 from fastio.sources._remote import is_remote
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 from fastio.spec._tuner import MAX_TUNED_READ_SIZE, MIN_TUNED_READ_SIZE, TunerSettings
@@ -454,7 +453,7 @@ def attach(
                         remote=remote).start()  # fmt: skip
 
 
-class WorkersTuners:
+class WorkersTuners(OwnedFile):
     """The summaries of a dataset's DataLoader workers' tuners, for the process
     that made it (a worker's tuner dies with it, a non-persistent worker's
     with its pass). A shared file, named by that process and removed with it:
@@ -462,20 +461,7 @@ class WorkersTuners:
     rewritten under an exclusive ``flock`` at each of the worker's decisions
     and as each of its passes ends."""
 
-    def __init__(self) -> None:
-        self._path = shared_path("tuners")
-        self._owner = os.getpid()
-        self._setup()
-
-    def _setup(self) -> None:
-        weakref.finalize(self, remove_owned, self._path, self._owner)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_path": self._path, "_owner": self._owner}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._setup()
+    kind = "tuners"
 
     def put(self, worker: int, summary: dict[str, Any]) -> None:
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -24,15 +24,16 @@ import re
 import secrets
 import tempfile
 import threading
+import weakref
 from multiprocessing import util
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["SharedArray", "regrouped", "remove_owned", "shared_folder", "shared_path"]
+__all__ = ["OwnedFile", "SharedArray", "regrouped", "remove_owned", "shared_folder", "shared_path"]
 
 T = TypeVar("T")
 
@@ -60,6 +61,29 @@ def shared_path(kind: str) -> str:
         # when the main process exits mid-epoch (an exception in training).
         util.Finalize(None, _sweep, args=(folder,), exitpriority=-100)
     return os.path.join(folder, f"{PREFIX}{kind}-{os.getpid()}-{secrets.token_hex(6)}")
+
+
+class OwnedFile:
+    """A shared file of ``kind`` (see :func:`shared_path`), named by the
+    process that made the object and removed when that process's object
+    goes; pickled as its name and owner, for the processes that share it."""
+
+    kind = "shared"
+
+    def __init__(self) -> None:
+        self._path = shared_path(self.kind)
+        self._owner = os.getpid()
+        self._setup()
+
+    def _setup(self) -> None:
+        weakref.finalize(self, remove_owned, self._path, self._owner)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_path": self._path, "_owner": self._owner}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
 
 
 def regrouped(shared: T, group: int) -> T:
