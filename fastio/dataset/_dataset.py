@@ -355,9 +355,14 @@ class Dataset(_Base):
         maker's next epoch on (each finds the same files on its own: see
         :func:`~fastio.shared._mapped.regrouped`). Shared, the ranks took each
         other's epochs (rank 0 read epochs 0, 2, 4 and rank 1 epochs 1, 3, 5)."""
-        # The group: this process, or for a DataLoader worker its parent (a
-        # rank that may not have used the dataset itself before starting them).
-        group = os.getppid() if in_dataloader_worker() else os.getpid()
+        # The group: this process, or for a DataLoader worker the process that
+        # started it (a rank that may not have used the dataset itself before):
+        # the one that handed the dataset over where it was unpickled here
+        # (spawn, forkserver), else the parent it was forked from.
+        group = os.getpid()
+        if in_dataloader_worker():
+            unpickled_here = self.__dict__.get("_received_in") == os.getpid()
+            group = self.__dict__.get("_handed_by", 0) if unpickled_here else os.getppid()
         if self.__dict__.get("_home", group) == group:
             return
         self._home = group
@@ -387,6 +392,7 @@ class Dataset(_Base):
         rank = current_rank()
         # The rank this process is, for a spawned DataLoader worker (see _rank).
         state["_handed_rank"] = rank if rank != (0, 1) else self.__dict__.get("_handed_rank")
+        state["_handed_by"] = os.getpid()  # the group of a worker started here (see _rehome)
         state["_reader"] = None  # each process makes its own
         state["_tuning"] = None  # and tunes its own
         del state["_reads"]  # which reads through this copy's reader
@@ -396,6 +402,7 @@ class Dataset(_Base):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(received(state))
+        self._received_in = os.getpid()
         self._sent = SentStates()
         self.layouts = self._shards.layouts
         self._shards.reader = lambda: self.reader

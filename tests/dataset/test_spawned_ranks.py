@@ -76,3 +76,25 @@ def test_spawned_ranks_with_their_parents_dataset_read_apart(tmp_path, workers) 
             assert ranks[rank][epoch]["batches"] == ranks[rank][epoch]["len"]
     for rank in range(2):  # a new order each epoch, on each rank
         assert ranks[rank][0]["keys"] != ranks[rank][1]["keys"]
+
+
+@pytest.mark.parametrize("start", ["spawn", "forkserver"])
+def test_workers_started_without_fork_share_their_main_process_s_epochs(tmp_path, start) -> None:
+    """forkserver is Linux's default from Python 3.14: its workers' parent is
+    the fork server, not the main process, whose epochs (set_epoch) they read."""
+    from torch.utils.data import DataLoader
+
+    import fastio
+    from tests.ddp_job import keys
+
+    written = write("webdataset", tmp_path / "data", shards=4, per_shard=20, seed=5)
+    dataset = fastio.Dataset(written.pattern, seed=2)
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=keys,
+                        multiprocessing_context=start)  # fmt: skip
+    orders = {}
+    for epoch in (3, 1, 3):  # chosen by the main process, read by the workers
+        dataset.set_epoch(epoch)
+        orders.setdefault(epoch, []).append([k for b in loader for k in b.tolist()])
+    assert orders[3][0] == orders[3][1]  # the same epoch, the same order
+    assert orders[3][0] != orders[1][0]
+    assert sorted(orders[1][0]) == sorted(orders[3][0]) == list(range(len(written.samples)))
