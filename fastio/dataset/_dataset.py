@@ -280,6 +280,7 @@ class Dataset(_Base):
             "record_size": options.record_size, "example": options.example,
             "verify": options.verify}, spec.shuffle, self.remainder)  # fmt: skip
         self._reads = SampleReads(self._known, self._format, lambda: self.reader, self._policy)
+        self._reads.on_changed = self._shards.forget
 
     # ---- the spec's knobs ------------------------------------------------------------
 
@@ -407,6 +408,7 @@ class Dataset(_Base):
         self.layouts = self._shards.layouts
         self._shards.reader = lambda: self.reader
         self._reads = SampleReads(self._known, self._format, lambda: self.reader, self._policy)
+        self._reads.on_changed = self._shards.forget
 
     def as_rank(self, rank: int, world_size: int) -> Dataset:
         """A dataset that reads ``rank``'s part of ``world_size`` (with

@@ -534,6 +534,15 @@ class ShardLayouts:
     def stale_error(self, shard: int) -> ShardChangedError:
         return ShardChangedError.of(self.urls[shard])
 
+    def forget(self, shard: int) -> None:
+        """A read found ``shard`` changed since its layout was made (an object
+        replaced at its URL): what the index folder keeps of it goes, so that
+        the next dataset over it indexes it anew (the plans of this one's
+        passes still hold the old layout)."""
+        records = self.record_format
+        if records is not None:
+            records.store.forget(self.urls[shard], self.urls)
+
 
 @dataclasses.dataclass(frozen=True)
 class _PackedIndexes:

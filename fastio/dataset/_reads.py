@@ -95,6 +95,8 @@ class SampleReads:
         self.policy = policy
         self.failing: dict[int, Exception] = {}
         """Shards whose reads fail at once with this error (changed since indexed)."""
+        self.on_changed: Callable[[int], None] | None = None
+        """Told of each shard a read found changed since its layout was made."""
 
     def plan(
         self,
@@ -190,6 +192,8 @@ class SampleReads:
                 guarded.close()
             if guarded.failure is not None and guarded.failed_at is not None:
                 failed = k + guarded.failed_at
+                if isinstance(guarded.failure, ShardChangedError) and self.on_changed is not None:
+                    self.on_changed(reads[failed].run.shard)
                 failures[reads[failed].run.shard] += 1
                 if failures[reads[failed].run.shard] >= _DEAD_AFTER:
                     dead[reads[failed].run.shard] = guarded.failure

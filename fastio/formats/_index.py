@@ -504,6 +504,16 @@ class IndexStore:
             with contextlib.suppress(OSError):
                 index.save(folder / f"{name}{INDEX_SUFFIX}")
 
+    def forget(self, url: str, urls: Sequence[str]) -> None:
+        """Remove what is kept of ``url`` (found changed: its objects replaced
+        at the same URL) and the indexes kept together for ``urls``, the
+        dataset it is a shard of: a later dataset indexes it anew rather
+        than trust them again."""
+        for folder in self._folders():
+            for name in (self.name(url) + INDEX_SUFFIX, self.set_name(urls) + SET_SUFFIX):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+
     def _folder_for(self, name: str, nbytes: int) -> Path | None:
         """The folder a new file of ``nbytes`` goes to, None where none takes it."""
         try:

@@ -165,6 +165,33 @@ def test_an_object_replaced_after_indexing_fails_when_opened(
     ds.close()
 
 
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_an_object_replaced_after_indexing_is_indexed_anew_by_the_next_dataset(
+    served, tmp_path, on_error
+) -> None:
+    """What the index folder keeps of an object found replaced goes: the next
+    dataset indexes it anew and reads all of it (each trusted it again before,
+    every dataset failing the same way: under skip, none of its samples)."""
+    written, server = served
+    (tmp_path / "data" / "dataset.fastio-index.npz").unlink()  # only the index folder's
+    index_dir = tmp_path / "index"
+    with fastio.Dataset(remote(written, server), index_dir=index_dir) as first:
+        first.index()
+    name = os.path.basename(written.urls[REPLACED])
+    replace(written.urls[REPLACED])
+    with fastio.Dataset(remote(written, server), index_dir=index_dir, shuffle=False,
+                        on_error=on_error) as stale:  # fmt: skip
+        if on_error == "raise":
+            with pytest.raises(fastio.ShardChangedError):
+                list(stale)
+        else:
+            list(stale)
+            assert stale.stats()["skipped"] == len(keys_by_shard(written)[name])
+    with fastio.Dataset(remote(written, server), index_dir=index_dir, shuffle=False) as again:
+        keys = [key_of("webdataset", s) for s in again]
+    assert sorted(keys) == sorted(row["key"] for row in written.samples)
+
+
 def test_dataloader_workers_check_what_they_open(served, tmp_path) -> None:
     from torch.utils.data import DataLoader
 
