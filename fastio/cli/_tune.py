@@ -288,7 +288,7 @@ def tune_files(files: list[str], spec: DatasetSpec, tuning_options: TunerSetting
     rows = summarize(tuner.decisions)
     settled_at = next((d.window for d in tuner.decisions if d.next_phase == "settled"), None)
     start = changes[0][1]
-    best, best_rate, start_rate, gain = best_and_gain(tuner, start)
+    best, best_rate, start_rate, gain = best_and_gain(tuner, start, rows)
     result: dict[str, Any] = {
         "files": len(files), "seconds": seconds, "converged": tuner.converged,
         "windows": len(tuner.decisions), "trials": tuner.trials, "round": tuner.round,
@@ -301,16 +301,19 @@ def tune_files(files: list[str], spec: DatasetSpec, tuning_options: TunerSetting
     return result, changes
 
 
-def best_and_gain(tuner: OnlineTuner, start: dict[str, Any]
-                  ) -> tuple[dict[str, Any], float, float, float | None]:  # fmt: skip
-    """The best configuration and its rate (bytes/s), the rate of ``start``
+def best_and_gain(
+    tuner: OnlineTuner, start: dict[str, Any], rows: list[dict[str, Any]] | None = None
+) -> tuple[dict[str, Any], float, float, float | None]:
+    """From its measured configurations (``rows``, as :func:`summarize` gives
+    them, made here if not given), the best configuration and its rate
+    (bytes/s), the rate of ``start``
     (the configuration the run began at) and the best's gain over it, each
     rate the mean over the windows measured at it. A round begun after drift
     has measured nothing yet: the best is then what the last round settled
     at, as measured then. A best that is the start gains exactly nothing (its
     first window alone made the same setting 0.7x or 1.2x itself)."""
     rates = {(row["outstanding_requests"], row["read_size"]): row["mb_per_s"] * 1e6
-             for row in summarize(tuner.decisions)}  # fmt: skip
+             for row in (summarize(tuner.decisions) if rows is None else rows)}  # fmt: skip
     best, best_rate = tuner.best
     if not best_rate:
         settled = [d.next_config for d in tuner.decisions if d.next_phase == "settled"]

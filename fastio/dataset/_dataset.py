@@ -64,7 +64,6 @@ from fastio.shared._collector import collector_paused
 from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
 from fastio.shared._inherited import freeze_inherited
-from fastio.shared._mapped import regrouped
 from fastio.shared._sent import SentStates, received
 from fastio.sources._remote import is_remote, local_path
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
@@ -354,7 +353,7 @@ class Dataset(_Base):
         made), reads as a rank of its own: its epochs, and what its own
         workers skip and tune, are this process's and its workers', from the
         maker's next epoch on (each finds the same files on its own: see
-        :func:`~fastio.shared._mapped.regrouped`). Shared, the ranks took each
+        :meth:`~fastio.shared._mapped.OwnedFile.regrouped`). Shared, the ranks took each
         other's epochs (rank 0 read epochs 0, 2, 4 and rank 1 epochs 1, 3, 5)."""
         # The group: this process, or for a DataLoader worker the process that
         # started it (a rank that may not have used the dataset itself before):
@@ -368,9 +367,9 @@ class Dataset(_Base):
             return
         self._home = group
         self._epochs = self._epochs.regrouped(group)
-        self._policy.workers = regrouped(self._policy.workers, group)
+        self._policy.workers = self._policy.workers.regrouped(group)
         if self._worker_tuners is not None:
-            self._worker_tuners = regrouped(self._worker_tuners, group)
+            self._worker_tuners = self._worker_tuners.regrouped(group)
 
     def _attach_tuning(self) -> None:
         """The reader's tuner, where the spec tunes; in a DataLoader worker,

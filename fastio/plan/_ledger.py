@@ -25,12 +25,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio.shared._mapped import SharedArray, regrouped, remove_owned, shared_path
+from fastio.shared._mapped import OwnedFile, SharedArray, remove_owned
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["EpochLedger"]
 
@@ -44,19 +46,16 @@ PIDS = 16  # one pid per worker of the running generation from here
 LENGTH = PIDS + MAX_WORKERS
 
 
-class EpochLedger:
+class EpochLedger(OwnedFile):
     """The epochs of one dataset's passes (see the module)."""
 
-    def __init__(self) -> None:
-        self._path = shared_path(KIND)
-        self._owner = os.getpid()
-        self._setup()
+    kind = KIND
 
-    def regrouped(self, group: int) -> EpochLedger:
+    def regrouped(self, group: int) -> Self:
         """The ledger of the processes of ``group`` (see
-        :func:`~fastio.shared._mapped.regrouped`), whose next pass begins at
-        this one's next epoch."""
-        made = regrouped(self, group)
+        :meth:`OwnedFile.regrouped`), whose next pass begins at this one's
+        next epoch."""
+        made = super().regrouped(group)
         if self._array is not None or os.path.exists(self._path):
             with contextlib.suppress(OSError):
                 made._kept = np.array(self._values().values[:PIDS])
@@ -67,15 +66,15 @@ class EpochLedger:
         self._array: SharedArray | None = None
         self._passes = 0  # begun in this process
         self._kept: np.ndarray | None = None  # the fields, kept by close() for reuse
-        self._finalizer = weakref.finalize(self, remove_owned, self._path, self._owner)
+        super()._setup()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_path": self._path, "_owner": self._owner, "_passes": self._passes}
+        return {**super().__getstate__(), "_passes": self._passes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._path, self._owner = state["_path"], state["_owner"]
-        self._setup()
-        self._passes = state["_passes"]
+        passes = state.pop("_passes", 0)
+        super().__setstate__(state)
+        self._passes = passes
 
     def _values(self) -> SharedArray:
         if self._array is None:

@@ -26,16 +26,16 @@ import tempfile
 import threading
 import weakref
 from multiprocessing import util
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["OwnedFile", "SharedArray", "regrouped", "remove_owned", "shared_folder", "shared_path"]
+    from typing_extensions import Self
 
-T = TypeVar("T")
+__all__ = ["OwnedFile", "SharedArray", "remove_owned", "shared_folder", "shared_path"]
 
 PREFIX = "fastio-"
 _NAMED = re.compile(rf"{PREFIX}[a-z]+-(\d+)-[0-9a-f]{{12}}")  # as shared_path names them
@@ -76,7 +76,7 @@ class OwnedFile:
         self._setup()
 
     def _setup(self) -> None:
-        weakref.finalize(self, remove_owned, self._path, self._owner)
+        self._finalizer = weakref.finalize(self, remove_owned, self._path, self._owner)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_path": self._path, "_owner": self._owner}
@@ -85,22 +85,17 @@ class OwnedFile:
         self.__dict__.update(state)
         self._setup()
 
-
-def regrouped(shared: T, group: int) -> T:
-    """A copy of ``shared`` (an object of one shared file, pickled as its
-    ``_path`` and ``_owner``) with a file of its own for the processes of
-    ``group`` (a pid, the file's owner): named from the old name and the pid,
-    so that every process of the group, asking on its own, gets the same."""
-    state = shared.__getstate__()  # type: ignore[attr-defined]
-    old = os.path.basename(state["_path"])
-    named = _NAMED.fullmatch(old)
-    kind = old[len(PREFIX) :].split("-", 1)[0] if named else "shared"
-    token = hashlib.sha256(old.encode()).hexdigest()[:12]
-    state.update(_path=os.path.join(shared_folder(), f"{PREFIX}{kind}-{group}-{token}"),
-                 _owner=group)  # fmt: skip
-    made = type(shared).__new__(type(shared))
-    made.__setstate__(state)  # type: ignore[attr-defined]
-    return made
+    def regrouped(self, group: int) -> Self:
+        """A copy with a file of its own for the processes of ``group`` (a
+        pid, the file's owner): named from this file's name and the pid, so
+        that every process of the group, asking on its own, gets the same."""
+        token = hashlib.sha256(os.path.basename(self._path).encode()).hexdigest()[:12]
+        state = self.__getstate__()
+        state.update(_path=os.path.join(shared_folder(), f"{PREFIX}{self.kind}-{group}-{token}"),
+                     _owner=group)  # fmt: skip
+        made = type(self).__new__(type(self))
+        made.__setstate__(state)
+        return made
 
 
 def owner_of(path: str) -> int | None:
