@@ -62,11 +62,11 @@ class EpochLedger(OwnedFile):
         made._passes = 0
         return made
 
-    def _setup(self) -> None:
+    def _made(self) -> None:
         self._array: SharedArray | None = None
         self._passes = 0  # begun in this process
         self._kept: np.ndarray | None = None  # the fields, kept by close() for reuse
-        super()._setup()
+        super()._made()
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_passes": self._passes}

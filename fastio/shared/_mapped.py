@@ -73,9 +73,9 @@ class OwnedFile:
     def __init__(self) -> None:
         self._path = shared_path(self.kind)
         self._owner = os.getpid()
-        self._setup()
+        self._made()
 
-    def _setup(self) -> None:
+    def _made(self) -> None:
         self._finalizer = weakref.finalize(self, remove_owned, self._path, self._owner)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -83,7 +83,7 @@ class OwnedFile:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._setup()
+        self._made()
 
     def regrouped(self, group: int) -> Self:
         """A copy with a file of its own for the processes of ``group`` (a
