@@ -5,6 +5,7 @@ Range support and fault injection (aiohttp), and an S3-compatible server
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import os
 import threading
@@ -41,6 +42,8 @@ class Faults:
     hold: Callable[[str, int], bool] | None = None
     # Data requests for which failing(name, offset) is true answer 503.
     failing: Callable[[str, int], bool] | None = None
+    range_cap: int | None = None  # a range answers at most this many bytes (206 says which)
+    gzip_ranges: bool = False  # range answers come gzip-encoded, whatever was asked
 
     def take(self, name: str) -> bool:
         count = getattr(self, name)
@@ -165,10 +168,14 @@ class RangeServer:
                 data, headers["ETag"] = _current(path)  # as it is now: replaced while held?
             if faults.failing is not None and faults.failing(name, start):
                 raise web.HTTPServiceUnavailable()
+            if faults.range_cap is not None:
+                end = min(end, start + faults.range_cap)
             body = data[start:end]
             faults.asked.append((name, start, len(body)))
             status = 206
             headers["Content-Range"] = f"bytes {start}-{start + len(body) - 1}/{len(data)}"
+            if faults.gzip_ranges:
+                body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
         if faults.take("drops"):
             response = web.StreamResponse(
                 status=status, headers={**headers, "Content-Length": str(len(body))}

@@ -198,33 +198,58 @@ class RangeClient:
     ) -> int:  # fmt: skip
         """``length`` bytes of ``url`` from ``offset`` into ``into``; returns
         how many arrived (fewer only at the object's end). ``identity`` is
-        called with the object's size and ETag as the answer gives them (None
-        and "" where it does not) before its body is received. Raises
-        HTTPStatusError for an answer other than the
+        called with the object's size and ETag as each answer gives them (None
+        and "" where it does not) before its body is received. A server may
+        answer part of a range (its Content-Range says which): the rest is
+        asked for again. Raises HTTPStatusError for an answer other than the
         range (``status`` set), RangeIgnoredError for more bytes than asked,
         TimeoutError when no byte comes for ``timeout`` seconds or the whole
         request takes longer, and ConnectionError (or another OSError) when
         the connection fails."""
+        got = 0
+        while True:
+            count, partial = self._get_part(url, offset + got, length - got, into[got:], timeout,
+                                            cancelled, identity)  # fmt: skip
+            got += count
+            if not partial or count == 0 or got >= length:
+                return got
 
-        def body(connection: _Connection, answer: _Answer, url: str) -> int:
+    def _get_part(
+        self, url: str, offset: int, length: int, into: memoryview, timeout: float,
+        cancelled: threading.Event | None, identity: Callable[[int | None, str], None] | None,
+    ) -> tuple[int, bool]:  # fmt: skip
+        """One request of :meth:`get_into`: the count that arrived, and whether
+        the answer held part of the range only (the object goes on past it)."""
+
+        def body(connection: _Connection, answer: _Answer, url: str) -> tuple[int, bool]:
             status, headers = answer.status, answer.headers
             if status not in (200, 206):
                 raise HTTPStatusError(status, answer.reason, url)
             if status == 200 and offset > 0:
                 raise range_ignored(url, offset, length, int(headers.get("content-length", -1)))
+            partial = False
             if status == 206:
-                _check_content_range(headers.get("content-range", ""), url, offset)
+                end, total = _check_content_range(headers.get("content-range", ""), url, offset)
+                partial = (
+                    end is not None and end < offset + length and (total is None or end < total)
+                )
             if identity is not None:
                 identity(answer_size(headers), headers.get("etag", ""))
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 raise HTTPStatusError(status, "a chunked answer to a range request (unsupported)",
                                       url)  # fmt: skip
+            encoding = headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("identity", ""):
+                # Asked for identity: the bytes of another encoding are not the object's.
+                refused = f"a range answered encoded ({encoding!r}; asked for identity)"
+                raise HTTPStatusError(status, refused, url)
             announced = int(headers["content-length"]) if "content-length" in headers else None
             if announced is not None and announced > length:
                 raise range_ignored(url, offset, length, announced)
-            return self._body(connection, answer, url, into,
-                              length if announced is None else announced, cancelled,
-                              until_close=announced is None)  # fmt: skip
+            count = self._body(connection, answer, url, into,
+                               length if announced is None else announced, cancelled,
+                               until_close=announced is None)  # fmt: skip
+            return count, partial
 
         return self._ask(url, "GET", (offset, length), timeout, body)
 
@@ -541,13 +566,17 @@ def answer_size(headers: Mapping[str, str]) -> int | None:
     return int(length) if length.isdigit() else None
 
 
-def _check_content_range(value: str, url: str, offset: int) -> None:
-    """A 206 must answer from the offset asked."""
+def _check_content_range(value: str, url: str, offset: int) -> tuple[int | None, int | None]:
+    """A 206 must answer from the offset asked. Returns where its bytes end
+    (exclusive) and the object's size, each None where not said."""
     unit, _, spec = value.partition(" ")
-    start = spec.split("-", 1)[0]
+    span, _, size = spec.partition("/")
+    start, _, last = span.partition("-")
     if unit.strip().lower() != "bytes" or not start.isdigit() or int(start) != offset:
         raise HTTPStatusError(206, f"the answer starts elsewhere (Content-Range {value!r}, "
                                    f"asked from {offset})", url)  # fmt: skip
+    end = int(last) + 1 if last.strip().isdigit() else None
+    return end, (int(size) if size.strip().isdigit() else None)
 
 
 def range_ignored(url: str, offset: int, length: int, got: int) -> RangeIgnoredError:
