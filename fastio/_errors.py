@@ -30,6 +30,9 @@ __all__ = [
     "MixedTypesError",
     "RangeIgnoredError",
     "ReaderClosedError",
+    "RemoteConnectionError",
+    "RemoteReadError",
+    "RemoteTimeoutError",
     "ShardChangedError",
     "SkippedSamplesWarning",
     "TierFullError",
@@ -252,6 +255,27 @@ class HTTPStatusError(FastIOError, OSError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.status, self.reason, self.filename))
+
+
+class RemoteReadError(FastIOError, OSError):
+    """A read of an object store or HTTP server failed after its retries
+    (the connection failed, the server stopped answering): ``errno`` and
+    ``filename`` (the URL) as the failure's, the message names the range.
+    The subclasses also refine the built-in of that failure."""
+
+    def __init__(self, *args: Any) -> None:
+        if len(args) == 1 and isinstance(args[0], str):  # rebuilt from its text (see FastIOError)
+            super().__init__(errno.EIO, args[0], _filename(_raised_line(args[0], type(self))))
+            return
+        super().__init__(*args)
+
+
+class RemoteTimeoutError(RemoteReadError, TimeoutError):
+    """A remote read that timed out on every attempt."""
+
+
+class RemoteConnectionError(RemoteReadError, ConnectionError):
+    """A remote read whose connection failed on every attempt."""
 
 
 class DownloadCancelled(FastIOError):

@@ -36,7 +36,11 @@ from fastio._errors import (
     DownloadCancelled,
     HTTPStatusError,
     RangeIgnoredError,
+    RemoteConnectionError,
+    RemoteReadError,
+    RemoteTimeoutError,
     ShardChangedError,
+    TruncatedFileError,
 )
 from fastio._native import prefault
 from fastio.sources._http import answer_size, range_ignored
@@ -489,7 +493,10 @@ class Remotes:
                 for offset, length in ranges:
                     if self.prefetcher.stopping.is_set():
                         raise DownloadCancelled(f"{url}: the reader closed during the download")
-                    file.write(self._read_sync(fs, path, url, offset, length))
+                    data = self._read_sync(fs, path, url, offset, length)
+                    if len(data) != length:  # as _download_ranges checks
+                        raise TruncatedFileError(url, offset + len(data), offset + length)
+                    file.write(data)
                 return
             from fsspec.asyn import get_loop
 
@@ -521,7 +528,7 @@ class Remotes:
         reader following the download waits for it, and requests sent together
         reach the server in any order."""
         stopping = self.prefetcher.stopping
-        pending: deque[Future[tuple[Any, OSError | None]]] = deque()
+        pending: deque[tuple[int, int, Future[tuple[Any, OSError | None]]]] = deque()
         upcoming = iter(ranges)
         first = True
         try:
@@ -530,20 +537,24 @@ class Remotes:
                     offset, length = next(upcoming, (-1, 0))
                     if offset < 0:
                         break
-                    pending.append(submit(offset, length))
+                    pending.append((offset, length, submit(offset, length)))
                 if not pending:
                     if stopping.is_set():
                         raise DownloadCancelled(f"{url}: the reader closed during the download")
                     break
                 while True:  # a close must not wait out a slow request
                     try:
-                        data, error = pending[0].result(timeout=_CANCEL_POLL_SECONDS)
+                        data, error = pending[0][2].result(timeout=_CANCEL_POLL_SECONDS)
                         break
                     except FutureTimeout:
                         if stopping.is_set():
                             closed = f"{url}: the reader closed during the download"
                             raise DownloadCancelled(closed) from None
-                pending.popleft()
+                offset, length, _ = pending.popleft()
+                if error is None and len(data) != length:
+                    # The ranges end at the size the object was opened with:
+                    # an answer short of its range is of an object cut since.
+                    error = TruncatedFileError(url, offset + len(data), offset + length)
                 if error is not None:
                     raise error
                 file.write(data)
@@ -551,7 +562,7 @@ class Remotes:
                     written(data)
                 first = False
         finally:
-            for future in pending:
+            for _, _, future in pending:
                 future.cancel()
 
     def forget(self, url: str) -> None:
@@ -1153,5 +1164,10 @@ def _final(error: BaseException, url: str, offset: int, length: int, attempts: i
     kind = ("timed out" if isinstance(error, (asyncio.TimeoutError, TimeoutError))
             else error.strerror if isinstance(error, OSError) and error.strerror
             else str(error))  # fmt: skip
+    if isinstance(error, HTTPStatusError):  # its status kept, for callers that branch on it
+        return HTTPStatusError(error.status, f"{error.reason} ({where}{tried})".lstrip(), url)
     code = error.errno if isinstance(error, OSError) and error.errno else errno.EIO
-    return OSError(code, f"{kind or type(error).__name__} ({where}{tried})", url)
+    refined = (RemoteTimeoutError if isinstance(error, (asyncio.TimeoutError, TimeoutError))
+               else RemoteConnectionError if isinstance(error, ConnectionError)
+               else RemoteReadError)  # fmt: skip
+    return refined(code, f"{kind or type(error).__name__} ({where}{tried})", url)

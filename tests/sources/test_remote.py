@@ -5,10 +5,13 @@ dataset read from local files, HTTP and S3 yields identical samples."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import pickle
 import random
 import sqlite3
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -163,13 +166,90 @@ def test_stalls_time_out_and_are_retried(http, tars, tmp_path) -> None:
     assert len(list(dataset)) == len(tars.samples)
 
 
-def test_giving_up_names_url_offset_and_attempts(http, tars, tmp_path) -> None:
-    dataset = http_dataset(http, tars, tmp_path, retries=2, retry_seconds=5)
-    http.faults.errors_5xx = 1000
-    with pytest.raises(OSError, match="gave up after 3 attempts") as caught:
+@pytest.mark.parametrize("fault", ["errors_5xx", "stalls", "drops"])
+def test_giving_up_names_url_offset_and_attempts(http, tars, tmp_path, fault) -> None:
+    """The error a read gives up with is fastio's, of the kind of its failure
+    (an HTTP status kept; a timeout or a failed connection also the built-in
+    a caller may catch), naming the URL, offset and attempts."""
+    dataset = http_dataset(http, tars, tmp_path, retries=2, retry_seconds=5,
+                           request_timeout=0.5)  # fmt: skip
+    setattr(http.faults, fault, 1000)
+    with pytest.raises(fastio.FastIOError, match="gave up after 3 attempts") as caught:
         list(dataset)
-    assert caught.value.filename == dataset.urls[0]
-    assert "at offset 0" in str(caught.value)
+    error = caught.value
+    assert isinstance(error, OSError)
+    assert error.filename == dataset.urls[0]
+    assert "at offset 0" in str(error)
+    if fault == "errors_5xx":
+        assert isinstance(error, fastio.HTTPStatusError)
+        assert error.status == 503
+    else:
+        assert isinstance(error, fastio.RemoteReadError)
+        refined = TimeoutError if fault == "stalls" else ConnectionError
+        assert isinstance(error, refined)
+    assert pickle.loads(pickle.dumps(error)).filename == error.filename
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["read", "cached"])
+@pytest.mark.parametrize("indexed", [False, True], ids=["never seen", "indexed"])
+def test_a_server_that_answers_part_of_each_range(http, tars, tmp_path, indexed, cache) -> None:
+    """A server may answer part of a range, its Content-Range saying which:
+    the rest is asked for, and every sample comes whole, read or downloaded
+    into the shard cache."""
+    options = {"cache_dir": tmp_path / "cache", "cache_bytes": 1 << 30} if cache else {}
+    http.faults.range_cap = 3001  # the index is read so too
+    dataset = http_dataset(http, tars, tmp_path / "index", **options)
+    if indexed:
+        dataset.index()
+    got = [without_url(sample) for sample in dataset]
+    assert http.faults.asked
+    assert all(length <= 3001 for _, _, length in http.faults.asked)
+    expected = [
+        without_url(s)
+        for s in fastio.Dataset(tars.pattern, shuffle=False, index_dir=tmp_path / "local")
+    ]
+    assert len(got) == len(expected) == len(tars.samples)
+    assert [repr(s) for s in got] == [repr(s) for s in expected]
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["read", "cached"])
+@pytest.mark.parametrize("indexed", [False, True], ids=["never seen", "indexed"])
+def test_a_range_answered_in_another_encoding_is_refused(
+    http, tars, tmp_path, indexed, cache
+) -> None:
+    """fastio's client asks for bytes as stored: a range answered gzip-encoded
+    anyway is refused, never taken for the object's bytes (nor cached as
+    them). Under raise an HTTPStatusError names the encoding and the URL;
+    under skip the shards count as skipped, nothing escapes, and closing
+    leaves no download's file open."""
+    options = {"cache_dir": tmp_path / "cache", "cache_bytes": 1 << 30} if cache else {}
+
+    def dataset(on_error: str) -> fastio.Dataset:
+        if indexed:  # (not through the cache, which would download the shards whole)
+            http_dataset(http, tars, tmp_path / on_error).index().close()
+        return http_dataset(http, tars, tmp_path / on_error, on_error=on_error, retries=1,
+                            **options)  # fmt: skip
+
+    raising, skipping = dataset("raise"), dataset("skip")
+    http.faults.gzip_ranges = True
+    with pytest.raises(fastio.HTTPStatusError, match="answered encoded") as caught:
+        list(raising)
+    assert caught.value.filename in raising.urls
+    raising.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastio.SkippedSamplesWarning)
+        got = list(skipping)
+    stats = skipping.stats()
+    assert got == []
+    if indexed:
+        assert stats["skipped"] == len(tars.samples)
+    else:
+        assert stats["shards_skipped"] == len(tars.urls)
+    skipping.close()
+    gc.collect()
+    open_files = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}")]  # fmt: skip
+    assert not [name for name in open_files if str(tmp_path) in name]
 
 
 @pytest.mark.parametrize("client", ["fastio", "aiohttp"])
