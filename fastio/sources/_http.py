@@ -26,6 +26,7 @@ import contextlib
 import errno
 import math
 import os
+import re
 import socket
 import sys
 import threading
@@ -41,7 +42,14 @@ from fastio._errors import HTTPStatusError, RangeIgnoredError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["RangeClient", "answer_size", "plain_headers", "range_ignored", "usable"]
+__all__ = [
+    "REDIRECT_LOOP",
+    "RangeClient",
+    "answer_size",
+    "plain_headers",
+    "range_ignored",
+    "usable",
+]
 
 _T = TypeVar("_T")
 
@@ -235,14 +243,15 @@ class RangeClient:
                 )
             if identity is not None:
                 identity(answer_size(headers), headers.get("etag", ""))
-            if "chunked" in headers.get("transfer-encoding", "").lower():
-                raise HTTPStatusError(status, "a chunked answer to a range request (unsupported)",
-                                      url)  # fmt: skip
+            chunked = "chunked" in headers.get("transfer-encoding", "").lower()
             encoding = headers.get("content-encoding", "identity").strip().lower()
             if encoding not in ("identity", ""):
                 # Asked for identity: the bytes of another encoding are not the object's.
                 refused = f"a range answered encoded ({encoding!r}; asked for identity)"
                 raise HTTPStatusError(status, refused, url)
+            if chunked:
+                count = self._chunked_body(connection, answer, url, into[:length], cancelled)
+                return count, partial
             announced = int(headers["content-length"]) if "content-length" in headers else None
             if announced is not None and announced > length:
                 raise range_ignored(url, offset, length, announced)
@@ -306,7 +315,7 @@ class RangeClient:
             if not isinstance(result, _Moved):
                 return result
             url = result.location
-        raise HTTPStatusError(310, "too many redirects", url)
+        raise HTTPStatusError(REDIRECT_LOOP, "too many redirects", url)
 
     def _attempt(self, url: str, method: str, byte_range: tuple[int, int] | None,
                  deadline: float, answer: Callable[[_Connection, _Answer, str], _T],
@@ -439,6 +448,64 @@ class RangeClient:
         self._done(connection, answer, until_close)
         return count
 
+    def _chunked_body(self, connection: _Connection, answer: _Answer, url: str,
+                      into: memoryview, cancelled: threading.Event | None) -> int:  # fmt: skip
+        """Receives a chunked answer's body into ``into`` (raising where it
+        holds more); returns its length and gives the connection back. Each
+        chunk's bytes go straight into ``into``, as :meth:`_body`'s do."""
+        sock, deadline = connection.sock, answer.deadline
+        pending = bytearray(connection.head[answer.held : answer.filled])
+
+        def more() -> None:
+            if cancelled is not None and cancelled.is_set():
+                raise ConnectionAbortedError(errno.ECONNABORTED, "the read was cancelled")
+            sock.settimeout(_remaining(deadline))
+            data = sock.recv(_HEAD_LIMIT)
+            if not data:
+                raise ConnectionResetError(errno.ECONNRESET, "the connection closed inside "
+                                                             "a chunked answer")  # fmt: skip
+            pending.extend(data)
+
+        def line() -> bytes:
+            while (end := pending.find(b"\r\n")) < 0:
+                if len(pending) > _HEAD_LIMIT:
+                    raise ConnectionError(errno.EPROTO, "a chunked answer's line is too long")
+                more()
+            text = bytes(pending[:end])
+            del pending[: end + 2]
+            return text
+
+        filled = 0
+        while True:
+            text = line().split(b";", 1)[0].strip()
+            try:
+                size = int(text, 16)
+            except ValueError:
+                raise ConnectionError(errno.EPROTO, f"not a chunk's size: {text[:20]!r}") from None
+            if size == 0:
+                while line():  # trailer fields, up to the empty line
+                    pass
+                break
+            if filled + size > len(into):
+                raise ConnectionError(errno.EPROTO, "the answer is longer than the range asked")
+            early = min(size, len(pending))
+            into[filled : filled + early] = pending[:early]
+            del pending[:early]
+            self.arrivals.add(early)
+            if early < size:
+                _receive(sock, into[filled : filled + size], early, size, deadline=deadline,
+                         cancelled=cancelled, arrivals=self.arrivals,
+                         until_close=False)  # fmt: skip
+            filled += size
+            while len(pending) < 2:
+                more()
+            if pending[:2] != b"\r\n":
+                raise ConnectionError(errno.EPROTO, "a chunk does not end where its size says")
+            del pending[:2]
+        # Bytes past the answer: the connection cannot serve another.
+        self._done(connection, answer, until_close=bool(pending))
+        return filled
+
     def _done(self, connection: _Connection, answer: _Answer, until_close: bool) -> None:
         """Gives ``connection`` back after ``answer``, or closes it where the
         answer ended it."""
@@ -476,6 +543,13 @@ def _taken(idle: dict[tuple[str, int], list[_Connection]]) -> list[_Connection]:
     return connections
 
 
+# The status an HTTPStatusError gives a chain of redirects too long to follow.
+REDIRECT_LOOP = 310
+
+# The status line of an interim answer (1xx, but 101 Switching Protocols).
+_INTERIM = re.compile(rb"HTTP/\d(?:\.\d)? 1(?!01)\d\d(?: |\r|$)")
+
+
 def _remaining(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
@@ -489,24 +563,32 @@ def _read_head(connection: _Connection, deadline: float, head_by: float) -> _Ans
     sock, head = connection.sock, connection.head
     view = memoryview(head)
     filled = 0
+    interim = False  # an interim (1xx) answer came first
     while True:
+        end = head.find(b"\r\n\r\n", 0, filled)
+        if end >= 0:
+            if not _INTERIM.match(head, 0, end):
+                break
+            # An interim answer (103 Early Hints, 100 Continue) precedes the
+            # answer: RFC 9110 has clients read past it.
+            head[: filled - end - 4] = head[end + 4 : filled]
+            filled -= end + 4
+            interim = True
+            continue
+        if filled == len(head):
+            raise ConnectionError(errno.EPROTO, "the answer's headers are too long")
         sock.settimeout(_remaining(head_by))
         try:
             count = sock.recv_into(view[filled:])
         except ConnectionResetError:
-            if connection.reused and filled == 0:
+            if connection.reused and filled == 0 and not interim:
                 return None
             raise
         if count == 0:
-            if connection.reused and filled == 0:
+            if connection.reused and filled == 0 and not interim:
                 return None
             raise ConnectionResetError(errno.ECONNRESET, "the server closed the connection")
         filled += count
-        end = head.find(b"\r\n\r\n", 0, filled)
-        if end >= 0:
-            break
-        if filled == len(head):
-            raise ConnectionError(errno.EPROTO, "the answer's headers are too long")
     lines = bytes(head[:end]).decode("latin-1").split("\r\n")
     status_line = lines[0].split(" ", 2)
     if (len(status_line) < 2 or not status_line[0].startswith("HTTP/")
@@ -557,9 +639,10 @@ def answer_size(headers: Mapping[str, str]) -> int | None:
     """The object's size as an answer announces it: a range's Content-Range
     total, else its length; None where it does not, or where it is the
     length of an encoding."""
-    total = headers.get("content-range", "").rpartition("/")[2]
-    if total.isdigit():
-        return int(total)
+    content_range = headers.get("content-range")
+    if content_range is not None:  # "bytes 0-99/*": the size is not said
+        total = content_range.rpartition("/")[2].strip()
+        return int(total) if total.isdigit() else None
     if headers.get("content-encoding", "identity") not in ("identity", ""):
         return None
     length = headers.get("content-length", "")

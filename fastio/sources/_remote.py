@@ -43,7 +43,7 @@ from fastio._errors import (
     TruncatedFileError,
 )
 from fastio._native import prefault
-from fastio.sources._http import answer_size, range_ignored
+from fastio.sources._http import REDIRECT_LOOP, answer_size, range_ignored
 from fastio.sources._imports import ready_request_imports
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
@@ -399,7 +399,7 @@ class Remotes:
             return retried(lambda: http.head(url, self.settings.request_timeout), self.settings,
                            lambda e: _transient(e) and not http.closed)  # fmt: skip
         except HTTPStatusError as error:
-            if _missing(error):
+            if _missing(error) or error.status == REDIRECT_LOOP:
                 raise _stat_error(error, url) from None
             return None, ""
         except OSError as error:
@@ -1057,14 +1057,20 @@ def _missing(error: BaseException) -> bool:
 
 def _stat_error(error: OSError, url: str) -> OSError:
     status = _http_status(error)
-    reason = (str(error) or type(error).__name__) if status is None else f"HTTP {status}"
+    if isinstance(error, HTTPStatusError):
+        reason = f"HTTP {error.status} {error.reason}".rstrip()
+    elif status:  # (aiohttp says 0 where no answer had one: its own text says more)
+        reason = f"HTTP {status}"
+    else:
+        reason = str(error) or type(error).__name__
     if _denied(error):
         return PermissionError(errno.EACCES, f"access denied ({reason})", url)
     if _missing(error):
         return FileNotFoundError(errno.ENOENT, "no such object", url)
     if isinstance(error, TimeoutError):  # fsspec's own says nothing
-        return TimeoutError(errno.ETIMEDOUT, "cannot stat: no answer in time", url)
-    return OSError(error.errno or errno.EIO, f"cannot stat: {reason}", url)
+        return RemoteTimeoutError(errno.ETIMEDOUT, "cannot stat: no answer in time", url)
+    refined = RemoteConnectionError if isinstance(error, ConnectionError) else RemoteReadError
+    return refined(error.errno or errno.EIO, f"cannot stat: {reason}", url)
 
 
 _T = TypeVar("_T")

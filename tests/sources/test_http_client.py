@@ -38,8 +38,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
+    def _loop(self) -> bool:
+        """A redirect to itself, where the path says so."""
+        if not self.path.startswith("/loop"):
+            return False
+        self.send_response(302)
+        self.send_header("Location", self.path)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return True
+
     def do_HEAD(self) -> None:  # how an object's size is asked
         self.server.heads += 1
+        if self._loop():
+            return
         if self.path.startswith("/moved"):
             self.send_response(302)
             self.send_header("Location", "/data")
@@ -89,14 +101,32 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"moved")
             return
+        if self._loop():
+            return
         if "Range" not in self.headers:
             self._whole()
             return
         start, end = self.headers["Range"].removeprefix("bytes=").split("-")
         body = DATA[int(start) : int(end) + 1]
+        if self.path.startswith("/hinted"):  # interim answers come first (RFC 9110, 15.2)
+            self.wfile.write(
+                b"HTTP/1.1 100 Continue\r\n\r\n"
+                b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+            )
         self.send_response(206)
         self.send_header("ETag", '"range"' if self.path.startswith("/retagged") else '"data"')
-        self.send_header("Content-Range", f"bytes {start}-{int(start) + len(body) - 1}/{len(DATA)}")
+        size = "*" if self.path.startswith("/unsaid") else str(len(DATA))  # "bytes 0-9/*"
+        self.send_header("Content-Range", f"bytes {start}-{int(start) + len(body) - 1}/{size}")
+        if self.path.startswith("/chunked"):  # odd pieces, an extension, a trailer
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            sizes, at = random.Random(len(body)), 0
+            while at < len(body):
+                piece = body[at : at + sizes.randrange(1, 70_000)]
+                at += len(piece)
+                self.wfile.write(f"{len(piece):x};ext=1\r\n".encode() + piece + b"\r\n")
+            self.wfile.write(b"0\r\nX-Checksum: none\r\n\r\n")
+            return
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -254,6 +284,36 @@ def test_a_range_past_the_end_returns_what_the_object_holds(server: _Server) -> 
     remotes = Remotes(ReaderSettings(), {})
     try:
         assert _read(remotes, server.url("data"), len(DATA) - 100, 4096) == DATA[-100:]
+    finally:
+        remotes.close()
+
+
+@pytest.mark.parametrize("kind", ["chunked", "hinted", "unsaid"])
+def test_answers_framed_as_http_allows_arrive_byte_for_byte(server: _Server, kind) -> None:
+    """Ranges answered in chunks (with extensions and trailers), after
+    interim answers (100, 103), or with a Content-Range that does not say the
+    object's size: byte for byte, one after the other over one connection."""
+    remotes = Remotes(ReaderSettings(retries=0, outstanding_requests=1), {})
+    try:
+        rng = random.Random(3)
+        for _ in range(12):
+            offset, length = rng.randrange(len(DATA)), rng.randrange(1, 300_000)
+            got = _read(remotes, server.url(f"{kind}-data"), offset, length)
+            assert got == DATA[offset : offset + length]
+    finally:
+        remotes.close()
+    assert server.requests == 12
+    assert len(server.connections) <= 2  # kept alive across the answers
+
+
+def test_a_redirect_loop_is_named(server: _Server) -> None:
+    remotes = Remotes(ReaderSettings(retries=0), {})
+    try:
+        with pytest.raises(fastio.RemoteReadError, match="too many redirects") as caught:
+            remotes.stat(server.url("loop"))
+        assert caught.value.filename == server.url("loop")
+        with pytest.raises(fastio.HTTPStatusError, match="too many redirects"):
+            _read(remotes, server.url("loop"), 0, 10)
     finally:
         remotes.close()
 
