@@ -63,6 +63,9 @@ class Publisher:
         self._publish(busy_seconds)
         self.slot[b.ACTIVE] = 0.0
         self.judge()
+        # The board's mapping goes when the monitor closes it, even where this
+        # iteration's frames live on (in the traceback of the error that ended it).
+        self.slot = np.zeros_like(self.slot)
 
     def _publish(self, busy_seconds: float) -> None:
         slot, stats = self.slot, self.reader.stats()

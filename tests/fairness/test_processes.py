@@ -6,6 +6,7 @@ path, a killed worker included."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import signal
@@ -96,6 +97,51 @@ def test_the_board_is_removed_on_close_and_reused_after(written, tmp_path, resou
     assert ds.stats()["fairness"]["samples"] == ds.total
     ds.close()
     assert boards() == before
+    resources.assert_released()
+
+
+def shared_maps() -> list[str]:
+    """What this process holds open of the shared folder (a mapping keeps a descriptor)."""
+    folder = _mapped.shared_folder()
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(folder):
+                held.append(target)
+    return held
+
+
+def test_an_error_that_ends_an_iteration_leaves_no_mapping_after_close(
+    written, tmp_path, resources
+) -> None:
+    """The error's traceback keeps the ended iteration's frames: closing the
+    dataset still unmaps its board, without waiting for the collector."""
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for url in written.urls:
+        (damaged / os.path.basename(url)).write_bytes(Path(url).read_bytes())
+    shard = damaged / os.path.basename(written.urls[1])
+    data = bytearray(shard.read_bytes())
+    data[148:156] = b"garbage!"  # the first member's header checksum
+    shard.write_bytes(bytes(data))
+    before = shared_maps()
+    gc.disable()  # as between two collections
+    try:
+        for _ in range(2):
+            ds = fastio.Dataset(str(damaged / os.path.basename(written.pattern)), shuffle=False,
+                                index_dir=tmp_path / "index",
+                                fairness={"exchange_dir": str(tmp_path / "exchange")})  # fmt: skip
+            with pytest.raises(fastio.CorruptRecordError) as caught:
+                for _ in ds:
+                    pass
+            ds.close()
+            assert caught.value.url.endswith(shard.name)
+            assert shared_maps() == before
+    finally:
+        gc.enable()
+    del caught, ds
+    gc.collect()
     resources.assert_released()
 
 
