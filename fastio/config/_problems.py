@@ -92,14 +92,18 @@ def unknown(loc: Loc) -> str:
     model = _model_at(loc[:-1])
     known = list(model.model_fields) if model is not None else []
     prefix = "".join(f"{parent}." for parent in parents)
-    close = difflib.get_close_matches(name, known, n=1)
-    # A key of another section (``seed`` at the top, ``read_size`` under shuffle).
-    elsewhere = [f"{section}.{name}" for section, model in sections(DatasetConfig).items()
-                 if name in model.model_fields]  # fmt: skip
-    if close:
-        hint = f"did you mean '{prefix}{close[0]}'?"
-    elif elsewhere:
-        hint = f"did you mean '{elsewhere[0]}'?"
+    # This section's keys (as close as difflib.get_close_matches asks), then
+    # those of every section, closer (``seed`` or ``sead`` at the top are
+    # ``shuffle.seed``): the closest name, this section's where as close.
+    candidates = [(f"{prefix}{key}", key, 0.6) for key in known]
+    candidates += [(f"{section}.{key}", key, 0.7)
+                   for section, model in sections(DatasetConfig).items()
+                   for key in model.model_fields]  # fmt: skip
+    scored = [(ratio, -at, full) for at, (full, key, cutoff) in enumerate(candidates)
+              if (ratio := difflib.SequenceMatcher(None, name, key).ratio()) >= cutoff]  # fmt: skip
+    best = max(scored, default=None)
+    if best is not None:
+        hint = f"did you mean '{best[2]}'?"
     else:
         hint = "expected one of " + ", ".join(f"{prefix}{key}" for key in known)
     return f"unknown key '{prefix}{name}'; {hint}"

@@ -249,6 +249,9 @@ BAD_CONFIGS = [
      "{file}: unknown key 'shuffle.sead'; did you mean 'shuffle.seed'?"),
     ("wrong-section.toml", "urls = 'a.tar'\nseed = 1\n",
      "{file}: unknown key 'seed'; did you mean 'shuffle.seed'?"),
+    # Closer to a key of another section than to one of its own ('reader').
+    ("typo-in-wrong-section.yaml", "urls: a.tar\nsead: 1\n",
+     "{file}: unknown key 'sead'; did you mean 'shuffle.seed'?"),
     ("no-close-key.json", '{"urls": "a.tar", "cache": {"size": "1GiB"}}',
      "{file}: unknown key 'cache.size'; expected one of cache.dir, cache.max_bytes, "
      "cache.policy, cache.prefetch"),
