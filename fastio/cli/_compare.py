@@ -154,10 +154,12 @@ def _measure(usable: list[Loader], urls: list[str], spec: DatasetSpec, options: 
 
     stored = spec.replace(shuffle=dataclasses.replace(spec.shuffle, enabled=False))
 
+    # The written config, loaded back as a user would (once, outside the
+    # clock, as the other loaders' settings are): it must read the whole dataset.
+    loaded = load_config(tuned_config).to_spec().replace(shuffle=stored.shuffle)
+
     def tuned(urls: list[str], _: DatasetSpec, options: LoaderOptions) -> int:
-        # The written config, loaded back as a user would: it must read the whole dataset.
-        loaded = load_config(tuned_config).to_spec()
-        return fastio_samples(urls, loaded.replace(shuffle=stored.shuffle), options)
+        return fastio_samples(urls, loaded, options)
 
     plan = [*usable, Loader(TUNED, (), (), tuned, "fastio.Dataset of the tuned config file")]
     seconds: dict[str, list[float]] = {loader.name: [] for loader in plan}
