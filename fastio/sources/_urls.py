@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     Chooser = Callable[[str, list[str]], list[str]]
 
@@ -132,7 +133,8 @@ def _listed(url: str, storage_options: dict[str, Any]) -> tuple[list[str], list[
 
     filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
     try:
-        entries = filesystem.ls(path.rstrip("/"), detail=True)
+        with _uncached(filesystem, path):
+            entries = filesystem.ls(path.rstrip("/"), detail=True)
     except FileNotFoundError:
         return None
     names: dict[str, list[str]] = {"file": [], "directory": []}
@@ -172,4 +174,20 @@ def _remote_glob(url: str, storage_options: dict[str, Any]) -> list[str]:
     import fsspec
 
     filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
-    return [filesystem.unstrip_protocol(match) for match in filesystem.glob(path)]
+    fixed = re.split(r"[*?\[]", path, maxsplit=1)[0]  # the folder the matches are under
+    with _uncached(filesystem, fixed.rsplit("/", 1)[0]):
+        return [filesystem.unstrip_protocol(match) for match in filesystem.glob(path)]
+
+
+@contextlib.contextmanager
+def _uncached(filesystem: Any, path: str) -> Iterator[None]:
+    """A listing of ``path`` as the store holds it now, not kept after: fsspec
+    keeps listings (s3fs, gcsfs) in its filesystem, which is shared by the
+    process, and answers later listings and ``info`` from them: objects
+    uploaded since would be missing, and objects replaced since would keep
+    their old sizes and ETags, which the reads check the objects against."""
+    filesystem.invalidate_cache(path)
+    try:
+        yield
+    finally:
+        filesystem.invalidate_cache(path)

@@ -136,6 +136,40 @@ def test_an_object_store_prefix_names_the_shards_under_it(s3, folder, tmp_path) 
         fastio.Dataset(f"s3://{s3.bucket}/prefixed/", **options)
 
 
+@pytest.mark.parametrize("named", ["prefix", "glob"])
+def test_a_listing_finds_the_objects_as_they_are_now(s3, folder, tmp_path, named) -> None:
+    """Each dataset lists an object-store folder anew, and asks about its
+    objects anew: one uploaded since an earlier listing in the process is
+    read, and one replaced since it was indexed is found changed (fsspec
+    keeps listings in its filesystem, shared by the process, and would
+    answer from them)."""
+    written = write("webdataset", folder / f"relisted-{named}", shards=3, per_shard=10,
+                    index=False)  # fmt: skip
+    other = write("webdataset", folder / f"other-{named}", shards=1, per_shard=17, seed=9,
+                  index=False)  # fmt: skip
+    key = f"relisted-{named}/train"
+    names = [os.path.basename(url) for url in written.urls]
+    for url, name in zip(written.urls[:2], names[:2], strict=True):
+        s3.upload(url, f"{key}/{name}")
+    url = f"s3://{s3.bucket}/{key}/" + ("" if named == "prefix" else "*.tar")
+    options = {"storage_options": s3.storage_options(), "index_dir": tmp_path, "shuffle": False}
+    counts = [sum(1 for _ in fastio.Dataset(local, index_dir=tmp_path / "local"))
+              for local in written.urls]  # fmt: skip
+    with fastio.Dataset(url, **options) as dataset:
+        assert sum(1 for _ in dataset) == sum(counts[:2])
+    s3.upload(written.urls[2], f"{key}/{names[2]}")
+    with fastio.Dataset(url, **options) as dataset:
+        assert len(dataset.urls) == 3
+        assert sum(1 for _ in dataset) == sum(counts)
+        s3.upload(other.urls[0], f"{key}/{names[0]}")  # replaced between two epochs
+        dataset.set_epoch(1)
+        with pytest.raises(fastio.ShardChangedError):
+            list(dataset)
+    replaced = sum(1 for _ in fastio.Dataset(other.urls[0], index_dir=tmp_path / "local"))
+    with fastio.Dataset(url, **options) as dataset:  # the next dataset reads it as it is
+        assert sum(1 for _ in dataset) == replaced + sum(counts[1:])
+
+
 @pytest.fixture(scope="module")
 def tars(folder):
     return write("webdataset", folder / "faulty", shards=4, per_shard=20, index=False)
