@@ -50,21 +50,24 @@ class ErrorPolicy:
     def tolerates(self) -> bool:
         return self.on_error != "raise"
 
-    def failure(self, error: Exception, lost: int | None, what: str, shards: int = 0) -> None:
+    def failure(self, error: Exception, lost: int | None, what: str, shards: int = 0,
+                place: str | None = None) -> None:  # fmt: skip
         """``error`` cost ``lost`` samples (None: unknown) and ``shards``
         shards: raised under ``"raise"``, else counted, kept and (``"warn"``)
-        warned about."""
+        warned about. ``place``: where the loss is, where not where ``error``
+        was met (see :func:`place_of`)."""
         if self.on_error == "raise":
             raise error
         if lost:
             self.skipped += lost
         self.shards_skipped += shards
-        self.places.add(place_of(error))
+        place = place_of(error) if place is None else place
+        self.places.add(place)
         text = f"{error} ({what}" + (f"; {lost} samples skipped)" if lost else ")")
         if len(self.errors) < MAX_KEPT_ERRORS:
             self.errors.append(text)
         if self.reports:
-            self.workers.add(error, lost or 0, shards, text)
+            self.workers.add(place, lost or 0, shards, text)
         if self.on_error == "warn":
             warnings.warn(text, SkippedSamplesWarning, stacklevel=3)
         else:
@@ -111,8 +114,7 @@ class WorkersTally(OwnedFile):
 
     kind = "skips"
 
-    def add(self, error: Exception, samples: int, shards: int, text: str) -> None:
-        place = place_of(error)
+    def add(self, place: str, samples: int, shards: int, text: str) -> None:
         fd = os.open(self._path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

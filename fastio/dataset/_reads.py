@@ -14,6 +14,7 @@ import numpy as np
 
 from fastio._errors import DecodeError, ShardChangedError, TruncatedFileError, TruncatedShardError
 from fastio.dataset._batching import rows_of, slice_rows
+from fastio.dataset._policy import place_of
 from fastio.reader._ranges import Shard
 
 if TYPE_CHECKING:
@@ -156,7 +157,11 @@ class SampleReads:
             shard = reads[k].run.shard
             failing = self.failing.get(shard) or dead.get(shard)
             if failing is not None:
-                policy.failure(failing, reads[k].stop - reads[k].start, "shard skipped")
+                # Each read given up so is a loss of its own (its samples).
+                place = f"{place_of(failing)} samples {reads[k].start}"
+                policy.failure(
+                    failing, reads[k].stop - reads[k].start, "shard skipped", place=place
+                )
                 yield reads[k], _nothing(columnar)
                 k += 1
                 continue

@@ -202,7 +202,9 @@ class Request:
 def read_error(errno_value: int, path: str, offset: int, length: int) -> OSError:
     # OSError picks the subclass from errno: FileNotFoundError, PermissionError, ...
     message = f"{os.strerror(errno_value)} (reading {length} bytes at offset {offset})"
-    return OSError(errno_value, message, path)
+    error = OSError(errno_value, message, path)
+    error.offset = offset  # type: ignore[attr-defined]  # (where: see fastio.dataset._policy)
+    return error
 
 
 class _Group:

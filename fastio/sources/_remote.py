@@ -1159,6 +1159,17 @@ class _Replay:
 
 
 def _final(error: BaseException, url: str, offset: int, length: int, attempts: int) -> OSError:
+    """The error a read of ``url`` gives up with: named by its URL and, as an
+    ``offset`` attribute too, the offset it read from (where it was met: the
+    skip policy's place of damage)."""
+    final = _final_error(error, url, offset, length, attempts)
+    if getattr(final, "offset", None) is None:
+        final.offset = offset  # type: ignore[attr-defined]
+    return final
+
+
+def _final_error(error: BaseException, url: str, offset: int, length: int, attempts: int
+                 ) -> OSError:  # fmt: skip
     where = f"reading {length} bytes at offset {offset}"
     if _missing(error):
         return FileNotFoundError(errno.ENOENT, f"no such object ({where})", url)
