@@ -377,7 +377,11 @@ class ShardLayouts:
         if url not in held:
             return None
         try:
-            return records.known_index(reader, url)
+            # Under skip, a shard that cannot be asked about now (gone, its
+            # store down) keeps the samples it was indexed with, which its
+            # reads then count as skipped: as in every other process of the
+            # dataset (a DataLoader worker that read it keeps its layout).
+            return records.known_index(reader, url, unanswered=self.policy.tolerates)
         except IndexFileError as error:
             if not report:
                 return None

@@ -478,9 +478,13 @@ class IndexStore:
             return set()
         return {url for url in urls if self.name(url) + INDEX_SUFFIX in names}
 
-    def load(self, reader: Reader, url: str, locator: Locator) -> ShardIndex | None:
+    def load(self, reader: Reader, url: str, locator: Locator, unanswered: bool = False
+             ) -> ShardIndex | None:  # fmt: skip
         """The stored index of ``url`` if one is there and still matches it.
-        Raises :class:`fastio.IndexFileError` for a damaged one."""
+        Raises :class:`fastio.IndexFileError` for a damaged one, and the
+        OSError of asking about ``url`` (gone, or its store not answering),
+        unless ``unanswered``: the index as kept then (its reads will meet
+        the error, and count the samples it holds)."""
         name = self.name(url) + INDEX_SUFFIX
         for folder in self._folders():
             path = os.path.join(folder, name)
@@ -490,7 +494,15 @@ class IndexStore:
                 continue
             except UNREADABLE as error:
                 raise IndexFileError(path, url, _problem(error)) from None
-            if locator.reusable(index.format) and index.fresh(reader, url):
+            if not locator.reusable(index.format):
+                continue
+            try:
+                fresh = index.fresh(reader, url)
+            except OSError:
+                if not unanswered:
+                    raise
+                fresh = True
+            if fresh:
                 return index
         return None
 

@@ -71,10 +71,12 @@ class RecordFormat(ShardFormat):
             index, problems = self.scan(reader, url, tolerate)
         return self.layout_of(index), problems
 
-    def known_index(self, reader: Reader, url: str) -> ShardIndex | None:
+    def known_index(self, reader: Reader, url: str, unanswered: bool = False
+                    ) -> ShardIndex | None:  # fmt: skip
         """A stored index that still matches the shard, else None. Raises
-        :class:`fastio.IndexFileError` for a damaged one."""
-        return self.store.load(reader, url, self.locator())
+        :class:`fastio.IndexFileError` for a damaged one (and see
+        :meth:`IndexStore.load` for ``unanswered``)."""
+        return self.store.load(reader, url, self.locator(), unanswered)
 
     def scan(self, reader: Reader, url: str, tolerate: bool
              ) -> tuple[ShardIndex, list[DecodeError]]:  # fmt: skip

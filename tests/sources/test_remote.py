@@ -558,6 +558,41 @@ def test_persistent_workers_read_a_never_seen_remote_dataset_each_epoch(http, ta
             assert dict(http.faults.served) == sizes  # each object's bytes once
 
 
+@pytest.mark.parametrize("indexed", [False, True], ids=["never seen", "indexed"])
+def test_an_object_gone_between_epochs_with_persistent_workers(http, tars, tmp_path, indexed
+                                                               ) -> None:  # fmt: skip
+    """An object deleted after the first epoch, under skip, with persistent
+    DataLoader workers: every other sample comes, and the gone one's samples
+    count as skipped, exactly, as in one process (a worker that had not read
+    it planned the epoch without it, the other with it: samples were lost;
+    never seen, the epoch raised; indexed, each failed read after the first
+    counted as the same one). Under raise, its FileNotFoundError names it."""
+    gone = "faulty/" + os.path.basename(tars.urls[2])
+    per_shard = [sum(1 for _ in fastio.Dataset(url, index_dir=tmp_path / "local"))
+                 for url in tars.urls]  # fmt: skip
+    for on_error in ("skip", "raise"):
+        http.faults.missing.clear()
+        dataset = http_dataset(http, tars, tmp_path / on_error, on_error=on_error, retries=0)
+        if indexed:
+            dataset.index()
+        loader = DataLoader(dataset, batch_size=4, num_workers=2, persistent_workers=True,
+                            collate_fn=keys_of, timeout=60)  # fmt: skip
+        assert sorted(k for batch in loader for k in batch) == [r["key"] for r in tars.samples]
+        http.faults.missing.add(gone)
+        dataset.set_epoch(1)
+        if on_error == "raise":
+            with pytest.raises(FileNotFoundError, match=os.path.basename(gone)):
+                list(loader)
+            continue
+        skipped_before = dataset.stats()["skipped"]
+        got = sorted(k for batch in loader for k in batch)
+        first = sum(per_shard[:2])
+        expected = [r["key"] for r in tars.samples]
+        assert got == expected[:first] + expected[first + per_shard[2] :]
+        assert dataset.stats()["skipped"] - skipped_before == per_shard[2]
+        del loader
+
+
 def _bytes_in(folder: Path) -> int:
     """What the files in ``folder`` hold, while the cache may still be
     downloading into it: a temporary renamed into place between the listing
