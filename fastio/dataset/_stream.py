@@ -29,7 +29,6 @@ import numpy as np
 from fastio._errors import DecodeError
 from fastio.dataset._reads import Guarded
 from fastio.formats._compression import codec_for
-from fastio.formats._layout import batch_of
 from fastio.plan._windows import permutation, window_budget
 from fastio.reader._ranges import ByteRange, Shard
 
@@ -182,8 +181,8 @@ class StreamPass:
             rows = [window[i] for i in order[skip:]]
             if rows:
                 begin = first + skip
-                yield (batch_of(rows), range(len(rows)), range(begin, begin + len(rows)),
-                       self.next_position)  # fmt: skip
+                batch = self.format.batch_of(rows)
+                yield batch, range(len(rows)), range(begin, begin + len(rows)), self.next_position
             return
         for slot in order[skip:]:
             sample = window[slot]

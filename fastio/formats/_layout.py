@@ -228,6 +228,12 @@ class ShardFormat(abc.ABC):
         """The sample an item of :meth:`encoded` is. Raises the format's DecodeError."""
         return encoded
 
+    def batch_of(self, samples: list[Any]) -> Any:
+        """Samples (of :meth:`samples`) as one batch, with the columns and
+        types :meth:`batches` gives: a streamed pass shuffles samples and
+        batches them so, and must give what an indexed pass does."""
+        return batch_of(samples)
+
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         """Columnar batches of the same samples (any sizes), in order; a
         DecodeError that :meth:`samples` gives in a record's place comes

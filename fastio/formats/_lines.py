@@ -294,6 +294,10 @@ class LinesFormat(RecordFormat):
             except DecodeError as error:  # in the line's place: the lines after it are sound
                 yield error
 
+    def batch_of(self, samples: list[Any]) -> Any:
+        pyarrow = arrow()
+        return pyarrow.record_batch([pyarrow.array(samples, pyarrow.string())], ["line"])
+
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         pyarrow = arrow()
         text = pyarrow.schema([("line", pyarrow.string())])

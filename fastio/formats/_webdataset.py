@@ -17,7 +17,7 @@ from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError
 from fastio._native import TarColumns, group_tar, scan_tar
 from fastio.formats._compression import codec_for, decompress
 from fastio.formats._index import Locator
-from fastio.formats._layout import MAPPED_SAMPLE_BYTES
+from fastio.formats._layout import MAPPED_SAMPLE_BYTES, batch_of
 from fastio.formats._parts import TarPart
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter, owned, owned_kind
@@ -432,6 +432,9 @@ def _tar_problem(error: FrameError, data: Any, url: str, base: int, members: int
     return CorruptRecordError(f"damaged tar header ({kind})", url, offset, index)
 
 
+_OWN_COLUMNS = ("__key__", "__url__")
+
+
 class WebDatasetFormat(RecordFormat):
     name = "webdataset"
 
@@ -465,6 +468,22 @@ class WebDatasetFormat(RecordFormat):
         # A sample is its members' bytes: held as read (``encoded`` changes nothing).
         whole = decompress(chunks, url) if codec_for(url) is not None else chunks
         return locate_webdataset(whole, url, whole=True, own=owned_kind())
+
+    def batch_of(self, samples: list[Any]) -> Any:
+        # As columns_webdataset makes them: __key__, __url__ (dictionary-encoded), then
+        # the extensions by name, binary.
+        pyarrow = arrow()
+        batch = batch_of(samples)
+        names = sorted(batch.schema.names, key=lambda name: (name not in _OWN_COLUMNS, name))
+        columns = []
+        for name in names:
+            column = batch.column(name)
+            if name == "__url__":
+                column = column.dictionary_encode()
+            elif name not in _OWN_COLUMNS and pyarrow.types.is_null(column.type):
+                column = column.cast(pyarrow.binary())
+            columns.append(column)
+        return pyarrow.record_batch(columns, names)
 
     def batches(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         # An index's ranges hold whole samples.

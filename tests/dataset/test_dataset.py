@@ -138,6 +138,29 @@ def test_shuffled_epoch_is_a_permutation_reproducible_by_seed_and_epoch(written)
     assert [written.samples[i]["key"] for i in dataset.order()] == first
 
 
+@pytest.mark.parametrize("shuffle", [False, True], ids=["stored", "shuffled"])
+@pytest.mark.parametrize("format_name", FORMATS)
+def test_batches_keep_their_schema_from_the_streamed_first_epoch_on(
+    tmp_path, format_name, shuffle
+) -> None:
+    """A never-seen dataset's first epoch streams its shards, later ones read
+    by their indexes: the batches' columns keep one schema throughout (Ray
+    Data, for one, refuses to join blocks of two)."""
+    written = write(format_name, tmp_path / "data", shards=3, per_shard=12, index=False)
+    dataset = fastio.Dataset(written.pattern, shuffle=shuffle, index_dir=tmp_path / "index",
+                             **written.options)  # fmt: skip
+
+    def kinds(epoch: int) -> set[str]:
+        dataset.set_epoch(epoch)
+        return {str(batch.dtype if isinstance(batch, np.ndarray) else batch.schema)
+                for batch in dataset.batches(5)}  # fmt: skip
+
+    first = kinds(0)
+    assert len(first) == 1
+    assert kinds(1) == first
+    dataset.close()
+
+
 def test_batches_deliver_the_same_order_in_one_object_per_batch(written) -> None:
     format_name = written.options["format"]
     dataset = fastio.Dataset(written.pattern, seed=3, shuffle_buffer=30_000, **written.options)
