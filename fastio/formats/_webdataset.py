@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from typing_extensions import Buffer
 
-    from fastio._native import Collected, FrameError, TarMember, TarSamples
+    from fastio._native import FrameError, TarMember, TarSamples
     from fastio.formats._layout import Layout
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
@@ -109,19 +109,56 @@ def _members(view: memoryview, base: int) -> Framing[tuple[TarMember, int]]:
 def header_key(block: memoryview | bytes) -> str | None:
     """The sample key a regular member's header block names (the block may
     be cut short, or fail its checksum), where its name and type are there
-    to read. Only the block itself is read, so that every decoder decides
-    alike wherever its buffers end: an extended header (pax, GNU long name)
-    names no key here."""
-    if len(block) < 157 or bytes(block[156:157]) not in (b"0", b"\0", b"7"):
-        return None
-    block = block[:_BLOCK]
-    name = bytes(block[:100]).split(b"\0", 1)[0]
-    if bytes(block[257:263]) == b"ustar\0":  # POSIX: a prefix of the path
-        prefix = bytes(block[345:500]).split(b"\0", 1)[0]
-        if prefix:
-            name = prefix + b"/" + name
+    to read. An extended header (pax, GNU long name) before it is followed
+    where ``block`` holds it whole (its path is the member's); cut inside
+    it, the key is not known (None)."""
+    view = memoryview(block).cast("B") if not isinstance(block, memoryview) else block
+    at, path = 0, None
+    while True:
+        head = view[at : at + _BLOCK]
+        kind = bytes(head[156:157])
+        if kind in (b"x", b"L") and len(head) == _BLOCK:  # of the member after it
+            size_field = bytes(head[124:136]).strip(b" \0")
+            if not size_field or not all(48 <= c <= 55 for c in size_field):
+                return None
+            size = int(size_field, 8)
+            data = bytes(view[at + _BLOCK : at + _BLOCK + size])
+            if len(data) < size:
+                return None
+            path = data.split(b"\0", 1)[0] if kind == b"L" else (_pax_path(data) or path)
+            at += _BLOCK + -(-size // _BLOCK) * _BLOCK
+            continue
+        if len(head) < 157 or kind not in (b"0", b"\0", b"7"):
+            if path is not None and len(head) < 157:  # the header after it is cut short
+                break
+            return None
+        break
+    if path is not None:
+        name = path
+    else:
+        head = view[at : at + _BLOCK]
+        name = bytes(head[:100]).split(b"\0", 1)[0]
+        if bytes(head[257:263]) == b"ustar\0":  # POSIX: a prefix of the path
+            prefix = bytes(head[345:500]).split(b"\0", 1)[0]
+            if prefix:
+                name = prefix + b"/" + name
     parts = sample_key(name.decode("utf-8", "surrogateescape"))
     return parts[0] if parts else None
+
+
+def _pax_path(data: bytes) -> bytes | None:
+    """The ``path`` a pax extended header's records give, if any."""
+    at, path = 0, None
+    while at < len(data):
+        length_text, space, _ = data[at : at + 20].partition(b" ")
+        if not space or not length_text.isdigit() or int(length_text) <= 0:
+            break
+        record = data[at : at + int(length_text)]
+        key, equals, value = record[len(length_text) + 1 :].partition(b"=")
+        if equals and key == b"path":
+            path = value.rstrip(b"\n")
+        at += int(length_text)
+    return path
 
 
 def decode_webdataset(
@@ -167,7 +204,9 @@ def locate_webdataset(
         except StopIteration:
             break
         except DecodeError as error:
-            if sample is not None and not (error.lost and scan.stopped_key == sample["__key__"]):
+            if sample is None:
+                raise
+            if not (error.lost and scan.stopped_key == sample["__key__"]):
                 yield start, end, sample
             raise
         samples = found.samples
@@ -379,12 +418,21 @@ def columns_webdataset(
     collector = TarColumns()
     members = 0  # tar members before the current scan, for record indices
 
-    def scan(data: Any, base: int, final: bool) -> tuple[Collected, Exception | None]:
+    def scan(data: Any, base: int, final: bool) -> tuple[Any, Exception | None]:
         nonlocal members
         if not collector.rows and collector.columns > _MAX_STABLE_COLUMNS:
             collector.reset()
         found = collector.scan(data, final, max_batch_bytes)
         problem: Exception | None = None
+        if found.error is not None and not final:
+            # Damage at an extended header whose path is not in view yet: the
+            # sample it belongs to is told once it is (as samples are decoded,
+            # whatever the chunks).
+            damaged = memoryview(data)[found.error.offset :]
+            needed = _extended_end(damaged)
+            if needed is not None and len(damaged) < needed:
+                members += found.records
+                return _Waiting(found.consumed, found.error.offset - found.consumed + needed), None
         if found.error is not None:
             problem = _tar_problem(found.error, data, url, base, members)
             if found.error.kind not in ("repeated_extension", "bad_name"):
@@ -406,6 +454,18 @@ def columns_webdataset(
     return batched(chunks, url, scan, take, require_end=whole, range_ends=range_ends)
 
 
+class _Waiting:
+    """A scan that needs more bytes before it can tell what damage costs:
+    ``needed`` of them after ``consumed`` (as :class:`Collected` says)."""
+
+    __slots__ = ("consumed", "needed")
+
+    at_end = full = False
+
+    def __init__(self, consumed: int, needed: int) -> None:
+        self.consumed, self.needed = consumed, needed
+
+
 def _before_damage(pending: memoryview, damaged: memoryview) -> bool:
     """Whether the sample whose members are ``pending`` is complete, as
     :func:`locate_webdataset` decides, before the member cut off or damaged
@@ -413,6 +473,25 @@ def _before_damage(pending: memoryview, damaged: memoryview) -> bool:
     keys = (sample_key(m.name) for m in scan_tar(pending).members if m.typeflag in _REGULAR)
     parts = next((parts for parts in keys if parts is not None), None)
     return parts is not None and parts[0] != header_key(damaged)
+
+
+def _extended_end(block: memoryview | bytes) -> int | None:
+    """Where the header after the extended header (pax, GNU long name) that
+    ``block`` starts with ends, if it starts with one whose size reads (and
+    is not past :data:`_EXTENDED_LIMIT`): what :func:`header_key` needs in
+    view to name the member's key."""
+    if len(block) < _BLOCK or bytes(block[156:157]) not in (b"x", b"L"):
+        return None
+    size_field = bytes(block[124:136]).strip(b" \0")
+    if not size_field or not all(48 <= c <= 55 for c in size_field):
+        return None
+    size = int(size_field, 8)
+    return None if size > _EXTENDED_LIMIT else 2 * _BLOCK + -(-size // _BLOCK) * _BLOCK
+
+
+# An extended header's records are a few hundred bytes (a path, times): one
+# that says more is damage, not waited for.
+_EXTENDED_LIMIT = 1 << 20
 
 
 def _tar_problem(error: FrameError, data: Any, url: str, base: int, members: int) -> Exception:

@@ -5,6 +5,7 @@ silently short epoch."""
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import pickle
@@ -352,6 +353,57 @@ def test_a_shard_cut_short_names_the_sample_it_cuts(tmp_path, format_name, seen,
     assert (error.url, error.offset, error.record) == (written.urls[1], start, sample), error
     assert f"(record {sample})" in str(error)
     assert str(error).count("of the shard)") <= 1, error  # said once at most, however it came
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["tar", "tar.gz"])
+@pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+def test_a_tar_cut_inside_a_samples_later_member_loses_that_sample(
+    tmp_path, on_error, batches, compressed
+) -> None:
+    """webdataset's TarWriter gives each member a pax header: a shard cut
+    inside a sample's second member (its pax header and ustar header whole)
+    loses that sample, which is named (its number, and the damaged member),
+    not delivered with a member missing."""
+    import webdataset
+
+    path = tmp_path / "cut.tar"
+    with webdataset.TarWriter(str(path)) as sink:
+        for n in range(8):
+            sink.write({"__key__": f"s{n:03d}", "bin": bytes([n]) * 5000,
+                        "cls": str(n).encode() * 3000, "txt": b"t" * 700})  # fmt: skip
+    with tarfile.open(path) as archive:
+        member = archive.getmember("s004.cls")  # (its offset: its pax header's)
+    data = path.read_bytes()[: member.offset_data + 1000]
+    if compressed:
+        path.unlink()
+        path = tmp_path / "cut.tar.gz"
+        path.write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+    dataset = fastio.Dataset(str(path), shuffle=False, on_error=on_error,
+                             index_dir=tmp_path / "index")  # fmt: skip
+    got: list[dict] = []
+
+    def epoch() -> None:
+        for item in dataset.batches(3) if batches else dataset:
+            got.extend(item.to_pylist() if batches else [item])
+
+    intact = [f"s{n:03d}" for n in range(4)]
+    if on_error == "raise":
+        with pytest.raises(fastio.TruncatedShardError) as caught:
+            epoch()
+        assert (caught.value.record, caught.value.offset) == (4, member.offset)
+        # (A batch is not cut from a read that failed: batches may stop sooner.)
+        keys = [sample["__key__"] for sample in got]
+        assert keys == (intact[: len(keys)] if batches else intact)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", fastio.SkippedSamplesWarning)
+            epoch()
+        assert [sample["__key__"] for sample in got] == intact
+        assert dataset.stats()["skipped"] == 1
+    assert all(sample["cls"] is not None and sample["txt"] is not None for sample in got)
 
 
 @pytest.mark.parametrize("seen", [False, True], ids=["never seen", "indexed"])
