@@ -116,29 +116,49 @@ def _held_back(chunks: Iterable[Chunk], keep: int) -> Iterator[tuple[bytes | mem
 def _gunzip(chunks: Iterable[Chunk], url: str, piece_size: int) -> Iterator[memoryview]:
     decompressor = zlib.decompressobj(wbits=47)  # gzip or zlib header, detected
     inside_member = False  # input fed to the current member, and its end not seen
+    between = False  # after a member's end: zero padding may follow (as gzip reads it)
     offset = end = -1
+    at = 0  # where the bytes fed to the decompressor start in the stream
     for data, offset in _held_back(chunks, _GZIP_TRAILER):
         end = offset + len(data)
+        at = offset
         try:
             while data:
+                if between:
+                    data, at = _past_zeros(data, at)
+                    if not data:
+                        break
+                    decompressor = zlib.decompressobj(wbits=47)
+                    between = False
                 inside_member = True
                 output = decompressor.decompress(data, piece_size)
                 if output:
                     yield memoryview(output)
                 if decompressor.eof:
                     # Concatenated members (cat a.gz b.gz) form one gzip stream.
-                    data = decompressor.unused_data
-                    decompressor = zlib.decompressobj(wbits=47)
-                    inside_member = False
+                    unused = decompressor.unused_data
+                    at += len(data) - len(unused)
+                    data, between, inside_member = unused, True, False
                 else:
-                    data = decompressor.unconsumed_tail
+                    tail = decompressor.unconsumed_tail
+                    at += len(data) - len(tail)
+                    data = tail
         except zlib.error as error:
-            raise _damaged("gzip", error, url, offset) from None
+            raise _damaged("gzip", error, url, at) from None
     if offset < 0:
         raise TruncatedShardError("the file is empty (no gzip stream)", url, 0, lost=0)
     if inside_member:
         lost = 0 if _only_trailer_missing(decompressor) else 1
         raise TruncatedShardError("gzip stream ends early", url, end, lost=lost)
+
+
+def _past_zeros(data: bytes | memoryview, at: int) -> tuple[bytes, int]:
+    """``data`` (at stream offset ``at``) past the zero bytes it starts with:
+    gzip (and zstd) readers take zeros after a stream's end as padding (tape
+    blocks, a file system's), not as another, damaged stream."""
+    raw = bytes(data)
+    rest = raw.lstrip(b"\0")
+    return rest, at + len(raw) - len(rest)
 
 
 def _only_trailer_missing(decompressor: Any) -> bool:
@@ -158,25 +178,33 @@ def _unzstd(chunks: Iterable[Chunk], url: str, piece_size: int) -> Iterator[memo
     decompressor = zstandard.ZstdDecompressor().decompressobj()
     head = b""  # the first bytes of the current frame, for its header
     produced = 0  # bytes the current frame gave
+    between = False  # after a frame's end: zero padding may follow
     offset = end = -1
+    at = 0  # where the bytes fed to the decompressor start in the stream
     for data, offset in _held_back(chunks, _ZSTD_CHECKSUM):
         end = offset + len(data)
-        pending = bytes(data)
+        pending, at = bytes(data), offset
         try:
             while pending:
+                if between:
+                    pending, at = _past_zeros(pending, at)
+                    if not pending:
+                        break
+                    between = False
                 if len(head) < _ZSTD_MAX_HEADER:
                     head += pending[: _ZSTD_MAX_HEADER - len(head)]
                 output = decompressor.decompress(pending)
                 produced += len(output)
                 for start in range(0, len(output), piece_size):
                     yield memoryview(output)[start : start + piece_size]
-                pending = b""
+                fed, pending = len(pending), b""
                 if decompressor.eof:  # concatenated frames form one stream
                     pending = decompressor.unused_data
+                    at += fed - len(pending)
                     decompressor = zstandard.ZstdDecompressor().decompressobj()
-                    head, produced = b"", 0
+                    head, produced, between = b"", 0, True
         except zstandard.ZstdError as error:
-            raise _damaged("zstd", error, url, offset) from None
+            raise _damaged("zstd", error, url, at) from None
     if offset < 0:
         raise TruncatedShardError("the file is empty (no zstd stream)", url, 0, lost=0)
     if head:

@@ -62,3 +62,26 @@ def test_truncated_and_damaged_compressed_shards(tmp_path, codec: str) -> None:
     with pytest.raises(fastio.DecodeError) as caught:
         list(decode_tfrecord(decompress(stream(path, 4096), path), path))
     assert caught.value.url == path
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+@pytest.mark.parametrize("read_size", [4096, 1 << 20])
+def test_zero_padding_after_the_stream_is_no_damage(tmp_path, codec: str, read_size: int) -> None:
+    """Zeros after a compressed stream (a tape's or a file system's blocks)
+    are padding, as gzip reads them: every record, no error. Bytes after the
+    stream that are neither zeros nor another stream are damage, named where
+    they start."""
+    path, written = compressed_tfrecord(tmp_path, codec)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    with open(path, "wb") as handle:
+        handle.write(data + bytes(5000))
+    records = list(decode_tfrecord(decompress(stream(path, read_size), path), path))
+    assert len(records) == len(written)
+    with open(path, "wb") as handle:
+        handle.write(data + bytes(700) + b"not a stream" * 20)
+    got = []
+    with pytest.raises(fastio.CorruptRecordError) as caught:
+        got.extend(decode_tfrecord(decompress(stream(path, read_size), path), path))
+    assert len(got) == len(written)
+    assert (caught.value.url, caught.value.offset) == (path, len(data) + 700)
