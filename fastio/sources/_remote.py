@@ -186,7 +186,11 @@ def read_object(url: str, storage_options: dict[str, Any],
             raise FileNotFoundError(errno.ENOENT, "no such object", url) from error
         if _denied(error):
             raise PermissionError(errno.EACCES, f"access denied ({error})", url) from error
-        if not isinstance(error, OSError) or error.filename is not None:
+        if isinstance(error, (TypeError, ValueError, ImportError)):  # the caller's options
+            raise
+        if not isinstance(error, OSError):  # a store client's own (botocore's)
+            raise foreign_error(error, url, "reading the whole object") from error
+        if error.filename is not None:
             raise
         # A connection's failure names no object: the error says which.
         reason = error.strerror or str(error)
@@ -219,6 +223,27 @@ def _read_object(url: str, storage_options: dict[str, Any], first_byte: float
     return bytes(filesystem.cat_file(path))
 
 
+# Failures of store clients that are no OSError (botocore's), by name: the
+# connection's, and a timeout's.
+_CONNECTION_FAILURES = frozenset(("EndpointConnectionError", "ConnectionClosedError",
+                                  "ProxyConnectionError", "ClientConnectionError",
+                                  "ServerDisconnectedError", "ClientOSError"))  # fmt: skip
+_TIMEOUTS = frozenset(("ConnectTimeoutError", "ReadTimeoutError", "ServerTimeoutError"))
+
+
+def foreign_error(error: BaseException, url: str, doing: str) -> OSError:
+    """A store client's failure that is no OSError (botocore's connection
+    errors), as fastio's: :class:`~fastio.RemoteReadError` naming ``url``,
+    a timeout's and a failed connection's also the built-ins."""
+    name = type(error).__name__
+    text = f"{doing}: {name}: {error}"
+    if name in _TIMEOUTS:
+        return RemoteTimeoutError(errno.ETIMEDOUT, text, url)
+    if name in _CONNECTION_FAILURES:
+        return RemoteConnectionError(errno.ECONNREFUSED, text, url)
+    return RemoteReadError(errno.EIO, text, url)
+
+
 def _transient(error: BaseException) -> bool:
     if isinstance(error, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
         return True
@@ -226,6 +251,7 @@ def _transient(error: BaseException) -> bool:
     if isinstance(status, int) and (status >= 500 or status == 429):
         return True
     name = type(error).__name__
+    # aiohttp's (fsspec's HTTP); s3fs retries botocore's failures itself.
     if name in ("ClientConnectionError", "ServerDisconnectedError", "ClientPayloadError",
                 "ClientOSError", "ServerTimeoutError", "ContentLengthError"):  # fmt: skip
         return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 import re
@@ -136,7 +137,11 @@ def _listed(url: str, storage_options: dict[str, Any]) -> tuple[list[str], list[
         with _uncached(filesystem, path):
             entries = filesystem.ls(path.rstrip("/"), detail=True)
     except FileNotFoundError:
+        if url.endswith("/"):  # named as a folder: not an object
+            raise FileNotFoundError(2, "nothing is stored under this prefix", url) from None
         return None
+    except Exception as error:
+        raise _listing_error(error, url) from error
     names: dict[str, list[str]] = {"file": [], "directory": []}
     for entry in entries:
         names.setdefault(entry["type"], []).append(entry["name"].rstrip("/").rsplit("/", 1)[-1])
@@ -175,8 +180,27 @@ def _remote_glob(url: str, storage_options: dict[str, Any]) -> list[str]:
 
     filesystem, path = fsspec.core.url_to_fs(url, **storage_options)
     fixed = re.split(r"[*?\[]", path, maxsplit=1)[0]  # the folder the matches are under
-    with _uncached(filesystem, fixed.rsplit("/", 1)[0]):
-        return [filesystem.unstrip_protocol(match) for match in filesystem.glob(path)]
+    try:
+        with _uncached(filesystem, fixed.rsplit("/", 1)[0]):
+            return [filesystem.unstrip_protocol(match) for match in filesystem.glob(path)]
+    except FileNotFoundError:
+        return []
+    except Exception as error:
+        raise _listing_error(error, url) from error
+
+
+def _listing_error(error: BaseException, url: str) -> BaseException:
+    """A failed listing of ``url`` as an error naming it (s3fs's refusal
+    names none; botocore's connection errors are no OSError)."""
+    from fastio.sources._remote import foreign_error
+
+    if isinstance(error, PermissionError):
+        return PermissionError(errno.EACCES, f"access denied listing it ({error})", url)
+    if isinstance(error, OSError):
+        return error if error.filename else type(error)(error.errno, f"listing it: {error}", url)
+    if isinstance(error, (ValueError, TypeError)):  # a bad URL or option: the caller's
+        return error
+    return foreign_error(error, url, "listing it")
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ import gc
 import os
 import pickle
 import random
+import socket
 import sqlite3
 import time
 import warnings
@@ -168,6 +169,34 @@ def test_a_listing_finds_the_objects_as_they_are_now(s3, folder, tmp_path, named
     replaced = sum(1 for _ in fastio.Dataset(other.urls[0], index_dir=tmp_path / "local"))
     with fastio.Dataset(url, **options) as dataset:  # the next dataset reads it as it is
         assert sum(1 for _ in dataset) == replaced + sum(counts[1:])
+
+
+def test_an_empty_prefix_is_named_as_holding_nothing(s3, tmp_path) -> None:
+    options = {"storage_options": s3.storage_options(), "index_dir": tmp_path}
+    with pytest.raises(FileNotFoundError, match="nothing is stored under") as caught:
+        fastio.Dataset(f"s3://{s3.bucket}/no-such-prefix/", **options)
+    assert caught.value.filename == f"s3://{s3.bucket}/no-such-prefix/"
+
+
+@pytest.mark.parametrize("named", ["shards", "prefix"])
+def test_a_store_that_cannot_be_reached_is_a_fastio_error_naming_the_url(tmp_path, named
+                                                                         ) -> None:  # fmt: skip
+    """botocore's connection errors are no OSError: they come as fastio's,
+    a ConnectionError too, naming what was asked for."""
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    options = {"key": "testing", "secret": "testing",
+               "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2},
+               "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
+                                 "region_name": "us-east-1"}}  # fmt: skip
+    url = "s3://data/train-{0..3}.tar" if named == "shards" else "s3://data/train/"
+    with pytest.raises(fastio.RemoteConnectionError) as caught:  # noqa: SIM117 (the open too)
+        with fastio.Dataset(url, storage_options=options, index_dir=tmp_path,
+                            on_error="skip") as dataset:  # fmt: skip
+            list(dataset)
+    assert isinstance(caught.value, ConnectionError)
+    assert caught.value.filename.startswith("s3://data/")
 
 
 @pytest.fixture(scope="module")
