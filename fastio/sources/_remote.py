@@ -845,6 +845,13 @@ class Remotes:
                 return await asyncio.wait_for(
                     _http_read_into(fs, path, url, offset, length, into, confirm),
                     self.settings.request_timeout)  # fmt: skip
+            known = self._info.get(url)
+            if known is not None and known.version and _is_s3(fs):
+                # Each range of the object asked of it as it was when asked
+                # about: one replaced meanwhile answers 412, not another's bytes.
+                return await asyncio.wait_for(
+                    _s3_range(fs, path, url, offset, length, known.version),
+                    self.settings.request_timeout)  # fmt: skip
             return await asyncio.wait_for(fs._cat_file(path, start=offset, end=offset + length),
                                           self.settings.request_timeout)  # fmt: skip
 
@@ -1050,6 +1057,57 @@ async def _http_read_into(
                 raise range_ignored(url, offset, length, end)
             into[filled:end] = chunk
             filled = end
+
+
+def _is_s3(fs: Any) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return "s3" in protocols
+
+
+async def _s3_range(fs: Any, path: str, url: str, offset: int, length: int, etag: str) -> bytes:
+    """A range of an S3 object through s3fs (as ``fs._cat_file`` asks for it),
+    on condition that the object still has ``etag``. Raises
+    :class:`~fastio.ShardChangedError` where it does not."""
+    bucket, key, version = fs.split_path(path)
+    extra = {"VersionId": version} if version else {}
+    try:
+        response = await fs._call_s3(
+            "get_object",
+            Bucket=bucket,
+            Key=key,
+            IfMatch=etag,
+            Range=f"bytes={offset}-{offset + length - 1}",
+            **extra,
+        )
+    except Exception as error:
+        if _precondition_failed(error):
+            raise ShardChangedError(url, f"{url} changed while it was read (its ETag is no "
+                                         f"longer {etag})") from None  # fmt: skip
+        raise
+    try:
+        data: bytes = await response["Body"].read()
+    finally:
+        response["Body"].close()
+    return data
+
+
+def _precondition_failed(error: BaseException) -> bool:
+    """Whether ``error`` (s3fs's translation of botocore's, or botocore's own)
+    is S3's 412: the object's ETag is no longer the one asked for."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        response = getattr(cause, "response", None)
+        if isinstance(response, dict):
+            if response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
+                return True
+            if response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 412:
+                return True
+        if "pre-conditions you specified did not hold" in str(cause):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _checked(data: bytes, url: str, offset: int, length: int) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import os
 import pickle
 import random
@@ -169,6 +170,42 @@ def test_a_listing_finds_the_objects_as_they_are_now(s3, folder, tmp_path, named
     replaced = sum(1 for _ in fastio.Dataset(other.urls[0], index_dir=tmp_path / "local"))
     with fastio.Dataset(url, **options) as dataset:  # the next dataset reads it as it is
         assert sum(1 for _ in dataset) == replaced + sum(counts[1:])
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["never seen", "indexed"])
+def test_an_s3_object_replaced_while_it_is_read(s3, tmp_path, indexed) -> None:
+    """An object uploaded anew while an epoch reads it: each range is asked
+    of the object as it was (S3's If-Match), so the read fails with
+    ShardChangedError rather than go on in the new object's bytes (a shard
+    made of both: samples of each, and one of neither)."""
+    import webdataset
+
+    def shard(tag: str) -> bytes:
+        buffer = io.BytesIO()
+        with webdataset.TarWriter(buffer) as sink:
+            for n in range(200):
+                sink.write({"__key__": f"{tag}{n:03d}", "bin": bytes([n % 251]) * 50_000})
+        return buffer.getvalue()
+
+    old, new = shard("a"), shard("b")
+    assert len(old) == len(new)
+    key = f"replaced-{'indexed' if indexed else 'new'}/t-0.tar"
+    s3.filesystem().pipe(f"{s3.bucket}/{key}", old)
+    options = {"storage_options": s3.storage_options(), "index_dir": tmp_path, "shuffle": False,
+               "memory_budget": "1MiB", "remote_memory_budget": "1MiB", "outstanding_requests": 1,
+               "read_size": 65536}  # fmt: skip
+    url = f"s3://{s3.bucket}/{key}"
+    if indexed:
+        fastio.Dataset(url, **options).index().close()
+    got = []
+    with fastio.Dataset(url, **options) as dataset, pytest.raises(fastio.ShardChangedError):
+        for sample in dataset:
+            got.append(sample["__key__"])
+            if len(got) == 3:
+                s3.filesystem().pipe(f"{s3.bucket}/{key}", new)
+    assert 3 <= len(got) < 200
+    assert 3 <= len(got) < 60
+    assert all(name.startswith("a") for name in got)
 
 
 def test_an_empty_prefix_is_named_as_holding_nothing(s3, tmp_path) -> None:
