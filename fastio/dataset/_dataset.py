@@ -20,6 +20,7 @@ import contextlib
 import copy
 import dataclasses
 import errno
+import hashlib
 import math
 import os
 import secrets
@@ -64,6 +65,7 @@ from fastio.shared._collector import collector_paused
 from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
 from fastio.shared._inherited import freeze_inherited
+from fastio.shared._mapped import mark, marked
 from fastio.shared._sent import SentStates, received
 from fastio.sources._remote import is_remote, local_path
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
@@ -81,6 +83,10 @@ if TYPE_CHECKING:
     from fastio.tiering import Tiering
 
 __all__ = ["Batches", "Dataset", "MapStyle"]
+
+# What names a job's ranks alike (launchers set them): a mark of another job's
+# first epoch is not this one's.
+_JOB_VARIABLES = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
 
 # Tuners a forked DataLoader worker inherited, kept: closing or collecting
 # one would close its study's connection, which is its parent's.
@@ -776,8 +782,13 @@ class Dataset(_Base):
             # plan that an index made since would give).
             streams, saved = bool(saved.get("streams")), None
         self._stealing = self._stream = None
+        first_streams = False
+        if saved is None and epoch == self._ledger.first_epoch():
+            first_streams = self._first_streams
+            if participant.world_size > 1:
+                first_streams = self._first_pass_agreed(participant.world_size)
         if (saved is not None and "stream" in saved) or (saved is None and (
-            streams or (self._first_streams and epoch == self._ledger.first_epoch())
+            streams or first_streams
         )):  # fmt: skip
             return self._begin_stream(participant, epoch, saved, columnar, batch_size, drop_last)
         self._shards.complete()  # indexes the streamed first epoch left, or scans
@@ -851,6 +862,21 @@ class Dataset(_Base):
         self._expect(lambda: self._shards.size_of(shards), soon=not self._shards.sized(shards))
         items = stream.items(columnar)
         return (rebatch(items, batch_size, drop_last, cursor) if columnar else items), observer
+
+    def _first_pass_agreed(self, world_size: int) -> bool:
+        """Whether the first epoch streams, as every rank of this machine
+        reading the dataset in this job decides it: a rank that found the
+        shards indexed (by another rank's first epochs, in the index folder
+        they share) while a rank that found them never seen still runs,
+        streams as that one does, else the two would split the epoch apart
+        (samples lost and read twice). The rank that streams leaves a mark,
+        which lives as long as its process (its DataLoader workers' parent)."""
+        job = [os.environ.get(name, "") for name in _JOB_VARIABLES]
+        key = hashlib.sha256("\n".join([*self.urls, str(world_size), *job]).encode()).hexdigest()
+        if self._first_streams:
+            mark("firstpass", key, self._home)
+            return True
+        return marked("firstpass", key)
 
     def _expect(self, nbytes: Callable[[], int], soon: bool = False) -> None:
         """The tuner's first pass bounds its trials (see ReaderTuning.expect);

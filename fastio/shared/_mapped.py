@@ -35,7 +35,15 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-__all__ = ["OwnedFile", "SharedArray", "remove_owned", "shared_folder", "shared_path"]
+__all__ = [
+    "OwnedFile",
+    "SharedArray",
+    "mark",
+    "marked",
+    "remove_owned",
+    "shared_folder",
+    "shared_path",
+]
 
 PREFIX = "fastio-"
 _NAMED = re.compile(rf"{PREFIX}[a-z]+-(\d+)-[0-9a-f]{{12}}")  # as shared_path names them
@@ -178,6 +186,37 @@ class SharedArray:
             with contextlib.suppress(BufferError):
                 self._map.close()
             self._map = None
+
+
+def mark(kind: str, key: str, owner: int) -> None:
+    """Leave an empty file saying that process ``owner`` holds ``key`` (the
+    first 12 hex digits of a digest), for :func:`marked` to find while it
+    lives; it goes with the files of owners that are gone."""
+    path = os.path.join(shared_folder(), f"{PREFIX}{kind}-{owner}-{key[:12]}")
+    with contextlib.suppress(OSError):  # a folder that takes no file: nothing is shared
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+
+
+def marked(kind: str, key: str) -> bool:
+    """Whether a live process of this machine left a :func:`mark` of ``key``."""
+    suffix = f"-{key[:12]}"
+    try:
+        names = [name for name in os.listdir(shared_folder())
+                 if name.startswith(f"{PREFIX}{kind}-") and name.endswith(suffix)]  # fmt: skip
+    except OSError:
+        return False
+    for name in names:
+        owner = owner_of(name)
+        if owner is None:
+            continue
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:  # alive, another user's
+            pass
+        return True
+    return False
 
 
 def remove_owned(path: str, owner: int) -> None:

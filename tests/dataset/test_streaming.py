@@ -95,6 +95,38 @@ def test_workers_and_ranks_split_whole_shards_exactly_once(never_seen, tmp_path,
     assert got == everything(never_seen)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_rank_that_opens_after_another_indexed_the_shards_streams_as_it_did(
+    never_seen, tmp_path, workers, monkeypatch
+):
+    """Ranks of one machine share the index folder. Rank 0 streams its first
+    epoch and indexes every shard (its second epoch begun) before rank 1
+    opens the dataset (no collective per step, a rank started late): rank 1
+    finds it indexed, and must still split the first epoch as rank 0 did,
+    by whole shards, or the two lose and repeat samples. A dataset another
+    job indexed splits the first epoch by its indexes."""
+
+    def epoch_of(dataset) -> list[int]:
+        loader = DataLoader(dataset, batch_size=7, num_workers=workers, collate_fn=keys)
+        return [k for batch in loader for k in batch]
+
+    first = fresh(never_seen, tmp_path, "shared", rank=0, world_size=2)
+    got = Counter(epoch_of(first))
+    first.set_epoch(1)
+    next(iter(first))  # its second epoch begun: every shard indexed
+    second = fresh(never_seen, tmp_path, "shared", rank=1, world_size=2)
+    assert second.total == len(everything(never_seen))  # found indexed
+    got.update(epoch_of(second))
+    assert got == everything(never_seen)
+    # Indexed before (by another job: other launch variables), no rank
+    # streams: each reads its share of the samples.
+    monkeypatch.setenv("MASTER_PORT", "29999")
+    shares = [epoch_of(fresh(never_seen, tmp_path, "shared", rank=rank, world_size=2))
+              for rank in range(2)]  # fmt: skip
+    assert Counter(shares[0] + shares[1]) == everything(never_seen)
+    assert abs(len(shares[0]) - len(shares[1])) <= 1
+
+
 def test_persistent_workers_stream_once_then_read_windows(never_seen, tmp_path):
     dataset = fresh(never_seen, tmp_path)
     loader = DataLoader(dataset, batch_size=7, num_workers=2, persistent_workers=True,
