@@ -73,11 +73,20 @@ def expand_urls(
             if not _GLOB_CHARACTERS & set(url):
                 urls.append(url)
                 continue
+            if "://" not in url and os.path.lexists(url):
+                # A name that is there as it is written ("exp[lr=0.1]/", "run?1"):
+                # itself, not a pattern that would not match it.
+                urls.extend(_folder_files(url, choose, storage_options)
+                            if os.path.isdir(url) else [url])  # fmt: skip
+                continue
             found = _remote_glob(url, storage_options or {}) if "://" in url else glob.glob(url)
             matches = sorted(match for match in found if not is_own_file(match))
             if not matches:
                 raise FileNotFoundError(2, "no file matches the pattern", url)
-            urls.extend(matches)
+            for match in matches:  # a folder matched ("part-*/") stands for its files
+                local_folder = "://" not in match and os.path.isdir(match)
+                urls.extend(_folder_files(match, choose, storage_options) if local_folder
+                            else [match])  # fmt: skip
     return urls
 
 

@@ -13,6 +13,7 @@ import pytest
 
 import fastio
 from fastio.formats._shards import shard_urls
+from tests.servers import raised_within
 from tests.shards import FORMATS, check_sample, key_of, write
 
 
@@ -53,6 +54,39 @@ def test_folders_in_braces_and_a_list(tmp_path: Path) -> None:
     val = write("webdataset", tmp_path / "val", shards=2, per_shard=5, seed=1)
     assert shard_urls(f"{tmp_path}/{{train,val}}", None) == train.urls + val.urls
     assert shard_urls([str(tmp_path / "val"), train.urls[1]], None) == [*val.urls, train.urls[1]]
+
+
+def test_a_glob_matching_folders_stands_for_their_shards(tmp_path: Path) -> None:
+    parts = [write("webdataset", tmp_path / f"part-{name}", shards=2, per_shard=3, seed=seed)
+             for seed, name in enumerate("ab")]  # fmt: skip
+    expected = parts[0].urls + parts[1].urls
+    assert shard_urls(f"{tmp_path}/part-*/", None) == expected
+    assert shard_urls(f"{tmp_path}/part-?", None) == expected
+
+
+@pytest.mark.parametrize("name", ["exp[lr=0.1]", "run?1", "all*"])
+def test_names_with_glob_characters_that_are_there_are_read_as_written(
+    tmp_path: Path, name: str
+) -> None:
+    """A folder or file whose name holds ``[``, ``?`` or ``*`` (hyperparameters
+    in run folders) is the one named, not a pattern that does not match it."""
+    written = write("webdataset", tmp_path / name, shards=2, per_shard=4)
+    expected = sum(1 for _ in fastio.Dataset(written.pattern, index_dir=tmp_path / "i"))
+    for named in (written.urls, written.urls[0], str(tmp_path / name), f"{tmp_path / name}/"):
+        with fastio.Dataset(named, index_dir=tmp_path / "index") as dataset:
+            count = sum(1 for _ in dataset)
+        assert count == (expected if named != written.urls[0] else dataset.total)
+        assert dataset.urls == ([written.urls[0]] if named == written.urls[0] else written.urls)
+
+
+def test_a_named_pipe_is_an_error_naming_it_never_a_wait(tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe.tar"
+    os.mkfifo(pipe)  # no writer: an open() that blocks would wait for ever
+    error = raised_within(lambda: list(fastio.Dataset(str(pipe), index_dir=tmp_path / "i")),
+                          60, "opening a FIFO waits for a writer")  # fmt: skip
+    assert isinstance(error, OSError)
+    assert "not a regular file" in str(error)
+    assert error.filename == str(pipe)
 
 
 def test_a_folder_read_by_dataloader_workers_each_sample_once(tmp_path: Path) -> None:
