@@ -366,7 +366,26 @@ class FileTable:
             return True  # reopening raises the real error with the path
 
     def _open(self, key: tuple[str, Direct], path: str, direct: Direct) -> OpenFile:
-        flags = os.O_RDONLY | os.O_CLOEXEC
+        try:
+            return self._open_once(key, path, direct)
+        except OSError as error:
+            if error.errno not in (errno.EMFILE, errno.ENFILE) or not self._idle:
+                raise
+        # The process's descriptors ran out (a low `ulimit -n`): the idle ones
+        # kept for reuse go first, and are kept no more than half as many after.
+        while self._idle:
+            self._close(self._idle.popitem(last=False)[1])
+        self._max_idle = max(1, self._max_idle // 2)
+        log.warning("fastio: too many open files: idle file descriptors kept for reuse "
+                    "closed, and at most %d kept from now on (raise `ulimit -n`, or set "
+                    "max_idle_files)", self._max_idle)  # fmt: skip
+        return self._open_once(key, path, direct)
+
+    def _open_once(self, key: tuple[str, Direct], path: str, direct: Direct) -> OpenFile:
+        # Not blocking until it is known to be a file: a FIFO without a writer
+        # would wait in open() for ever (io_uring would refuse a read that
+        # must wait on a file left non-blocking: see below).
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
         opened_direct = False
         if direct is True:
             try:
@@ -391,6 +410,7 @@ class FileTable:
                 )
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
                 raise OSError(errno.EINVAL, "not a regular file or block device", path)
+            os.set_blocking(fd, True)
             # Through the page cache by choice ("auto" or False): how much it holds.
             residency = None if direct is True else _residency(fd, st)
             if (direct == "auto" and residency is not None and residency < RESIDENT_ENOUGH

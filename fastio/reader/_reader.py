@@ -30,6 +30,7 @@ import inspect
 import itertools
 import logging
 import os
+import stat
 import sys
 import threading
 import time
@@ -1369,11 +1370,16 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only:
     if whole_only and len(shard.ranges) > 1:
         return unread
     try:
-        fd = os.open(local_path(head.path), os.O_RDONLY | os.O_CLOEXEC)
+        # Not blocking: a FIFO without a writer would wait here for ever.
+        fd = os.open(local_path(head.path), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:  # the stream reports what is wrong with it
         return unread
     try:
-        size = os.fstat(fd).st_size
+        stat_of = os.fstat(fd)
+        if not stat.S_ISREG(stat_of.st_mode):
+            return unread  # the stream says what it is
+        os.set_blocking(fd, True)
+        size = stat_of.st_size
         length = size - head.offset if head.length is None else head.length
         if length <= 0 or head.offset + length > size:
             return unread  # nothing to read, or past the file's end: the stream says so

@@ -1176,3 +1176,27 @@ def test_a_shard_of_other_things_than_ranges_is_refused_when_made(tmp_path: Path
         Shard((ByteRange(path, 0, 10), (path, 0, 10)))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no byte ranges"):
         Shard(())
+
+
+def test_idle_descriptors_go_when_the_process_runs_out_of_them(tmp_path: Path) -> None:
+    """Under a low ``ulimit -n`` (64 here), the descriptors kept idle for reuse
+    (up to ``max_idle_files``, 128 by default) give way to the files still to
+    open, rather than the epoch failing with EMFILE."""
+    import sys
+
+    from tests.shards import write
+
+    written = write("webdataset", tmp_path / "many", shards=200, per_shard=1, index=False)
+    script = (
+        "import resource, sys, fastio\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit("
+        "resource.RLIMIT_NOFILE)[1]))\n"
+        "with fastio.Dataset(sys.argv[1], index_dir=sys.argv[2], shuffle=False) as dataset:\n"
+        "    print(sum(1 for _ in dataset), dataset.total)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, written.pattern, str(tmp_path / "i")],
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    delivered, total = map(int, done.stdout.split())
+    assert delivered == total == len(written.samples)
+    assert "too many open files" in done.stderr
