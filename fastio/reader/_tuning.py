@@ -41,13 +41,14 @@ import json
 import logging
 import os
 import threading
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fastio._errors import import_extra
 from fastio.reader._requests import REMOTE_REQUEST_BYTES
-from fastio.shared._mapped import OwnedFile
+from fastio.shared._mapped import OwnedFile, remove_owned
 from fastio.sources._remote import is_remote
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 from fastio.spec._tuner import MAX_TUNED_READ_SIZE, MIN_TUNED_READ_SIZE, TunerSettings
@@ -366,37 +367,13 @@ class ReaderTuning:
 
     def start(self) -> ReaderTuning:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="fastio-tuner", daemon=True)
+            # The thread holds the tuning weakly: a dataset dropped unclosed
+            # takes its tuning and reader with it (their finalizers stop it).
+            self._thread = threading.Thread(target=_run, args=(weakref.ref(self),),
+                                            name="fastio-tuner", daemon=True)  # fmt: skip
+            weakref.finalize(self, _wake, self._stop, self._pass_begun)
             self._thread.start()
         return self
-
-    def _run(self) -> None:
-        # Optuna's import holds the GIL for a second or so: it waits until the
-        # reader has delivered its first bytes, so the job's first sample does not.
-        # Its first measurement starts with the first bytes, looked for often
-        # once a pass has begun (a fast link delivers a tenth of a short epoch
-        # in a fraction of a second), and every tick before that.
-        tick = self.options.tick_seconds
-        while self.reader.stats().bytes_delivered <= 0:
-            if self._pass_begun.is_set():
-                self._stop.wait(min(tick, _FIRST_BYTES_POLL))
-            else:
-                self._pass_begun.wait(tick)  # a pass beginning (or close) wakes it
-            if self._stop.is_set() or self.reader.closed:
-                return
-        try:
-            self.tick()  # the first snapshot, and the tuner's start
-        except Exception:
-            log.exception("fastio: the tuner could not start; knobs stay as they are")
-            return
-        while not self._stop.wait(self._interval()):
-            if self.reader.closed:
-                break
-            try:
-                self.tick()
-            except Exception:  # the job's data keeps flowing; tuning stops
-                log.exception("fastio: the tuner failed and stops; knobs stay as they are")
-                break
 
     def _interval(self) -> float:
         """Seconds to the next tick: while exploring within the first pass's
@@ -481,13 +458,68 @@ class WorkersTuners(OwnedFile):
         try:
             fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            return {}
+            return dict(self.__dict__.get("_kept", {}))  # as it was when closed
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             with open(fd, "rb", closefd=False) as file:
                 return _reports(file.read())
         finally:
             os.close(fd)
+
+    def close(self) -> None:
+        """Remove the file (the owner), keeping what it held for :meth:`read`;
+        workers of a later pass make it again."""
+        if os.getpid() == self._owner:
+            self._kept = self.read()
+        remove_owned(self._path, self._owner)
+
+
+def _wake(stop: threading.Event, begun: threading.Event) -> None:
+    """A tuning collected unclosed: its thread ends."""
+    stop.set()
+    begun.set()
+
+
+def _run(tuning_ref: weakref.ref[ReaderTuning]) -> None:
+    """The tuner's thread: a tick every interval, the tuning taken anew from
+    ``tuning_ref`` for each (and never held while waiting)."""
+    tuning = tuning_ref()
+    if tuning is None:
+        return
+    stop, begun = tuning._stop, tuning._pass_begun
+    # Optuna's import holds the GIL for a second or so: it waits until the
+    # reader has delivered its first bytes, so the job's first sample does not.
+    # Its first measurement starts with the first bytes, looked for often
+    # once a pass has begun (a fast link delivers a tenth of a short epoch
+    # in a fraction of a second), and every tick before that.
+    tick = tuning.options.tick_seconds
+    while tuning.reader.stats().bytes_delivered <= 0:
+        del tuning
+        if begun.is_set():
+            stop.wait(min(tick, _FIRST_BYTES_POLL))
+        else:
+            begun.wait(tick)  # a pass beginning (or close) wakes it
+        tuning = tuning_ref()
+        if tuning is None or stop.is_set() or tuning.reader.closed:
+            return
+    try:
+        tuning.tick()  # the first snapshot, and the tuner's start
+    except Exception:
+        log.exception("fastio: the tuner could not start; knobs stay as they are")
+        return
+    interval = tuning._interval()
+    del tuning
+    while not stop.wait(interval):
+        tuning = tuning_ref()
+        if tuning is None or tuning.reader.closed:
+            break
+        try:
+            tuning.tick()
+        except Exception:  # the job's data keeps flowing; tuning stops
+            log.exception("fastio: the tuner failed and stops; knobs stay as they are")
+            break
+        interval = tuning._interval()
+        del tuning
 
 
 def _reports(text: bytes) -> dict[str, Any]:

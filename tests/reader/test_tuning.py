@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
 import re
 from pathlib import Path
@@ -212,6 +213,47 @@ def test_dataloader_workers_tune_and_the_main_process_sees_them(
     assert report["converged"] == all(worker["converged"] for worker in workers.values())
     if persistent:  # the same workers all along: their tuners measured windows
         assert all(worker["windows"] > 0 for worker in workers.values())
+
+
+def test_a_tuning_dataset_dropped_unclosed_leaves_nothing_running(
+    files: dict[str, str], resources
+) -> None:
+    """Dropped without close(), as a notebook or a loop over configurations
+    does: the tuner's thread held the dataset's reader, so neither went (two
+    threads and 15 descriptors kept per dataset)."""
+    import gc
+
+    paths = sorted(files)
+    for _ in range(3):
+        dataset = fastio.Dataset(paths, format="fixed", record_size=4096, shuffle=False,
+                                 tune=True)  # fmt: skip
+        assert sum(1 for _ in dataset) == FILES * FILE_SIZE // 4096
+        del dataset
+        gc.collect()
+    resources.assert_released()
+
+
+def test_closing_keeps_the_workers_tuner_reports_and_removes_their_file(
+    files: dict[str, str],
+) -> None:
+    from torch.utils.data import DataLoader
+
+    from fastio.shared._mapped import shared_folder
+
+    def files_of_this_process() -> list[str]:
+        return [name for name in os.listdir(shared_folder())
+                if name.startswith(f"fastio-tuners-{os.getpid()}-")]  # fmt: skip
+
+    before = files_of_this_process()
+    dataset = fastio.Dataset(sorted(files), format="fixed", record_size=4096, shuffle=False,
+                             tune=True)  # fmt: skip
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    assert sum(1 for _ in loader) == FILES * FILE_SIZE // 4096
+    reported = dataset.stats()["tuner"]["workers"]
+    assert sorted(reported) == ["0", "1"]
+    dataset.close()
+    assert files_of_this_process() == before
+    assert dataset.stats()["tuner"]["workers"] == reported
 
 
 def test_bad_tune_options_are_refused(files: dict[str, str]) -> None:
