@@ -458,7 +458,8 @@ class Dataset(_Base):
         # The tuning's summary stays readable; the cache (its index connection
         # and pins) is reopened on use. What an open that failed did not make
         # yet is not there.
-        for name in ("_tuning", "_reader", "cache", "fairness", "_epochs", "_sent"):
+        for name in ("_tuning", "_reader", "cache", "fairness", "_epochs", "_sent",
+                     "_worker_tuners"):  # fmt: skip
             made = self.__dict__.get(name)
             if made is not None:
                 made.close()
