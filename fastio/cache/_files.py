@@ -23,6 +23,7 @@ import os
 import re
 import secrets
 import shutil
+import weakref
 from typing import TYPE_CHECKING
 
 from fastio._errors import CacheIntegrityError
@@ -111,19 +112,32 @@ class OwnerLock:
     def __init__(self, folder: str) -> None:
         self.owner = f"{os.getpid()}-{secrets.token_hex(6)}"
         self.path = os.path.join(folder, f"{self.owner}.lock")
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._held = [fd]  # shared with the finalizer, which lets go of a lock never closed
+        self._finalizer = weakref.finalize(self, _let_go, self.path, self._held, os.getpid())
 
     def close(self) -> None:
-        if self._fd >= 0:
+        if self._held[0] >= 0:
             remove_quietly(self.path)
-            os.close(self._fd)
-            self._fd = -1
+            os.close(self._held[0])
+            self._held[0] = -1
 
     def abandon(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)  # the parent's descriptor still holds the lock
-            self._fd = -1
+        if self._held[0] >= 0:
+            os.close(self._held[0])  # the parent's descriptor still holds the lock
+            self._held[0] = -1
+
+
+def _let_go(path: str, held: list[int], owner: int) -> None:
+    """An owner lock collected unclosed: released (by its process; a forked
+    child's copy is only closed)."""
+    if held[0] < 0:
+        return
+    if os.getpid() == owner:
+        remove_quietly(path)
+    os.close(held[0])
+    held[0] = -1
 
 
 def owner_alive(folder: str, owner: str) -> bool:

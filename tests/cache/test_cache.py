@@ -689,3 +689,28 @@ def test_a_full_filesystem_fails_downloads_naming_the_shard(small_filesystem) ->
     fill(small_filesystem)
     with pytest.raises(CacheFullError, match=r"its index .* cannot be written"):
         ShardCache(small_filesystem / "other", 64 << 20).stats()
+
+
+def test_a_cache_dropped_unclosed_lets_go_of_its_owner_lock(tmp_path) -> None:
+    """A cache collected without close() (a dataset dropped in a loop) lets go
+    of its claim: its lock file goes and its descriptor closes, rather than
+    counting as a live owner until the process exits."""
+    import gc
+
+    folder = tmp_path / "cache"
+
+    def owners() -> list[str]:
+        return sorted(os.listdir(folder / ".fastio-cache" / "owners"))
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    ShardCache(str(folder), 1 << 30).close()  # its folders made once
+    before, fds = owners(), descriptors()
+    for _ in range(5):
+        cache = ShardCache(str(folder), 1 << 30)
+        assert len(owners()) == len(before) + 1
+        del cache
+        gc.collect()
+    assert owners() == before
+    assert descriptors() <= fds
