@@ -205,18 +205,17 @@ def marked(kind: str, key: str) -> bool:
                  if name.startswith(f"{PREFIX}{kind}-") and name.endswith(suffix)]  # fmt: skip
     except OSError:
         return False
-    for name in names:
-        owner = owner_of(name)
-        if owner is None:
-            continue
-        try:
-            os.kill(owner, 0)
-        except ProcessLookupError:
-            continue
-        except PermissionError:  # alive, another user's
-            pass
+    return any(_alive(owner) for owner in map(owner_of, names) if owner is not None)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
         return True
-    return False
+    return True
 
 
 def remove_owned(path: str, owner: int) -> None:
@@ -235,12 +234,6 @@ def _sweep(folder: str) -> None:
         return
     for name in names:
         owner = owner_of(name)
-        if owner is None:
-            continue
-        try:
-            os.kill(owner, 0)
-        except ProcessLookupError:
+        if owner is not None and not _alive(owner):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, name))
-        except PermissionError:  # alive, another user's
-            continue
