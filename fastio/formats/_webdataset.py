@@ -118,10 +118,9 @@ def header_key(block: memoryview | bytes) -> str | None:
         head = view[at : at + _BLOCK]
         kind = bytes(head[156:157])
         if kind in (b"x", b"L") and len(head) == _BLOCK:  # of the member after it
-            size_field = bytes(head[124:136]).strip(b" \0")
-            if not size_field or not all(48 <= c <= 55 for c in size_field):
+            size = _extended_size(head)
+            if size is None:
                 return None
-            size = int(size_field, 8)
             data = bytes(view[at + _BLOCK : at + _BLOCK + size])
             if len(data) < size:
                 return None
@@ -482,11 +481,18 @@ def _extended_end(block: memoryview | bytes) -> int | None:
     view to name the member's key."""
     if len(block) < _BLOCK or bytes(block[156:157]) not in (b"x", b"L"):
         return None
-    size_field = bytes(block[124:136]).strip(b" \0")
-    if not size_field or not all(48 <= c <= 55 for c in size_field):
+    size = _extended_size(block)
+    if size is None or size > _EXTENDED_LIMIT:
         return None
-    size = int(size_field, 8)
-    return None if size > _EXTENDED_LIMIT else 2 * _BLOCK + -(-size // _BLOCK) * _BLOCK
+    return 2 * _BLOCK + -(-size // _BLOCK) * _BLOCK
+
+
+def _extended_size(head: memoryview | bytes) -> int | None:
+    """The size an extended header block gives its records, where it reads (octal)."""
+    field = bytes(head[124:136]).strip(b" \0")
+    if not field or not all(48 <= c <= 55 for c in field):  # "0".."7"
+        return None
+    return int(field, 8)
 
 
 # An extended header's records are a few hundred bytes (a path, times): one
