@@ -258,6 +258,7 @@ class Dataset(_Base):
         self._history: dict[str, Any] | None = None  # the merged state a resumed pass continues
         self._remaining: np.ndarray | None = None  # what of that epoch is left to read
         self._pass_batch_size = spec.split.batch_size
+        self._pass_finished = False  # whether the last pass's loop ended with all its part
         self.fairness = FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed)
         # A never-seen remote dataset's first reads: the first shards this
         # process would stream (where it is a DataLoader worker's parent, its
@@ -569,7 +570,10 @@ class Dataset(_Base):
         """Read ``epoch`` in the next pass (then ``epoch + 1``, and so on).
         Optional: each new pass over the dataset is the next epoch by itself,
         in DataLoader workers and persistent workers too; call it in the main
-        process, before iterating, to choose the epoch."""
+        process, before iterating, to choose the epoch. A state loaded with
+        :meth:`load_state_dict` of that same epoch is kept: the pass resumes
+        it (a loop that sets the epoch at each start, as Lightning's, resumes
+        a checkpoint taken mid-epoch); of another epoch, it is dropped."""
         self._cursor.set_epoch(epoch)
         self._ledger.set_next(int(epoch))
 
@@ -615,6 +619,11 @@ class Dataset(_Base):
         cursor = self._cursor
         if not cursor.running and cursor.pending is not None:
             return copy.deepcopy(cursor.pending)
+        # A pass whose loop ended, having delivered its whole part, is saved as
+        # the next epoch's start: resumed, that epoch is read, not an empty rest.
+        # (A DataLoader worker's state is taken with each of its batches, its
+        # last before its loop ends: the workers of one save agree.)
+        running = cursor.running and not (self._pass_finished and not in_dataloader_worker())
         who = cursor.participant or self._participant()
         state: dict[str, Any] = {
             "version": STATE_VERSION, "epoch": self._ledger.next_epoch(), "position": 0,
@@ -622,13 +631,9 @@ class Dataset(_Base):
             "world_size": who.world_size, "worker": who.worker, "num_workers": who.num_workers,
             "batch_size": self.spec.split.batch_size, "plan": self._plan, "history": None,
         }  # fmt: skip
-        if (
-            not cursor.running
-            and self._first_streams
-            and state["epoch"] == self._ledger.first_epoch()
-        ):
+        if not running and self._first_streams and state["epoch"] == self._ledger.first_epoch():
             state["streams"] = True  # its pass will stream: resumed, it streams too
-        if cursor.running:
+        if running:
             state.update(epoch=cursor.epoch, position=cursor.position,
                          batch_size=self._pass_batch_size, history=self._history)  # fmt: skip
             if self._stealing is not None:
@@ -750,7 +755,8 @@ class Dataset(_Base):
             with collector_paused():  # the pass's plan: objects per shard, none garbage
                 return self._begin(columnar, batch_size, drop_last)
 
-        def end() -> None:
+        def end(finished: bool) -> None:
+            self._pass_finished = finished
             self._policy.iteration_ended()
             self._report_tuning()
 
@@ -797,6 +803,7 @@ class Dataset(_Base):
         history, position, steal_state = self._resumed(saved, participant, batch_size_of_part)
         cursor.begin(participant, Start(epoch, position))
         self._history, self._pass_batch_size = history, batch_size_of_part
+        self._pass_finished = False
         self._remaining = remaining_samples(history, self._known, self.spec.shuffle,
                                             self.remainder)  # fmt: skip
         part = self._part(epoch, participant)
@@ -843,6 +850,7 @@ class Dataset(_Base):
             resume, position = check_stream_state(saved["stream"]), int(saved["position"])
         cursor = self._cursor
         cursor.begin(participant, Start(epoch, position))
+        self._pass_finished = False
         self._history, self._remaining = None, None
         # Remote objects are shared by number: their sizes may not be known.
         sizes = None if self._remote else self._shards.sizes

@@ -45,16 +45,19 @@ class Observer(Protocol):
 
 
 def deliver(
-    begin: Callable[[], tuple[Iterator[Any], Observer | None]], end: Callable[[], None]
+    begin: Callable[[], tuple[Iterator[Any], Observer | None]], end: Callable[[bool], None]
 ) -> Iterator[Any]:
     """Yields the items ``begin()`` gives at the first item (begun there, as a
     generator would); with an observer, the time between handing one out and
     being asked for the next is the consumer's (idle), the rest is busy.
-    ``end()`` runs when the iteration ends, however it ends."""
+    ``end(finished)`` runs when the iteration ends, however it ends:
+    ``finished`` where every item was taken."""
+    finished = False
     try:
         items, observer = begin()
         if observer is None:
             yield from items
+            finished = True
             return
         clock = time.perf_counter
         interval = observer.interval
@@ -92,10 +95,11 @@ def deliver(
                     observer.tick(max(back - mark - idle, 0.0))
                     mark, idle = back, 0.0
                     next_tick = back + interval
+            finished = True
         finally:
             # An iteration left open at exit is closed while the interpreter
             # tears its modules down: its last counters have no reader then.
             if not sys.is_finalizing():
                 observer.finish(max(clock() - mark - idle, 0.0))
     finally:
-        end()
+        end(finished)

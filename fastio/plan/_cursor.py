@@ -49,10 +49,12 @@ class EpochCursor:
     # ---- between iterations ------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """The next iteration reads ``epoch`` (from its start)."""
+        """The next iteration reads ``epoch``: from its start, unless a loaded
+        state of that epoch waits (the loop that set the epoch resumes it)."""
+        if self._resume is not None and self._resume[1] != int(epoch):
+            self._resume = None
         self.epoch = int(epoch)
         self.running = False
-        self._resume = None
 
     def resume(self, saved: dict[str, Any], epoch: int, token: int) -> None:
         """An iteration may continue the saved state ``saved`` (of ``epoch``);

@@ -150,3 +150,62 @@ def test_state_of_another_dataset_or_layout_is_refused(tars, tmp_path) -> None:
     alone.load_state_dict(half.state_dict())
     with pytest.raises(ValueError, match="every rank and worker"):
         next(iter(alone))
+
+
+@pytest.mark.parametrize("never_seen", [False, True], ids=["indexed", "never seen"])
+@pytest.mark.parametrize("how", ["dataset", "loader, 0 workers", "loader, 2 workers"])
+def test_a_state_saved_as_an_epoch_ended_resumes_with_the_next_epoch(tmp_path, how, never_seen):
+    """A checkpoint at an epoch's end (after its loop), loaded by a new run:
+    the next loop is the next epoch, in the order an uninterrupted run reads
+    it. The state said 'epoch 0, at its end', so the next loop read the
+    empty rest of epoch 0 and training lost an epoch (without workers)."""
+    written = write("webdataset", tmp_path / "data", shards=3, per_shard=20, index=not never_seen)
+
+    def source(run: str) -> tuple[fastio.Dataset, object]:
+        # Never seen: the run's own index folder, which its first epoch fills
+        # (the resumed run is on the same machine).
+        folder = tmp_path / (f"index-{run}" if never_seen else "index")
+        dataset = fastio.Dataset(written.pattern, seed=5, shuffle_buffer=20_000,
+                                 index_dir=folder)  # fmt: skip
+        if how == "dataset":
+            return dataset, dataset
+        workers = 2 if how.endswith("2 workers") else 0
+        return dataset, StatefulDataLoader(dataset, batch_size=4, num_workers=workers,
+                                           collate_fn=lambda samples: samples)  # fmt: skip
+
+    def epoch(iterable) -> list[int]:
+        items = list(iterable)
+        samples = items if how == "dataset" else [s for batch in items for s in batch]
+        return [key_of("webdataset", sample) for sample in samples]
+
+    _, reference = source("reference")
+    expected = [epoch(reference) for _ in range(3)]
+    assert expected[1] != expected[0]
+    _, running = source("run")
+    assert epoch(running) == expected[0]
+    saved = json.loads(json.dumps(running.state_dict()))  # as a checkpoint holds it
+    _, resumed = source("run")
+    resumed.load_state_dict(saved)
+    assert [epoch(resumed), epoch(resumed)] == expected[1:]
+
+
+def test_setting_the_epoch_a_loaded_state_is_in_resumes_it(tars) -> None:
+    """Lightning's loop (and the README's) sets the epoch at each epoch's
+    start, after a checkpoint taken mid-epoch was loaded: the epoch resumes
+    where the state was saved. Setting the epoch dropped the state, and the
+    whole epoch came again (its first samples twice)."""
+    reference = fastio.Dataset(tars.pattern, **OPTIONS)
+    reference.set_epoch(1)
+    expected = [key_of("webdataset", s) for s in reference]
+    running = fastio.Dataset(tars.pattern, **OPTIONS)
+    running.set_epoch(1)
+    iterator = iter(running)
+    got = [key_of("webdataset", next(iterator)) for _ in range(15)]
+    saved = json.loads(json.dumps(running.state_dict()))
+    resumed = fastio.Dataset(tars.pattern, **OPTIONS)
+    resumed.load_state_dict(saved)
+    resumed.set_epoch(1)
+    assert got + [key_of("webdataset", s) for s in resumed] == expected
+    resumed.load_state_dict(saved)
+    resumed.set_epoch(2)  # another epoch: from its start
+    assert len(list(resumed)) == len(expected)
