@@ -27,6 +27,7 @@ import errno
 import fcntl
 import logging
 import os
+import resource
 import stat
 import warnings
 from collections import OrderedDict
@@ -214,6 +215,11 @@ def _set_direct(fd: int) -> bool:
 
 class FileTable:
     def __init__(self, max_idle: int, remotes: Remotes | None = None) -> None:
+        # At most a quarter of the descriptors the process may open are kept
+        # idle (a low `ulimit -n`): the rest are for the files still to open.
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft != resource.RLIM_INFINITY:
+            max_idle = min(max_idle, max(1, soft // 4))
         self._max_idle = max_idle
         self._remotes = remotes
         self._files: dict[tuple[str, Direct], OpenFile] = {}

@@ -1180,8 +1180,9 @@ def test_a_shard_of_other_things_than_ranges_is_refused_when_made(tmp_path: Path
 
 def test_idle_descriptors_go_when_the_process_runs_out_of_them(tmp_path: Path) -> None:
     """Under a low ``ulimit -n`` (64 here), the descriptors kept idle for reuse
-    (up to ``max_idle_files``, 128 by default) give way to the files still to
-    open, rather than the epoch failing with EMFILE."""
+    (up to ``max_idle_files``, 128 by default) leave room for the files still
+    to open (at most a quarter of the limit is kept), rather than the epoch
+    failing with EMFILE."""
     import sys
 
     from tests.shards import write
@@ -1199,4 +1200,3 @@ def test_idle_descriptors_go_when_the_process_runs_out_of_them(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-3000:]
     delivered, total = map(int, done.stdout.split())
     assert delivered == total == len(written.samples)
-    assert "too many open files" in done.stderr
