@@ -118,23 +118,19 @@ class OwnerLock:
         self._finalizer = weakref.finalize(self, _let_go, self.path, self._held, os.getpid())
 
     def close(self) -> None:
-        if self._held[0] >= 0:
-            remove_quietly(self.path)
-            os.close(self._held[0])
-            self._held[0] = -1
+        _let_go(self.path, self._held, os.getpid())
 
     def abandon(self) -> None:
-        if self._held[0] >= 0:
-            os.close(self._held[0])  # the parent's descriptor still holds the lock
-            self._held[0] = -1
+        _let_go(self.path, self._held, None)  # the parent's descriptor still holds the lock
 
 
-def _let_go(path: str, held: list[int], owner: int) -> None:
-    """An owner lock collected unclosed: released (by its process; a forked
+def _let_go(path: str, held: list[int], owner: int | None) -> None:
+    """Close the lock's descriptor, once; in process ``owner`` (None: none)
+    also remove its file. A lock collected unclosed goes so too (a forked
     child's copy is only closed)."""
     if held[0] < 0:
         return
-    if os.getpid() == owner:
+    if owner == os.getpid():
         remove_quietly(path)
     os.close(held[0])
     held[0] = -1

@@ -766,6 +766,7 @@ class Dataset(_Base):
         self, columnar: bool, batch_size: int, drop_last: bool
     ) -> tuple[Iterator[Any], Observer | None]:
         """At the first item: the iteration's items, and what observes them."""
+        self._pass_finished = False
         keep_heap()  # a window's payloads are allocated and freed together
         if in_dataloader_worker():
             self._policy.reports = True  # to the process that made the dataset
@@ -803,7 +804,6 @@ class Dataset(_Base):
         history, position, steal_state = self._resumed(saved, participant, batch_size_of_part)
         cursor.begin(participant, Start(epoch, position))
         self._history, self._pass_batch_size = history, batch_size_of_part
-        self._pass_finished = False
         self._remaining = remaining_samples(history, self._known, self.spec.shuffle,
                                             self.remainder)  # fmt: skip
         part = self._part(epoch, participant)
@@ -850,7 +850,6 @@ class Dataset(_Base):
             resume, position = check_stream_state(saved["stream"]), int(saved["position"])
         cursor = self._cursor
         cursor.begin(participant, Start(epoch, position))
-        self._pass_finished = False
         self._history, self._remaining = None, None
         # Remote objects are shared by number: their sizes may not be known.
         sizes = None if self._remote else self._shards.sizes

@@ -68,7 +68,13 @@ def shared_path(kind: str) -> str:
         # workers, which it stops with SIGTERM, before their own clean-up runs,
         # when the main process exits mid-epoch (an exception in training).
         util.Finalize(None, _sweep, args=(folder,), exitpriority=-100)
-    return os.path.join(folder, f"{PREFIX}{kind}-{os.getpid()}-{secrets.token_hex(6)}")
+    return _named(kind, os.getpid(), secrets.token_hex(6))
+
+
+def _named(kind: str, owner: int, token: str) -> str:
+    """The shared file of ``kind`` that process ``owner`` owns, told apart by
+    ``token`` (12 hex digits): as :data:`_NAMED` reads the owner back."""
+    return os.path.join(shared_folder(), f"{PREFIX}{kind}-{owner}-{token[:12]}")
 
 
 class OwnedFile:
@@ -99,8 +105,7 @@ class OwnedFile:
         that every process of the group, asking on its own, gets the same."""
         token = hashlib.sha256(os.path.basename(self._path).encode()).hexdigest()[:12]
         state = self.__getstate__()
-        state.update(_path=os.path.join(shared_folder(), f"{PREFIX}{self.kind}-{group}-{token}"),
-                     _owner=group)  # fmt: skip
+        state.update(_path=_named(self.kind, group, token), _owner=group)
         made = type(self).__new__(type(self))
         made.__setstate__(state)
         return made
@@ -192,7 +197,7 @@ def mark(kind: str, key: str, owner: int) -> None:
     """Leave an empty file saying that process ``owner`` holds ``key`` (the
     first 12 hex digits of a digest), for :func:`marked` to find while it
     lives; it goes with the files of owners that are gone."""
-    path = os.path.join(shared_folder(), f"{PREFIX}{kind}-{owner}-{key[:12]}")
+    path = _named(kind, owner, key)
     with contextlib.suppress(OSError):  # a folder that takes no file: nothing is shared
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
@@ -214,7 +219,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, another user's
-        return True
+        pass
     return True
 
 

@@ -231,17 +231,24 @@ _CONNECTION_FAILURES = frozenset(("EndpointConnectionError", "ConnectionClosedEr
 _TIMEOUTS = frozenset(("ConnectTimeoutError", "ReadTimeoutError", "ServerTimeoutError"))
 
 
+def _remote_kind(error: BaseException) -> type[RemoteReadError]:
+    """The :class:`~fastio.RemoteReadError` a remote failure is given up as:
+    a timeout's and a failed connection's (built-ins, or a store client's
+    own by name) also the built-ins."""
+    name = type(error).__name__
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)) or name in _TIMEOUTS:
+        return RemoteTimeoutError
+    if isinstance(error, ConnectionError) or name in _CONNECTION_FAILURES:
+        return RemoteConnectionError
+    return RemoteReadError
+
+
 def foreign_error(error: BaseException, url: str, doing: str) -> OSError:
     """A store client's failure that is no OSError (botocore's connection
-    errors), as fastio's: :class:`~fastio.RemoteReadError` naming ``url``,
-    a timeout's and a failed connection's also the built-ins."""
-    name = type(error).__name__
-    text = f"{doing}: {name}: {error}"
-    if name in _TIMEOUTS:
-        return RemoteTimeoutError(errno.ETIMEDOUT, text, url)
-    if name in _CONNECTION_FAILURES:
-        return RemoteConnectionError(errno.ECONNREFUSED, text, url)
-    return RemoteReadError(errno.EIO, text, url)
+    errors), as fastio's (see :func:`_remote_kind`), naming ``url``."""
+    kind = _remote_kind(error)
+    code = {RemoteTimeoutError: errno.ETIMEDOUT, RemoteConnectionError: errno.ECONNREFUSED}
+    return kind(code.get(kind, errno.EIO), f"{doing}: {type(error).__name__}: {error}", url)
 
 
 def _transient(error: BaseException) -> bool:
@@ -519,10 +526,8 @@ class Remotes:
                 for offset, length in ranges:
                     if self.prefetcher.stopping.is_set():
                         raise DownloadCancelled(f"{url}: the reader closed during the download")
-                    data = self._read_sync(fs, path, url, offset, length)
-                    if len(data) != length:  # as _download_ranges checks
-                        raise TruncatedFileError(url, offset + len(data), offset + length)
-                    file.write(data)
+                    file.write(_whole(self._read_sync(fs, path, url, offset, length), url,
+                                      offset, length))  # fmt: skip
                 return
             from fsspec.asyn import get_loop
 
@@ -577,13 +582,9 @@ class Remotes:
                             closed = f"{url}: the reader closed during the download"
                             raise DownloadCancelled(closed) from None
                 offset, length, _ = pending.popleft()
-                if error is None and len(data) != length:
-                    # The ranges end at the size the object was opened with:
-                    # an answer short of its range is of an object cut since.
-                    error = TruncatedFileError(url, offset + len(data), offset + length)
                 if error is not None:
                     raise error
-                file.write(data)
+                file.write(_whole(data, url, offset, length))
                 if written is not None:
                     written(data)
                 first = False
@@ -1059,6 +1060,15 @@ async def _http_read_into(
             filled = end
 
 
+def _whole(data: Any, url: str, offset: int, length: int) -> Any:
+    """A download's range ``data``, which must be all ``length`` bytes: the
+    ranges end at the size the object was opened with, so an answer short
+    of its range is of an object cut since (TruncatedFileError)."""
+    if len(data) != length:
+        raise TruncatedFileError(url, offset + len(data), offset + length)
+    return data
+
+
 def _is_s3(fs: Any) -> bool:
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     return "s3" in protocols
@@ -1153,8 +1163,7 @@ def _stat_error(error: OSError, url: str) -> OSError:
         return FileNotFoundError(errno.ENOENT, "no such object", url)
     if isinstance(error, TimeoutError):  # fsspec's own says nothing
         return RemoteTimeoutError(errno.ETIMEDOUT, "cannot stat: no answer in time", url)
-    refined = RemoteConnectionError if isinstance(error, ConnectionError) else RemoteReadError
-    return refined(error.errno or errno.EIO, f"cannot stat: {reason}", url)
+    return _remote_kind(error)(error.errno or errno.EIO, f"cannot stat: {reason}", url)
 
 
 _T = TypeVar("_T")
@@ -1268,7 +1277,4 @@ def _final_error(error: BaseException, url: str, offset: int, length: int, attem
     if isinstance(error, HTTPStatusError):  # its status kept, for callers that branch on it
         return HTTPStatusError(error.status, f"{error.reason} ({where}{tried})".lstrip(), url)
     code = error.errno if isinstance(error, OSError) and error.errno else errno.EIO
-    refined = (RemoteTimeoutError if isinstance(error, (asyncio.TimeoutError, TimeoutError))
-               else RemoteConnectionError if isinstance(error, ConnectionError)
-               else RemoteReadError)  # fmt: skip
-    return refined(code, f"{kind or type(error).__name__} ({where}{tried})", url)
+    return _remote_kind(error)(code, f"{kind or type(error).__name__} ({where}{tried})", url)
