@@ -169,15 +169,20 @@ class FairnessMonitor:
             return
         if now - header[b.WINDOW_START] < self.settings.window_seconds:
             return
-        with board.exclusive() as mine:
-            span = now - float(header[b.WINDOW_START])
-            if not mine or span < self.settings.window_seconds:
-                return  # another process is closing it, or just did
-            try:
-                self._close_window(board, span)
-            except Exception:  # a failing callback or exchange must not stop the data
-                log.exception("fastio: the fairness monitor failed to judge a window")
-            header[b.WINDOW_START] = now
+        try:
+            with board.exclusive() as mine:
+                span = now - float(header[b.WINDOW_START])
+                if not mine or span < self.settings.window_seconds:
+                    return  # another process is closing it, or just did
+                try:
+                    self._close_window(board, span)
+                except Exception:  # a failing callback or exchange must not stop the data
+                    log.exception("fastio: the fairness monitor failed to judge a window")
+                header[b.WINDOW_START] = now
+        except FileNotFoundError:
+            # The board is gone: its owner closed it, or died and a worker
+            # swept it. No one reads a verdict of it any more.
+            return
 
     def _close_window(self, board: b.Board, span: float) -> None:
         settings, slots, header = self.settings, board.slots, board.header

@@ -245,3 +245,23 @@ def test_monitor_rejects_more_workers_than_slots() -> None:
     with pytest.raises(ValueError, match="up to 64 DataLoader workers"):
         monitor.observe(Participant(0, 1, 70, 80), 0, 0, None, int)  # type: ignore[arg-type]
     monitor.close()
+
+
+def test_a_worker_whose_board_was_swept_ends_its_iteration_quietly(written, tmp_path) -> None:
+    """A DataLoader worker outliving its killed main process finds the board
+    gone (another worker swept a dead owner's file) when its iteration ends
+    and a window is due: nothing is left to judge, and no error escapes."""
+    from fastio.fairness import _board as b
+    from fastio.plan import Participant
+
+    monitor = FairnessMonitor({"window_seconds": 0.05, "exchange_dir": str(tmp_path)})
+    with fastio.Reader() as reader:
+        observer = monitor.observe(Participant(0, 1, 0, 2), 0, 10, reader, lambda: 0)
+        assert observer is not None
+        board = monitor._get_board()
+        board.header[b.WINDOW_START] = 1.0  # long past: the window is due
+        os.unlink(monitor._path)
+        observer.finish(0.5)
+        assert observer.slot[b.ACTIVE] == 0.0
+    monitor.close()
+    assert not boards()
