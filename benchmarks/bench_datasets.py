@@ -27,7 +27,10 @@ both pyarrow readers also with their batches cut to exactly 256 rows across
 files, as fastio's are (``pyarrow 256``, ``pyarrow ipc 256``);
 and the hardware:
 fio reading the tar files sequentially (io_uring, 16 x 1 MiB; cold: O_DIRECT,
-also from hugetlbfs buffers; warm: also psync) and a plain Python read loop.
+also from hugetlbfs buffers; warm: also psync), a plain Python read loop, and
+(warm) each payload copied from the mapped files into fresh 256-sample
+batch buffers (``memcpy batches 256``: what any loader that hands out
+contiguous columns pays, where per-sample iteration can hand out views).
 Every sample is touched (counted, payload length summed); a method that
 delivers a wrong count or payload total is reported as failed.
 
@@ -364,6 +367,39 @@ def webdataset_samples(copies: dict[str, Any]) -> tuple[int, int | None]:
     return count_samples(webdataset.WebDataset(copies["webdataset"]["url"], shardshuffle=False))
 
 
+def memcpy_batches(copies: dict[str, Any], batch: int = LOADER_BATCH) -> tuple[int, int, float]:
+    """The copy any batch of these samples costs, at this machine's memory
+    bandwidth: each sample's payload copied from the mapped tar files (the
+    page cache) into a fresh buffer of its batch, ``batch`` samples a buffer,
+    as a loader that hands out contiguous columns must. Where the members lie
+    is found first, untimed; the copies alone are timed."""
+    import mmap
+    import tarfile
+
+    import numpy as np
+
+    spans: list[tuple[int, int, int]] = []
+    maps: list[Any] = []
+    for shard, path in enumerate(copies["webdataset"]["paths"]):
+        with tarfile.open(path) as tar:
+            spans.extend((shard, member.offset_data, member.size)
+                         for member in tar if member.name.endswith(".bin"))  # fmt: skip
+        with open(path, "rb") as handle:
+            maps.append(np.frombuffer(mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ),
+                                      np.uint8))  # fmt: skip
+    payload = 0
+    started = time.perf_counter()
+    for first in range(0, len(spans), batch):
+        group = spans[first : first + batch]
+        column = np.empty(sum(size for _, _, size in group), np.uint8)
+        at = 0
+        for shard, offset, size in group:
+            column[at : at + size] = maps[shard][offset : offset + size]
+            at += size
+        payload += at
+    return len(spans), payload, time.perf_counter() - started
+
+
 def webdataset_second_epoch(copies: dict[str, Any]) -> tuple[int, int | None, float]:
     """webdataset's second pass over the shards in one process, timed alone."""
     import webdataset
@@ -690,6 +726,8 @@ METHODS = [
         imports="fastio columns",
     ),
     Method("fio", "webdataset", None),
+    # What copying every payload into 256-sample batches costs here (warm).
+    Method("memcpy batches 256", "webdataset", memcpy_batches, ("warm",), imports="parquet"),
     # fio's default (malloc) buffers read the page cache at ~2.6 GB/s here, its
     # hugetlbfs ones at ~14 GB/s: the best of its variants is the reference.
     Method("fio hugetlb", "webdataset", None),
