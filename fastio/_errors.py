@@ -321,6 +321,14 @@ class CacheTimeoutError(CacheError, TimeoutError):
     code = errno.ETIMEDOUT
 
 
+class CacheUnavailableError(CacheError):
+    """The cache's folder cannot take a copy now: it was removed and cannot be
+    made again, or its filesystem is read-only or refuses the writes. The
+    shard is read from the store instead (a reader says so once)."""
+
+    code = errno.EROFS
+
+
 class TierFullError(FastIOError, OSError):
     """No tier can hold the bytes asked for: raise a capacity, or remove files."""
 

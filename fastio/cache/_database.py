@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from fastio._errors import CacheError, CacheFullError
+from fastio._errors import CacheError, CacheFullError, CacheUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -64,6 +64,14 @@ thousand shards writes more)."""
 
 
 _SQLITE_FULL = 13  # sqlite3.SQLITE_FULL from Python 3.11 on
+_SQLITE_READONLY = 8
+
+
+def _read_only(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)  # extended: the primary in the low byte
+    return (code is not None and code & 0xFF == _SQLITE_READONLY) or "readonly database" in str(
+        error
+    )
 
 
 def _full(error: sqlite3.Error) -> bool:
@@ -76,6 +84,9 @@ def _cache_error(error: sqlite3.Error, subject: str, path: str) -> CacheError:
     if _full(error):
         return CacheFullError(subject, f"the cache's filesystem is full: its index ({path}) "
                                        f"cannot be written ({error})")  # fmt: skip
+    if _read_only(error):
+        return CacheUnavailableError(subject, f"the cache's index ({path}) cannot be written "
+                                              f"({error})")  # fmt: skip
     return CacheError(subject, f"the cache's index ({path}) failed: {error}")
 
 

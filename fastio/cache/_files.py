@@ -16,6 +16,7 @@ directory, so the sizes of the top-level files are exactly the cached bytes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import io
@@ -26,7 +27,7 @@ import shutil
 import weakref
 from typing import TYPE_CHECKING
 
-from fastio._errors import CacheIntegrityError
+from fastio._errors import CacheIntegrityError, CacheUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -87,15 +88,27 @@ def temp_owner(name: str) -> str | None:
 
 def first_with_room(directories: Sequence[str], size: int) -> str:
     """The default placement: the first directory whose filesystem has ``size``
-    bytes free (else the first, where the download then fails with ENOSPC)."""
+    bytes free (else the first, where the download then fails with ENOSPC).
+    A directory removed since (a cleaner of temporary files, a hand freeing
+    the disk) is made again; one that cannot be is passed over."""
     for folder in directories:
-        if shutil.disk_usage(folder).free >= size:
+        try:
+            try:
+                free = shutil.disk_usage(folder).free
+            except FileNotFoundError:
+                os.makedirs(folder, exist_ok=True)
+                free = shutil.disk_usage(folder).free
+        except OSError:
+            continue
+        if free >= size:
             return folder
     return directories[0]
 
 
 def remove_quietly(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    """Remove ``path`` where it can be: a file gone already, or on a
+    filesystem that refuses (read-only now), is left as it is."""
+    with contextlib.suppress(OSError):
         os.remove(path)
 
 
@@ -248,12 +261,29 @@ def publish_download(
 ) -> None:  # fmt: skip
     """``fetch`` writes ``url`` into ``temp``; checked, flushed to disk and
     renamed to ``path``. ``on_write(bytes written)`` follows its progress.
-    Raises what ``fetch`` raises, or CacheIntegrityError; the caller removes
-    ``temp`` then."""
-    with open(temp, "wb") as file:
+    Raises what ``fetch`` raises, CacheIntegrityError, or
+    CacheUnavailableError where the copy's folder cannot take a file (gone,
+    read-only); the caller removes ``temp`` then."""
+    try:
+        file = open(temp, "wb")  # noqa: SIM115  # closed below, on every path
+    except OSError as error:
+        raise _unavailable(url, error) from error
+    with file:
         download = Download(file, url, size, checksum, on_write)
         fetch(url, download)
         download.verify()
         file.flush()
         os.fsync(file.fileno())  # the bytes must be on disk before the name is
-    os.replace(temp, path)
+    try:
+        os.replace(temp, path)
+    except OSError as error:
+        raise _unavailable(url, error) from error
+
+
+def _unavailable(url: str, error: OSError) -> OSError:
+    """What a failure to make a copy's file means: no room stays itself (the
+    caller says so), anything else is the folder refusing copies."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return error
+    return CacheUnavailableError(url, f"the cache cannot write its copy at {error.filename} "
+                                      f"({error.strerror})")  # fmt: skip

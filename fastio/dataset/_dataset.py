@@ -459,11 +459,20 @@ class Dataset(_Base):
         # The tuning's summary stays readable; the cache (its index connection
         # and pins) is reopened on use. What an open that failed did not make
         # yet is not there.
+        # Each part is released even where one before it fails (a cache whose
+        # filesystem went read-only); the first failure is raised after.
+        failure: BaseException | None = None
         for name in ("_tuning", "_reader", "cache", "fairness", "_epochs", "_sent",
                      "_worker_tuners"):  # fmt: skip
             made = self.__dict__.get(name)
-            if made is not None:
+            if made is None:
+                continue
+            try:
                 made.close()
+            except Exception as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> Dataset:
         return self

@@ -285,7 +285,7 @@ class FileTable:
         engine. The copy stays pinned (never evicted) while referenced."""
         assert self._remotes is not None
         assert self._remotes.cache is not None
-        from fastio._errors import CacheFullError, CacheTimeoutError
+        from fastio._errors import CacheFullError, CacheTimeoutError, CacheUnavailableError
 
         try:
             local = self._remotes.local_copy(url)  # pins once
@@ -294,6 +294,9 @@ class FileTable:
             # full) or another process is downloading it: read this one
             # remotely rather than wait.
             log.debug("fastio: %s; reading it remotely", error)
+            return self._remotes.opened(url)  # type: ignore[return-value]
+        except CacheUnavailableError as error:  # the cache's folder refuses copies
+            self._remotes.refused(error)
             return self._remotes.opened(url)  # type: ignore[return-value]
         if not isinstance(local, str):  # being downloaded here: read as it arrives
             followed = self._followed.get(url)

@@ -33,6 +33,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastio._errors import (
+    CacheUnavailableError,
     DownloadCancelled,
     HTTPStatusError,
     RangeIgnoredError,
@@ -289,6 +290,7 @@ class Remotes:
         self._pool: ThreadPoolExecutor | None = None
         self._prefetcher: Prefetcher | None = None
         self._downloads: list[threading.Thread] = []  # of shards read as they arrive
+        self._refused = False  # whether the shard cache refused a copy (said once)
         self._http: RangeClient | None = None
         self._fsspec_http = False  # whether plain HTTP stays with fsspec (see _http_usable)
         self._http_pool: ThreadPoolExecutor | None = None
@@ -454,12 +456,23 @@ class Remotes:
                                       checksum=self._checksum(url, remote),
                                       spawn=self._spawn)  # fmt: skip
 
+    def refused(self, error: CacheUnavailableError) -> None:
+        """Say, once, that the shard cache's folder refuses copies (removed
+        for good, read-only): the shards are read from the store meanwhile."""
+        if self._refused:
+            log.debug("fastio: %s; reading it from the store", error)
+            return
+        self._refused = True
+        log.warning("fastio: %s; shards are read from the store while it does", error)
+
     def _spawn(self, download: Callable[[], object]) -> None:
         def run() -> None:
             try:
                 download()
             except DownloadCancelled:
                 pass
+            except CacheUnavailableError as error:
+                self.refused(error)
             except Exception as error:  # the reads waiting on it fall back to remote reads
                 log.info("fastio: download failed (%s); its reads go to the store", error)
 

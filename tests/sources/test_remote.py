@@ -7,11 +7,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import logging
 import os
 import pickle
 import random
+import shutil
 import socket
 import sqlite3
+import subprocess
 import time
 import warnings
 from collections.abc import Callable
@@ -918,6 +921,65 @@ def test_a_full_cache_filesystem_reads_the_shards_remotely(http, folder, small_f
     assert len(ready) < 4
     on_disk = {str(p) for p in cache.rglob("*") if p.is_file() and ".fastio-cache" not in p.parts}
     assert on_disk == ready  # no partial download left behind
+
+
+def _small_tars(folder: Path, name: str) -> list[str]:
+    import webdataset
+
+    rng = random.Random(11)
+    (folder / name).mkdir()
+    for shard in range(3):
+        with webdataset.TarWriter(str(folder / name / f"part-{shard}.tar")) as writer:
+            for sample in range(4):
+                writer.write({"__key__": f"s{shard}-{sample}", "bin": rng.randbytes(20_000)})
+    return [f"s{shard}-{sample}" for shard in range(3) for sample in range(4)]
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_cache_folder_removed_between_epochs_is_made_again(http, folder, tmp_path,
+                                                            on_error) -> None:  # fmt: skip
+    """A cleaner of temporary files (or a hand freeing the disk) removes the
+    cache's folder while a dataset is open: the next epoch reads every sample,
+    the folder is made again and holds the copies again."""
+    name = f"removed-{on_error}"
+    keys = _small_tars(folder, name)
+    cache = tmp_path / "cache"
+    with fastio.Dataset(http.url(f"{name}/part-{{0..2}}.tar"), shuffle=False, on_error=on_error,
+                        index_dir=tmp_path / "index", cache_dir=cache,
+                        cache_bytes=64 << 20) as dataset:  # fmt: skip
+        assert [sample["__key__"] for sample in dataset] == keys
+        shutil.rmtree(cache)
+        for _ in range(2):
+            assert [sample["__key__"] for sample in dataset] == keys
+        assert dataset.stats()["skipped"] == 0
+        copies = [p for p in cache.rglob("*.tar") if ".fastio-cache" not in p.parts]
+        assert len(copies) == 3
+
+
+def test_a_cache_on_a_filesystem_gone_read_only_reads_from_the_store(http, folder, tmp_path,
+                                                                    caplog) -> None:  # fmt: skip
+    """A filesystem remounted read-only (as after errors) under the cache
+    once a dataset made its folders: every shard is read from the store, the
+    user is told once, and closing releases everything."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root; CI runs as root")
+    keys = _small_tars(folder, "read-only")
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    dataset = fastio.Dataset(http.url("read-only/part-{0..2}.tar"), shuffle=False,
+                             on_error="skip", index_dir=tmp_path / "index",
+                             cache_dir=mount / "cache", cache_bytes=64 << 20)  # fmt: skip
+    subprocess.run(["mount", "--bind", str(mount), str(mount)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mount)], check=True)
+        caplog.set_level(logging.WARNING, "fastio")
+        assert [sample["__key__"] for sample in dataset] == keys
+        assert dataset.stats()["skipped"] == 0
+        refusals = [r for r in caplog.records if "read from the store" in r.getMessage()]
+        assert len(refusals) == 1
+        dataset.close()
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
 
 @given(st.lists(st.sampled_from(["", ".", "..", "...", "a", ".a", "b.", "x y"]), max_size=6),
