@@ -15,6 +15,7 @@ end would otherwise set the old size again, zeroing what was written there.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -193,13 +194,34 @@ class SharedArray:
             self._map = None
 
 
+# The kinds of :func:`mark`: their files go as their owner process exits.
+MARKS = ("firstpass",)
+
+
 def mark(kind: str, key: str, owner: int) -> None:
     """Leave an empty file saying that process ``owner`` holds ``key`` (the
     first 12 hex digits of a digest), for :func:`marked` to find while it
-    lives; it goes with the files of owners that are gone."""
+    lives. It goes as ``owner`` exits (``owner`` may be the parent of the
+    process that marks: a DataLoader worker marks for its main process),
+    or, where that does not run (killed), with the files of owners that are
+    gone."""
+    if kind not in MARKS:
+        raise ValueError(f"{kind!r} is not a kind of mark ({', '.join(MARKS)})")
     path = _named(kind, owner, key)
     with contextlib.suppress(OSError):  # a folder that takes no file: nothing is shared
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+
+
+@atexit.register
+def _remove_own_marks() -> None:
+    """This process's marks, as it exits (a forked child that ends with
+    ``os._exit``, a DataLoader worker, leaves its parent's alone)."""
+    folder, own = shared_folder(), [f"{PREFIX}{kind}-{os.getpid()}-" for kind in MARKS]
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            if name.startswith(tuple(own)):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
 
 
 def marked(kind: str, key: str) -> bool:

@@ -127,6 +127,31 @@ def test_a_rank_that_opens_after_another_indexed_the_shards_streams_as_it_did(
     assert abs(len(shares[0]) - len(shares[1])) <= 1
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_mark_of_a_streamed_first_epoch_goes_with_its_process(never_seen, tmp_path, workers):
+    """A rank that streams its first epoch marks it in the shared folder for
+    the other ranks of its job; the mark goes as the process exits, however
+    it read (its own loop, or DataLoader workers marking for it)."""
+    script = (
+        "import os, sys, fastio\n"
+        "from torch.utils.data import DataLoader\n"
+        f"ds = fastio.Dataset({never_seen.pattern!r}, index_dir={str(tmp_path / 'marks')!r}, "
+        "rank=0, world_size=2)\n"
+        f"n = sum(len(b) for b in DataLoader(ds, batch_size=5, num_workers={workers}, "
+        "collate_fn=list))\n"
+        "own = f'fastio-firstpass-{os.getpid()}-'\n"
+        "marks = [m for m in os.listdir('/dev/shm') if m.startswith(own)]\n"
+        "print(os.getpid(), n, len(marks))\n"
+    )  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    pid, delivered, marks = map(int, done.stdout.split())
+    assert delivered > 0
+    assert marks == 1  # marked while it ran
+    assert not [name for name in os.listdir("/dev/shm")
+                if name.startswith(f"fastio-firstpass-{pid}-")]  # fmt: skip
+
+
 def test_persistent_workers_stream_once_then_read_windows(never_seen, tmp_path):
     dataset = fresh(never_seen, tmp_path)
     loader = DataLoader(dataset, batch_size=7, num_workers=2, persistent_workers=True,
