@@ -567,10 +567,18 @@ class Dataset(_Base):
         together): what a DataLoader over it divides into batches. With
         ``remainder="drop"`` or ``"pad"``, the same on every rank. Raises
         TypeError while shards are not indexed yet (a DataLoader, Lightning
-        and tf.data then go by the samples that come)."""
+        and tf.data then go by the samples that come), and before a first
+        epoch that streams whole shards as another rank of the job streamed
+        its own (see :meth:`_first_pass_agreed`)."""
         self._index_for_equal_counts()  # ranks known now, perhaps not when it was made
         rank, world_size = self._rank()
         total = self.total
+        if (world_size > 1 and not self._first_streams
+                and self._cursor.pending_resume() is None
+                and self._ledger.next_epoch() == self._ledger.first_epoch()
+                and self._first_pass_agreed(world_size)):  # fmt: skip
+            raise TypeError("this rank's first epoch streams whole shards, as another rank of "
+                            "the job streamed its own: its count is known after it")  # fmt: skip
         if self.remainder == "exact":
             return total * (rank + 1) // world_size - total * rank // world_size
         return total // world_size if self.remainder == "drop" else -(-total // world_size)

@@ -116,8 +116,12 @@ def test_a_rank_that_opens_after_another_indexed_the_shards_streams_as_it_did(
     next(iter(first))  # its second epoch begun: every shard indexed
     second = fresh(never_seen, tmp_path, "shared", rank=1, world_size=2)
     assert second.total == len(everything(never_seen))  # found indexed
-    got.update(epoch_of(second))
+    with pytest.raises(TypeError, match="streams whole shards"):
+        len(second)  # not the indexed share: the pass streams
+    streamed = epoch_of(second)
+    got.update(streamed)
     assert got == everything(never_seen)
+    assert len(second) == second.total - second.total // 2  # the epochs after it: its share
     # Indexed before (by another job: other launch variables), no rank
     # streams: each reads its share of the samples.
     monkeypatch.setenv("MASTER_PORT", "29999")
