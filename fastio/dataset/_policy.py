@@ -55,15 +55,22 @@ class ErrorPolicy:
         """``error`` cost ``lost`` samples (None: unknown) and ``shards``
         shards: raised under ``"raise"``, else counted, kept and (``"warn"``)
         warned about. ``place``: where the loss is, where not where ``error``
-        was met (see :func:`place_of`)."""
+        was met (see :func:`place_of`). Each place counts once, however
+        often it is met (each epoch meets a damaged shard's damage again, a
+        never-seen shard that cannot be opened is met at open and again by
+        the pass that streams it), as the DataLoader workers' tally counts
+        it: delivered plus skipped is what the shards hold."""
         if self.on_error == "raise":
             raise error
+        place = place_of(error) if place is None else place
+        text = f"{error} ({what}" + (f"; {lost} samples skipped)" if lost else ")")
+        if place in self.places:
+            log.debug("fastio: %s (met before, counted then)", text)
+            return
+        self.places.add(place)
         if lost:
             self.skipped += lost
         self.shards_skipped += shards
-        place = place_of(error) if place is None else place
-        self.places.add(place)
-        text = f"{error} ({what}" + (f"; {lost} samples skipped)" if lost else ")")
         if len(self.errors) < MAX_KEPT_ERRORS:
             self.errors.append(text)
         if self.reports:

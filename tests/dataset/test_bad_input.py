@@ -147,6 +147,31 @@ def test_the_main_process_counts_what_its_workers_skipped(tmp_path, persistent) 
         assert any(url in error and "checksum" in error for error in stats["errors"])
 
 
+@pytest.mark.parametrize("seen", [True, False], ids=["indexed", "never seen"])
+def test_one_process_counts_each_place_of_damage_once(tmp_path, seen) -> None:
+    """Without workers too, each epoch meets a damaged record again, and a
+    never-seen shard that cannot be opened is met at open and again by the
+    pass that streams it: each counts once, and delivered + skipped is what
+    the shards hold, every epoch."""
+    written = write("tfrecord", tmp_path / "shards", shards=4, per_shard=15)
+    url, _, _ = damage_tfrecord(written)  # found by the index beside the shards
+    if not seen:
+        for index in (tmp_path / "shards").glob("*.fastio-index*"):
+            index.unlink()
+    missing = written.urls[0]
+    counted = fastio.Dataset(missing, format="tfrecord", index_dir=tmp_path / "count")
+    held = len(written.samples) - sum(1 for _ in counted)
+    os.unlink(missing)
+    dataset = fastio.Dataset(written.pattern, on_error="skip", index_dir=tmp_path / "index")
+    for _ in range(3):
+        delivered = sum(1 for _ in dataset)
+        stats = dataset.stats()
+        assert delivered + stats["skipped"] == held
+        assert (stats["skipped"], stats["shards_skipped"]) == (1, 1)
+        assert sorted(missing in error for error in stats["errors"]) == [False, True]
+        assert any(url in error and "checksum" in error for error in stats["errors"])
+
+
 ERRORS = [
     fastio.CorruptRecordError("data checksum does not match", "s3://b/x.tfrecord", 4096, 7),
     fastio.TruncatedShardError("shard ends inside a record", "/d/x.tar", 512),
