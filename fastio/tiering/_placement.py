@@ -451,17 +451,31 @@ class TieredFile:
             raise ValueError("I/O on a closed tiered file")
 
     def pwrite(self, data: ReadableBuffer, offset: int) -> int:
+        """Write all of ``data`` at ``offset`` (a filesystem that takes part of
+        it is asked again for the rest); returns its length. Raises OSError
+        naming this file and its tier where the filesystem refuses (full:
+        its real room may be less than the tier's declared capacity)."""
         self._check()
-        view = memoryview(data)
+        view = memoryview(data).cast("B")
         end = offset + view.nbytes
         self._tiering._grow(self._placed, end)  # before the I/O lock: it may move this file
         with self._io:
-            written = os.pwrite(self._fd, view, offset)
-            self._size = max(self._size, offset + written)
-            placed = self._placed
-            placed.operations += 1
-            placed.bytes_written += written
-        return written
+            placed, done = self._placed, 0
+            try:
+                while done < view.nbytes:
+                    written = os.pwrite(self._fd, view[done:], offset + done)
+                    if written == 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    done += written
+                    placed.operations += 1
+                    placed.bytes_written += written
+            except OSError as error:
+                raise OSError(error.errno, f"{error.strerror} (tier {placed.tier.name!r}, "
+                                           f"{done} of {view.nbytes} bytes written)",
+                              self.path) from error  # fmt: skip
+            finally:
+                self._size = max(self._size, offset + done)
+        return done
 
     def pread(self, count: int, offset: int) -> bytes:
         self._check()

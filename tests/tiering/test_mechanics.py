@@ -4,6 +4,7 @@ shuffle spill and recorded I/O."""
 from __future__ import annotations
 
 import copy
+import errno
 import os
 import signal
 import subprocess
@@ -321,3 +322,27 @@ def test_model_error_falls_across_periods_on_real_files(tmp_path: Path) -> None:
                     file.pread(512, offset)
         errors.append(before.error(tiering.outcomes[start:]))
     assert errors[-1] < errors[0] * 0.5, errors
+
+
+def test_a_spill_tier_whose_filesystem_fills_names_the_file(
+    tmp_path: Path, small_filesystem: Path
+) -> None:
+    """A tier declared larger than its filesystem's room: the spill that
+    runs out of it (part of a sample written, then no room) raises an
+    OSError naming the spill file and its tier, not a truncated sample
+    read back as damage."""
+    path = tmp_path / "part.jsonl"
+    path.write_text("".join(f'{{"row": {row}, "pad": "{"x" * 20_000}"}}\n' for row in range(60)))
+    filler = os.open(small_filesystem / "filler", os.O_WRONLY | os.O_CREAT)
+    free = os.statvfs(small_filesystem)
+    os.write(filler, bytes(free.f_bavail * free.f_frsize - 6_000))  # 6 KB left, or one page
+    os.close(filler)
+    tiering = Tiering([Tier("fast", small_filesystem / "tier", 1 << 30, "ssd")])
+    spilled = fastio.Dataset(str(path), shuffle_memory=1000, tiering=tiering, seed=1,
+                             index_dir=tmp_path / "index").index()  # fmt: skip
+    with spilled, pytest.raises(OSError, match="tier 'fast'") as raised:
+        for _ in spilled:
+            pass
+    assert raised.value.errno == errno.ENOSPC
+    assert raised.value.filename.startswith(str(small_filesystem / "tier" / ".fastio-spill-"))
+    assert tiering.usage() == {"fast": 0}
