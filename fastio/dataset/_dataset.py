@@ -25,6 +25,8 @@ import math
 import os
 import secrets
 import threading
+import weakref
+from multiprocessing import util
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
@@ -787,6 +789,7 @@ class Dataset(_Base):
         keep_heap()  # a window's payloads are allocated and freed together
         if in_dataloader_worker():
             self._policy.reports = True  # to the process that made the dataset
+            self._close_at_exit()
             freeze_inherited()
             capacity = self.spec.split.handoff_memory
             hand_off(capacity, arrow=columnar and self._format.batch_kind == "arrow")
@@ -846,6 +849,17 @@ class Dataset(_Base):
             return self._stolen(part, steal_state, columnar, batch_size, drop_last), observer
         units = self._read(part, position, columnar)
         return (rebatch(units, batch_size, drop_last, cursor) if columnar else units), observer
+
+    def _close_at_exit(self) -> None:
+        """Close this copy as its process (a DataLoader worker) exits, before
+        the interpreter waits for its threads: a loader dropped mid-epoch
+        then stops the worker's downloads and requests at once (their
+        partial files removed, its cache lock let go) rather than holding
+        its exit until torch kills it."""
+        if self.__dict__.get("_closing_in") == os.getpid():
+            return
+        self._closing_in = os.getpid()
+        util.Finalize(self, _close_copy, args=(weakref.ref(self),), exitpriority=20)
 
     def _begin_stream(
         self, participant: Participant, epoch: int, saved: dict[str, Any] | None,
@@ -1137,3 +1151,11 @@ def _tiering_of(settings: TieringSettings) -> Tiering:
     tiers = [Tier(t.name, t.path, t.capacity, t.media) for t in settings.tiers]
     return Tiering(tiers, DensityModel(settings.prior_strength),
                    prior_seconds=settings.prior_seconds)  # fmt: skip
+
+
+def _close_copy(dataset: weakref.ref[Dataset]) -> None:
+    """Close a worker's copy of a dataset as the worker exits (if it lives)."""
+    made = dataset()
+    if made is not None:
+        with contextlib.suppress(Exception):  # exiting: what could not close goes with it
+            made.close()

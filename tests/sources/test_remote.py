@@ -956,6 +956,25 @@ def test_a_cache_folder_removed_between_epochs_is_made_again(http, folder, tmp_p
         assert len(copies) == 3
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["workers", "persistent workers"])
+def test_dataloader_workers_let_go_of_the_cache_as_they_exit(http, folder, tmp_path,
+                                                              persistent) -> None:  # fmt: skip
+    """A worker's copy of the dataset holds the cache (its lock file, its
+    index connection): it closes as the worker exits, so a loader done with
+    leaves nothing of its workers in the cache."""
+    name = f"exiting-{persistent}"
+    keys = _small_tars(folder, name)
+    cache = tmp_path / "cache"
+    dataset = fastio.Dataset(http.url(f"{name}/part-{{0..2}}.tar"), index_dir=tmp_path / "index",
+                             cache_dir=cache, cache_bytes=64 << 20)  # fmt: skip
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=persistent)
+    assert sorted(sample["__key__"] for sample in loader) == sorted(keys)
+    del loader
+    gc.collect()
+    dataset.close()
+    assert os.listdir(cache / ".fastio-cache" / "owners") == []
+
+
 def test_a_cache_on_a_filesystem_gone_read_only_reads_from_the_store(http, folder, tmp_path,
                                                                     caplog) -> None:  # fmt: skip
     """A filesystem remounted read-only (as after errors) under the cache
