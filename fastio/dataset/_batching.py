@@ -47,8 +47,8 @@ def _concat(parts: list[Any]) -> Any:
         return type(parts[0]).join(parts)
     # Rows of a window gathered as it was and of one joined first: as Arrow.
     parts = [part.batch() if isinstance(part, Part) else part for part in parts]
-    if isinstance(parts[0], np.ndarray):  # in the file's dtype (its byte order too)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, dtype=parts[0].dtype)
+    if isinstance(parts[0], np.ndarray):
+        return parts[0] if len(parts) == 1 else _concat_arrays(parts)
     import pyarrow as pa  # numpy batches (npy, fixed) need no pyarrow
 
     if len(parts) == 1:
@@ -65,6 +65,29 @@ def _concat(parts: list[Any]) -> Any:
     except (pa.ArrowTypeError, pa.ArrowInvalid) as error:
         raise MixedTypesError(f"samples of one batch do not make one table: {error}; "
                               "iterate samples instead") from None  # fmt: skip
+
+
+def _concat_arrays(parts: list[np.ndarray]) -> np.ndarray:
+    """Rows of numpy shards (npy, fixed) in one array: in their files' dtype
+    (its byte order too) where they share it; else in the dtype that holds
+    every value of each (int8 and int64 rows make int64, never the first's
+    int8); rows no one array holds (other row shapes, structured dtypes of
+    other fields) raise MixedTypesError."""
+    dtypes = {part.dtype for part in parts}
+    shapes = {part.shape[1:] for part in parts}
+    if len(shapes) > 1:
+        raise MixedTypesError(f"rows of one batch have shapes {sorted(shapes)}: one array "
+                              "cannot hold them; iterate samples instead")  # fmt: skip
+    if len(dtypes) == 1:
+        return np.concatenate(parts, dtype=parts[0].dtype)
+    try:
+        common = np.result_type(*dtypes)
+    except TypeError:
+        common = None
+    if common is None or not all(np.can_cast(dtype, common, "safe") for dtype in dtypes):
+        raise MixedTypesError(f"rows of one batch are of dtypes {', '.join(map(str, dtypes))}, "
+                              "which no one dtype holds; iterate samples instead")  # fmt: skip
+    return np.concatenate(parts, dtype=common)
 
 
 def _joinable_batches(pa: Any, parts: list[Any]) -> bool:

@@ -53,6 +53,29 @@ def test_npy_batches_keep_the_file_s_dtype(tmp_path, rows: int) -> None:
     np.testing.assert_array_equal(np.concatenate(batches), array)
 
 
+def test_npy_batches_across_shards_of_other_dtypes_keep_every_value(tmp_path) -> None:
+    """A batch across an int8 shard and an int64 one holds every value (in
+    int64: never the first shard's int8, which would wrap 1000 to -24); rows
+    no one array holds (other row shapes, other fields) are refused with
+    MixedTypesError, and their samples still come one by one."""
+    np.save(tmp_path / "a.npy", np.arange(10, dtype=np.int8))
+    np.save(tmp_path / "b.npy", np.full(10, 1000, dtype=">i8"))
+    np.save(tmp_path / "c.npy", np.full(10, 0.5, dtype=np.float32))
+    dataset = fastio.Dataset(str(tmp_path / "{a,b,c}.npy"), shuffle=False)
+    expected = [*range(10), *[1000] * 10, *[0.5] * 10]
+    batches = list(dataset.batches(8))
+    assert [value.item() for batch in batches for value in batch] == expected
+    assert batches[1].dtype == np.int64  # int8 and int64 rows
+    assert batches[2].dtype == np.float64  # int64 and float32 rows: both fit float64
+    np.save(tmp_path / "d.npy", np.ones((10, 3), np.float32))
+    np.save(tmp_path / "e.npy", np.zeros(10, dtype=[("x", "<f8")]))
+    for other in ("d", "e"):
+        mixed = fastio.Dataset(str(tmp_path / f"{{c,{other}}}.npy"), shuffle=False)
+        with pytest.raises(fastio.MixedTypesError, match="iterate samples"):
+            list(mixed.batches(8))
+        assert len(list(mixed)) == 20
+
+
 def test_npy_fortran_order_and_object_arrays_are_refused(tmp_path) -> None:
     fortran = tmp_path / "f.npy"
     np.save(fortran, np.asfortranarray(np.ones((4, 3))))
