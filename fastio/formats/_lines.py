@@ -222,7 +222,16 @@ def _json_batches(data: bytes, url: str, offset: int) -> Iterator[Any]:
     import pyarrow.json as pa_json  # type: ignore[import-untyped,unused-ignore]
 
     try:
-        table = pa_json.read_json(io.BytesIO(data))
+        try:
+            table = pa_json.read_json(io.BytesIO(data))
+        except pyarrow.ArrowInvalid as error:
+            if "straddl" not in str(error):
+                raise
+            # A line longer than the parser's blocks (1 MiB by default): the
+            # lines in one block, which holds any of them.
+            block = min(max(len(data), 1 << 20) + 1, (1 << 31) - 1)  # an int32 there
+            options = pa_json.ReadOptions(block_size=block)
+            table = pa_json.read_json(io.BytesIO(data), read_options=options)
     except pyarrow.ArrowInvalid as error:
         raise DecodeError(f"JSON lines do not parse: {error}", url, offset) from None
     yield from table.to_batches()

@@ -128,6 +128,21 @@ def test_json_fields_of_two_types_are_no_batch_and_no_damage(tmp_path) -> None:
             assert [sample["x"] for sample in dataset] == [1, "two", 3]
 
 
+@pytest.mark.parametrize("seen", [False, True], ids=["never seen", "indexed"])
+def test_json_lines_longer_than_the_parser_s_blocks_batch(tmp_path, seen) -> None:
+    """A line of 3 MB among short ones (the JSON parser reads 1 MiB blocks):
+    its batch holds it, as samples do; no field has two types."""
+    rows = [{"id": i, "text": "x" * (3_000_000 if i == 5 else 10)} for i in range(12)]
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    dataset = fastio.Dataset(str(path), shuffle=False, index_dir=tmp_path / "index")
+    if seen:
+        dataset.index()
+    got = [row for batch in dataset.batches(4) for row in batch.to_pylist()]
+    assert got == rows
+    assert list(dataset) == rows
+
+
 def test_lines_that_end_in_crlf_come_without_the_return(tmp_path) -> None:
     """Windows' newline ends a line as "\\n" does (samples and batches); a
     return inside a line stays."""
