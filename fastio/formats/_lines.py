@@ -106,9 +106,9 @@ def _json_values(chunks: Iterable[Chunk], url: str) -> Iterator[Any]:
         text = bytes(line)
         if text.strip():
             try:
-                yield json.loads(text)
+                yield json_of(text)
             except ValueError as error:
-                yield DecodeError(f"line is not JSON: {error}", url, offset, index)
+                yield DecodeError(f"line is not {error}", url, offset, index)
             index += 1
 
 
@@ -177,9 +177,9 @@ class JsonLinesFormat(RecordFormat):
 
     def own(self, record: Any, url: str, offset: int) -> Any:
         try:
-            return json.loads(bytes(record))
+            return json_of(bytes(record))
         except ValueError as error:
-            raise DecodeError(f"line is not JSON: {error}", url, offset) from None
+            raise DecodeError(f"line is not {error}", url, offset) from None
 
     def samples(self, chunks: Iterable[Chunk], layout: Layout) -> Iterator[Any]:
         return _json_values(self._decompressed(chunks, layout), layout.url)
@@ -217,9 +217,28 @@ def _joined(chunks: Iterable[Chunk]) -> tuple[int, bytes, DecodeError | None]:
     return first or 0, data, stopped
 
 
+def json_of(line: bytes) -> Any:
+    """The JSON value of a line; ValueError saying "UTF-8: ..." or "JSON:
+    ..." where it is not one. Strict UTF-8: ``json.loads`` of bytes lets
+    encoded surrogates (ED A0 80) through, which no Arrow string holds."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"UTF-8: {error}") from None
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"JSON: {error}") from None
+
+
 def _json_batches(data: bytes, url: str, offset: int) -> Iterator[Any]:
     pyarrow = arrow()
     import pyarrow.json as pa_json  # type: ignore[import-untyped,unused-ignore]
+
+    try:  # Arrow's parser takes what is not UTF-8 into its strings
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DecodeError(f"JSON lines are not UTF-8: {error}", url, offset + error.start) from None
 
     try:
         try:
@@ -249,10 +268,10 @@ def _json_lines_around_damage(data: bytes, url: str, offset: int) -> Iterator[An
         line += b"\n"  # (one too many after the last line, which counts for nothing)
         if line.strip():
             try:
-                value = json.loads(line)
+                value = json_of(line)
                 problem = None if isinstance(value, dict) else "a JSON object"
             except ValueError as error:
-                problem = f"JSON: {error}"
+                problem = str(error)
             if problem is not None:
                 if good:
                     yield from _typed_json_batches(bytes(good), url, good_start)

@@ -143,6 +143,33 @@ def test_json_lines_longer_than_the_parser_s_blocks_batch(tmp_path, seen) -> Non
     assert list(dataset) == rows
 
 
+@pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+def test_a_json_line_with_an_encoded_surrogate_is_not_utf8(tmp_path, batches, on_error) -> None:
+    """ED A0 80 encodes a lone surrogate, which UTF-8 does not allow (Python's
+    codec refuses it, and no Arrow string may hold it; ``json.loads`` of
+    bytes lets it through): that line is damage, its own sample alone."""
+    lines = [json.dumps({"id": i, "text": f"row {i}"}).encode() for i in range(6)]
+    lines[3] = b'{"id": 3, "text": "\xed\xa0\x80"}'
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    dataset = fastio.Dataset(str(path), shuffle=False, on_error=on_error)
+
+    def epoch() -> list[dict]:
+        if batches:
+            return [row for batch in dataset.batches(2) for row in batch.to_pylist()]
+        return list(dataset)
+
+    if on_error == "raise":
+        with pytest.raises(fastio.DecodeError, match="UTF-8") as caught:
+            epoch()
+        assert caught.value.record == 3
+        assert caught.value.offset == sum(len(line) + 1 for line in lines[:3])
+    else:
+        assert [row["id"] for row in epoch()] == [0, 1, 2, 4, 5]
+        assert dataset.stats()["skipped"] == 1
+
+
 def test_lines_that_end_in_crlf_come_without_the_return(tmp_path) -> None:
     """Windows' newline ends a line as "\\n" does (samples and batches); a
     return inside a line stays."""
