@@ -136,6 +136,11 @@ def pyarrow_batches(urls: list[str], spec: DatasetSpec, options: LoaderOptions) 
             rows += sum(b.num_rows for b in file.iter_batches(options.batch_size, columns=columns))
         else:
             with pa.memory_map(url) as source:
+                if source.read(6) != b"ARROW1":  # an IPC stream (Hugging Face's .arrow files)
+                    source.seek(0)
+                    rows += sum(batch.num_rows for batch in pa.ipc.open_stream(source))
+                    continue
+                source.seek(0)
                 reader = pa.ipc.open_file(source)
                 rows += sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
     return rows

@@ -80,3 +80,27 @@ def test_compare_table_and_unknown_loaders(tmp_path: Path) -> None:
     wrong = bench("compare", written.pattern, "--loaders", "nope", check=False)
     assert wrong.returncode == 2
     assert "unknown loaders ['nope']" in wrong.stderr
+
+
+def test_compare_reads_arrow_ipc_streams_with_pyarrow(tmp_path: Path) -> None:
+    """The format ``arrow`` takes IPC streams (Hugging Face's ``save_to_disk``
+    files) beside IPC files: pyarrow's own loader reads both kinds."""
+    import pyarrow as pa
+
+    (tmp_path / "data").mkdir()
+    table = pa.table({"id": list(range(50)), "text": [f"row {i}" for i in range(50)]})
+    for number, stream in enumerate((True, False)):
+        path = tmp_path / "data" / f"part-{number}.arrow"
+        with pa.OSFile(str(path), "wb") as sink:
+            opened = pa.ipc.new_stream if stream else pa.ipc.new_file
+            with opened(sink, table.schema) as writer:
+                writer.write_table(table, max_chunksize=16)
+    report = json.loads(bench("compare", str(tmp_path / "data" / "part-{0..1}.arrow"),
+                              "--tune-seconds", "1", "--tuner-window-seconds", "0.1",
+                              "--repeat", "1", "--loaders", "fastio batches,pyarrow",
+                              "--tuned-config", str(tmp_path / "tuned.yaml"),
+                              "--json").stdout)  # fmt: skip
+    rows = {row["loader"]: row for row in report["loaders"]}
+    assert rows["pyarrow"]["failed"] is None, rows["pyarrow"]["failed"]
+    assert rows["pyarrow"]["samples_per_s"] > 0
+    assert report["dataset"]["samples"] == 100
