@@ -232,6 +232,12 @@ class FileTable:
         self._data_bytes: int | None = None
         self._cold_through_cache: bool | None = False
         self._followed: dict[str, FollowedFile] = {}  # downloads read as they arrive, by URL
+        # The cache copy released last, still pinned while idle: the reads of
+        # one file come one after another (a Parquet file's row groups, a
+        # tar's ranges), and each would otherwise pin and unpin it anew, two
+        # transactions of the cache's index per read.
+        self._kept_pin: OpenFile | None = None
+        self._pinned: dict[str, OpenFile] = {}  # by URL, the open copies that hold a pin
 
     @property
     def data_bytes(self) -> int | None:
@@ -287,8 +293,22 @@ class FileTable:
         assert self._remotes.cache is not None
         from fastio._errors import CacheFullError, CacheTimeoutError, CacheUnavailableError
 
+        held = self._pinned.get(url)
+        if held is not None and held.fd >= 0:  # its pin held already: no transaction
+            if not held.refs:
+                self._idle.pop(held.key, None)
+            if held is self._kept_pin:
+                self._kept_pin = None
+            held.refs += 1
+            return held
         try:
-            local = self._remotes.local_copy(url)  # pins once
+            try:
+                local = self._remotes.local_copy(url)  # pins once
+            except CacheFullError:
+                if self._kept_pin is None:
+                    raise
+                self._let_go_of_kept_pin()  # the room it holds may be what this needs
+                local = self._remotes.local_copy(url)
         except (CacheFullError, CacheTimeoutError) as error:
             # No room now (shards in use hold it, or the cache's filesystem is
             # full) or another process is downloading it: read this one
@@ -313,6 +333,7 @@ class FileTable:
             raise
         if file.pinned_url is None:
             file.pinned_url = url  # this pin is held until the last reference goes
+            self._pinned[url] = file
         else:
             self._unpin(url)  # already pinned for an earlier reference
         return file
@@ -341,11 +362,12 @@ class FileTable:
         if isinstance(file, RemoteFile):
             return  # nothing is held open for a remote object
         file.refs -= 1
-        url = file.pinned_url
-        if not file.refs and url is not None:
-            file.pinned_url = None
-            if self._remotes is not None and self._remotes.cache is not None:
-                self._unpin(url)
+        if not file.refs and file.pinned_url is not None:
+            if file.fd < 0:
+                self._unpin_file(file)
+            elif self._kept_pin is not file:  # kept pinned while it is the last released
+                self._let_go_of_kept_pin()
+                self._kept_pin = file
         if file.refs or file.fd < 0:
             return
         self._idle[file.key] = file
@@ -353,16 +375,37 @@ class FileTable:
             _, oldest = self._idle.popitem(last=False)
             self._close(oldest)
 
-    def close_all(self) -> None:
+    def close_all(self, unpin: bool = True) -> None:
         """Close every descriptor, also those still referenced: for shutdown once
-        no read is in flight, and in a forked child (the copies are its own)."""
+        no read is in flight, and in a forked child (the copies are its own;
+        ``unpin=False``: the pins are its parent's)."""
+        if unpin:
+            self._let_go_of_kept_pin()
+        self._kept_pin = None
+        self._pinned.clear()
         for file in list(self._files.values()):
             self._close(file)
         for followed in self._followed.values():
             followed.reader.close()
         self._followed.clear()
 
+    def _let_go_of_kept_pin(self) -> None:
+        kept, self._kept_pin = self._kept_pin, None
+        if kept is not None and not kept.refs:
+            self._unpin_file(kept)
+
+    def _unpin_file(self, file: OpenFile) -> None:
+        url, file.pinned_url = file.pinned_url, None
+        if url is None:
+            return
+        if self._pinned.get(url) is file:
+            del self._pinned[url]
+        if self._remotes is not None and self._remotes.cache is not None:
+            self._unpin(url)
+
     def _close(self, file: OpenFile) -> None:
+        if file is self._kept_pin:
+            self._let_go_of_kept_pin()
         del self._files[file.key]
         self._idle.pop(file.key, None)
         os.close(file.fd)

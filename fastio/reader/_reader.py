@@ -569,7 +569,7 @@ class Reader:
         # Inherited descriptors are this process's copies: close them. The
         # engine's ring and threads belong to the parent: drop them untouched
         # (the binding frees only memory in a child).
-        self._files.close_all()
+        self._files.close_all(unpin=False)
         self._reset_process_state()
 
     def _get_engine(self) -> _native.Engine:
