@@ -180,5 +180,22 @@ def remaining_samples(
             ids = owners[owner].window_ids(unit, bases)
             delivered.append(ids if offset is None else ids[:offset])
     taken = np.concatenate(delivered) if delivered else np.zeros(0, np.int64)
-    result: np.ndarray = before[~np.isin(before, taken)]
+    left = ~np.isin(before, taken)
+    if remainder == "drop":  # the samples the split dropped were in no part: not left either
+        workers = max(1, int(merged["num_workers"]))
+        assigned = [
+            make_part(
+                layouts,
+                shuffle,
+                remainder,
+                epoch,
+                Participant(rank, merged["world_size"], worker, workers),
+                merged["batch_size"],
+                before,
+            ).sample_ids(bases)
+            for rank in range(int(merged["world_size"]))
+            for worker in range(workers)
+        ]
+        left &= np.isin(before, np.concatenate(assigned))  # fmt: skip
+    result: np.ndarray = before[left]
     return result

@@ -122,3 +122,37 @@ def test_states_that_cannot_be_honoured_are_refused(written) -> None:
     dataset = fastio.Dataset(written.pattern, batch_size=BATCH, **OPTIONS)
     with pytest.raises(ValueError, match=r"cover 2 of the 4"):
         dataset.load_state_dict(states[0])  # one rank's loader state of a two-rank save
+
+
+@pytest.mark.parametrize("resumed_at", [1, 3])
+def test_an_elastic_resume_with_drop_adds_nothing_the_split_dropped(tmp_path, resumed_at) -> None:
+    """With ``remainder="drop"`` the split leaves out what does not divide
+    among the ranks: the rest of an epoch resumed at another world size is
+    what the ranks' parts held and had not delivered (less what the new
+    split drops in turn), never a sample in no part."""
+    written = write("webdataset", tmp_path / "data", shards=5, per_shard=21)
+    world = next(size for size in (2, 3, 4) if len(written.samples) % size)
+    options = {**OPTIONS, "remainder": "drop", "index_dir": tmp_path / "index"}
+    whole: Counter[int] = Counter()
+    head: list[int] = []
+    states = []
+    for rank in range(world):
+        dataset = fastio.Dataset(written.pattern, rank=rank, world_size=world, **options)
+        whole.update(keys(dataset))
+        dataset.set_epoch(0)  # the same epoch again, stopped early
+        samples = iter(dataset)
+        head.extend(keys(next(samples) for _ in range(5 + rank)))
+        states.append(dataset.state_dict())
+        del samples
+        dataset.close()
+    assert sum(whole.values()) == len(written.samples) // world * world  # some were dropped
+    rest: list[int] = []
+    for rank in range(resumed_at):
+        dataset = fastio.Dataset(written.pattern, rank=rank, world_size=resumed_at, **options)
+        dataset.load_state_dict(states)
+        rest.extend(keys(dataset))
+        dataset.close()
+    got = Counter(head + rest)
+    assert got <= whole  # nothing outside the parts, nothing twice
+    # The new split drops too: at most what does not divide among its ranks.
+    assert sum((whole - got).values()) < resumed_at
