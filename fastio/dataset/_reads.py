@@ -15,6 +15,7 @@ import numpy as np
 from fastio._errors import DecodeError, ShardChangedError, TruncatedFileError, TruncatedShardError
 from fastio.dataset._batching import rows_of, slice_rows
 from fastio.dataset._policy import place_of
+from fastio.formats._compression import codec_for
 from fastio.reader._ranges import Shard
 
 if TYPE_CHECKING:
@@ -207,7 +208,12 @@ class SampleReads:
                         yield reads[expected], _nothing(columnar)
                         expected += 1
                     read = reads[failed]
-                    policy.failure(guarded.failure, read.stop - read.start, "read failed")
+                    policy.failure(
+                        guarded.failure,
+                        read.stop - read.start,
+                        "read failed",
+                        place=f"{place_of(guarded.failure)} samples {read.start}",
+                    )
                     yield read, _nothing(columnar)
                     expected = failed + 1
             else:
@@ -255,13 +261,49 @@ class SampleReads:
             taken.count += 1
             yield sample
         error = failed[0] if failed else None
+        after = self._after_damage(read, error, taken, guarded, position)
+        if after is not None:  # the index knows where the next sample starts: read on there
+            assert error is not None
+            lost = after.start - read.start - taken.count  # the damaged sample, unless it came
+            policy.failure(error, lost, "damaged record skipped")
+            for _ in range(lost):
+                taken.count += 1
+                yield SKIPPED
+            rest = ReadSamples()
+            chunks = Guarded(self.reader().stream([self._shard(after)]), cut=True)
+            try:
+                yield from self._samples(after, chunks, layout.decoded_from(after.start),
+                                         policy, rest, chunks, 0, encoded)  # fmt: skip
+            finally:
+                chunks.close()
+                taken.count += rest.count
+            return
         if error is None and taken.count < want:
             error = TruncatedShardError(
                 f"holds {skip + taken.count} samples from {first} on, the index says "
                 f"{skip + want} (the shard changed after it was indexed?)",
                 layout.url, -1, first + skip + taken.count,
             )  # fmt: skip
-        _cut_short(policy, error, guarded, position, want - taken.count)
+        _cut_short(policy, error, guarded, position, want - taken.count, read.start + taken.count)
+
+    def _after_damage(self, read: Read, error: Exception | None, taken: ReadSamples,
+                      guarded: Guarded, position: int) -> Read | None:  # fmt: skip
+        """The rest of ``read`` after the sample whose damage ended its
+        decoding (``error``), where its index says where each sample starts
+        (a shard damaged since it was indexed, its size and times kept): the
+        samples after it are intact, and only it is lost (or nothing, where
+        the damage is in a member after those of it that came: a header
+        that cannot name its sample ends the one before). None where the
+        read failed otherwise, or nothing follows the damaged sample."""
+        layout = self.layouts[read.run.shard]
+        if not isinstance(error, DecodeError) or error.record is None or not layout.per_sample:
+            return None
+        if guarded.failed_at == position or codec_for(layout.url) is not None:
+            return None
+        came = read.start + taken.count  # the samples before the damage came
+        if not came - 1 <= error.record <= came or error.record + 1 >= read.stop:
+            return None
+        return Read(read.window, read.run, error.record + 1, read.stop)
 
     def _parts(
         self, read: Read, chunks: Iterable[Any], first: int, policy: ErrorPolicy,
@@ -298,7 +340,7 @@ class SampleReads:
                 f"holds {taken.count} of the {want} samples its index places from sample "
                 f"{read.start}", layout.url, -1, read.start + taken.count,
             )  # fmt: skip
-        _cut_short(policy, error, guarded, position, want - taken.count)
+        _cut_short(policy, error, guarded, position, want - taken.count, read.start + taken.count)
 
 
 _DEAD_AFTER = 2  # reads of a shard failed in a pass, after their retries
@@ -330,15 +372,16 @@ def _until_failure(items: Iterator[Any], layout: Layout, failed: list[Exception]
         yield item
 
 
-def _cut_short(
-    policy: ErrorPolicy, error: Exception | None, guarded: Guarded, position: int, lost: int
-) -> None:
+def _cut_short(policy: ErrorPolicy, error: Exception | None, guarded: Guarded, position: int,
+               lost: int, first_lost: int) -> None:  # fmt: skip
     """A read's failure through ``policy``: the stream's own (the
-    ``position``-th shard's read failed midway), else its decoding's, if any."""
+    ``position``-th shard's read failed midway), else its decoding's, if any.
+    Its place is where the loss begins (the shard's sample ``first_lost``):
+    the reads of a shard that fail alike lose samples of their own each."""
     if guarded.failed_at == position:
         error = guarded.failure
     if error is not None:
-        policy.failure(error, lost, "read failed")
+        policy.failure(error, lost, "read failed", place=f"{place_of(error)} samples {first_lost}")
 
 
 def _nothing(columnar: bool) -> Any:

@@ -172,6 +172,35 @@ def test_one_process_counts_each_place_of_damage_once(tmp_path, seen) -> None:
         assert any(url in error and "checksum" in error for error in stats["errors"])
 
 
+@pytest.mark.parametrize("shuffle", [False, True], ids=["stored", "shuffled"])
+def test_damage_behind_a_still_valid_index_costs_only_the_damaged_sample(tmp_path, shuffle) -> None:
+    """A shard garbled after it was indexed, its size and times kept (so its
+    index is still taken): decoding a read stops at the damaged header of
+    sample 11, and the index says where each later sample starts, so only
+    that sample is lost, not the rest of its read."""
+    written = write("webdataset", tmp_path / "data", shards=3, per_shard=30)
+    url = written.urls[1]
+    layout = fastio.Dataset(written.pattern, shuffle=False).layouts[1]
+    lo = int(layout.starts[11])  # its first header, and on into its bytes
+    hi = lo + 1000
+    hit = {11}
+    before = os.stat(url)
+    with open(url, "r+b") as handle:
+        handle.seek(lo)
+        handle.write(b"\xa5" * (hi - lo))
+    os.utime(url, ns=(before.st_atime_ns, before.st_mtime_ns))
+    first = fastio.Dataset(written.urls[0]).total
+    lost = {first + i for i in hit}
+    dataset = fastio.Dataset(written.pattern, shuffle=shuffle, on_error="skip")
+    got = sorted(key_of("webdataset", sample) for sample in dataset)
+    assert got == sorted(row["key"] for row in written.samples if row["key"] not in lost)
+    assert dataset.stats()["skipped"] == len(hit)
+    strict = fastio.Dataset(written.pattern, shuffle=False)
+    with pytest.raises(fastio.DecodeError) as caught:
+        list(strict)
+    assert caught.value.record == min(hit)
+
+
 ERRORS = [
     fastio.CorruptRecordError("data checksum does not match", "s3://b/x.tfrecord", 4096, 7),
     fastio.TruncatedShardError("shard ends inside a record", "/d/x.tar", 512),
