@@ -4,6 +4,7 @@ policy."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from itertools import groupby, islice
@@ -261,22 +262,11 @@ class SampleReads:
             taken.count += 1
             yield sample
         error = failed[0] if failed else None
-        after = self._after_damage(read, error, taken, guarded, position)
+        after = self._after_damage(read, error, read.start + taken.count, guarded, position)
         if after is not None:  # the index knows where the next sample starts: read on there
             assert error is not None
-            lost = after.start - read.start - taken.count  # the damaged sample, unless it came
-            policy.failure(error, lost, "damaged record skipped")
-            for _ in range(lost):
-                taken.count += 1
-                yield SKIPPED
-            rest = ReadSamples()
-            chunks = Guarded(self.reader().stream([self._shard(after)]), cut=True)
-            try:
-                yield from self._samples(after, chunks, layout.decoded_from(after.start),
-                                         policy, rest, chunks, 0, encoded)  # fmt: skip
-            finally:
-                chunks.close()
-                taken.count += rest.count
+            decode = functools.partial(self._samples, encoded=encoded)
+            yield from self._read_on(read, after, error, policy, taken, decode)
             return
         if error is None and taken.count < want:
             error = TruncatedShardError(
@@ -286,7 +276,33 @@ class SampleReads:
             )  # fmt: skip
         _cut_short(policy, error, guarded, position, want - taken.count, read.start + taken.count)
 
-    def _after_damage(self, read: Read, error: Exception | None, taken: ReadSamples,
+    def _read_on(
+        self,
+        read: Read,
+        after: Read,
+        error: Exception,
+        policy: ErrorPolicy,
+        taken: ReadSamples,
+        decode: Callable[..., Iterator[Any]],
+    ) -> Iterator[Any]:
+        """``read``'s items from ``after`` on, read anew (see :meth:`_after_damage`):
+        the damaged sample before it, unless it came, is lost (SKIPPED in its
+        place), and ``decode`` (:meth:`_samples` or :meth:`_parts`) gives the rest."""
+        lost = after.start - read.start - taken.count
+        policy.failure(error, lost, "damaged record skipped")
+        for _ in range(lost):
+            taken.count += 1
+            yield SKIPPED
+        rest = ReadSamples()
+        chunks = Guarded(self.reader().stream([self._shard(after)]), cut=True)
+        try:
+            first = self.layouts[after.run.shard].decoded_from(after.start)
+            yield from decode(after, chunks, first, policy, rest, chunks, 0)
+        finally:
+            chunks.close()
+            taken.count += rest.count
+
+    def _after_damage(self, read: Read, error: Exception | None, came: int,
                       guarded: Guarded, position: int) -> Read | None:  # fmt: skip
         """The rest of ``read`` after the sample whose damage ended its
         decoding (``error``), where its index says where each sample starts
@@ -300,10 +316,11 @@ class SampleReads:
             return None
         if guarded.failed_at == position or codec_for(layout.url) is not None:
             return None
-        came = read.start + taken.count  # the samples before the damage came
-        if not came - 1 <= error.record <= came or error.record + 1 >= read.stop:
+        # ``came``: the sample after those decoded before the damage.
+        resume = max(error.record + 1, read.start)
+        if not came - 1 <= error.record <= came or resume >= read.stop:
             return None
-        return Read(read.window, read.run, error.record + 1, read.stop)
+        return Read(read.window, read.run, resume, read.stop)
 
     def _parts(
         self, read: Read, chunks: Iterable[Any], first: int, policy: ErrorPolicy,
@@ -335,6 +352,11 @@ class SampleReads:
             if rows >= skip + want:
                 break
         error = failed[0] if failed else None
+        after = self._after_damage(read, error, first + rows, guarded, position)
+        if after is not None:  # the index knows where the next sample starts: read on there
+            assert error is not None
+            yield from self._read_on(read, after, error, policy, taken, self._parts)
+            return
         if error is None and taken.count < want:
             error = TruncatedShardError(
                 f"holds {taken.count} of the {want} samples its index places from sample "

@@ -16,7 +16,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastio
-from tests.shards import check_sample, key_of, write
+from tests.shards import batch_keys, check_sample, key_of, write
 
 
 def damage_tar(written) -> tuple[str, int, int]:
@@ -172,8 +172,11 @@ def test_one_process_counts_each_place_of_damage_once(tmp_path, seen) -> None:
         assert any(url in error and "checksum" in error for error in stats["errors"])
 
 
+@pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
 @pytest.mark.parametrize("shuffle", [False, True], ids=["stored", "shuffled"])
-def test_damage_behind_a_still_valid_index_costs_only_the_damaged_sample(tmp_path, shuffle) -> None:
+def test_damage_behind_a_still_valid_index_costs_only_the_damaged_sample(
+    tmp_path, shuffle, batches
+) -> None:
     """A shard garbled after it was indexed, its size and times kept (so its
     index is still taken): decoding a read stops at the damaged header of
     sample 11, and the index says where each later sample starts, so only
@@ -192,7 +195,10 @@ def test_damage_behind_a_still_valid_index_costs_only_the_damaged_sample(tmp_pat
     first = fastio.Dataset(written.urls[0]).total
     lost = {first + i for i in hit}
     dataset = fastio.Dataset(written.pattern, shuffle=shuffle, on_error="skip")
-    got = sorted(key_of("webdataset", sample) for sample in dataset)
+    if batches:
+        got = sorted(key for batch in dataset.batches(7) for key in batch_keys("webdataset", batch))
+    else:
+        got = sorted(key_of("webdataset", sample) for sample in dataset)
     assert got == sorted(row["key"] for row in written.samples if row["key"] not in lost)
     assert dataset.stats()["skipped"] == len(hit)
     strict = fastio.Dataset(written.pattern, shuffle=False)
