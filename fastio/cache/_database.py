@@ -69,9 +69,9 @@ _SQLITE_READONLY = 8
 
 def _read_only(error: sqlite3.Error) -> bool:
     code = getattr(error, "sqlite_errorcode", None)  # extended: the primary in the low byte
-    return (code is not None and code & 0xFF == _SQLITE_READONLY) or "readonly database" in str(
-        error
-    )
+    if code is not None and code & 0xFF == _SQLITE_READONLY:
+        return True
+    return "readonly database" in str(error)
 
 
 def _full(error: sqlite3.Error) -> bool:
