@@ -113,6 +113,11 @@ def _npy_header(head: bytes, length: int, url: str) -> _NpyHeader:
         raise DecodeError(f"bad .npy header: {error}", url, 0) from None
     if dtype.hasobject:
         raise DecodeError("object arrays hold pickles, not fixed-size rows", url, 0)
+    if any(n < 0 for n in shape):
+        raise DecodeError(f"bad .npy header: a negative dimension in shape {shape}", url, 0)
+    if dtype.subdtype is not None:  # '3f4': numpy writes such axes into the shape
+        raise DecodeError(f"bad .npy header: a subarray dtype {dtype} (numpy cannot read the "
+                          "array either)", url, 0)  # fmt: skip
     if fortran_order and len(shape) > 1:
         raise DecodeError("a Fortran-order array's rows are not contiguous", url, 0)
     if not shape:  # a 0-d array is one "row"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,12 @@ class ByteRange:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", os.fspath(self.path))  # accept PathLike too
+        # Integers of any kind (numpy's from an index too) as Python ints: the
+        # reader's arithmetic on them, and the native engine, take those only.
+        # A float or other non-integer raises TypeError here.
+        object.__setattr__(self, "offset", operator.index(self.offset))
+        if self.length is not None:
+            object.__setattr__(self, "length", operator.index(self.length))
         if self.offset < 0:
             raise ValueError(f"offset must be >= 0, not {self.offset} ({self.path})")
         if self.length is not None and self.length < 0:

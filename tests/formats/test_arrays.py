@@ -96,6 +96,22 @@ def test_npy_truncated(tmp_path) -> None:
     assert caught.value.url == str(path)
 
 
+@pytest.mark.parametrize(("descr", "shape"), [("<f4", (3, -7)), ("3<f4", (7,))],
+                         ids=["negative dimension", "subarray dtype"])  # fmt: skip
+def test_npy_headers_no_array_follows_are_damage(tmp_path, descr, shape) -> None:
+    """Headers numpy's header reader takes but no array of fixed-size rows
+    follows (numpy itself cannot read these arrays): a DecodeError naming the
+    file at byte 0, not a bare ValueError."""
+    path = tmp_path / "x.npy"
+    with open(path, "wb") as handle:
+        header = {"descr": descr, "fortran_order": False, "shape": shape}
+        np.lib.format.write_array_header_1_0(handle, header)
+        handle.write(bytes(84))
+    with pytest.raises(fastio.DecodeError, match=r"bad \.npy header") as caught:
+        list(decode_npy(stream(str(path), 4096), str(path)))
+    assert (caught.value.url, caught.value.offset) == (str(path), 0)
+
+
 def test_fixed_records(tmp_path) -> None:
     path = tmp_path / "records.bin"
     data = random.Random(9).randbytes(1000 * 37)

@@ -1200,3 +1200,21 @@ def test_idle_descriptors_go_when_the_process_runs_out_of_them(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-3000:]
     delivered, total = map(int, done.stdout.split())
     assert delivered == total == len(written.samples)
+
+
+@pytest.mark.parametrize("direct", [True, False, "auto"])
+def test_ranges_of_numpy_integers_read_as_ints(make_file, direct) -> None:
+    """Offsets and lengths taken from a numpy index (np.int64) are integers
+    like any other: the bytes come, and the reader stays usable after. A
+    float is no offset."""
+    import numpy as np
+
+    path, data = make_file(50_000)
+    with Reader(direct=direct) as reader:
+        ranges = [ByteRange(path, np.int64(4097), np.int64(9000)), ByteRange(path, np.uint32(3))]
+        got = [bytes(chunk.data) for chunk in reader.stream(ranges)]
+        assert b"".join(got) == data[4097:13097] + data[3:]
+        assert b"".join(bytes(c.data) for c in reader.stream([ByteRange(path, 0, 10)])) == data[:10]
+    assert type(ranges[0].offset) is int
+    with pytest.raises(TypeError):
+        ByteRange(path, 1.5)  # type: ignore[arg-type]
