@@ -178,7 +178,15 @@ void fio_read_resident(const char *const *paths, const uint64_t *offsets,
             if (fd >= 0)
                 close(fd);
             open_path = paths[i];
-            fd = open(open_path, O_RDONLY | O_CLOEXEC);
+            /* Not blocking until it is known to be a file: a FIFO without a
+             * writer would wait in open() for ever. Others are left to the
+             * reader's stream, which says what they are. */
+            fd = open(open_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+            struct stat st;
+            if (fd >= 0 && (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))) {
+                close(fd);
+                fd = -1;
+            }
         }
         if (fd < 0 || lengths[i] == 0)
             continue;

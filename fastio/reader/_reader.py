@@ -461,7 +461,9 @@ class Reader:
         got: list[bytes | None] = [None] * len(ranges)
         names = {path: os.fsencode(local_path(path))
                  for path in {piece.path for piece in ranges} if not is_remote(path)}  # fmt: skip
-        local = [index for index, piece in enumerate(ranges) if piece.path in names]
+        # Empty ranges go through the stream too, which checks the file is there.
+        local = [index for index, piece in enumerate(ranges)
+                 if piece.path in names and piece.length]  # fmt: skip
         if local:
             found = _native.read_resident(
                 [names[ranges[index].path] for index in local],

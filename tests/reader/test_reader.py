@@ -1218,3 +1218,23 @@ def test_ranges_of_numpy_integers_read_as_ints(make_file, direct) -> None:
     assert type(ranges[0].offset) is int
     with pytest.raises(TypeError):
         ByteRange(path, 1.5)  # type: ignore[arg-type]
+
+
+def test_read_ranges_says_what_stream_says_of_odd_files(tmp_path: Path) -> None:
+    """read_ranges reads cached files in place, but a FIFO is never waited
+    on in open() (an OSError, as the stream raises), and an empty range of a
+    file that is not there, or past its end, fails as the stream's would."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"x" * 100)
+    with Reader() as reader:
+        with pytest.raises(OSError, match="not a regular file") as caught:
+            reader.read_ranges([ByteRange(str(fifo), 0, 5)])
+        assert caught.value.errno == errno.EINVAL
+        with pytest.raises(FileNotFoundError):
+            reader.read_ranges([ByteRange(str(tmp_path / "missing"), 0, 0)])
+        with pytest.raises(fastio.TruncatedFileError):
+            reader.read_ranges([ByteRange(str(small), 1000, 0)])
+        assert reader.read_ranges([ByteRange(str(small), 100, 0), ByteRange(str(small), 90, 10)]) \
+            == [b"", b"x" * 10]  # fmt: skip
