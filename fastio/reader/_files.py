@@ -477,9 +477,10 @@ class FileTable:
         return file
 
     def _warn_direct_refused(self, path: str, fd: int) -> None:
-        dev = os.fstat(fd).st_dev
-        if dev in self._direct_refused:
-            return
+        st = os.fstat(fd)
+        dev = st.st_dev
+        if dev in self._direct_refused or not stat.S_ISREG(st.st_mode):
+            return  # (a folder, a FIFO: refused for what they are, just below)
         self._direct_refused.add(dev)
         warnings.warn(
             DirectIOFallbackWarning(

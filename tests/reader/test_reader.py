@@ -1238,3 +1238,15 @@ def test_read_ranges_says_what_stream_says_of_odd_files(tmp_path: Path) -> None:
             reader.read_ranges([ByteRange(str(small), 1000, 0)])
         assert reader.read_ranges([ByteRange(str(small), 100, 0), ByteRange(str(small), 90, 10)]) \
             == [b"", b"x" * 10]  # fmt: skip
+
+
+def test_a_folder_read_with_o_direct_is_refused_for_what_it_is(tmp_path: Path) -> None:
+    """O_DIRECT is refused on a folder (EINVAL): that says nothing of its
+    filesystem, so no DirectIOFallbackWarning (an error in this suite) comes
+    before the IsADirectoryError."""
+    with Reader(direct=True) as reader:
+        with pytest.raises(IsADirectoryError):
+            list(reader.stream([ByteRange(str(tmp_path), 0, 10)]))
+        path = tmp_path / "file.bin"
+        path.write_bytes(b"y" * 5000)
+        assert b"".join(bytes(c.data) for c in reader.stream([ByteRange(str(path))])) == b"y" * 5000
