@@ -15,7 +15,7 @@ __all__ = ["DatasetCollector", "prometheus_text"]
 
 # name, kind, help, key of stats() (dataset) or of stats()["reader"] (reader_)
 _DATASET = (
-    ("samples_total", "counter", "Samples delivered this epoch by this process.", "samples"),
+    ("samples_total", "counter", "Samples this process delivered, all epochs.", "samples"),
     ("skipped_samples_total", "counter", "Samples skipped (on_error skip or warn).", "skipped"),
     ("skipped_shards_total", "counter", "Shards left out as unreadable.", "shards_skipped"),
     ("epoch", "gauge", "The epoch being read.", "epoch"),
