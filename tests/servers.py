@@ -44,6 +44,9 @@ class Faults:
     failing: Callable[[str, int], bool] | None = None
     range_cap: int | None = None  # a range answers at most this many bytes (206 says which)
     gzip_ranges: bool = False  # range answers come gzip-encoded, whatever was asked
+    # HEAD answers say gzip (their length not the object's) and whole GETs
+    # come chunked: only a range's Content-Range says the size.
+    lengths_hidden: bool = False
 
     def take(self, name: str) -> bool:
         count = getattr(self, name)
@@ -145,6 +148,9 @@ class RangeServer:
             faults.heads[name] += 1
             while faults.hold_heads:
                 await asyncio.sleep(0.005)
+            if faults.lengths_hidden:  # as a compressing front end answers for text
+                return web.Response(headers={**headers, "Content-Encoding": "gzip",
+                                             "Content-Length": str(len(data) // 3)})  # fmt: skip
             return web.Response(headers={**headers, "Content-Length": str(len(data))})
         faults.requests += 1
         faults.gets[name] += 1
@@ -187,6 +193,13 @@ class RangeServer:
             return response
         faults.bytes_served += len(body)
         faults.served[name] += len(body)
+        if faults.lengths_hidden and status == 200:
+            response = web.StreamResponse(status=status, headers=headers)
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await response.write(body)
+            await response.write_eof()
+            return response
         return web.Response(status=status, body=body, headers=headers)
 
 

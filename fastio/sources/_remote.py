@@ -431,14 +431,33 @@ class Remotes:
         http = self._http
         assert http is not None
         try:
-            return retried(lambda: http.head(url, self.settings.request_timeout), self.settings,
-                           lambda e: _transient(e) and not http.closed)  # fmt: skip
+            size, version = retried(lambda: http.head(url, self.settings.request_timeout),
+                                    self.settings,
+                                    lambda e: _transient(e) and not http.closed)  # fmt: skip
         except HTTPStatusError as error:
             if _missing(error) or error.status == REDIRECT_LOOP:
                 raise _stat_error(error, url) from None
             return None, ""
         except OSError as error:
             raise _stat_error(error, url) from None
+        if size is None:  # an answer with no length (chunked, or encoded): a range says it
+            size, version = self._first_byte_says(url, version)
+        return size, version
+
+    def _first_byte_says(self, url: str, version: str) -> tuple[int | None, str]:
+        """The size (and ETag) the answer to a request of the first byte of
+        ``url`` gives in its Content-Range, where HEAD's gave none; ``version``
+        and no size where it does not say either."""
+        http = self._http
+        assert http is not None
+        said: list[tuple[int | None, str]] = []
+        try:
+            http.get_into(url, 0, 1, memoryview(bytearray(1)), self.settings.request_timeout,
+                          identity=lambda size, etag: said.append((size, etag)))  # fmt: skip
+        except OSError:
+            return None, version  # (an empty object's 416 too): fsspec asks again
+        size, etag = said[0] if said else (None, "")
+        return size, etag or version
 
     def local_copy(self, url: str) -> str | Filling:
         """The path of a verified local copy of ``url`` in the shard cache; on

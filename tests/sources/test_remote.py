@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import fastio
-from fastio import RangeIgnoredError
+from fastio import ByteRange, RangeIgnoredError
 from fastio.cache._cache import INDEX_ROOM, ShardCache
 from fastio.sources._remote import absolute_path
 from tests.conftest import ResourceSnapshot
@@ -1001,6 +1001,27 @@ def test_a_cached_shard_is_pinned_once_for_its_reads_not_per_read(http, folder,
         after = dataset.cache.stats()
     assert after["misses"] == before["misses"]  # read from the copies
     assert 1 <= after["hits"] - before["hits"] <= 4  # once a copy or so, not once a row group
+
+
+def test_an_object_whose_length_only_a_range_says_is_read(http, folder, tmp_path) -> None:
+    """A compressing front end answers HEAD with gzip and the length of an
+    encoding, not the object's, and a whole GET chunked: the size comes from
+    the Content-Range of a request of the first byte, and every sample is
+    read."""
+    keys = _small_tars(folder, "encoded-heads")
+    http.faults.lengths_hidden = True
+    try:
+        with fastio.Dataset(http.url("encoded-heads/part-{0..2}.tar"), shuffle=False,
+                            index_dir=tmp_path / "index") as dataset:  # fmt: skip
+            assert [sample["__key__"] for sample in dataset] == keys
+        with fastio.Reader() as reader:
+            url = http.url("encoded-heads/part-1.tar")
+            size = os.path.getsize(folder / "encoded-heads" / "part-1.tar")
+            assert reader.describe(url)[0] == size
+            assert reader.read_ranges([ByteRange(url, 0, 10)]) == [
+                (folder / "encoded-heads" / "part-1.tar").read_bytes()[:10]]  # fmt: skip
+    finally:
+        http.faults.lengths_hidden = False
 
 
 def test_a_cache_on_a_filesystem_gone_read_only_reads_from_the_store(http, folder, tmp_path,
