@@ -50,7 +50,7 @@ from fastio.plan._assignment import part_bounds
 from fastio.plan._cursor import EpochCursor, Start
 from fastio.plan._ledger import EpochLedger
 from fastio.plan._part import make_part
-from fastio.plan._participant import Participant, current_rank, current_worker
+from fastio.plan._participant import Participant, current_rank, current_worker, job_run
 from fastio.plan._resume import (
     STATE_VERSION,
     check_plan,
@@ -85,10 +85,6 @@ if TYPE_CHECKING:
     from fastio.tiering import Tiering
 
 __all__ = ["Batches", "Dataset", "MapStyle"]
-
-# What names a job's ranks alike (launchers set them): a mark of another job's
-# first epoch is not this one's.
-_JOB_VARIABLES = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
 
 # Tuners a forked DataLoader worker inherited, kept: closing or collecting
 # one would close its study's connection, which is its parent's.
@@ -910,8 +906,9 @@ class Dataset(_Base):
         streams as that one does, else the two would split the epoch apart
         (samples lost and read twice). The rank that streams leaves a mark,
         which lives as long as its process (its DataLoader workers' parent)."""
-        job = [os.environ.get(name, "") for name in _JOB_VARIABLES]
-        key = hashlib.sha256("\n".join([*self.urls, str(world_size), *job]).encode()).hexdigest()
+        # (A mark of another job's first epoch is not this one's.)
+        named = "\n".join([*self.urls, str(world_size), *job_run()])
+        key = hashlib.sha256(named.encode()).hexdigest()
         if self._first_streams:
             mark("firstpass", key, self._home)
             return True

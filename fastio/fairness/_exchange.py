@@ -19,14 +19,12 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
+from fastio.plan._participant import job_run
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = ["FileExchange", "job_exchange"]
-
-# Variables that name one run of a distributed job (torchrun, SLURM, MPI launchers).
-_JOB_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "MASTER_ADDR", "MASTER_PORT",
-                  "OMPI_COMM_WORLD_SIZE")  # fmt: skip
 
 
 def job_exchange(urls: Iterable[str], seed: int, exchange_dir: str | None) -> FileExchange:
@@ -36,8 +34,8 @@ def job_exchange(urls: Iterable[str], seed: int, exchange_dir: str | None) -> Fi
     if exchange_dir is not None:
         return FileExchange(exchange_dir)
     key = hashlib.sha256()
-    for name in _JOB_VARIABLES:
-        key.update(f"{name}={os.environ.get(name, '')};".encode())
+    for variable in job_run():
+        key.update(f"{variable};".encode())
     key.update(f"seed={seed};".encode())
     for url in urls:
         key.update(url.encode() + b"\0")

@@ -12,7 +12,19 @@ import os
 import sys
 from dataclasses import dataclass
 
-__all__ = ["Participant", "current_rank", "current_worker"]
+__all__ = ["Participant", "current_rank", "current_worker", "job_run"]
+
+
+# Variables that name one run of a distributed job (torchrun, SLURM, MPI launchers).
+_JOB_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "MASTER_ADDR", "MASTER_PORT",
+                  "OMPI_COMM_WORLD_SIZE")  # fmt: skip
+
+
+def job_run() -> list[str]:
+    """``name=value`` of each variable that names this run of a job (empty
+    values where unset): the same on every rank of one run, another run's
+    differ."""
+    return [f"{name}={os.environ.get(name, '')}" for name in _JOB_VARIABLES]
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,6 +200,23 @@ def fits_in_page_cache(nbytes: int, room: int | None) -> bool:
     return room is not None and nbytes <= room * CACHE_SHARE
 
 
+def open_for_reading(path: str, flags: int) -> tuple[int, os.stat_result]:
+    """``path`` opened with ``flags``, and its stat. Not blocking until it is
+    known to be a file: a FIFO without a writer would wait in open() for
+    ever. A regular file or block device is made blocking again (io_uring
+    refuses a read that must wait on a file left non-blocking); anything
+    else is left as it is, for the caller to refuse."""
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
 def _set_direct(fd: int) -> bool:
     """Switch ``fd`` to O_DIRECT; False where its filesystem refuses (tmpfs on
     older kernels, some FUSE and network filesystems): the reads then go
@@ -434,25 +451,21 @@ class FileTable:
         return self._open_once(key, path, direct)
 
     def _open_once(self, key: tuple[str, Direct], path: str, direct: Direct) -> OpenFile:
-        # Not blocking until it is known to be a file: a FIFO without a writer
-        # would wait in open() for ever (io_uring would refuse a read that
-        # must wait on a file left non-blocking: see below).
-        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+        flags = os.O_RDONLY | os.O_CLOEXEC
         opened_direct = False
         if direct is True:
             try:
-                fd = os.open(path, flags | os.O_DIRECT)
+                fd, st = open_for_reading(path, flags | os.O_DIRECT)
                 opened_direct = True
             except OSError as error:
                 if error.errno != errno.EINVAL:
                     raise
-                fd = os.open(path, flags)
-                self._warn_direct_refused(path, fd)
+                fd, st = open_for_reading(path, flags)
+                self._warn_direct_refused(path, st)
         else:
-            fd = os.open(path, flags)
+            fd, st = open_for_reading(path, flags)
         file: OpenFile | None = None
         try:
-            st = os.fstat(fd)
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(
                     errno.EISDIR,
@@ -462,7 +475,6 @@ class FileTable:
                 )
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
                 raise OSError(errno.EINVAL, "not a regular file or block device", path)
-            os.set_blocking(fd, True)
             # Through the page cache by choice ("auto" or False): how much it holds.
             residency = None if direct is True else _residency(fd, st)
             if (direct == "auto" and residency is not None and residency < RESIDENT_ENOUGH
@@ -476,8 +488,7 @@ class FileTable:
         self._files[key] = file
         return file
 
-    def _warn_direct_refused(self, path: str, fd: int) -> None:
-        st = os.fstat(fd)
+    def _warn_direct_refused(self, path: str, st: os.stat_result) -> None:
         dev = st.st_dev
         if dev in self._direct_refused or not stat.S_ISREG(st.st_mode):
             return  # (a folder, a FIFO: refused for what they are, just below)

@@ -43,7 +43,7 @@ from fastio import _native
 from fastio._errors import EngineFallbackWarning, ReaderClosedError
 from fastio._native import resident_fraction
 from fastio.reader._buffers import BufferPool, bucket_size
-from fastio.reader._files import RESIDENT_ENOUGH, FileTable, FollowedFile
+from fastio.reader._files import RESIDENT_ENOUGH, FileTable, FollowedFile, open_for_reading
 from fastio.reader._ranges import ByteRange, Chunk, Shard, ShardLike, as_shard
 from fastio.reader._requests import (
     LOCAL_FIRST_BYTES,
@@ -1372,15 +1372,12 @@ def _read_head(shards: Iterable[ShardLike], direct: Any, limit: int, whole_only:
     if whole_only and len(shard.ranges) > 1:
         return unread
     try:
-        # Not blocking: a FIFO without a writer would wait here for ever.
-        fd = os.open(local_path(head.path), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd, stat_of = open_for_reading(local_path(head.path), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:  # the stream reports what is wrong with it
         return unread
     try:
-        stat_of = os.fstat(fd)
         if not stat.S_ISREG(stat_of.st_mode):
             return unread  # the stream says what it is
-        os.set_blocking(fd, True)
         size = stat_of.st_size
         length = size - head.offset if head.length is None else head.length
         if length <= 0 or head.offset + length > size:
