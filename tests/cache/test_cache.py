@@ -185,10 +185,10 @@ def start_download_to_kill(tmp_path: Path, url: str, size: int):
     folder, started = str(tmp_path / "cache"), tmp_path / "started"
     child = SPAWN.Process(target=download_until_killed, args=(folder, url, size, str(started)))
     child.start()
-    deadline = time.monotonic() + 30
+    # However long a loaded machine takes to spawn it: the suite's own
+    # timeout stops a download that never starts.
     while not started.exists():
         assert child.is_alive(), "the download process died"
-        assert time.monotonic() < deadline, "the download never started"
         time.sleep(0.01)
     return folder, child
 
