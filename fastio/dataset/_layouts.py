@@ -141,6 +141,7 @@ class ShardLayouts:
                                                stamps[shard], known, reusable))  # fmt: skip
         shard_format.prefetch(opener, [])
         self._held = self._kept = None  # asked about at open only
+        self._unindexed_at = 0  # where :meth:`_all_indexed` looks first
         if (kept and self._reused < len(self.urls)) or self._restamped:
             self._keep_together()
         self.arm(opener)
@@ -427,6 +428,20 @@ class ShardLayouts:
             return
         records.store.save(index)
         self._found(shard, records, index)
+        if self._all_indexed():  # a first epoch's last shard: the next open reads one file
+            self._keep_together()
+
+    def _all_indexed(self) -> bool:
+        """Whether every shard has its index, looked for from the shard where
+        the last look found one without: a first epoch learns its shards one
+        by one, and looking over all of them each time would cost a pass
+        over the list a shard."""
+        indexes, at = self.indexes, min(self._unindexed_at, len(self.indexes))
+        for low, high in ((at, len(indexes)), (0, at)):
+            with contextlib.suppress(ValueError):
+                self._unindexed_at = indexes.index(None, low, high)
+                return False
+        return True
 
     def _found(self, shard: int, records: RecordFormat, index: ShardIndex) -> None:
         self.indexes[shard] = index
@@ -468,6 +483,8 @@ class ShardLayouts:
             if stored is not None:
                 self._found(shard, records, stored)
         missing = [i for i in missing if self.layouts[i] is None]
+        if not missing:  # what other processes streamed (DataLoader workers) completes it
+            self._keep_together()
         if not scan or not missing:
             return
         # Each scan opens its object: their sizes asked many at a time first.

@@ -334,6 +334,30 @@ def test_an_index_saved_once_serves_later_datasets(never_seen, tmp_path):
     assert not (tmp_path / "unused").exists()
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_streamed_first_epoch_leaves_its_indexes_in_one_file(never_seen, tmp_path, workers):
+    """Once a first epoch has indexed every shard (in this process, or in its
+    DataLoader workers and then counted here, as Lightning sizes an epoch),
+    the index folder keeps the indexes together: the next dataset over the
+    shards opens from that file alone, its shards' own index files gone."""
+    dataset = fresh(never_seen, tmp_path)
+    loader = DataLoader(dataset, batch_size=7, num_workers=workers, collate_fn=keys)
+    assert Counter(k for batch in loader for k in batch) == everything(never_seen)
+    folder = tmp_path / "index"
+    if workers:  # each worker streamed some: the main process counts them all
+        assert not list(folder.rglob("dataset-*"))
+        assert len(dataset) == len(never_seen.samples)
+    assert len(list(folder.rglob("dataset-*.fastio-dataset.npz"))) == 1
+    own = [path for path in folder.rglob("*") if path.is_file() and "dataset-" not in path.name]
+    assert len(own) == 6
+    for path in own:
+        path.unlink()
+    later = fresh(never_seen, tmp_path)
+    assert len(later) == len(never_seen.samples)
+    assert later.reader.stats().bytes_read == 0  # no stream, no scan
+    assert Counter(keys(later)) == everything(never_seen)
+
+
 def test_a_stream_that_holds_the_whole_memory_budget_still_indexes_its_shards(never_seen, tmp_path):
     # Each shard is indexed as the stream reaches its end, while the stream
     # has read ahead into the next shards with all the memory it may use.
