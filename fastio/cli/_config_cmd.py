@@ -74,10 +74,27 @@ def gen_target(
         with contextlib.suppress(ValueError):
             dataset_format = spec.format or format_for_url(first)
     if out_dir is None:
-        folder = os.path.dirname(first) or "."
+        folder = first if _a_folder(first) else os.path.dirname(first) or "."
         local = not ({"{", "*", "?", "["} & set(folder) or "://" in first or "::" in first)
         out_dir = Path(folder) if local else None
     return out_dir, dataset_format
+
+
+def _a_folder(url: str) -> bool:
+    """Whether a config's URL names a local folder, as a dataset reads it (the
+    configs tune writes name one so: ``/data/train``), made yet or not: one
+    that is, or ends with a slash, or names no file of a shard format."""
+    from fastio.formats._shards import format_for_url
+
+    if url.endswith("/") or os.path.isdir(url):
+        return True
+    if os.path.exists(url) or {"{", "*", "?", "["} & set(url) or "://" in url or "::" in url:
+        return False
+    try:
+        format_for_url(url)
+    except ValueError:
+        return True
+    return False
 
 
 def _print(data: Mapping[str, Any], as_json: bool, comment: str = "") -> None:

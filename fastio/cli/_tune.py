@@ -12,6 +12,7 @@ a plot of throughput over time with the trial boundaries (``--plot``), JSON
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import statistics
@@ -167,6 +168,39 @@ def plot_timeline(timeline: list[tuple[float, int]], changes: list[tuple[float, 
     plt.close(figure)
 
 
+def absolute_paths(settings: Any) -> Any:
+    """``settings`` (a spec or one of its sections) with every local path
+    knob absolute, in its sections and tiers too: the index and the index
+    folder, cache folders, the fairness exchange folder, tier folders, and
+    a tuner storage that names a file (a path, or an SQLite URL's)."""
+    from fastio.sources._remote import is_remote
+    from fastio.spec._knobs import knobs
+
+    def local(path: str) -> str:
+        return path if is_remote(path) or "::" in path else os.path.abspath(path)
+
+    changes: dict[str, Any] = {}
+    for name, knob in knobs(settings).items():
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if knob.kind == "path":
+            changes[name] = local(value)
+        elif knob.kind == "paths":
+            changes[name] = local(value) if isinstance(value, str) else tuple(map(local, value))
+        elif knob.kind == "section":
+            changes[name] = absolute_paths(value)
+        elif knob.kind == "sections":
+            changes[name] = tuple(map(absolute_paths, value))
+        elif name == "storage" and isinstance(value, str):  # the tuner's trials
+            sqlite = "sqlite:///"
+            if value.startswith(sqlite) and not value[len(sqlite) :].startswith("/"):
+                changes[name] = sqlite + os.path.abspath(value[len(sqlite) :])
+            elif "://" not in value:
+                changes[name] = os.path.abspath(os.path.expanduser(value))
+    return dataclasses.replace(settings, **changes)
+
+
 def write_config(out: Path, spec: DatasetSpec, tuned: dict[str, Any]) -> dict[str, Any]:
     """Save ``spec`` with the tuned knobs as a config file and load it back;
     its reader section."""
@@ -181,7 +215,7 @@ def write_config(out: Path, spec: DatasetSpec, tuned: dict[str, Any]) -> dict[st
     urls = [url if is_remote(url) or "::" in url else os.path.abspath(url) for url in listed]
     spec = spec.replace(urls=urls[0] if isinstance(spec.urls, str) else tuple(urls),
                         reader=spec.reader.replace(**knobs))  # fmt: skip
-    save_config(DatasetConfig.from_spec(spec), out)
+    save_config(DatasetConfig.from_spec(absolute_paths(spec)), out)
     reader = load_config(out).to_spec().reader
     if (reader.outstanding_requests, reader.read_size) != (
         knobs["outstanding_requests"], knobs["read_size"]

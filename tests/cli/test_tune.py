@@ -227,6 +227,34 @@ def test_a_tuned_config_names_the_dataset_as_given_from_anywhere(tmp_path: Path)
     assert report["samples"] == 100
 
 
+def test_a_tuned_config_holds_every_path_absolute(tmp_path: Path) -> None:
+    """Paths in a config are taken from the directory it is used in: the one
+    tune writes holds each of them as the directory tune ran in meant it."""
+    bench("gen", "data", "--samples", "100", "--sample-size", "1KB", "--shards", "2", cwd=tmp_path)
+    (tmp_path / "train.yaml").write_text(
+        "urls: data/webdataset-{00000..00001}.tar\n"
+        "format_options: {index: data/dataset.fastio-index.npz, index_dir: indexes}\n"
+        "cache: {dir: [cache], max_bytes: 1GiB}\n"
+        "tuner: {storage: sqlite:///trials.db}\n"
+        "fairness: {exchange_dir: exchange}\n"
+    )
+    fast = ("--tuner-window-seconds", "0.05", "--tuner-warmup-seconds", "0.01")
+    bench("tune", "--config", "train.yaml", "--tuned-config", "tuned.yaml", *fast,
+          "--max-seconds", "3", "--json", cwd=tmp_path)  # fmt: skip
+    config = fastio.load_config(tmp_path / "tuned.yaml")
+    assert config.format_options.index == str(tmp_path / "data" / "dataset.fastio-index.npz")
+    assert config.format_options.index_dir == str(tmp_path / "indexes")
+    assert tuple(config.cache.dir) == (str(tmp_path / "cache"),)
+    assert config.tuner.storage == f"sqlite:///{tmp_path / 'trials.db'}"
+    assert config.fairness.exchange_dir == str(tmp_path / "exchange")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    report = json.loads(bench("run", "--config", str(tmp_path / "tuned.yaml"), "--json",
+                              cwd=elsewhere).stdout)  # fmt: skip
+    assert report["samples"] == 100
+    assert not list(elsewhere.iterdir())  # nothing written where it was used
+
+
 def test_gen_with_a_config_writes_the_format_its_urls_name(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text("urls: data/train-{00000..00003}.tfrecord\n")
     bench("gen", "--config", "c.yaml", "--samples", "40", "--sample-size", "1KB", "--shards",
@@ -234,6 +262,20 @@ def test_gen_with_a_config_writes_the_format_its_urls_name(tmp_path: Path) -> No
     assert len(list((tmp_path / "data").glob("*.tfrecord"))) == 4
     assert not list((tmp_path / "data").glob("*.tar"))
     assert len(list(fastio.Dataset(str(tmp_path / "data")))) == 40
+
+
+@pytest.mark.parametrize("urls", ["{root}/mydata", "mydata/", "mydata"])
+def test_gen_with_a_config_that_names_a_folder_writes_into_it(tmp_path: Path, urls: str) -> None:
+    # As tune writes a folder (absolute, no slash), made already or not yet.
+    if urls.startswith("{root}"):
+        (tmp_path / "mydata").mkdir()
+    (tmp_path / "c.yaml").write_text(f"urls: {urls.format(root=tmp_path)}\nformat: jsonl\n")
+    bench("gen", "--config", "c.yaml", "--samples", "10", "--sample-size", "100", "--shards",
+          "2", cwd=tmp_path)  # fmt: skip
+    assert len(list((tmp_path / "mydata").glob("jsonl-*.jsonl"))) == 2
+    assert not list(tmp_path.glob("jsonl-*"))
+    report = json.loads(bench("run", "--config", "c.yaml", "--json", cwd=tmp_path).stdout)
+    assert report["samples"] == 10  # the config reads what gen wrote for it
 
 
 def test_a_tune_report_never_shows_a_best_it_did_not_measure() -> None:
