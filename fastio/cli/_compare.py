@@ -17,6 +17,7 @@ and the ceiling compare directly.
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import time
 from typing import TYPE_CHECKING, Any
@@ -117,7 +118,18 @@ def _dataset_files(spec: DatasetSpec) -> tuple[list[str], int, str]:
     remote = [url for url in urls if "://" in url or "::" in url]
     if remote:
         raise click.ClickException(f"compare measures local storage; {remote[0]} is remote")
-    return urls, total, format_name
+    # Under on_error skip or warn the dataset left out shards it could not
+    # open; every loader compares on the rest.
+    missing = [url for url in urls if not os.path.isfile(url)]
+    if len(missing) == len(urls):
+        raise click.ClickException(f"no shard of the dataset can be read: {missing[0]} is not "
+                                   "a file (paths in a config are taken from the directory "
+                                   "it is used in)")  # fmt: skip
+    if missing:
+        click.echo(f"compare leaves out {len(missing)} shards that are not files, e.g. "
+                   f"{missing[0]}", err=True)  # fmt: skip
+    gone = set(missing)
+    return [url for url in urls if url not in gone], total, format_name
 
 
 def _ceiling(urls: list[str], spec: DatasetSpec, repeat: int) -> dict[str, Any]:

@@ -12,13 +12,13 @@ import pytest
 from fastio.cli._options import parse_size
 
 
-def bench(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def bench(*args: str, check: bool = True, cwd: Path | None = None
+          ) -> subprocess.CompletedProcess[str]:  # fmt: skip
     # The console script installed beside this interpreter.
     executable = Path(sys.executable).parent / "fastio-bench"
     assert executable.exists(), "the console script is not installed"
-    return subprocess.run(
-        [str(executable), *args], capture_output=True, text=True, timeout=300, check=check
-    )
+    return subprocess.run([str(executable), *args], capture_output=True, text=True,
+                          timeout=300, check=check, cwd=cwd)  # fmt: skip
 
 
 def test_run_prints_one_json_object(tmp_path, make_file) -> None:

@@ -104,3 +104,30 @@ def test_compare_reads_arrow_ipc_streams_with_pyarrow(tmp_path: Path) -> None:
     assert rows["pyarrow"]["failed"] is None, rows["pyarrow"]["failed"]
     assert rows["pyarrow"]["samples_per_s"] > 0
     assert report["dataset"]["samples"] == 100
+
+
+def test_compare_under_skip_leaves_out_missing_shards_or_says_none_is_there(tmp_path: Path) -> None:
+    """A config that skips what it cannot read: a shard gone is left out of
+    every loader's run; a config used where none of its shards are (its
+    paths are taken from the directory it is used in) is an error line."""
+    written = write("webdataset", tmp_path / "data", shards=3, per_shard=20)
+    gone = sorted((tmp_path / "data").glob("*.tar"))[-1]
+    gone.unlink()
+    config = tmp_path / "c.yaml"
+    config.write_text("urls: data/*.tar\non_error: skip\n")
+    options = ["--tune-seconds", "1", "--tuner-window-seconds", "0.1", "--repeat", "1",
+               "--workers", "0", "--loaders", "fastio,tarfile", "--json"]  # fmt: skip
+    report = json.loads(bench("compare", "--config", str(config), *options, "--tuned-config",
+                              str(tmp_path / "t.yaml"), cwd=tmp_path).stdout)  # fmt: skip
+    assert report["dataset"]["shards"] == 2
+    with fastio.Dataset([str(path) for path in sorted((tmp_path / "data").glob("*.tar"))]) as kept:
+        assert report["dataset"]["samples"] == len(kept) < len(written.samples)
+    assert all(row["failed"] is None for row in report["loaders"])
+    config.write_text("urls: data/webdataset-{00000..00002}.tar\non_error: skip\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    failed = bench("compare", "--config", str(config), *options, "--tuned-config",
+                   str(tmp_path / "t2.yaml"), cwd=elsewhere, check=False)  # fmt: skip
+    assert failed.returncode == 1
+    assert "Traceback" not in failed.stderr
+    assert "no shard of the dataset can be read" in failed.stderr
