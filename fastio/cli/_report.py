@@ -152,6 +152,7 @@ def print_dataset_table(result: dict[str, Any]) -> None:
         ("shards / samples in the dataset", f"{result['shards']:,} / {result['total_samples']:,}"),
         ("samples read (expected)", f"{result['samples']:,} ({result['expected_samples']:,})"),
         ("samples skipped", f"{result['skipped']:,}"),
+        ("shards skipped", f"{result['shards_skipped']:,}"),
         ("samples/s", f"{result['samples_per_s']:,.0f}"),
         ("MB/s", f"{result['mb_per_s']:,.0f}"),
         ("seconds (median of runs)", f"{result['seconds']:.3f} ({result['runs']})"),

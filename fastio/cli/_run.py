@@ -182,6 +182,13 @@ def _run_dataset(spec: DatasetSpec, repeat: int, batch_size: int | None, output:
     except (OSError, DecodeError, MissingExtraError) as error:
         raise click.ClickException(str(error)) from None
     median = sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]
+    shards_skipped = dataset.stats()["shards_skipped"]
+    if shards_skipped >= len(dataset.urls):  # nothing was read: no figure to report
+        raise click.ClickException(
+            f"no shard could be read: all {len(dataset.urls)} were left out under "
+            f"on_error={dataset.on_error!r}, e.g. {dataset.urls[0]} (paths in a config are "
+            "taken from the directory it is used in)"
+        )
     result = {
         "mode": "dataset",
         **describe(dataset),
@@ -189,6 +196,7 @@ def _run_dataset(spec: DatasetSpec, repeat: int, batch_size: int | None, output:
         "expected_samples": len(dataset),
         "samples": median.samples,
         "skipped": median.skipped,
+        "shards_skipped": shards_skipped,
         "bytes": median.bytes,
         "seconds": median.seconds,
         "samples_per_s": median.samples_per_s,

@@ -525,8 +525,12 @@ class ShardLayouts:
         missing = [url for url, index in zip(self.urls, self.indexes, strict=True)
                    if index is None]  # fmt: skip
         if missing:
+            # A shard left out as unreadable (under skip or warn) is said to be so.
+            [stamp] = [None] if is_remote(missing[0]) else self.reader().stamps(missing[:1])
+            why = (f"it cannot be read: {stamp}" if isinstance(stamp, OSError)
+                   else "damaged, or of a format laid out without one")  # fmt: skip
             raise ValueError(f"{len(missing)} shards have no index to share, e.g. {missing[0]} "
-                             "(damaged, or of a format laid out without one)")  # fmt: skip
+                             f"({why})")  # fmt: skip
         return DatasetIndex([index for index in self.indexes if index is not None])
 
     def ask_ahead(self, shards: Sequence[int], anew: bool) -> None:

@@ -340,3 +340,28 @@ def test_gen_into_a_folder_of_an_earlier_gen_leaves_the_dataset_it_wrote(tmp_pat
         "notes-00003.tar", "webdataset-00000.tar", "webdataset-00001.tar",
     ]  # fmt: skip
     assert len(list(fastio.Dataset(str(folder / "webdataset-*.tar")))) == 10
+
+
+def test_run_and_index_under_skip_count_or_name_the_shards_they_cannot_read(tmp_path) -> None:
+    """A config that skips what it cannot read: run counts the shards it left
+    out; where it read none, run is an error saying so, not a figure of
+    nothing; index names a missing shard as missing, not as damaged."""
+    json.loads(bench("gen", str(tmp_path / "data"), "--samples", "40", "--sample-size", "1KiB",
+                     "--shards", "4", "--no-index", "--json").stdout)  # fmt: skip
+    gone = sorted((tmp_path / "data").glob("*.tar"))[-1]
+    gone.unlink()
+    config = tmp_path / "c.yaml"
+    config.write_text(f"urls: {tmp_path}/data/webdataset-{{00000..00003}}.tar\non_error: skip\n")
+    report = json.loads(bench("run", "--config", str(config), "--json").stdout)
+    assert report["shards_skipped"] == 1
+    assert report["samples"] == report["expected_samples"] == 30
+    table = bench("run", "--config", str(config)).stdout
+    assert "shards skipped" in table
+    indexed = bench("index", "--config", str(config), check=False)
+    assert indexed.returncode == 1
+    assert f"{gone} (it cannot be read: [Errno 2] No such file or directory" in indexed.stderr
+    config.write_text(f"urls: {tmp_path}/none/webdataset-{{00000..00003}}.tar\n"
+                      "on_error: skip\n")  # fmt: skip
+    nothing = bench("run", "--config", str(config), "--json", check=False)
+    assert nothing.returncode == 1
+    assert "no shard could be read: all 4 were left out under on_error='skip'" in nothing.stderr
