@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 import tomli_w
@@ -73,6 +74,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):  # {{a: b}}: a mapping as a key
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark,
+                    "a key must be text, not a "
+                    + ("mapping" if isinstance(key, dict) else type(key).__name__),
+                    key_node.start_mark,
+                )  # fmt: skip
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     "while reading a mapping", node.start_mark,

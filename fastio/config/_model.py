@@ -11,6 +11,7 @@ are written out as ``"64MiB"`` where exact.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import typing
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
@@ -101,10 +102,14 @@ class ConfigBase(Section):
     @field_validator("format_options", check_fields=False)
     @classmethod
     def _options_fit_format(cls, options: Section, info: ValidationInfo) -> Section:
-        name = info.data.get("format")
-        if name is not None:  # else the extension decides, when the dataset is made
-            from fastio.formats._shards import format_options
+        from fastio.formats._shards import format_for_url, format_options
 
+        name = info.data.get("format")
+        urls = info.data.get("urls")
+        if name is None and urls:  # the first URL's extension, as the dataset is made
+            with contextlib.suppress(ValueError, TypeError):
+                name = format_for_url(urls if isinstance(urls, str) else urls[0])
+        if name is not None:  # a folder, or a name without an extension: its files decide
             settings = options.to_settings()
             format_options(name, settings.columns, settings.record_size, settings.verify,
                            settings.example, settings.index_dir)  # fmt: skip

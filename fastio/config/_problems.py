@@ -102,7 +102,11 @@ def unknown(loc: Loc) -> str:
     scored = [(ratio, -at, full) for at, (full, key, cutoff) in enumerate(candidates)
               if (ratio := difflib.SequenceMatcher(None, name, key).ratio()) >= cutoff]  # fmt: skip
     best = max(scored, default=None)
-    if best is not None:
+    section, _, key = name.partition(".")
+    if key and section in sections(_model_at(loc[:-1]) or DatasetConfig):
+        # A key path written as one key (``reader.read_size: 4MiB``): nested, it is the key.
+        hint = f"write it nested, as {section}: {{{key}: ...}}"
+    elif best is not None:
         hint = f"did you mean '{best[2]}'?"
     else:
         hint = "expected one of " + ", ".join(f"{prefix}{key}" for key in known)

@@ -11,6 +11,7 @@ knob's kind reads text: ``32`` for a count, ``true``/``false`` for a flag,
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import re
@@ -53,14 +54,16 @@ def environment() -> Environment:
     (``FASTIO_TEST_...``) are not config and are left alone."""
     top = knobs(DatasetSpec)
     found = []
+    problems = []
     for variable, text in os.environ.items():
         if variable.upper().startswith(PREFIX):
             path = tuple(variable[len(PREFIX) :].lower().split("__"))
             if path[0] in top:
                 found.append((path, variable, text))
+            elif (meant := _meant(path, top)) is not None:
+                problems.append(f"environment variable {variable}: {meant}")
     data: dict[str, Any] = {}
     variables: dict[tuple[str, ...], str] = {}
-    problems = []
     for path, variable, text in sorted(found):  # a whole section before its keys
         try:
             value = _value(text, _knob_at(path))
@@ -71,6 +74,22 @@ def environment() -> Environment:
         data = merged(data, _nest(path, value))
         variables[path] = variable
     return Environment(data, variables, problems)
+
+
+def _meant(path: tuple[str, ...], top: Mapping[str, Knob]) -> str | None:
+    """What a variable whose first key is no config key was likely meant as:
+    a section misspelt (``FASTIO_RAEDER__READ_SIZE``), or one underscore where
+    two go (``FASTIO_READER_READ_SIZE``); None for a variable that is no
+    config at all (``FASTIO_HTTP_CLIENT``, ``FASTIO_TEST_...``)."""
+    if len(path) > 1:  # the separator of a key path: meant as config
+        close = difflib.get_close_matches(path[0], sorted(top), n=1)
+        return f"unknown key {path[0]!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+    for name, spec in top.items():
+        if spec.kind == "section" and path[0].startswith(f"{name}_"):
+            key = path[0][len(name) + 1 :]
+            return (f"unknown key {path[0]!r}; did you mean {PREFIX}{name.upper()}__"
+                    f"{key.upper()} (two underscores between section and key)?")  # fmt: skip
+    return None
 
 
 def _knob_at(path: tuple[str, ...]) -> Knob | None:

@@ -132,6 +132,10 @@ def format_options(
             options["index_placement"] = index_placement
     if name == "tfrecord":
         options.update(verify=verify, example=example)
+    else:  # their defaults go unused; anything else was meant for a tfrecord dataset
+        for knob, value in (("verify", verify), ("example", example)):
+            if not value:
+                raise ValueError(f"{knob}=False applies to tfrecord, not {name}")
     if name in ("parquet", "arrow"):
         options["columns"] = columns
     elif columns is not None:

@@ -246,6 +246,9 @@ class DatasetSpec:
         if tiering.enabled and cache.dir is not None:
             raise ValueError("with tiering, the shard cache lives in the tiers' directories: "
                              "give cache_bytes, not cache_dir")  # fmt: skip
+        if not tiering.enabled and cache.max_bytes is not None and cache.dir is None:
+            raise ValueError("cache_bytes needs cache_dir (the cache's folder), or tiering "
+                             "to place the cache")  # fmt: skip
 
     def replace(self, **changes: Any) -> DatasetSpec:
         return dataclasses.replace(self, **changes)

@@ -252,6 +252,20 @@ BAD_CONFIGS = [
     # Closer to a key of another section than to one of its own ('reader').
     ("typo-in-wrong-section.yaml", "urls: a.tar\nsead: 1\n",
      "{file}: unknown key 'sead'; did you mean 'shuffle.seed'?"),
+    # A key path as one key, as messages name them: nested, it is the key.
+    ("dotted-key.yaml", "urls: a.tar\nreader.outstanding_requests: 4\n",
+     "{file}: unknown key 'reader.outstanding_requests'; write it nested, as reader: "
+     "{{outstanding_requests: ...}}"),
+    # The extension names the format, as the dataset then reads it.
+    ("options-of-another-format.yaml", "urls: data/train-{0..3}.tar\n"
+     "format_options: {columns: [label]}\n",
+     "{file}: format_options: columns= applies to parquet and arrow, not webdataset"),
+    ("tfrecord-options-for-tar.yaml", "urls: a.tar\nformat_options: {verify: false}\n",
+     "{file}: format_options: verify=False applies to tfrecord, not webdataset"),
+    ("cache-without-folder.yaml", "urls: a.tar\ncache: {max_bytes: 1GiB}\n",
+     "{file}: cache_bytes needs cache_dir (the cache's folder), or tiering to place the cache"),
+    ("mapping-as-key.yaml", "urls: a.tar\nreader: {{read_size: 1MiB}}\n",
+     "{file}: line 2, column 10: not valid YAML: a key must be text, not a mapping"),
     ("no-close-key.json", '{"urls": "a.tar", "cache": {"size": "1GiB"}}',
      "{file}: unknown key 'cache.size'; expected one of cache.dir, cache.max_bytes, "
      "cache.policy, cache.prefetch"),
@@ -321,6 +335,14 @@ def test_bad_config_message(tmp_path, name, text, message) -> None:
          "did you mean 'shuffle.seed'?"),
         ("FASTIO_STORAGE_OPTIONS", "{anon: true}", "environment variable "
          "FASTIO_STORAGE_OPTIONS: storage_options: must be JSON, not '{anon: true}'"),
+        ("FASTIO_RAEDER__READ_SIZE", "1MiB", "environment variable FASTIO_RAEDER__READ_SIZE: "
+         "unknown key 'raeder'; did you mean 'reader'?"),
+        ("FASTIO_READER_READ_SIZE", "1MiB", "environment variable FASTIO_READER_READ_SIZE: "
+         "unknown key 'reader_read_size'; did you mean FASTIO_READER__READ_SIZE (two "
+         "underscores between section and key)?"),
+        ("FASTIO_FORMAT_OPTIONS_COLUMNS", '["a"]', "environment variable "
+         "FASTIO_FORMAT_OPTIONS_COLUMNS: unknown key 'format_options_columns'; did you mean "
+         "FASTIO_FORMAT_OPTIONS__COLUMNS (two underscores between section and key)?"),
     ],
 )  # fmt: skip
 def test_bad_environment_variable_is_named(tmp_path, monkeypatch, variable, value, message):
