@@ -232,6 +232,14 @@ _CONNECTION_FAILURES = frozenset(("EndpointConnectionError", "ConnectionClosedEr
 _TIMEOUTS = frozenset(("ConnectTimeoutError", "ReadTimeoutError", "ServerTimeoutError"))
 
 
+def _copies_whole(fs: Any) -> bool:
+    """Whether ``fs`` copies a whole object to a local file at its first open
+    (fsspec's simplecache and filecache)."""
+    from fsspec.implementations.cached import WholeFileCacheFileSystem
+
+    return isinstance(fs, WholeFileCacheFileSystem)
+
+
 def _remote_kind(error: BaseException) -> type[RemoteReadError]:
     """The :class:`~fastio.RemoteReadError` a remote failure is given up as:
     a timeout's and a failed connection's (built-ins, or a store client's
@@ -302,6 +310,10 @@ class Remotes:
         self._asked: dict[str, Future[RemoteFile]] = {}
         self._checks: dict[str, asyncio.Future[RemoteFile]] = {}  # see _confirming
         self._check_pool: ThreadPoolExecutor | None = None
+        # Objects a filesystem that copies whole objects (simplecache::,
+        # filecache::) has copied: until then, reads of one go one at a time.
+        self._copied: set[str] = set()
+        self._copying: dict[str, threading.Lock] = {}
 
     @property
     def bytes_arrived(self) -> int:
@@ -897,6 +909,19 @@ class Remotes:
             return b"", _final(error, url, offset, length, attempts)
 
     def _read_sync(self, fs: Any, path: str, url: str, offset: int, length: int) -> bytes:
+        if url in self._copied or not _copies_whole(fs):
+            return self._read_sync_now(fs, path, url, offset, length)
+        # The first read of an object copies all of it into the cache folder,
+        # under the name later reads open: another read meanwhile would open
+        # the part copied so far as the whole object.
+        with self._lock:
+            copying = self._copying.setdefault(url, threading.Lock())
+        with copying:
+            data = self._read_sync_now(fs, path, url, offset, length)
+            self._copied.add(url)
+        return data
+
+    def _read_sync_now(self, fs: Any, path: str, url: str, offset: int, length: int) -> bytes:
         attempts = 0
 
         def attempt() -> bytes:

@@ -1085,3 +1085,19 @@ def test_a_shard_whose_reads_keep_failing_is_given_up_within_the_pass(
     # Reads of that shard in the plan: one per window it is in (a small shuffle
     # buffer: many); asked for twice, two requests each (one retry).
     assert http.faults.gets[dead] <= 2 * 2, http.faults.gets[dead]
+
+
+def test_a_simplecache_chain_reads_each_object_whole_while_its_first_copy_is_made(tmp_path):
+    """fsspec's simplecache copies an object into its cache folder at the
+    first open, under the name later opens take as the copy: the reader's
+    concurrent reads of one object must not open it half copied."""
+    written = write("webdataset", tmp_path / "data", shards=3, per_shard=30, index=False,
+                    large=True)  # fmt: skip
+    url = "simplecache::file://" + written.pattern
+    expected = sorted(row["key"] for row in written.samples)
+    for epoch in range(8):  # a fresh cache folder each time: every object's first copy
+        options = {"simplecache": {"cache_storage": str(tmp_path / f"cache-{epoch}")}}
+        with fastio.Dataset(url, format="webdataset", storage_options=options,
+                            index_dir=tmp_path / f"index-{epoch}", read_size="64KiB",
+                            outstanding_requests=16) as dataset:  # fmt: skip
+            assert sorted(key_of("webdataset", sample) for sample in dataset) == expected
