@@ -50,7 +50,8 @@ def read(path: Path) -> dict[str, Any]:
     label = str(path)
     kind = file_kind(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        # A byte-order mark (editors on Windows write one) is no part of the text.
+        text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ConfigError(f"{label}: not UTF-8 text ({error.reason} at byte {error.start})",
                           file=label) from None  # fmt: skip

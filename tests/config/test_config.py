@@ -325,6 +325,17 @@ def test_bad_config_message(tmp_path, name, text, message) -> None:
     assert caught.value.file == str(path)
 
 
+@pytest.mark.parametrize("name", ["bom.yaml", "bom.toml", "bom.json"])
+def test_a_config_saved_with_a_byte_order_mark_reads_as_without(tmp_path, name) -> None:
+    plain = tmp_path / f"plain{Path(name).suffix}"
+    save_config(load_config(config_file(tmp_path, {"urls": "a.tar", "shuffle": {"seed": 3}})),
+                plain)  # fmt: skip
+    marked = tmp_path / name
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert load_config(marked).to_spec() == load_config(plain).to_spec()
+    assert load_config(marked).to_spec().shuffle.seed == 3
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
