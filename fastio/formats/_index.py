@@ -634,25 +634,48 @@ _PADDING_FIELD = 0xD935
 _ALIGNMENT = 64
 
 
+# How zipfile dates and marks a member written from bytes: 1980-01-01 00:00,
+# made on Unix by zip 2.0, read and write for its owner.
+_DOS_DATE = 1 << 5 | 1
+_MADE_ON_UNIX = 3
+_ZIP_VERSION = 20
+_OWNER_READS_AND_WRITES = 0o600 << 16
+
+
 def _aligned_npz(arrays: dict[str, np.ndarray]) -> bytes:
     """What ``np.savez`` writes (``np.load`` reads it), with each array's data
     at a multiple of 64 bytes in the file: :func:`_npz_arrays` then takes
     them as views of the file's bytes (a dataset index of 36k samples spent
     a tenth of its open copying its arrays, most of it faulting in the
-    copies' fresh pages). Each member's local header is padded to get there."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, array in arrays.items():
-            member = io.BytesIO()
-            np.lib.format.write_array(member, array, allow_pickle=False)
-            data = member.getvalue()
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            body = buffer.tell() + _LOCAL.size + len(info.filename) + 4  # the field's own 4 bytes
-            body += len(data) - array.nbytes  # past the array's npy header
-            padding = -body % _ALIGNMENT
-            info.extra = struct.pack("<2H", _PADDING_FIELD, padding) + bytes(padding)
-            archive.writestr(info, data)
-    return buffer.getvalue()
+    copies' fresh pages). Each member's local header is padded to get there.
+    The archive is laid out here, byte for byte as the zip module lays it
+    out (stored members): a first epoch writes an index file for each
+    shard it streams, and the zip module took 70 us of each."""
+    out = bytearray()
+    directory = bytearray()
+    for name, array in arrays.items():
+        member = io.BytesIO()
+        np.lib.format.write_array(member, array, allow_pickle=False)
+        data = member.getbuffer()
+        filename = f"{name}.npy".encode("ascii")
+        offset = len(out)
+        body = offset + _LOCAL.size + len(filename) + 4  # the padding field's own 4 bytes
+        body += len(data) - array.nbytes  # past the array's npy header
+        padding = -body % _ALIGNMENT
+        extra = struct.pack("<2H", _PADDING_FIELD, padding) + bytes(padding)
+        crc, size = zlib.crc32(data), len(data)
+        out += _LOCAL.pack(b"PK\x03\x04", _ZIP_VERSION, 0, 0, 0, 0, _DOS_DATE, crc, size,
+                           size, len(filename), len(extra))  # fmt: skip
+        out += filename + extra
+        out += data
+        directory += _ENTRY.pack(b"PK\x01\x02", _ZIP_VERSION, _MADE_ON_UNIX, _ZIP_VERSION, 0,
+                                 0, 0, 0, _DOS_DATE, crc, size, size, len(filename),
+                                 len(extra), 0, 0, 0, _OWNER_READS_AND_WRITES, offset)  # fmt: skip
+        directory += filename + extra
+    start, count = len(out), len(arrays)
+    out += directory
+    out += _END.pack(b"PK\x05\x06", 0, 0, count, count, len(directory), start, 0)
+    return bytes(out)
 
 
 @dataclass(frozen=True)

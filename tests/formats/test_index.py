@@ -384,6 +384,42 @@ def test_fastio_writes_index_arrays_where_they_are_read_in_place(tmp_path) -> No
         np.testing.assert_array_equal(after.ends, before.ends)
 
 
+def _zip_module_npz(arrays: dict[str, np.ndarray]) -> bytes:
+    """The aligned archive as the zip module writes it, padding field and all."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            member = io.BytesIO()
+            np.lib.format.write_array(member, array, allow_pickle=False)
+            data = member.getvalue()
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            body = buffer.tell() + 30 + len(info.filename) + 4 + len(data) - array.nbytes
+            padding = -body % 64
+            info.extra = (0xD935).to_bytes(2, "little") + padding.to_bytes(2, "little")
+            info.extra += bytes(padding)
+            archive.writestr(info, data)
+    return buffer.getvalue()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**63 - 1), max_size=40), st.text(max_size=200),
+       st.booleans())  # fmt: skip
+def test_index_files_are_laid_out_as_the_zip_module_lays_them_out(offsets, meta, text) -> None:
+    """Index files are zip archives written without the zip module (a first
+    epoch writes one a shard): byte for byte what the module writes, so any
+    zip reader (np.load among them) reads them as it reads its own."""
+    arrays = {"starts": np.array(sorted(offsets), np.uint64),
+              "ends": np.array(offsets, np.uint64),
+              "meta": np.array(meta) if text else np.array(meta.encode())}  # fmt: skip
+    data = _aligned_npz(arrays)
+    assert data == _zip_module_npz(arrays)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        assert archive.testzip() is None
+    with np.load(io.BytesIO(data), allow_pickle=False) as loaded:
+        for name, array in arrays.items():
+            np.testing.assert_array_equal(loaded[name], array)
+
+
 def _npz(writer: Any, **arrays: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     writer(buffer, **arrays)
