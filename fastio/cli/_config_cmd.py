@@ -88,8 +88,8 @@ def _a_folder(url: str) -> bool:
 
     if url.endswith("/") or os.path.isdir(url):
         return True
-    if os.path.exists(url) or {"{", "*", "?", "["} & set(url) or "://" in url or "::" in url:
-        return False
+    if os.path.exists(url) or {"{", "*", "?", "["} & set(url):
+        return False  # (a remote URL is no local folder either way: gen_target says so)
     try:
         format_for_url(url)
     except ValueError:

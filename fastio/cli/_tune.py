@@ -170,9 +170,10 @@ def plot_timeline(timeline: list[tuple[float, int]], changes: list[tuple[float, 
 
 def absolute_paths(settings: Any) -> Any:
     """``settings`` (a spec or one of its sections) with every local path
-    knob absolute, in its sections and tiers too: the index and the index
-    folder, cache folders, the fairness exchange folder, tier folders, and
-    a tuner storage that names a file (a path, or an SQLite URL's)."""
+    knob absolute, in its sections and tiers too: the shards' URLs, the
+    index and the index folder, cache folders, the fairness exchange folder,
+    tier folders, and a tuner storage that names a file (a path, or an
+    SQLite URL's)."""
     from fastio.sources._remote import is_remote
     from fastio.spec._knobs import knobs
 
@@ -186,7 +187,7 @@ def absolute_paths(settings: Any) -> Any:
             continue
         if knob.kind == "path":
             changes[name] = local(value)
-        elif knob.kind == "paths":
+        elif knob.kind in ("paths", "urls"):
             changes[name] = local(value) if isinstance(value, str) else tuple(map(local, value))
         elif knob.kind == "section":
             changes[name] = absolute_paths(value)
@@ -205,17 +206,13 @@ def write_config(out: Path, spec: DatasetSpec, tuned: dict[str, Any]) -> dict[st
     """Save ``spec`` with the tuned knobs as a config file and load it back;
     its reader section."""
     from fastio.config import DatasetConfig, load_config, save_config
-    from fastio.sources._remote import is_remote
 
     knobs = {"outstanding_requests": tuned["outstanding_requests"],
              "read_size": tuned["read_size"]}  # fmt: skip
     # Local paths (patterns and folders too) absolute: a config's paths are
     # taken from the directory it is used in, which is seldom this one.
-    listed = [spec.urls] if isinstance(spec.urls, str) else list(spec.urls)
-    urls = [url if is_remote(url) or "::" in url else os.path.abspath(url) for url in listed]
-    spec = spec.replace(urls=urls[0] if isinstance(spec.urls, str) else tuple(urls),
-                        reader=spec.reader.replace(**knobs))  # fmt: skip
-    save_config(DatasetConfig.from_spec(absolute_paths(spec)), out)
+    spec = absolute_paths(spec.replace(reader=spec.reader.replace(**knobs)))
+    save_config(DatasetConfig.from_spec(spec), out)
     reader = load_config(out).to_spec().reader
     if (reader.outstanding_requests, reader.read_size) != (
         knobs["outstanding_requests"], knobs["read_size"]

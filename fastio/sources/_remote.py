@@ -919,6 +919,8 @@ class Remotes:
         with copying:
             data = self._read_sync_now(fs, path, url, offset, length)
             self._copied.add(url)
+        with self._lock:
+            self._copying.pop(url, None)  # copied: its reads need no lock any more
         return data
 
     def _read_sync_now(self, fs: Any, path: str, url: str, offset: int, length: int) -> bytes:
