@@ -9,6 +9,7 @@ has one names it (``shuffle_buffer`` is ``shuffle.buffer``), and
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -262,8 +263,10 @@ class DatasetSpec:
         changes: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
         top: dict[str, Any] = {"urls": urls}
         given: dict[str, Any] = {}
-        flat = flat_keywords()
+        flat, defaults = _flat_and_defaults()
         for keyword, value in keywords.items():
+            if _is_default(value, defaults.get(keyword, _NO_DEFAULT)):
+                continue  # what the section holds already (``Dataset()`` passes every knob)
             if keyword in flat:
                 section_name, field = flat[keyword]
                 holder = _SECTIONS[section_name] if section_name else cls
@@ -280,16 +283,44 @@ class DatasetSpec:
         for name, settings_class in _SECTIONS.items():
             value = given.get(name)
             base: Any
-            if name == "tuner":
+            if value is None:
+                base = _default_section(settings_class)
+            elif name == "tuner":
                 base = TunerSettings.coerce(value)
             elif name == "fairness":
                 base = FairnessSettings.coerce(value)
-            elif value is None:
-                base = settings_class()
             else:
                 base = check_value(_keyword_of(name), knobs(cls)[name], value)
             top[name] = dataclasses.replace(base, **changes[name]) if changes[name] else base
         return cls(**top)
+
+
+_NO_DEFAULT = object()
+
+
+@functools.cache
+def _flat_and_defaults() -> tuple[dict[str, tuple[str | None, str]], dict[str, Any]]:
+    """:func:`flat_keywords` and :func:`keyword_defaults`, worked out once."""
+    return flat_keywords(), keyword_defaults()
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether ``value`` is a keyword's default as its knob declares it (a
+    plain value of the same type: it needs no check, and changes nothing)."""
+    if value is default:
+        return True
+    return type(value) is type(default) and type(value) in (int, float, str) and value == default
+
+
+_DEFAULT_SECTIONS: dict[type[Any], Any] = {}
+
+
+def _default_section(settings_class: type[Any]) -> Any:
+    """A section's defaults, made (and checked) once: settings are frozen."""
+    made = _DEFAULT_SECTIONS.get(settings_class)
+    if made is None:
+        made = _DEFAULT_SECTIONS[settings_class] = settings_class()
+    return made
 
 
 def flat_keywords() -> dict[str, tuple[str | None, str]]:

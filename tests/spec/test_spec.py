@@ -263,6 +263,18 @@ def test_whole_sections_as_settings_dicts_or_switches() -> None:
     assert DatasetSpec.from_keywords("a.tar") == DatasetSpec("a.tar")
 
 
+def test_a_whole_section_keeps_what_it_holds_beside_keywords_left_at_their_defaults() -> None:
+    """``Dataset()`` passes every keyword; one at its default does not undo
+    what a whole section given holds (tiering's ``shuffle_memory``), one
+    given otherwise still goes over it."""
+    tiering = {"enabled": True, "shuffle_memory": "8MiB",
+               "tiers": [{"name": "t", "path": "/t", "capacity": "1GiB"}]}  # fmt: skip
+    keywords = {**keyword_defaults(), "tiering": tiering}
+    assert DatasetSpec.from_keywords("a.tar", **keywords).tiering.shuffle_memory == 8 << 20
+    keywords["shuffle_memory"] = "4MiB"
+    assert DatasetSpec.from_keywords("a.tar", **keywords).tiering.shuffle_memory == 4 << 20
+
+
 def test_unknown_keyword_raises_type_error_naming_it() -> None:
     with pytest.raises(TypeError, match="unexpected keyword argument 'shuffle_seed'"):
         DatasetSpec.from_keywords("a.tar", shuffle_seed=3)
