@@ -41,6 +41,7 @@ import posixpath
 import re
 import secrets
 import struct
+import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -145,11 +146,11 @@ class ShardIndex:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically: a crash never leaves a torn index that is later read."""
-        path = Path(path)
+        path = os.fspath(path)
         # Version 2, which every fastio reads: the index folder is shared by
         # the versions installed on a machine, and one file per shard gains
         # nothing from version 3.
-        _write_atomically(path, _index_file([self], [_relative(self.url, str(path))], version=2))
+        _write_atomically(path, _index_file([self], [_relative(self.url, path)], version=2))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ShardIndex:
@@ -447,6 +448,7 @@ class IndexStore:
     ) -> None:
         self.index_dir = None if index_dir is None else Path(index_dir)
         self.placement = None if index_dir is not None else placement
+        self._made: Path | None = None  # the folder made (or found) last
 
     @staticmethod
     def name(url: str) -> str:
@@ -511,10 +513,26 @@ class IndexStore:
         passed over (the index still serves this dataset)."""
         name = self.name(index.url)
         nbytes = index.starts.nbytes + index.ends.nbytes + _META_BYTES + len(index.url)
-        folder = self._folder_for(name, nbytes)
-        if folder is not None:
-            with contextlib.suppress(OSError):
-                index.save(folder / f"{name}{INDEX_SUFFIX}")
+        self._keep(
+            name, nbytes, lambda folder: index.save(os.path.join(folder, name + INDEX_SUFFIX))
+        )
+
+    def _keep(self, name: str, nbytes: int, write: Callable[[Path], None]) -> None:
+        """``write`` the file ``name`` of ``nbytes`` into the folder it goes to,
+        where one takes it (again, once, where the folder was removed since
+        it was made)."""
+        for _ in range(2):
+            folder = self._folder_for(name, nbytes)
+            if folder is None:
+                return
+            try:
+                write(folder)
+            except FileNotFoundError:
+                self._made = None
+            except OSError:
+                return
+            else:
+                return
 
     def forget(self, url: str, urls: Sequence[str]) -> None:
         """Remove what is kept of ``url`` (found changed: its objects replaced
@@ -532,7 +550,9 @@ class IndexStore:
             if self.placement is not None:  # TierFullError is an OSError too
                 return Path(self.placement(name, nbytes, INDEX_KIND, 1.0))
             [folder] = self._folders()
-            folder.mkdir(parents=True, exist_ok=True)
+            if folder != self._made:  # asked once, not for each file a first epoch writes
+                folder.mkdir(parents=True, exist_ok=True)
+                self._made = folder
         except OSError:
             return None
         return folder
@@ -562,12 +582,12 @@ class IndexStore:
         """Keep ``index`` (every shard of ``urls``) in one file, as :meth:`save`."""
         name = self.set_name(urls)
         nbytes = sum(shard.starts.nbytes * 2 + _META_BYTES for shard in index.shards)
-        folder = self._folder_for(name, nbytes)
-        if folder is None:
-            return
-        path = folder / f"{name}{SET_SUFFIX}"
-        with contextlib.suppress(OSError):
-            _write_atomically(path, index.to_bytes(str(path)))
+
+        def write(folder: Path) -> None:
+            path = str(folder / f"{name}{SET_SUFFIX}")
+            _write_atomically(path, index.to_bytes(path))
+
+        self._keep(name, nbytes, write)
 
 
 def _index_file(shards: Sequence[ShardIndex], names: Sequence[str], version: int = _VERSION
@@ -654,9 +674,7 @@ def _aligned_npz(arrays: dict[str, np.ndarray]) -> bytes:
     out = bytearray()
     directory = bytearray()
     for name, array in arrays.items():
-        member = io.BytesIO()
-        np.lib.format.write_array(member, array, allow_pickle=False)
-        data = member.getbuffer()
+        data = _npy_member(array)
         filename = f"{name}.npy".encode("ascii")
         offset = len(out)
         body = offset + _LOCAL.size + len(filename) + 4  # the padding field's own 4 bytes
@@ -676,6 +694,27 @@ def _aligned_npz(arrays: dict[str, np.ndarray]) -> bytes:
     out += directory
     out += _END.pack(b"PK\x05\x06", 0, 0, count, count, len(directory), start, 0)
     return bytes(out)
+
+
+def _npy_member(array: np.ndarray) -> bytes | memoryview:
+    """What ``np.lib.format.write_array`` writes of ``array``: its header (the
+    same for arrays of one dtype and shape, worked out once: numpy's own
+    formatting took 27 us an array) and its bytes."""
+    dtype = array.dtype
+    if array.flags.c_contiguous and dtype.names is None and not dtype.hasobject \
+            and dtype.subdtype is None and dtype.metadata is None:  # fmt: skip
+        return _npy_header(dtype.str, array.shape) + array.tobytes()
+    member = io.BytesIO()
+    np.lib.format.write_array(member, array, allow_pickle=False)
+    return member.getbuffer()
+
+
+@functools.lru_cache(maxsize=256)
+def _npy_header(descr: str, shape: tuple[int, ...]) -> bytes:
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": descr, "fortran_order": False,
+                                                  "shape": shape})  # fmt: skip
+    return header.getvalue()
 
 
 @dataclass(frozen=True)
@@ -743,20 +782,35 @@ class DatasetIndex:
             raise IndexFileError(location, "the dataset", _problem(error)) from None
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+_TEMPORARIES = itertools.count()
+
+
+def _write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` so that a crash never leaves a torn file.
     The file gets the mode any file the process writes gets (0666 less its
     umask), not ``mkstemp``'s 0600: a dataset index beside the shards is read
     by every rank, node and user that reads them, and by a web server that
-    serves them."""
-    temporary = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    serves them. The temporary file is named after the process, the thread
+    and a count (a first epoch writes a file a shard: a random name asked
+    the kernel for randomness each time), randomly where that is taken."""
+    path = os.fspath(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    temporary = f"{path}.{os.getpid()}-{threading.get_ident()}-{next(_TEMPORARIES)}.tmp"
     try:
-        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            handle = os.open(temporary, flags, 0o666)
+        except FileExistsError:  # left by a process that had this pid (another container's)
+            temporary = f"{path}.{os.getpid()}-{secrets.token_hex(8)}.tmp"
+            handle = os.open(temporary, flags, 0o666)
     except OSError as error:  # said of the file asked for (a missing folder), not the temporary
-        raise type(error)(error.errno, error.strerror, str(path)) from None
+        raise type(error)(error.errno, error.strerror, path) from None
     try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(handle, view) :]
+        finally:
+            os.close(handle)
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)

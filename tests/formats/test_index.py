@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ast
 import io
+import itertools
 import json
 import os
 import random
+import shutil
 import tarfile
+import threading
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -147,6 +150,41 @@ def test_index_files_get_the_mode_of_any_file_the_process_writes(tmp_path, umask
     for path in (Path(location), kept):
         assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
     assert sorted(os.listdir(data)) == ["dataset.fastio-index.npz", "s.tar"]  # no temporary left
+
+
+def test_an_index_folder_removed_while_a_dataset_runs_is_made_again(tmp_path) -> None:
+    """The folder is made once per store, not for each file a first epoch
+    writes: removed meanwhile (a cache cleaned under a running job), the next
+    index made there makes it again."""
+    folder = tmp_path / "index"
+    urls = []
+    for number in range(2):
+        (tmp_path / str(number)).mkdir()
+        urls.append(make_shard(tmp_path / str(number), "jsonl"))
+    store = IndexStore(folder)
+    with fastio.Reader() as reader:
+        first, second = (build_index(reader, url, make_format("jsonl").locator()) for url in urls)
+    store.save(first)
+    assert store.holding(urls) == {urls[0]}
+    shutil.rmtree(folder)
+    store.save(second)
+    assert store.holding(urls) == {urls[1]}
+    store.save_set(urls, DatasetIndex([first, second]))
+    assert set(store.load_set(urls)) == {index_key(url) for url in urls}
+
+
+def test_an_index_is_written_where_its_temporary_name_is_taken(tmp_path, monkeypatch) -> None:
+    """A temporary file left under the name this process would take next
+    (by a process that had its pid, in another container sharing the
+    folder) is neither used nor removed: the index is written anyway."""
+    monkeypatch.setattr(fastio.formats._index, "_TEMPORARIES", itertools.count(7))
+    path = tmp_path / "dataset.fastio-index.npz"
+    taken = Path(f"{path}.{os.getpid()}-{threading.get_ident()}-7.tmp")
+    taken.write_bytes(b"another process's")
+    fastio.formats._index._write_atomically(path, b"the index")
+    assert path.read_bytes() == b"the index"
+    assert taken.read_bytes() == b"another process's"
+    assert sorted(os.listdir(tmp_path)) == sorted([path.name, taken.name])
 
 
 @pytest.mark.parametrize("asked", [3, 300])  # looked up one by one; the folder listed
