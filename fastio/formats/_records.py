@@ -95,17 +95,32 @@ class RecordFormat(ShardFormat):
     def layouts_of(self, indexes: Iterable[ShardIndex]) -> list[Layout]:
         """The layouts the indexes describe, in one loop (a dataset lays out
         every shard before its first sample, and may have tens of thousands)."""
-        layouts = []
+        layouts: list[Layout] = []
+        append = layouts.append
+        # A dataset's shards mostly share an extension: the codec it names is
+        # told once per ending (a URL with a query or fragment: each alone).
+        codecs: dict[str, str | None] = {}
         for index in indexes:
             url = index.url
-            starts, ends = _signed(index.starts), _signed(index.ends)
+            starts, ends = index.starts, index.ends
+            if starts.dtype is _UINT64 and ends.dtype is _UINT64:
+                starts, ends = starts.view(_INT64), ends.view(_INT64)
+            else:
+                starts, ends = _signed(starts), _signed(ends)
             count, size = len(starts), index.size
-            if codec_for(url) is None:
-                layouts.append(Layout(url, count, size, sample_bounds(count), None, starts, ends))
+            if "?" in url or "#" in url:
+                codec = codec_for(url)
+            else:
+                ending = url[-5:]
+                codec = codecs.get(ending, _UNTOLD)
+                if codec is _UNTOLD:
+                    codec = codecs[ending] = codec_for(url)
+            if codec is None:
+                append(Layout(url, count, size, sample_bounds(count), None, starts, ends))
                 continue
             whole = np.array([size], np.int64)
             bounds = np.array([0, count], np.int64)
-            layouts.append(Layout(url, count, size, bounds, whole, starts, ends, whole=True))
+            append(Layout(url, count, size, bounds, whole, starts, ends, whole=True))
         return layouts
 
     def scanned(
@@ -242,6 +257,7 @@ def own_bytes_as(kind: type[bytes]) -> None:
 
 _UINT64 = np.dtype(np.uint64)
 _INT64 = np.dtype(np.int64)
+_UNTOLD = "untold"  # not a codec's name
 
 
 def _signed(offsets: np.ndarray) -> np.ndarray:
