@@ -237,14 +237,14 @@ def check_value(name: str, spec: Knob, value: Any) -> Any:
         return value
     if kind in ("text", "path"):
         if kind == "path" and isinstance(value, os.PathLike):
-            return os.fspath(value)
+            value = os.fspath(value)
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a {'path' if kind == 'path' else 'string'}, "
                             f"not {shown(value)}")  # fmt: skip
-        return value
+        return _home_expanded(value) if kind == "path" else value
     if kind == "paths":
         if isinstance(value, (str, os.PathLike)):
-            return os.fspath(value)
+            return _home_expanded(os.fspath(value))
         if isinstance(value, (list, tuple)) and value:
             return tuple(check_value(name, Knob(spec.doc, "path"), one) for one in value)
         raise TypeError(f"{name} must be a path or a list of paths, not {shown(value)}")
@@ -269,6 +269,12 @@ def check_value(name: str, spec: Knob, value: Any) -> Any:
     return value
 
 
+def _home_expanded(path: Any) -> Any:
+    """A local path that starts with ``~`` (a config file's ``~/data``, which
+    no shell expanded) in the home folder it names; anything else as it is."""
+    return os.path.expanduser(path) if isinstance(path, str) and path[:1] == "~" else path
+
+
 def _urls(name: str, value: Any) -> str | tuple[str, ...]:
     urls: Any = value
     if isinstance(urls, os.PathLike):
@@ -276,9 +282,9 @@ def _urls(name: str, value: Any) -> str | tuple[str, ...]:
     elif isinstance(urls, (list, tuple)):
         urls = tuple(os.fspath(url) if isinstance(url, os.PathLike) else url for url in urls)
     if isinstance(urls, str) and urls:
-        return urls
+        return cast("str", _home_expanded(urls))
     if isinstance(urls, tuple) and urls and all(isinstance(url, str) and url for url in urls):
-        return urls
+        return tuple(map(_home_expanded, urls))
     raise ValueError(f"{name} must be a URL pattern or a non-empty list of them, "
                      f"not {shown(value)}")  # fmt: skip
 

@@ -194,3 +194,28 @@ def test_an_index_into_a_missing_folder_is_an_error_naming_the_index(tmp_path: P
     with pytest.raises(FileNotFoundError) as raised:
         fastio.Dataset(written.pattern).save_index(str(target))
     assert raised.value.filename == str(target)
+
+
+def test_paths_that_start_with_a_tilde_are_in_the_home_folder(tmp_path: Path, monkeypatch) -> None:
+    """``~/data`` in a config file (which no shell expands) or a keyword is the
+    home folder's, for the shards and for every folder fastio writes to: not
+    a folder named ``~`` in the working one."""
+    home = tmp_path / "home"
+    written = write("webdataset", home / "data", shards=2, per_shard=6, index=False)
+    count = len(written.samples)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "fastio.yaml"
+    config.write_text(
+        "urls: ~/data/\nshuffle: {enabled: false}\nformat_options: {index_dir: ~/index}\n"
+        "cache: {dir: ~/cache, max_bytes: 64MiB}\n"
+    )
+    with fastio.load_config(config).to_dataset() as dataset:
+        assert dataset.urls == written.urls
+        assert [key_of("webdataset", sample) for sample in dataset] == list(range(count))
+    with fastio.Dataset([f"~/data/{Path(url).name}" for url in written.urls], shuffle=False,
+                        index_dir="~/index") as dataset:  # fmt: skip
+        assert dataset.urls == written.urls
+        assert len(list(dataset)) == count
+    assert not (tmp_path / "~").exists()
+    assert os.listdir(home / "index")  # the first epoch's indexes, kept where asked
