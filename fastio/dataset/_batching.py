@@ -84,10 +84,22 @@ def _concat_arrays(parts: list[np.ndarray]) -> np.ndarray:
         common = np.result_type(*dtypes)
     except TypeError:
         common = None
-    if common is None or not all(np.can_cast(dtype, common, "safe") for dtype in dtypes):
+    if common is None or not all(_holds(common, dtype) for dtype in dtypes):
         raise MixedTypesError(f"rows of one batch are of dtypes {', '.join(map(str, dtypes))}, "
                               "which no one dtype holds; iterate samples instead")  # fmt: skip
     return np.concatenate(parts, dtype=common)
+
+
+def _holds(common: np.dtype[Any], dtype: np.dtype[Any]) -> bool:
+    """Whether ``common`` holds every value of ``dtype``: a safe cast, and of
+    integers to floats only where the float's mantissa holds every integer
+    (numpy calls int64 to float64 safe: 2**62 + 1 would come as 2**62)."""
+    if not np.can_cast(dtype, common, "safe"):
+        return False
+    if dtype.kind in "iu" and common.kind in "fc":
+        digits = dtype.itemsize * 8 - (dtype.kind == "i")
+        return bool(digits <= np.finfo(common).nmant + 1)
+    return True
 
 
 def _joinable_batches(pa: Any, parts: list[Any]) -> bool:

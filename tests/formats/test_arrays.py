@@ -61,16 +61,20 @@ def test_npy_batches_across_shards_of_other_dtypes_keep_every_value(tmp_path) ->
     np.save(tmp_path / "a.npy", np.arange(10, dtype=np.int8))
     np.save(tmp_path / "b.npy", np.full(10, 1000, dtype=">i8"))
     np.save(tmp_path / "c.npy", np.full(10, 0.5, dtype=np.float32))
-    dataset = fastio.Dataset(str(tmp_path / "{a,b,c}.npy"), shuffle=False)
-    expected = [*range(10), *[1000] * 10, *[0.5] * 10]
+    np.save(tmp_path / "s.npy", np.full(10, -7, dtype=np.int16))
+    dataset = fastio.Dataset(str(tmp_path / "{a,b,s,c}.npy"), shuffle=False)
+    expected = [*range(10), *[1000] * 10, *[-7] * 10, *[0.5] * 10]
     batches = list(dataset.batches(8))
     assert [value.item() for batch in batches for value in batch] == expected
     assert batches[1].dtype == np.int64  # int8 and int64 rows
-    assert batches[2].dtype == np.float64  # int64 and float32 rows: both fit float64
+    assert batches[3].dtype == np.float32  # int16 and float32 rows: float32 holds both
+    # Integers that a float's mantissa does not hold (int64 or uint64 beside
+    # floats, int64 beside uint64: numpy's float64) would come changed.
+    np.save(tmp_path / "u.npy", np.full(10, 2**63 + 5, dtype=np.uint64))
     np.save(tmp_path / "d.npy", np.ones((10, 3), np.float32))
     np.save(tmp_path / "e.npy", np.zeros(10, dtype=[("x", "<f8")]))
-    for other in ("d", "e"):
-        mixed = fastio.Dataset(str(tmp_path / f"{{c,{other}}}.npy"), shuffle=False)
+    for other in ("b,c", "b,u", "u,c", "c,d", "c,e"):
+        mixed = fastio.Dataset(str(tmp_path / f"{{{other}}}.npy"), shuffle=False)
         with pytest.raises(fastio.MixedTypesError, match="iterate samples"):
             list(mixed.batches(8))
         assert len(list(mixed)) == 20
