@@ -13,11 +13,11 @@ from fastio.dataset._arrow_rows import ArrowRows
 from fastio.formats._parts import Part, PartBuilder
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from fastio.plan._cursor import EpochCursor
 
-__all__ = ["assemble", "rebatch", "rows_of", "slice_rows"]
+__all__ = ["BatchSchema", "assemble", "rebatch", "rows_of", "slice_rows"]
 
 
 def rows_of(part: Any) -> int:
@@ -305,3 +305,75 @@ def rebatch(
         cursor.deliver_batch(carry.rows, last_end)
         yield carry.take()
     cursor.move_to(max(cursor.position, last_end))
+
+
+class BatchSchema:
+    """The columns a dataset's Arrow batches have had, with their types: each
+    batch is given them all, in that order (null where its rows lack one, a
+    type widened as Arrow widens it: integers and floats make floats), and
+    extends them with any column it brings. Formats without a schema
+    (TFRecord Examples, JSON lines, WebDataset extensions) make a batch's
+    columns of its rows alone, so that one of a shard without a feature
+    lacked its column, and a consumer of a fixed signature (tf.data, a
+    compiled step) failed in the middle of an epoch. A column first met in
+    a later shard joins from there on: after a pass, every batch has every
+    column."""
+
+    __slots__ = ("schema",)
+
+    def __init__(self) -> None:
+        self.schema: Any = None
+
+    def adopt(self, data: bytes | None) -> None:
+        """Start from the columns another process kept (``data``: a schema as
+        pyarrow serializes it; one that does not read is passed over)."""
+        if data is None or self.schema is not None:
+            return
+        import pyarrow as pa
+
+        try:
+            self.schema = pa.ipc.read_schema(pa.py_buffer(data))
+        except (pa.ArrowException, ValueError, OSError):
+            return
+
+    def conformed(self, batches: Iterator[Any], grown: Callable[[Any], None]) -> Iterator[Any]:
+        """``batches`` conformed; ``grown(schema)`` where a batch added a column
+        or widened a type."""
+        try:
+            for batch in batches:
+                before = self.schema
+                batch = self.conform(batch)
+                if self.schema is not before and (before is None or not before.equals(self.schema)):
+                    grown(self.schema)
+                yield batch
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    def conform(self, batch: Any) -> Any:
+        import pyarrow as pa
+
+        known = self.schema
+        if type(batch) is not pa.RecordBatch or batch.schema is known:
+            return batch
+        if known is None or batch.schema.equals(known):
+            self.schema = batch.schema
+            return batch
+        try:
+            union = pa.unify_schemas([known, batch.schema], promote_options="permissive")
+            columns = []
+            for field in union:
+                at = batch.schema.get_field_index(field.name)
+                if at < 0:
+                    columns.append(pa.nulls(batch.num_rows, field.type))
+                    continue
+                column = batch.column(at)
+                columns.append(column if column.type == field.type else column.cast(field.type))
+        except (pa.ArrowTypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+            raise MixedTypesError(f"a batch's columns ({batch.schema}) do not join the "
+                                  f"columns of the batches before ({known}): {error}; "
+                                  "iterate samples instead") from None  # fmt: skip
+        made = pa.RecordBatch.from_arrays(columns, names=union.names)
+        self.schema = made.schema
+        return made

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import numpy as np
 
 from fastio._errors import ReaderClosedError, import_extra
-from fastio.dataset._batching import rebatch
+from fastio.dataset._batching import BatchSchema, rebatch
 from fastio.dataset._delivery import deliver
 from fastio.dataset._layouts import ShardLayouts
 from fastio.dataset._policy import MAX_KEPT_ERRORS, ErrorPolicy
@@ -257,6 +257,7 @@ class Dataset(_Base):
         self._remaining: np.ndarray | None = None  # what of that epoch is left to read
         self._pass_batch_size = spec.split.batch_size
         self._pass_finished = False  # whether the last pass's loop ended with all its part
+        self._batch_schema = BatchSchema()  # the columns Arrow batches have had
         self.fairness = FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed)
         # A never-seen remote dataset's first reads: the first shards this
         # process would stream (where it is a DataLoader worker's parent, its
@@ -768,7 +769,13 @@ class Dataset(_Base):
     def _iterate(self, columnar: bool, batch_size: int, drop_last: bool) -> Iterator[Any]:
         def begin() -> tuple[Iterator[Any], Observer | None]:
             with collector_paused():  # the pass's plan: objects per shard, none garbage
-                return self._begin(columnar, batch_size, drop_last)
+                items, observer = self._begin(columnar, batch_size, drop_last)
+            if columnar and self._format.batch_kind == "arrow":  # every column, every batch
+                schema, records = self._batch_schema, self._shards.record_format
+                if schema.schema is None and records is not None:  # what other processes met
+                    schema.adopt(records.store.load_schema(self.urls))
+                items = schema.conformed(items, self._keep_schema)
+            return items, observer
 
         def end(finished: bool) -> None:
             self._pass_finished = finished
@@ -776,6 +783,13 @@ class Dataset(_Base):
             self._report_tuning()
 
         return deliver(begin, end)
+
+    def _keep_schema(self, schema: Any) -> None:
+        """Keep the columns the batches have had where every process of the
+        dataset finds them (DataLoader workers made anew each epoch, ranks)."""
+        records = self._shards.record_format
+        if records is not None:
+            records.store.save_schema(self.urls, schema.serialize().to_pybytes())
 
     def _begin(
         self, columnar: bool, batch_size: int, drop_last: bool

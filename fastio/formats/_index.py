@@ -95,6 +95,8 @@ SET_PREFIX = "dataset-"
 SET_SUFFIX = ".fastio-dataset.npz"
 """The index folder's file of a whole dataset's indexes: never a shard's
 index name, nor a shard cache's file name."""
+SCHEMA_SUFFIX = ".fastio-schema.arrow"
+"""Beside it, the columns the dataset's Arrow batches have had."""
 _LOOKUPS = 256
 """Up to this many URLs, which of them have a stored index is looked up file
 by file rather than by listing the folder."""
@@ -577,6 +579,26 @@ class IndexStore:
             except UNREADABLE:
                 return {}
         return {}
+
+    def load_schema(self, urls: Sequence[str]) -> bytes | None:
+        """The batch columns kept for the dataset of ``urls`` (an Arrow schema
+        as pyarrow serializes it), None where none is kept."""
+        name = self.set_name(urls) + SCHEMA_SUFFIX
+        for folder in self._folders():
+            try:
+                with open(os.path.join(folder, name), "rb") as file:
+                    return file.read()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return None
+        return None
+
+    def save_schema(self, urls: Sequence[str], data: bytes) -> None:
+        """Keep the batch columns of the dataset of ``urls``, as :meth:`save`."""
+        name = self.set_name(urls)
+        self._keep(name, len(data), lambda folder: _write_atomically(
+            os.path.join(folder, name + SCHEMA_SUFFIX), data))  # fmt: skip
 
     def save_set(self, urls: Sequence[str], index: DatasetIndex) -> None:
         """Keep ``index`` (every shard of ``urls``) in one file, as :meth:`save`."""
