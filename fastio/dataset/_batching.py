@@ -317,34 +317,46 @@ class BatchSchema:
     lacked its column, and a consumer of a fixed signature (tf.data, a
     compiled step) failed in the middle of an epoch. A column first met in
     a later shard joins from there on: after a pass, every batch has every
-    column."""
+    column. Where records name their columns (``by_name``: TFRecord
+    features, JSON fields, tar members), the columns are in name order
+    (``__key__`` and ``__url__`` first): the order of the first batch
+    depends on which shard the shuffle or a worker starts with, and batches
+    of every worker and epoch must have one schema (a ``ParquetWriter``, a
+    positional consumer)."""
 
-    __slots__ = ("schema",)
+    __slots__ = ("by_name", "schema")
 
-    def __init__(self) -> None:
+    def __init__(self, by_name: bool = False) -> None:
+        self.by_name = by_name
         self.schema: Any = None
 
-    def adopt(self, data: bytes | None) -> None:
-        """Start from the columns another process kept (``data``: a schema as
-        pyarrow serializes it; one that does not read is passed over)."""
-        if data is None or self.schema is not None:
-            return
+    def adopt(self, data: bytes | None) -> bool:
+        """Join the columns another process kept (``data``: a schema as
+        pyarrow serializes it; one that does not read, or whose types do not
+        join these, is passed over). Returns whether the columns here hold
+        more than those kept, to be kept in their place."""
         import pyarrow as pa
 
         try:
-            self.schema = pa.ipc.read_schema(pa.py_buffer(data))
+            theirs = None if data is None else self._ordered(pa.ipc.read_schema(pa.py_buffer(data)))
+            if theirs is None or self.schema is None:
+                self.schema = self.schema if theirs is None else theirs
+                return theirs is None and self.schema is not None
+            union = pa.unify_schemas([self.schema, theirs], promote_options="permissive")
         except (pa.ArrowException, ValueError, OSError):
-            return
+            return False
+        self.schema = self._ordered(union)
+        return not self.schema.equals(theirs)
 
-    def conformed(self, batches: Iterator[Any], grown: Callable[[Any], None]) -> Iterator[Any]:
-        """``batches`` conformed; ``grown(schema)`` where a batch added a column
-        or widened a type."""
+    def conformed(self, batches: Iterator[Any], grown: Callable[[], None]) -> Iterator[Any]:
+        """``batches`` conformed; ``grown()`` where a batch added a column or
+        widened a type."""
         try:
             for batch in batches:
                 before = self.schema
                 batch = self.conform(batch)
                 if self.schema is not before and (before is None or not before.equals(self.schema)):
-                    grown(self.schema)
+                    grown()
                 yield batch
         finally:
             close = getattr(batches, "close", None)
@@ -357,11 +369,15 @@ class BatchSchema:
         known = self.schema
         if type(batch) is not pa.RecordBatch or batch.schema is known:
             return batch
-        if known is None or batch.schema.equals(known):
+        if known is not None and batch.schema.equals(known):
             self.schema = batch.schema
             return batch
         try:
-            union = pa.unify_schemas([known, batch.schema], promote_options="permissive")
+            union = self._ordered(batch.schema if known is None else pa.unify_schemas(
+                [known, batch.schema], promote_options="permissive"))  # fmt: skip
+            if union.equals(batch.schema):
+                self.schema = batch.schema
+                return batch
             columns = []
             for field in union:
                 at = batch.schema.get_field_index(field.name)
@@ -377,3 +393,15 @@ class BatchSchema:
         made = pa.RecordBatch.from_arrays(columns, names=union.names)
         self.schema = made.schema
         return made
+
+    def _ordered(self, schema: Any) -> Any:
+        """``schema`` in name order where records name the columns, those of
+        the sample's own (``__key__``, ``__url__``) first."""
+        if not self.by_name:
+            return schema
+        fields = sorted(schema, key=lambda field: (not field.name.startswith("__"), field.name))
+        if [field.name for field in fields] == schema.names:
+            return schema
+        import pyarrow as pa
+
+        return pa.schema(fields, schema.metadata)

@@ -257,7 +257,7 @@ class Dataset(_Base):
         self._remaining: np.ndarray | None = None  # what of that epoch is left to read
         self._pass_batch_size = spec.split.batch_size
         self._pass_finished = False  # whether the last pass's loop ended with all its part
-        self._batch_schema = BatchSchema()  # the columns Arrow batches have had
+        self._batch_schema = BatchSchema(self._format.columns_by_name)  # Arrow batches' columns
         self.fairness = FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed)
         # A never-seen remote dataset's first reads: the first shards this
         # process would stream (where it is a DataLoader worker's parent, its
@@ -772,8 +772,8 @@ class Dataset(_Base):
                 items, observer = self._begin(columnar, batch_size, drop_last)
             if columnar and self._format.batch_kind == "arrow":  # every column, every batch
                 schema, records = self._batch_schema, self._shards.record_format
-                if schema.schema is None and records is not None:  # what other processes met
-                    schema.adopt(records.store.load_schema(self.urls))
+                if records is not None and schema.adopt(records.store.load_schema(self.urls)):
+                    self._keep_schema()  # what other processes met, and what they did not
                 items = schema.conformed(items, self._keep_schema)
             return items, observer
 
@@ -784,12 +784,14 @@ class Dataset(_Base):
 
         return deliver(begin, end)
 
-    def _keep_schema(self, schema: Any) -> None:
+    def _keep_schema(self) -> None:
         """Keep the columns the batches have had where every process of the
-        dataset finds them (DataLoader workers made anew each epoch, ranks)."""
-        records = self._shards.record_format
+        dataset finds them (DataLoader workers made anew each epoch, ranks),
+        joined with those kept there: no process's columns undo another's."""
+        records, schema = self._shards.record_format, self._batch_schema
         if records is not None:
-            records.store.save_schema(self.urls, schema.serialize().to_pybytes())
+            schema.adopt(records.store.load_schema(self.urls))
+            records.store.save_schema(self.urls, schema.schema.serialize().to_pybytes())
 
     def _begin(
         self, columnar: bool, batch_size: int, drop_last: bool

@@ -188,6 +188,7 @@ class ShardFormat(abc.ABC):
 
     name = ""
     batch_kind = "arrow"  # "arrow": pyarrow RecordBatch; "numpy": ndarray
+    columns_by_name = False  # records name the columns, in no order of the shard's
 
     @abc.abstractmethod
     def layout(self, reader: Reader, url: str, tolerate: bool) -> tuple[Layout, list[DecodeError]]:

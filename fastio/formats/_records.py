@@ -46,6 +46,8 @@ class RecordFormat(ShardFormat):
     cache folder. Subclasses set ``name`` and implement :meth:`locator`,
     :meth:`own` and :meth:`samples` (of :meth:`_decompressed` chunks)."""
 
+    columns_by_name = True
+
     def __init__(
         self,
         index_dir: str | os.PathLike[str] | None = None,

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from tfrecord.writer import TFRecordWriter as PeerWriter
 from torch.utils.data import DataLoader
+from webdataset import TarWriter
 
 import fastio
 
@@ -68,13 +69,22 @@ def test_a_feature_of_some_shards_is_a_column_of_every_batch_after_a_pass(tmp_pa
         assert _labels(later) == _expected_labels()
 
 
-def test_new_dataloader_workers_each_epoch_make_every_batch_with_every_column(tmp_path):
-    """Workers made anew each epoch (not persistent) start from the columns
-    the workers before them met, kept beside the dataset's indexes."""
+@pytest.mark.parametrize(("persistent", "seed"), [(False, 1), (True, 0)],
+                         ids=["made anew", "persistent"])  # fmt: skip
+def test_dataloader_workers_make_every_batch_with_every_column(tmp_path, persistent, seed):
+    """Workers made anew each epoch start from the columns the workers before
+    them met, kept beside the dataset's indexes; persistent workers that did
+    not meet the labelled shard in an epoch learn of its column from the
+    others. Each worker's first batch depends on the shard it starts with
+    (the labelled shard writes ``label`` before ``id``): from the second
+    epoch on, every batch of every worker has one schema, in name order."""
     urls = _tfrecords(tmp_path / "data")
-    dataset = fastio.Dataset(urls, seed=1, index_dir=str(tmp_path / "index"))
-    loader = DataLoader(dataset.batches(BATCH), batch_size=None, num_workers=2)
-    list(loader)  # the first epoch meets the label in the last shard
+    dataset = fastio.Dataset(urls, shuffle=True, seed=seed, index_dir=str(tmp_path / "index"))
+    loader = DataLoader(dataset.batches(BATCH), batch_size=None, num_workers=2,
+                        persistent_workers=persistent)  # fmt: skip
+    first = list(loader)  # the first epoch meets the label in the last shard
+    assert all(batch.schema.names == ["id", "label"] for batch in first
+               if "label" in batch.schema.names)  # fmt: skip
     for epoch in (1, 2):
         dataset.set_epoch(epoch)
         batches = list(loader)
@@ -85,7 +95,7 @@ def test_new_dataloader_workers_each_epoch_make_every_batch_with_every_column(tm
 def test_json_lines_batches_keep_one_type_and_every_field(tmp_path):
     """Integers in one shard and floats in another make floats in every
     batch once both were met; a field of one shard only is a column of
-    every batch, null where a line lacks it."""
+    every batch, null where a line lacks it; columns in name order."""
     urls = []
     for shard in range(SHARDS):
         path = tmp_path / f"part-{shard}.jsonl"
@@ -101,12 +111,39 @@ def test_json_lines_batches_keep_one_type_and_every_field(tmp_path):
     dataset = fastio.Dataset(urls, shuffle=False, index_dir=str(tmp_path / "index"))
     list(dataset.batches(BATCH))
     batches = list(dataset.batches(BATCH))
-    schema = pa.schema([("id", pa.int64()), ("x", pa.float64()), ("extra", pa.string())])
+    schema = pa.schema([("extra", pa.string()), ("id", pa.int64()), ("x", pa.float64())])
     assert all(batch.schema.equals(schema) for batch in batches)
     rows = [row for batch in batches for row in batch.to_pylist()]
     assert [row["x"] for row in rows] == [n * 0.5 if PER_SHARD <= n < 2 * PER_SHARD else float(n)
                                           for n in range(SHARDS * PER_SHARD)]  # fmt: skip
     assert [row["extra"] for row in rows] == [None] * 2 * PER_SHARD + ["e"] * PER_SHARD
+
+
+def test_webdataset_batches_name_the_sample_first_then_extensions_in_order(tmp_path):
+    """Shards written by webdataset's ``TarWriter``, one with extensions the
+    others lack (one that sorts before ``__key__``): from the second pass
+    on, every batch has ``__key__``, ``__url__``, then every extension in
+    name order, whatever shard the shuffle starts with."""
+    urls = []
+    for shard in range(SHARDS):
+        path = tmp_path / f"shard-{shard}.tar"
+        with TarWriter(str(path)) as writer:
+            for row in range(PER_SHARD):
+                sample = {"__key__": f"s{shard}-{row:03d}", "txt": f"{row}", "cls": str(shard)}
+                if shard == 1:
+                    sample["0.json"], sample["aux"] = b"{}", bytes([row])
+                writer.write(sample)
+        urls.append(str(path))
+    dataset = fastio.Dataset(urls, shuffle=True, seed=3, index_dir=str(tmp_path / "index"))
+    list(dataset.batches(BATCH))
+    batches = list(dataset.batches(BATCH))
+    names = ["__key__", "__url__", "0.json", "aux", "cls", "txt"]
+    assert all(batch.schema.names == names for batch in batches)
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    assert len(rows) == SHARDS * PER_SHARD
+    assert sorted(row["aux"] for row in rows if row["aux"] is not None) == [
+        bytes([row]) for row in range(PER_SHARD)]  # fmt: skip
+    assert all((row["0.json"] is None) == (row["cls"] != b"1") for row in rows)
 
 
 def test_a_column_whose_types_do_not_join_is_a_mixed_types_error(tmp_path):

@@ -23,6 +23,11 @@ def as_batch(samples: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([_plain(sample) for sample in samples])
 
 
+def in_name_order(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A Dataset's batches of named records have their columns in name order."""
+    return batch.select(sorted(batch.schema.names))
+
+
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> list[str]:
     folder = tmp_path_factory.mktemp("examples")
@@ -48,7 +53,7 @@ def test_example_batches_equal_the_samples(tmp_path, shards: list[str], verify: 
     assert len(samples) == 80
     assert [b.num_rows for b in batches] == [7] * 11 + [3]
     joined = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-    expected = as_batch(samples)
+    expected = in_name_order(as_batch(samples))
     assert joined.schema == expected.schema
     assert joined.equals(expected)
 
@@ -203,7 +208,7 @@ def test_stored_order_batches_count_a_damaged_record(tmp_path, shards: list[str]
     assert sum(b.num_rows for b in batches) + stats["skipped"] == len(intact)
     assert stats["skipped"] == 1
     delivered = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-    assert delivered.equals(as_batch(intact[:-1]))
+    assert delivered.equals(in_name_order(as_batch(intact[:-1])))
 
 
 def large_examples(path: Path, count: int) -> list[bytes]:
