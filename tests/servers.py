@@ -8,6 +8,7 @@ import asyncio
 import gzip
 import hashlib
 import os
+import ssl
 import threading
 import time
 from collections import Counter
@@ -75,10 +76,12 @@ def close_connections(known: set[asyncio.BaseTransport]) -> None:
 
 
 class RangeServer:
-    """Serves the files under `root` over HTTP on 127.0.0.1 with Range, HEAD and ETag."""
+    """Serves the files under `root` over HTTP on 127.0.0.1 with Range, HEAD
+    and ETag; over HTTPS where given a ``tls`` context (a certificate)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tls: ssl.SSLContext | None = None) -> None:
         self.root = root
+        self.tls = tls
         self.faults = Faults()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -89,7 +92,7 @@ class RangeServer:
         self._transports: set[asyncio.BaseTransport] = set()
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/{name}"
 
     def start(self) -> RangeServer:
         self._thread.start()
@@ -101,7 +104,7 @@ class RangeServer:
         app.router.add_route("*", "/{name:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 

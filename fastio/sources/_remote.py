@@ -185,18 +185,11 @@ def read_object(url: str, storage_options: dict[str, Any],
     except Exception as error:  # aiohttp's answer errors are no OSError
         if _missing(error):
             raise FileNotFoundError(errno.ENOENT, "no such object", url) from error
-        if _denied(error):
+        if denied(error):
             raise PermissionError(errno.EACCES, f"access denied ({error})", url) from error
-        if isinstance(error, (TypeError, ValueError, ImportError)):  # the caller's options
+        if caller_error(error):
             raise
-        if not isinstance(error, OSError):  # a store client's own (botocore's)
-            raise foreign_error(error, url, "reading the whole object") from error
-        if error.filename is not None:
-            raise
-        # A connection's failure names no object: the error says which.
-        reason = error.strerror or str(error)
-        number = error.errno or (errno.ETIMEDOUT if isinstance(error, TimeoutError) else errno.EIO)
-        raise type(error)(number, f"{reason} (reading the whole object)", url) from error
+        raise naming(error, url, "reading the whole object") from error
 
 
 def _read_object(url: str, storage_options: dict[str, Any], first_byte: float
@@ -232,22 +225,35 @@ _CONNECTION_FAILURES = frozenset(("EndpointConnectionError", "ConnectionClosedEr
 _TIMEOUTS = frozenset(("ConnectTimeoutError", "ReadTimeoutError", "ServerTimeoutError"))
 
 
-def _copies_whole(fs: Any) -> bool:
-    """Whether ``fs`` copies a whole object to a local file at its first open
-    (fsspec's simplecache and filecache)."""
-    from fsspec.implementations.cached import WholeFileCacheFileSystem
+def _asynchronous(fs: Any) -> bool:
+    """Whether ``fs``'s reads are asked of fsspec's loop (its coroutines):
+    not those of a cache of fsspec's, whose coroutines are those of the
+    filesystem it copies (asked there, a read would pass the cache by)."""
+    return bool(getattr(fs, "async_impl", False)) and not _caching(fs)
 
-    return isinstance(fs, WholeFileCacheFileSystem)
+
+def _caching(fs: Any) -> bool:
+    from fsspec.implementations.cached import CachingFileSystem
+
+    return isinstance(fs, CachingFileSystem)
+
+
+def _cached(fs: Any) -> Any:
+    """The filesystem a cache of fsspec's (blockcache, filecache,
+    simplecache) keeps copies of, which says what an object is: the cache's
+    own ``info`` lists the object's folder, which an HTTP server need not
+    answer."""
+    return fs.fs if _caching(fs) else fs
 
 
 def _remote_kind(error: BaseException) -> type[RemoteReadError]:
     """The :class:`~fastio.RemoteReadError` a remote failure is given up as:
     a timeout's and a failed connection's (built-ins, or a store client's
     own by name) also the built-ins."""
-    name = type(error).__name__
-    if isinstance(error, (asyncio.TimeoutError, TimeoutError)) or name in _TIMEOUTS:
+    names = {kind.__name__ for kind in type(error).__mro__}
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)) or names & _TIMEOUTS:
         return RemoteTimeoutError
-    if isinstance(error, ConnectionError) or name in _CONNECTION_FAILURES:
+    if isinstance(error, ConnectionError) or names & _CONNECTION_FAILURES:
         return RemoteConnectionError
     return RemoteReadError
 
@@ -258,6 +264,33 @@ def foreign_error(error: BaseException, url: str, doing: str) -> OSError:
     kind = _remote_kind(error)
     code = {RemoteTimeoutError: errno.ETIMEDOUT, RemoteConnectionError: errno.ECONNREFUSED}
     return kind(code.get(kind, errno.EIO), f"{doing}: {type(error).__name__}: {error}", url)
+
+
+def naming(error: BaseException, url: str, doing: str) -> BaseException:
+    """``error`` as one naming ``url``: itself where it names a file; a
+    built-in OSError or fastio's of the same kind; a store client's own
+    (botocore's, aiohttp's, whose OSErrors are made of other arguments)
+    as fastio's (see :func:`foreign_error`)."""
+    if not isinstance(error, OSError) or not _made_as_oserror(error):
+        return foreign_error(error, url, doing)
+    if error.filename is not None:
+        return error
+    # A connection's failure names no object: the error says which.
+    reason = error.strerror or str(error)
+    number = error.errno or (errno.ETIMEDOUT if isinstance(error, TimeoutError) else errno.EIO)
+    return type(error)(number, f"{reason} ({doing})", url)
+
+
+def caller_error(error: BaseException) -> bool:
+    """Whether ``error`` is of the caller's making (a bad URL or option, an
+    extra not installed), raised as it is: not a store's failure (an SSL
+    error is a ValueError and an OSError)."""
+    caller = isinstance(error, (TypeError, ValueError, ImportError))
+    return caller and not isinstance(error, OSError)
+
+
+def _made_as_oserror(error: OSError) -> bool:
+    return type(error).__module__ == "builtins" or type(error).__module__.startswith("fastio.")
 
 
 def _transient(error: BaseException) -> bool:
@@ -310,10 +343,7 @@ class Remotes:
         self._asked: dict[str, Future[RemoteFile]] = {}
         self._checks: dict[str, asyncio.Future[RemoteFile]] = {}  # see _confirming
         self._check_pool: ThreadPoolExecutor | None = None
-        # Objects a filesystem that copies whole objects (simplecache::,
-        # filecache::) has copied: until then, reads of one go one at a time.
-        self._copied: set[str] = set()
-        self._copying: dict[str, threading.Lock] = {}
+        self._cache_reads = threading.Lock()  # reads through fsspec's caches (_read_sync)
 
     @property
     def bytes_arrived(self) -> int:
@@ -425,9 +455,12 @@ class Remotes:
             if size is not None:
                 return RemoteFile(url, size, version)
         fs, path = self.filesystem(url)  # fsspec asks again, and with a GET where HEAD fails
+        fs = _cached(fs)
         try:
             info = fs.info(path, **_within(fs, self.settings.request_timeout))
-        except OSError as error:
+        except Exception as error:  # aiohttp's answer errors are no OSError
+            if caller_error(error):
+                raise
             raise _stat_error(error, url) from None
         size = info.get("size")
         if size is None:
@@ -566,7 +599,7 @@ class Remotes:
 
         else:
             fs, path = self.filesystem(url)
-            if not getattr(fs, "async_impl", False) or in_flight == 1:
+            if not _asynchronous(fs) or in_flight == 1:
                 for offset, length in ranges:
                     if self.prefetcher.stopping.is_set():
                         raise DownloadCancelled(f"{url}: the reader closed during the download")
@@ -856,7 +889,7 @@ class Remotes:
     async def read(self, url: str, offset: int, length: int) -> bytes:
         """``length`` bytes of ``url`` from ``offset``, retried as the settings say."""
         fs, path = self.filesystem(url)
-        if getattr(fs, "async_impl", False):
+        if _asynchronous(fs):
             from fsspec.asyn import get_loop
 
             future = asyncio.run_coroutine_threadsafe(
@@ -909,19 +942,16 @@ class Remotes:
             return b"", _final(error, url, offset, length, attempts)
 
     def _read_sync(self, fs: Any, path: str, url: str, offset: int, length: int) -> bytes:
-        if url in self._copied or not _copies_whole(fs):
+        if not _caching(fs):
             return self._read_sync_now(fs, path, url, offset, length)
-        # The first read of an object copies all of it into the cache folder,
-        # under the name later reads open: another read meanwhile would open
-        # the part copied so far as the whole object.
-        with self._lock:
-            copying = self._copying.setdefault(url, threading.Lock())
-        with copying:
-            data = self._read_sync_now(fs, path, url, offset, length)
-            self._copied.add(url)
-        with self._lock:
-            self._copying.pop(url, None)  # copied: its reads need no lock any more
-        return data
+        # fsspec's caches take one read at a time: simplecache and filecache
+        # copy an object whole at its first read, under the name later reads
+        # open (another read meanwhile would open the part copied so far as
+        # the whole object), and each copy rewrites the notes of what is
+        # copied that other reads look up; blockcache marks a block held
+        # before its bytes come (another read of it would take zeros).
+        with self._cache_reads:
+            return self._read_sync_now(fs, path, url, offset, length)
 
     def _read_sync_now(self, fs: Any, path: str, url: str, offset: int, length: int) -> bytes:
         attempts = 0
@@ -1199,7 +1229,7 @@ def _http_status(error: BaseException) -> int | None:
     return None
 
 
-def _denied(error: BaseException) -> bool:
+def denied(error: BaseException) -> bool:
     return isinstance(error, PermissionError) or _http_status(error) in (401, 403)
 
 
@@ -1208,7 +1238,7 @@ def _missing(error: BaseException) -> bool:
     return status in (404, 410) or (isinstance(error, FileNotFoundError) and status is None)
 
 
-def _stat_error(error: OSError, url: str) -> OSError:
+def _stat_error(error: BaseException, url: str) -> OSError:
     status = _http_status(error)
     if isinstance(error, HTTPStatusError):
         reason = f"HTTP {error.status} {error.reason}".rstrip()
@@ -1216,13 +1246,14 @@ def _stat_error(error: OSError, url: str) -> OSError:
         reason = f"HTTP {status}"
     else:
         reason = str(error) or type(error).__name__
-    if _denied(error):
+    if denied(error):
         return PermissionError(errno.EACCES, f"access denied ({reason})", url)
     if _missing(error):
         return FileNotFoundError(errno.ENOENT, "no such object", url)
     if isinstance(error, TimeoutError):  # fsspec's own says nothing
         return RemoteTimeoutError(errno.ETIMEDOUT, "cannot stat: no answer in time", url)
-    return _remote_kind(error)(error.errno or errno.EIO, f"cannot stat: {reason}", url)
+    number = getattr(error, "errno", None) or errno.EIO
+    return _remote_kind(error)(number, f"cannot stat: {reason}", url)
 
 
 _T = TypeVar("_T")
@@ -1325,7 +1356,7 @@ def _final_error(error: BaseException, url: str, offset: int, length: int, attem
     where = f"reading {length} bytes at offset {offset}"
     if _missing(error):
         return FileNotFoundError(errno.ENOENT, f"no such object ({where})", url)
-    if _denied(error):
+    if denied(error):
         return PermissionError(errno.EACCES, f"access denied ({where})", url)
     if isinstance(error, (RangeIgnoredError, ShardChangedError)):
         return error

@@ -201,15 +201,13 @@ def _remote_glob(url: str, storage_options: dict[str, Any]) -> list[str]:
 def _listing_error(error: BaseException, url: str) -> BaseException:
     """A failed listing of ``url`` as an error naming it (s3fs's refusal
     names none; botocore's connection errors are no OSError)."""
-    from fastio.sources._remote import foreign_error
+    from fastio.sources._remote import caller_error, denied, naming
 
-    if isinstance(error, PermissionError):
+    if denied(error):  # a built-in's, or an HTTP 401 or 403 in aiohttp's own
         return PermissionError(errno.EACCES, f"access denied listing it ({error})", url)
-    if isinstance(error, OSError):
-        return error if error.filename else type(error)(error.errno, f"listing it: {error}", url)
-    if isinstance(error, (ValueError, TypeError)):  # a bad URL or option: the caller's
+    if caller_error(error):
         return error
-    return foreign_error(error, url, "listing it")
+    return naming(error, url, "listing it")
 
 
 @contextlib.contextmanager

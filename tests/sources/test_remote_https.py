@@ -1,0 +1,168 @@
+"""Shards over HTTPS (fsspec's HTTP filesystem, aiohttp under it) from a real
+TLS server on loopback with a certificate of the tests' own authority: the
+samples equal the local files', and a server that cannot be reached, one
+whose certificate is not trusted and one that refuses an object are errors
+naming the URL (or, under ``skip``, counted shards), never aiohttp's own."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+
+import pytest
+import trustme
+
+import fastio
+from tests.servers import RangeServer
+from tests.shards import key_of, write
+
+# fsspec's blockcache (2026.9) maps each object's sparse copy and drops the
+# file it mapped it from unclosed (collected later): its copies are kept in
+# folders named "blockcache-files", and what is left open there is its own.
+pytestmark = [
+    pytest.mark.filterwarnings(
+        "ignore:unclosed file <_io.BufferedRandom name='[^']*/blockcache-files/:ResourceWarning"),
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in. <_io.FileIO name='[^']*/blockcache-files/"
+        ":pytest.PytestUnraisableExceptionWarning"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def authority():
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("served")
+
+
+@pytest.fixture(scope="module")
+def https(folder, authority):
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(context)
+    server = RangeServer(folder, tls=context).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_faults(https):
+    https.faults = type(https.faults)()
+
+
+@pytest.fixture(scope="module")
+def tars(folder):
+    return write("webdataset", folder / "tars", shards=3, per_shard=12, index=False)
+
+
+@pytest.fixture
+def trusting(authority):
+    """Storage options that trust the tests' authority (aiohttp's ``ssl``)."""
+    context = ssl.create_default_context()
+    authority.configure_trust(context)
+    return {"ssl": context}
+
+
+def https_dataset(https, tars, tmp_path, **options) -> fastio.Dataset:
+    pattern = https.url("tars/" + tars.pattern.rsplit("/", 1)[1])
+    return fastio.Dataset(pattern, shuffle=False, index_dir=tmp_path, **options)
+
+
+def keys(samples) -> list[int]:
+    return [key_of("webdataset", sample) for sample in samples]
+
+
+def without_urls(samples) -> list[dict]:
+    """The samples without the URL each came from (which differs by source)."""
+    return [{k: v for k, v in sample.items() if k != "__url__"} for sample in samples]
+
+
+def cached_dataset(https, tars, tmp_path, trusting, cache: str, name: str,
+                   **options) -> fastio.Dataset:  # fmt: skip
+    """The shards through fsspec's ``cache`` chained before HTTPS, its copies
+    in a folder of ``name``."""
+    url = cache + "::" + https.url("tars/" + tars.pattern.rsplit("/", 1)[1])
+    storage = {"https": trusting, cache: {"cache_storage": str(tmp_path / f"{cache}-files" / name)}}
+    return fastio.Dataset(url, shuffle=False, index_dir=tmp_path / f"index-{name}",
+                          storage_options=storage, **options)  # fmt: skip
+
+
+def test_https_shards_deliver_what_the_local_files_hold(https, tars, tmp_path, trusting):
+    local = fastio.Dataset(tars.urls, shuffle=False, index_dir=tmp_path / "local")
+    dataset = https_dataset(https, tars, tmp_path / "remote", storage_options=trusting)
+    for _ in range(2):  # never seen, then indexed
+        assert without_urls(dataset) == without_urls(local)
+    assert https.faults.gets  # the samples came from the server
+
+
+def test_an_unreachable_https_server_is_a_connection_error_naming_the_url(tmp_path):
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"https://127.0.0.1:{port}/data/shard-{{0..1}}.tar"
+    with pytest.raises(fastio.FastIOError) as caught:
+        list(fastio.Dataset(url, shuffle=False, index_dir=tmp_path, retries=0))
+    assert isinstance(caught.value, ConnectionError)
+    assert caught.value.filename.startswith(f"https://127.0.0.1:{port}/data/")
+
+
+def test_an_untrusted_certificate_is_an_error_naming_the_url(https, tars, tmp_path):
+    with pytest.raises(fastio.FastIOError, match="certificate") as caught:
+        list(https_dataset(https, tars, tmp_path, retries=0))  # the system's authorities
+    assert caught.value.filename.startswith(https.url("tars/"))
+
+
+def test_a_forbidden_https_object_is_a_permission_error_or_a_counted_shard(
+    https, tars, tmp_path, trusting
+):
+    denied = https_dataset(https, tars, tmp_path / "a", storage_options=trusting).urls[1]
+    https.faults.forbidden.add("tars/" + denied.rsplit("/", 1)[1])
+    with pytest.raises(PermissionError, match="403") as caught:
+        list(https_dataset(https, tars, tmp_path / "b", storage_options=trusting))
+    assert caught.value.filename == denied
+    skipping = https_dataset(https, tars, tmp_path / "c", storage_options=trusting,
+                             on_error="skip")  # fmt: skip
+    kept = fastio.Dataset([u for u in tars.urls if not denied.endswith(u.rsplit("/", 1)[1])],
+                          shuffle=False, index_dir=tmp_path / "local")  # fmt: skip
+    assert keys(skipping) == keys(kept)
+    assert skipping.stats()["shards_skipped"] == 1
+
+
+@pytest.mark.parametrize("cache", ["blockcache", "filecache", "simplecache"])
+def test_fsspec_caches_over_https_read_never_seen_shards_and_name_a_refusal(
+    https, tars, tmp_path, trusting, cache
+):
+    """A cache of fsspec's chained before HTTPS: the object's size is asked
+    of the HTTPS filesystem (the cache's own asks for a folder listing an
+    HTTP server need not give); a refused object is a PermissionError
+    naming the chained URL, or under ``skip`` one counted shard."""
+    local = fastio.Dataset(tars.urls, shuffle=False, index_dir=tmp_path / "local")
+    assert keys(cached_dataset(https, tars, tmp_path, trusting, cache, "whole")) == keys(local)
+    denied = tars.urls[1].rsplit("/", 1)[1]
+    https.faults.forbidden.add("tars/" + denied)
+    refused = cached_dataset(https, tars, tmp_path, trusting, cache, "raise")
+    with pytest.raises(PermissionError, match="403") as caught:
+        list(refused)
+    assert caught.value.filename == f"{cache}::" + https.url("tars/" + denied)
+    skipping = cached_dataset(https, tars, tmp_path, trusting, cache, "skip", on_error="skip")
+    kept = [u for u in tars.urls if not u.endswith(denied)]
+    assert keys(skipping) == keys(fastio.Dataset(kept, shuffle=False, index_dir=tmp_path / "k"))
+    assert skipping.stats()["shards_skipped"] == 1
+
+
+@pytest.mark.parametrize("cache", ["blockcache", "filecache", "simplecache"])
+def test_fsspec_caches_over_https_serve_the_second_pass(https, tars, tmp_path, trusting, cache):
+    """Reads go through the cache (not around it to the HTTPS filesystem it
+    copies): a second pass, by a new dataset as another process makes it,
+    asks the server for no data; many reads in flight while the first
+    copies are made deliver every sample intact."""
+    options = {"read_size": "16KiB", "outstanding_requests": 16}
+    local = fastio.Dataset(tars.urls, shuffle=False, index_dir=tmp_path / "local")
+    first = cached_dataset(https, tars, tmp_path, trusting, cache, "copies", **options)
+    assert without_urls(first) == without_urls(local)
+    https.faults = type(https.faults)()
+    again = cached_dataset(https, tars, tmp_path, trusting, cache, "copies", **options)
+    assert without_urls(again) == without_urls(local)
+    assert sum(https.faults.served.values()) == 0, https.faults.served
