@@ -237,7 +237,7 @@ class RangeClient:
                 raise range_ignored(url, offset, length, int(headers.get("content-length", -1)))
             partial = False
             if status == 206:
-                end, total = _check_content_range(headers.get("content-range", ""), url, offset)
+                end, total = check_content_range(headers.get("content-range", ""), url, offset)
                 partial = (
                     end is not None and end < offset + length and (total is None or end < total)
                 )
@@ -649,7 +649,7 @@ def answer_size(headers: Mapping[str, str]) -> int | None:
     return int(length) if length.isdigit() else None
 
 
-def _check_content_range(value: str, url: str, offset: int) -> tuple[int | None, int | None]:
+def check_content_range(value: str, url: str, offset: int) -> tuple[int | None, int | None]:
     """A 206 must answer from the offset asked. Returns where its bytes end
     (exclusive) and the object's size, each None where not said."""
     unit, _, spec = value.partition(" ")

@@ -1118,13 +1118,33 @@ async def _http_read_into(
     fs: Any, path: str, url: str, offset: int, length: int, into: memoryview,
     identity: Callable[[int | None, str], None],
 ) -> int:  # fmt: skip
-    """One ranged GET through ``fs``'s aiohttp session (with its headers and
-    request options, as ``fs._cat_file`` sends them), the body copied chunk by
-    chunk into ``into`` as the socket delivers it. The session's read buffer
-    grows to the request (aiohttp's 64 KiB default pauses and resumes the
-    socket several times per MiB). ``identity`` is called with the object's
-    size and ETag as the answer gives them, before its body. Returns the
-    bytes written."""
+    """``length`` bytes of ``url`` from ``offset`` into ``into`` through ``fs``'s
+    aiohttp session (with its headers and request options, as
+    ``fs._cat_file`` sends them); returns how many arrived (fewer only at the
+    object's end). A server may answer part of a range (its Content-Range
+    says which): the rest is asked for again, as fastio's own client does.
+    ``identity`` is called with the object's size and ETag as each answer
+    gives them, before its body."""
+    got = 0
+    while True:
+        count, partial = await _http_read_part(fs, path, url, offset + got, length - got,
+                                               into[got:], identity)  # fmt: skip
+        got += count
+        if not partial or count == 0 or got >= length:
+            return got
+
+
+async def _http_read_part(
+    fs: Any, path: str, url: str, offset: int, length: int, into: memoryview,
+    identity: Callable[[int | None, str], None],
+) -> tuple[int, bool]:  # fmt: skip
+    """One ranged GET of :func:`_http_read_into`, the body copied chunk by
+    chunk into ``into`` as the socket delivers it: the count that arrived,
+    and whether the answer held part of the range only (the object goes on
+    past it). The session's read buffer grows to the request (aiohttp's
+    64 KiB default pauses and resumes the socket several times per MiB)."""
+    from fastio.sources._http import check_content_range
+
     options = fs.kwargs.copy()
     headers = dict(options.pop("headers", None) or {})
     headers["Range"] = f"bytes={offset}-{offset + length - 1}"
@@ -1132,8 +1152,15 @@ async def _http_read_into(
     session = await fs.set_session()
     async with session.get(fs.encode_url(path), headers=headers, **options) as response:
         fs._raise_not_found_for_status(response, url)
-        identity(answer_size(response.headers), response.headers.get("etag", ""))
         announced = response.content_length
+        if response.status == 200 and offset > 0:  # the object from its start
+            raise range_ignored(url, offset, length, -1 if announced is None else announced)
+        partial = False
+        if response.status == 206:
+            end, total = check_content_range(response.headers.get("content-range", ""), url,
+                                             offset)  # fmt: skip
+            partial = end is not None and end < offset + length and (total is None or end < total)
+        identity(answer_size(response.headers), response.headers.get("etag", ""))
         if announced is not None and announced > length:
             raise range_ignored(url, offset, length, announced)
         content = response.content
@@ -1141,7 +1168,7 @@ async def _http_read_into(
         while True:
             chunk, _ = await content.readchunk()
             if not chunk:
-                return filled
+                return filled, partial
             end = filled + len(chunk)
             if end > length:
                 raise range_ignored(url, offset, length, end)

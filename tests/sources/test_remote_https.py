@@ -97,6 +97,31 @@ def test_https_shards_deliver_what_the_local_files_hold(https, tars, tmp_path, t
     assert https.faults.gets  # the samples came from the server
 
 
+@pytest.mark.parametrize("indexed", [False, True], ids=["never seen", "indexed"])
+def test_an_https_server_that_answers_part_of_each_range(https, tars, tmp_path, trusting, indexed):
+    """A server may answer part of a range, its Content-Range saying which:
+    the rest is asked for, and every sample comes whole."""
+    local = fastio.Dataset(tars.urls, shuffle=False, index_dir=tmp_path / "local")
+    dataset = https_dataset(https, tars, tmp_path / "remote", storage_options=trusting,
+                            read_size="64KiB")  # fmt: skip
+    if indexed:
+        dataset.index()
+    https.faults.range_cap = 3001
+    assert without_urls(dataset) == without_urls(local)
+    assert any(length == 3001 for _, _, length in https.faults.asked)  # answered in part
+
+
+def test_an_https_server_ignoring_range_is_an_error(https, tars, tmp_path, trusting):
+    """Answers of the whole object (200) to ranges past its start are
+    refused, never taken for the range's bytes."""
+    dataset = https_dataset(https, tars, tmp_path, storage_options=trusting, read_size="16KiB")
+    dataset.index()
+    https.faults.ignore_range = True
+    with pytest.raises(fastio.RangeIgnoredError, match="ignores Range") as caught:
+        list(dataset)
+    assert caught.value.filename == dataset.urls[0]
+
+
 def test_an_unreachable_https_server_is_a_connection_error_naming_the_url(tmp_path):
     with socket.socket() as probe:  # a loopback port nothing listens on
         probe.bind(("127.0.0.1", 0))
