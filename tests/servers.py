@@ -48,6 +48,9 @@ class Faults:
     # HEAD answers say gzip (their length not the object's) and whole GETs
     # come chunked: only a range's Content-Range says the size.
     lengths_hidden: bool = False
+    # Every request answers 301 to the same name under this base (another
+    # server's URL, as an http:// address moved to https:// is).
+    moved_to: str | None = None
 
     def take(self, name: str) -> bool:
         count = getattr(self, name)
@@ -141,6 +144,8 @@ class RangeServer:
             self._transports.add(request.transport)
         if faults.latency:
             await asyncio.sleep(faults.latency)
+        if faults.moved_to is not None:
+            raise web.HTTPMovedPermanently(faults.moved_to + name)
         if name in faults.forbidden:
             raise web.HTTPForbidden()
         if name in faults.missing or not path.is_file():

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REDIRECT_LOOP",
+    "MovedOffClient",
     "RangeClient",
     "answer_size",
     "plain_headers",
@@ -129,6 +130,15 @@ class _Answer:
                  held: int, deadline: float) -> None:  # fmt: skip
         self.status, self.reason, self.headers = status, reason, headers
         self.filled, self.held, self.deadline = filled, held, deadline
+
+
+class MovedOffClient(OSError):
+    """A redirect to a URL this client does not read (``https://``): the
+    caller asks fsspec's HTTP filesystem, which follows it."""
+
+    def __init__(self, url: str, location: str) -> None:
+        super().__init__(errno.EIO, f"moved to {location}, not plain HTTP", url)
+        self.location = location
 
 
 class _Moved:
@@ -314,6 +324,8 @@ class RangeClient:
             result = self._attempt(url, method, byte_range, deadline, answer, head_by)
             if not isinstance(result, _Moved):
                 return result
+            if not result.location.startswith("http://"):
+                raise MovedOffClient(url, result.location)
             url = result.location
         raise HTTPStatusError(REDIRECT_LOOP, "too many redirects", url)
 

@@ -31,6 +31,7 @@ from collections import deque
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from fastio._errors import (
     CacheUnavailableError,
@@ -44,7 +45,7 @@ from fastio._errors import (
     TruncatedFileError,
 )
 from fastio._native import prefault
-from fastio.sources._http import REDIRECT_LOOP, answer_size, range_ignored
+from fastio.sources._http import REDIRECT_LOOP, MovedOffClient, answer_size, range_ignored
 from fastio.sources._imports import ready_request_imports
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
@@ -204,6 +205,8 @@ def _read_object(url: str, storage_options: dict[str, Any], first_byte: float
         client = RangeClient(headers)
         try:
             data = client.get(url, _WHOLE_OBJECT_SECONDS, first_byte)
+        except MovedOffClient:
+            data = None  # to https://, where fsspec follows
         finally:
             client.close()
         if data is not None:
@@ -344,6 +347,7 @@ class Remotes:
         self._checks: dict[str, asyncio.Future[RemoteFile]] = {}  # see _confirming
         self._check_pool: ThreadPoolExecutor | None = None
         self._cache_reads = threading.Lock()  # reads through fsspec's caches (_read_sync)
+        self._moved: set[str] = set()  # servers that redirect to https:// (see _moved_off)
 
     @property
     def bytes_arrived(self) -> int:
@@ -483,6 +487,9 @@ class Remotes:
             if _missing(error) or error.status == REDIRECT_LOOP:
                 raise _stat_error(error, url) from None
             return None, ""
+        except MovedOffClient:
+            self._moved_off(url)
+            return None, ""  # fsspec asks, following the redirect
         except OSError as error:
             raise _stat_error(error, url) from None
         if size is None:  # an answer with no length (chunked, or encoded): a range says it
@@ -622,6 +629,9 @@ class Remotes:
 
         try:
             self._download_ranges(url, file, ranges, in_flight, submit, written)
+        except MovedOffClient:  # at the first range, which goes alone: nothing written
+            self._moved_off(url)
+            self._download(url, file)
         finally:
             cancelled.set()
 
@@ -691,7 +701,11 @@ class Remotes:
         own = self._http_usable(url)
         # fastio's client confirms it from the answer's headers, where they say.
         check = None if own else self._confirming(url)
-        count = await self._read_into(url, offset, length, buffer, own)
+        try:
+            count = await self._read_into(url, offset, length, buffer, own)
+        except MovedOffClient:
+            self._moved_off(url)
+            return await self.read_into(url, offset, length, buffer)
         if own:
             check = self._confirming(url)  # the answer did not say
         if check is not None:
@@ -790,11 +804,17 @@ class Remotes:
             raise error
         return int(count)
 
+    def _moved_off(self, url: str) -> None:
+        """Reads of ``url``'s server go through fsspec from now on: it
+        redirects them to a URL fastio's client does not read (https://)."""
+        with self._lock:
+            self._moved.add(urlsplit(url).netloc)
+
     def _http_usable(self, url: str) -> bool:
         """Whether fastio's HTTP client serves ``url`` (plain HTTP, asking
         nothing of its requests the client does not do); makes the client and
         its threads (connected to ``url``'s server) on first use."""
-        if not url.startswith("http://"):
+        if not url.startswith("http://") or urlsplit(url).netloc in self._moved:
             return False
         if self._http is not None or self._fsspec_http:
             return self._http is not None
@@ -1385,7 +1405,7 @@ def _final_error(error: BaseException, url: str, offset: int, length: int, attem
         return FileNotFoundError(errno.ENOENT, f"no such object ({where})", url)
     if denied(error):
         return PermissionError(errno.EACCES, f"access denied ({where})", url)
-    if isinstance(error, (RangeIgnoredError, ShardChangedError)):
+    if isinstance(error, (RangeIgnoredError, ShardChangedError, MovedOffClient)):
         return error
     tried = f"; gave up after {attempts} attempts" if attempts > 1 else ""
     kind = ("timed out" if isinstance(error, (asyncio.TimeoutError, TimeoutError))

@@ -6,8 +6,13 @@ naming the URL (or, under ``skip``, counted shards), never aiohttp's own."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import ssl
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import trustme
@@ -191,3 +196,36 @@ def test_fsspec_caches_over_https_serve_the_second_pass(https, tars, tmp_path, t
     again = cached_dataset(https, tars, tmp_path, trusting, cache, "copies", **options)
     assert without_urls(again) == without_urls(local)
     assert sum(https.faults.served.values()) == 0, https.faults.served
+
+
+def test_an_http_address_moved_to_https_is_followed(https, tars, tmp_path, authority):
+    """An http:// address whose server redirects every request to https://
+    (fastio's own HTTP client reads plain HTTP only): its reads go through
+    fsspec, which follows, never seen, indexed and into the shard cache.
+    The authority is trusted as users trust a private one (SSL_CERT_FILE),
+    in a process of its own: aiohttp reads it when imported."""
+    authority_file = tmp_path / "authority.pem"
+    authority.cert_pem.write_to_path(str(authority_file))
+    plain = RangeServer(https.root).start()
+    try:
+        plain.faults.moved_to = https.url("")
+        url = plain.url("tars/" + tars.pattern.rsplit("/", 1)[1])
+        script = f"""
+import json, fastio
+from tests.shards import key_of
+def keys(**options):
+    return [key_of("webdataset", s) for s in fastio.Dataset({url!r}, shuffle=False, **options)]
+index = {str(tmp_path / "index")!r}
+print(json.dumps([keys(index_dir=index), keys(index_dir=index),
+                  keys(index_dir=index, cache_dir={str(tmp_path / "cache")!r},
+                       cache_bytes=1 << 30)]))
+"""
+        env = {**os.environ, "SSL_CERT_FILE": str(authority_file)}
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=300, cwd=Path(__file__).parents[2])  # fmt: skip
+    finally:
+        plain.stop()
+    assert done.returncode == 0, done.stderr
+    local = keys(fastio.Dataset(tars.urls, shuffle=False, index_dir=tmp_path / "local"))
+    assert json.loads(done.stdout) == [local, local, local]
+    assert https.faults.gets  # the samples came from where the redirects point
