@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import re
 import zlib
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 from urllib.parse import urlsplit
@@ -34,11 +35,18 @@ _ZSTD_MAX_HEADER = 18
 
 
 def named_path(url: str) -> str:
-    """The part of ``url`` whose extension names what it holds: a remote
-    URL's path, without a query (a signed URL's) or fragment."""
+    """The part of ``url`` whose extension names what it holds: of an fsspec
+    chain, the first link that names an object (``zip://a.tar::s3://b/c.zip``
+    holds ``a.tar``; ``simplecache::s3://b/a.tar`` names it in its second); a
+    remote URL's path, without a query (a signed URL's) or fragment."""
+    if "::" in url:
+        url = next((link for link in url.split("::") if not _PROTOCOL.fullmatch(link)), url)
     if "://" in url and not url.startswith("file://") and ("?" in url or "#" in url):
         return urlsplit(url).path
     return url
+
+
+_PROTOCOL = re.compile(r"[A-Za-z][A-Za-z0-9+_-]*")  # a chain's link that names no object
 
 
 def codec_for(url: str) -> str | None:

@@ -377,10 +377,15 @@ class Remotes:
         import fsspec
 
         protocol = url.split("://", 1)[0]
+        member, _, archive = url.partition("::")
+        # A member of an archive (zip://a.tar::s3://b/c.zip): a filesystem per archive.
+        key = f"{protocol}::{archive}" if archive and "://" in member else protocol
         with self._lock:
-            if protocol not in self._filesystems:
-                self._filesystems[protocol] = fsspec.core.url_to_fs(url, **self.storage_options)[0]
-            fs = self._filesystems[protocol]
+            if key not in self._filesystems:
+                self._filesystems[key] = fsspec.core.url_to_fs(url, **self.storage_options)[0]
+            fs = self._filesystems[key]
+        if key != protocol:
+            return fs, fs._strip_protocol(member)
         return fs, fs._strip_protocol(url) if protocol not in ("http", "https") else url
 
     def stat(self, url: str, in_turn: bool = False) -> RemoteFile:

@@ -12,6 +12,8 @@ import socket
 import ssl
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -229,3 +231,35 @@ print(json.dumps([keys(index_dir=index), keys(index_dir=index),
     local = keys(fastio.Dataset(tars.urls, shuffle=False, index_dir=tmp_path / "local"))
     assert json.loads(done.stdout) == [local, local, local]
     assert https.faults.gets  # the samples came from where the redirects point
+
+
+@pytest.fixture(scope="module")
+def archives(folder, tars):
+    """The shards in a zip archive and a tar archive (Python's own writers)."""
+    with zipfile.ZipFile(folder / "shards.zip", "w") as archive:
+        for url in tars.urls:
+            archive.write(url, Path(url).name)
+    with tarfile.open(folder / "shards.tar", "w") as archive:
+        for url in tars.urls:
+            archive.add(url, Path(url).name)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+@pytest.mark.parametrize("where", ["file", "https"])
+def test_shards_inside_an_archive_read_through_an_fsspec_chain(
+    https, tars, archives, tmp_path, trusting, kind, where
+):
+    """``zip://train-{0..2}.tar::<archive URL>``: the format comes from the
+    member's name, each member is read from the archive it is in, and the
+    samples equal the files'."""
+    members = tars.pattern.rsplit("/", 1)[1]
+    archive = (
+        https.url(f"shards.{kind}") if where == "https" else f"file://{archives}/shards.{kind}"
+    )
+    options = {"storage_options": {"https": trusting}} if where == "https" else {}
+    local = fastio.Dataset(tars.urls, shuffle=False, index_dir=tmp_path / "local")
+    dataset = fastio.Dataset(f"{kind}://{members}::{archive}", shuffle=False,
+                             index_dir=tmp_path / "index", **options)  # fmt: skip
+    for _ in range(2):  # never seen, then indexed
+        assert without_urls(dataset) == without_urls(local)
