@@ -257,6 +257,19 @@ class HTTPStatusError(FastIOError, OSError):
         return (type(self), (self.status, self.reason, self.filename))
 
 
+class MovedOffClient(FastIOError, OSError):
+    """A redirect to a URL fastio's plain-HTTP client does not read
+    (``https://``): the reader asks fsspec's HTTP filesystem, which follows
+    it (not raised to callers)."""
+
+    def __init__(self, url: str, location: str) -> None:
+        super().__init__(errno.EIO, f"moved to {location}, not plain HTTP", url)
+        self.location = location
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.filename, self.location))
+
+
 class RemoteReadError(FastIOError, OSError):
     """A read of an object store or HTTP server failed after its retries
     (the connection failed, the server stopped answering): ``errno`` and

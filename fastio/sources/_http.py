@@ -37,14 +37,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urljoin, urlsplit
 
 from fastio import _native
-from fastio._errors import HTTPStatusError, RangeIgnoredError
+from fastio._errors import HTTPStatusError, MovedOffClient, RangeIgnoredError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 __all__ = [
     "REDIRECT_LOOP",
-    "MovedOffClient",
     "RangeClient",
     "answer_size",
     "plain_headers",
@@ -130,15 +129,6 @@ class _Answer:
                  held: int, deadline: float) -> None:  # fmt: skip
         self.status, self.reason, self.headers = status, reason, headers
         self.filled, self.held, self.deadline = filled, held, deadline
-
-
-class MovedOffClient(OSError):
-    """A redirect to a URL this client does not read (``https://``): the
-    caller asks fsspec's HTTP filesystem, which follows it."""
-
-    def __init__(self, url: str, location: str) -> None:
-        super().__init__(errno.EIO, f"moved to {location}, not plain HTTP", url)
-        self.location = location
 
 
 class _Moved:

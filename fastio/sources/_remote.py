@@ -37,6 +37,7 @@ from fastio._errors import (
     CacheUnavailableError,
     DownloadCancelled,
     HTTPStatusError,
+    MovedOffClient,
     RangeIgnoredError,
     RemoteConnectionError,
     RemoteReadError,
@@ -45,7 +46,7 @@ from fastio._errors import (
     TruncatedFileError,
 )
 from fastio._native import prefault
-from fastio.sources._http import REDIRECT_LOOP, MovedOffClient, answer_size, range_ignored
+from fastio.sources._http import REDIRECT_LOOP, answer_size, range_ignored
 from fastio.sources._imports import ready_request_imports
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
@@ -241,6 +242,16 @@ def _caching(fs: Any) -> bool:
     return isinstance(fs, CachingFileSystem)
 
 
+def _one_at_a_time(fs: Any) -> bool:
+    """Whether ``fs`` takes one read at a time: fsspec's caches (see
+    :meth:`Remotes._read_sync`) and archives (``zip::``, ``tar::``), whose
+    members are read through one file of the archive, moved to each
+    member's place in turn."""
+    from fsspec.archive import AbstractArchiveFileSystem
+
+    return _caching(fs) or isinstance(fs, AbstractArchiveFileSystem)
+
+
 def _cached(fs: Any) -> Any:
     """The filesystem a cache of fsspec's (blockcache, filecache,
     simplecache) keeps copies of, which says what an object is: the cache's
@@ -346,7 +357,7 @@ class Remotes:
         self._asked: dict[str, Future[RemoteFile]] = {}
         self._checks: dict[str, asyncio.Future[RemoteFile]] = {}  # see _confirming
         self._check_pool: ThreadPoolExecutor | None = None
-        self._cache_reads = threading.Lock()  # reads through fsspec's caches (_read_sync)
+        self._cache_reads = threading.Lock()  # reads through fsspec's caches, archives
         self._moved: set[str] = set()  # servers that redirect to https:// (see _moved_off)
 
     @property
@@ -967,14 +978,15 @@ class Remotes:
             return b"", _final(error, url, offset, length, attempts)
 
     def _read_sync(self, fs: Any, path: str, url: str, offset: int, length: int) -> bytes:
-        if not _caching(fs):
+        if not _one_at_a_time(fs):
             return self._read_sync_now(fs, path, url, offset, length)
         # fsspec's caches take one read at a time: simplecache and filecache
         # copy an object whole at its first read, under the name later reads
         # open (another read meanwhile would open the part copied so far as
         # the whole object), and each copy rewrites the notes of what is
         # copied that other reads look up; blockcache marks a block held
-        # before its bytes come (another read of it would take zeros).
+        # before its bytes come (another read of it would take zeros). So do
+        # archives: a read moves the archive's one file to its member's place.
         with self._cache_reads:
             return self._read_sync_now(fs, path, url, offset, length)
 

@@ -252,7 +252,8 @@ def test_shards_inside_an_archive_read_through_an_fsspec_chain(
 ):
     """``zip://train-{0..2}.tar::<archive URL>``: the format comes from the
     member's name, each member is read from the archive it is in, and the
-    samples equal the files'."""
+    samples equal the files', with many reads in flight (an archive's members
+    are read through one file of it)."""
     members = tars.pattern.rsplit("/", 1)[1]
     archive = (
         https.url(f"shards.{kind}") if where == "https" else f"file://{archives}/shards.{kind}"
@@ -260,6 +261,7 @@ def test_shards_inside_an_archive_read_through_an_fsspec_chain(
     options = {"storage_options": {"https": trusting}} if where == "https" else {}
     local = fastio.Dataset(tars.urls, shuffle=False, index_dir=tmp_path / "local")
     dataset = fastio.Dataset(f"{kind}://{members}::{archive}", shuffle=False,
-                             index_dir=tmp_path / "index", **options)  # fmt: skip
+                             index_dir=tmp_path / "index", read_size="16KiB",
+                             outstanding_requests=16, **options)  # fmt: skip
     for _ in range(2):  # never seen, then indexed
         assert without_urls(dataset) == without_urls(local)
