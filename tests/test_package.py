@@ -42,6 +42,32 @@ def test_import_is_light() -> None:
     assert not [name for name in HEAVY if name in loaded]
 
 
+FIRST_SAMPLE = """
+import json, sys
+import fastio
+dataset = fastio.Dataset(sys.argv[1], shuffle=False, index_dir=sys.argv[2])
+next(iter(dataset))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_a_first_sample_without_tuning_loads_no_tuner(tmp_path) -> None:
+    """Tuning is off unless asked for: the tuners' modules (and optuna) are
+    not imported before a dataset's first sample."""
+    from webdataset import TarWriter
+
+    shard = tmp_path / "shard-0.tar"
+    with TarWriter(str(shard)) as writer:
+        writer.write({"__key__": "a", "bin": b"x"})
+    output = subprocess.run(
+        [sys.executable, "-c", FIRST_SAMPLE, str(shard), str(tmp_path / "index")],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    loaded = set(json.loads(output))
+    assert "fastio.dataset._dataset" in loaded  # the dataset ran
+    assert not [name for name in loaded if name.startswith(("fastio.tuners", "optuna"))]
+
+
 def test_every_public_name_is_exported_once() -> None:
     assert len(fastio.__all__) == len(set(fastio.__all__))
     for name in fastio.__all__:

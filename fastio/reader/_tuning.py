@@ -62,8 +62,20 @@ if TYPE_CHECKING:
     from fastio.reader._stats import ReaderStats
     from fastio.spec._reader import ReaderSettings
     from tuners import Decision, OnlineTuner, SearchSpace
-else:  # light: the tuners import optuna only when a tuner is made
-    from fastio import tuners as tuners_api
+else:
+
+    class _Tuners:
+        """:mod:`fastio.tuners`, imported at its first use: tuning is off
+        unless asked for, and the tuners' modules (about 10 ms) would be
+        imported before every dataset's first sample (they import optuna
+        only when a tuner is made)."""
+
+        def __getattr__(self, name: str) -> Any:
+            from fastio import tuners
+
+            return getattr(tuners, name)
+
+    tuners_api = _Tuners()
 
 __all__ = [
     "ReaderTuning",
