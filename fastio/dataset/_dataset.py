@@ -771,10 +771,8 @@ class Dataset(_Base):
             with collector_paused():  # the pass's plan: objects per shard, none garbage
                 items, observer = self._begin(columnar, batch_size, drop_last)
             if columnar and self._format.batch_kind == "arrow":  # every column, every batch
-                schema, records = self._batch_schema, self._shards.record_format
-                if records is not None and schema.adopt(records.store.load_schema(self.urls)):
-                    self._keep_schema()  # what other processes met, and what they did not
-                items = schema.conformed(items, self._keep_schema)
+                self._keep_schema()  # what other processes met, and what they did not
+                items = self._batch_schema.conformed(items, self._keep_schema)
             return items, observer
 
         def end(finished: bool) -> None:
@@ -789,8 +787,7 @@ class Dataset(_Base):
         dataset finds them (DataLoader workers made anew each epoch, ranks),
         joined with those kept there: no process's columns undo another's."""
         records, schema = self._shards.record_format, self._batch_schema
-        if records is not None:
-            schema.adopt(records.store.load_schema(self.urls))
+        if records is not None and schema.adopt(records.store.load_schema(self.urls)):
             records.store.save_schema(self.urls, schema.schema.serialize().to_pybytes())
 
     def _begin(

@@ -235,12 +235,8 @@ class RangeClient:
                 raise HTTPStatusError(status, answer.reason, url)
             if status == 200 and offset > 0:
                 raise range_ignored(url, offset, length, int(headers.get("content-length", -1)))
-            partial = False
-            if status == 206:
-                end, total = check_content_range(headers.get("content-range", ""), url, offset)
-                partial = (
-                    end is not None and end < offset + length and (total is None or end < total)
-                )
+            partial = status == 206 and answers_part(headers.get("content-range", ""), url,
+                                                     offset, length)  # fmt: skip
             if identity is not None:
                 identity(answer_size(headers), headers.get("etag", ""))
             chunked = "chunked" in headers.get("transfer-encoding", "").lower()
@@ -651,7 +647,15 @@ def answer_size(headers: Mapping[str, str]) -> int | None:
     return int(length) if length.isdigit() else None
 
 
-def check_content_range(value: str, url: str, offset: int) -> tuple[int | None, int | None]:
+def answers_part(value: str, url: str, offset: int, length: int) -> bool:
+    """Whether a 206 whose Content-Range is ``value`` holds part of the
+    ``length`` bytes asked from ``offset`` only (the object goes on past its
+    end: the rest is asked for again). It must answer from the offset asked."""
+    end, total = _content_range(value, url, offset)
+    return end is not None and end < offset + length and (total is None or end < total)
+
+
+def _content_range(value: str, url: str, offset: int) -> tuple[int | None, int | None]:
     """A 206 must answer from the offset asked. Returns where its bytes end
     (exclusive) and the object's size, each None where not said."""
     unit, _, spec = value.partition(" ")

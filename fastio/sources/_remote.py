@@ -1180,7 +1180,7 @@ async def _http_read_part(
     and whether the answer held part of the range only (the object goes on
     past it). The session's read buffer grows to the request (aiohttp's
     64 KiB default pauses and resumes the socket several times per MiB)."""
-    from fastio.sources._http import check_content_range
+    from fastio.sources._http import answers_part
 
     options = fs.kwargs.copy()
     headers = dict(options.pop("headers", None) or {})
@@ -1192,11 +1192,8 @@ async def _http_read_part(
         announced = response.content_length
         if response.status == 200 and offset > 0:  # the object from its start
             raise range_ignored(url, offset, length, -1 if announced is None else announced)
-        partial = False
-        if response.status == 206:
-            end, total = check_content_range(response.headers.get("content-range", ""), url,
-                                             offset)  # fmt: skip
-            partial = end is not None and end < offset + length and (total is None or end < total)
+        partial = response.status == 206 and answers_part(
+            response.headers.get("content-range", ""), url, offset, length)  # fmt: skip
         identity(answer_size(response.headers), response.headers.get("etag", ""))
         if announced is not None and announced > length:
             raise range_ignored(url, offset, length, announced)
