@@ -49,80 +49,28 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
 import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from _imports import FASTIO_IMPORTS, collect_imports
 from _slowfs import slow_mount
 from bench_read import drop_caches, warm_up
 
-LOADER_BATCH = 256
-WORKERS = 2
-IMPORTS = (*FASTIO_IMPORTS, "webdataset")  # as bench_datasets.py's webdataset methods
-BASE_IMPORTS = ("numpy", "pyarrow", "torch", "torch.utils.data")  # a training script's own
+CHILD = str(Path(__file__).with_name("_startup_child.py"))
 METHODS = ["fastio", "fastio shuffled", "fastio never seen", "webdataset", "fastio loader",
            "webdataset loader", "fastio loader spawn", "webdataset loader spawn"]  # fmt: skip
-
-
-def first_item(method: str, url: str) -> tuple[Any, Any]:
-    """Construct the method's dataset and return its first sample or batch,
-    with the iterator that gave it (kept, so that the clock does not also run
-    while the iteration is torn down: a user holding the first sample has
-    not waited for that)."""
-    if method.startswith("webdataset"):
-        import webdataset
-
-        dataset: Any = webdataset.WebDataset(url, shardshuffle=False)
-    else:
-        import fastio
-
-        knobs: dict[str, Any] = {} if method == "fastio shuffled" else {"shuffle": False}
-        dataset = fastio.Dataset(url, format="webdataset", **knobs)
-    if "loader" in method:
-        from torch.utils.data import DataLoader
-
-        context = "spawn" if method.endswith("spawn") else None  # the dataset pickled to each
-        dataset = DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=WORKERS,
-                             multiprocessing_context=context)  # fmt: skip
-    iterator = iter(dataset)
-    return next(iterator), iterator
-
-
-def child(method: str, url: str, index_dir: str, counted: str) -> None:
-    import importlib
-
-    # With the imports counted, only what a training script has imported
-    # already comes before the clock; the library's own import is timed.
-    for module in BASE_IMPORTS if counted == "1" else IMPORTS:
-        importlib.import_module(module)
-    collect_imports()
-    if method == "fastio never seen":  # where indexes go unless told: empty
-        os.environ["XDG_CACHE_HOME"] = index_dir
-    wall, cpu, main_cpu = time.perf_counter(), time.process_time(), time.thread_time()
-    item, iterator = first_item(method, url)
-    report = {"seconds": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
-              "main_cpu": time.thread_time() - main_cpu, "ok": item is not None}  # fmt: skip
-    # Then what leaving the iteration there costs (a `break` out of the loop).
-    closing = time.perf_counter()
-    del iterator
-    report["close"] = time.perf_counter() - closing
-    print(json.dumps(report), flush=True)
-    os._exit(0)  # no epoch, and no teardown of the process
 
 
 def measure(method: str, url: str, cold: bool, imports: bool) -> dict[str, float]:
     if cold:
         drop_caches()
     with tempfile.TemporaryDirectory(prefix="fastio-startup-index-") as index_dir:
-        command = [sys.executable, __file__, "--child", method, url, index_dir, str(int(imports))]
+        command = [sys.executable, CHILD, method, url, index_dir, str(int(imports))]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{method}: exit {done.returncode}: {done.stderr[-2000:]}")
@@ -186,11 +134,7 @@ def main() -> None:
         help="count importing the library (fastio, webdataset) too; numpy, pyarrow and torch"
         " are imported before the clock",
     )
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child(*args.child)
-        return
     if not args.fs_latency:
         run(args, args.data_dir, "")
         return
