@@ -302,6 +302,7 @@ def _hold_thread_state_lock(seconds: float) -> None: ...
 
 CUT_MAX_MIX: int
 
+def permute(order: np.ndarray[Any, np.dtype[np.int64]], key: tuple[int, ...]) -> None: ...
 def cut_windows(
     spans: list[tuple[int, int, int]],
     starts: list[Any],

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import fastio
 
 HEAVY = (
@@ -27,6 +29,8 @@ HEAVY = (
 
 LOADED = """
 import json, sys
+import pytest
+
 import fastio
 print(json.dumps(sorted(sys.modules)))
 """
@@ -44,6 +48,8 @@ def test_import_is_light() -> None:
 
 FIRST_SAMPLE = """
 import json, sys
+import pytest
+
 import fastio
 dataset = fastio.Dataset(sys.argv[1], shuffle=False, index_dir=sys.argv[2])
 next(iter(dataset))
@@ -51,9 +57,10 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def test_a_first_sample_without_tuning_loads_no_tuner(tmp_path) -> None:
-    """Tuning is off unless asked for: the tuners' modules (and optuna) are
-    not imported before a dataset's first sample."""
+def test_a_first_sample_loads_only_what_it_reads(tmp_path) -> None:
+    """A first sample waits for no module it does not use: not the tuners
+    (tuning is off unless asked for) nor optuna, not the other formats, not
+    numpy.random (orders are drawn in native code), not work stealing."""
     from webdataset import TarWriter
 
     shard = tmp_path / "shard-0.tar"
@@ -64,8 +71,32 @@ def test_a_first_sample_without_tuning_loads_no_tuner(tmp_path) -> None:
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     loaded = set(json.loads(output))
-    assert "fastio.dataset._dataset" in loaded  # the dataset ran
-    assert not [name for name in loaded if name.startswith(("fastio.tuners", "optuna"))]
+    assert {"fastio.dataset._dataset", "fastio.formats._webdataset"} <= loaded  # the dataset ran
+    unused = ("fastio.tuners", "optuna", "numpy.random", "fastio.fairness._steal",
+              "fastio.fairness._gather")  # fmt: skip
+    assert not [name for name in loaded if name.startswith(unused)]
+    formats = ("_tfrecord", "_tables", "_lines", "_arrays")
+    assert not [name for name in loaded if name.removeprefix("fastio.formats.") in formats]
+
+
+@pytest.mark.parametrize("package", ["fastio.formats", "fastio.fairness", "fastio.plan"])
+def test_lazy_packages_export_every_name(package) -> None:
+    """Packages whose exports load at first use give each name in their
+    ``__all__``, and raise AttributeError for others, in a fresh process."""
+    program = (
+        "import importlib, sys\n"
+        f"package = importlib.import_module({package!r})\n"
+        "for name in package.__all__:\n"
+        "    value = getattr(package, name)\n"
+        "    assert value is getattr(package, name), name\n"
+        "try:\n"
+        "    package.no_such_name\n"
+        "except AttributeError as error:\n"
+        "    print(error)\n"
+    )
+    output = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                            check=True).stdout  # fmt: skip
+    assert f"module {package!r} has no attribute 'no_such_name'" in output
 
 
 def test_every_public_name_is_exported_once() -> None:

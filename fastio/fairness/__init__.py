@@ -14,23 +14,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastio.fairness._gather import all_gather_report
-from fastio.fairness._metrics import prometheus_text
-from fastio.fairness._monitor import FairnessMonitor
-from fastio.fairness._verdict import jain_index
-from fastio.spec._fairness import FairnessSettings
+from fastio._lazy import exports
 
 if TYPE_CHECKING:
+    from fastio.fairness._gather import all_gather_report
+    from fastio.fairness._metrics import prometheus_text
+    from fastio.fairness._monitor import FairnessMonitor
+    from fastio.fairness._verdict import jain_index
     from fastio.sources._throttled import ThrottledFileSystem
+    from fastio.spec._fairness import FairnessSettings
 
-
-def __getattr__(name: str) -> object:
-    # fsspec is heavy: loaded only for the slow-path injection.
-    if name == "ThrottledFileSystem":
-        from fastio.sources._throttled import ThrottledFileSystem
-
-        return ThrottledFileSystem
-    raise AttributeError(f"module 'fastio.fairness' has no attribute {name!r}")
+# Imported at first use: a dataset needs the monitor only, and fsspec (under
+# the slow-path injection) is heavy.
+__getattr__ = exports(__name__, {
+    "._gather": ("all_gather_report",),
+    "._metrics": ("prometheus_text",),
+    "._monitor": ("FairnessMonitor",),
+    "._verdict": ("jain_index",),
+    "..sources._throttled": ("ThrottledFileSystem",),
+    "..spec._fairness": ("FairnessSettings",),
+})  # fmt: skip
 
 
 __all__ = [

@@ -29,7 +29,6 @@ import numpy as np
 from fastio.fairness import _board as b
 from fastio.fairness._exchange import job_exchange
 from fastio.fairness._publish import Publisher
-from fastio.fairness._steal import StealClaims
 from fastio.fairness._verdict import BUSY_FLOOR, judge, shift_budget, update_flags
 from fastio.shared._mapped import remove_owned, shared_path
 from fastio.spec._fairness import FairnessSettings
@@ -37,6 +36,7 @@ from fastio.spec._fairness import FairnessSettings
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
+    from fastio.fairness._steal import StealClaims
     from fastio.plan._participant import Participant
     from fastio.reader._reader import Reader
 
@@ -155,6 +155,8 @@ class FairnessMonitor:
         """The segments ``participant`` is to read this iteration (see
         :class:`StealClaims`): ``unit_samples[w]`` are the sample counts of
         worker ``w``'s units, ``done``/``current`` what a resumed state finished."""
+        from fastio.fairness._steal import StealClaims  # balance="steal" only
+
         self._iterations += 1
         slots = self._get_board().slots if self.settings.enabled else None
         return StealClaims(_claims_path(self._path), participant, epoch, self._iterations,

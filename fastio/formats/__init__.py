@@ -22,30 +22,47 @@ into a dataset index.
 
 from __future__ import annotations
 
-from fastio.formats._arrays import FixedWriter, NpyWriter, decode_fixed, decode_npy
-from fastio.formats._compression import codec_for, compressing, decompress
-from fastio.formats._lines import (
-    JsonLinesWriter,
-    LinesWriter,
-    columns_lines,
-    decode_jsonl,
-    decode_lines,
-)
-from fastio.formats._records import DatasetIndexWriter
-from fastio.formats._tables import TableWriter
-from fastio.formats._tfrecord import (
-    TFRecordWriter,
-    columns_tfrecord,
-    decode_tfrecord,
-    example_parts,
-    parse_example,
-)
-from fastio.formats._webdataset import (
-    WebDatasetWriter,
-    columns_webdataset,
-    decode_webdataset,
-    sample_key,
-)
+from typing import TYPE_CHECKING
+
+from fastio._lazy import exports
+
+if TYPE_CHECKING:
+    from fastio.formats._arrays import FixedWriter, NpyWriter, decode_fixed, decode_npy
+    from fastio.formats._compression import codec_for, compressing, decompress
+    from fastio.formats._lines import (
+        JsonLinesWriter,
+        LinesWriter,
+        columns_lines,
+        decode_jsonl,
+        decode_lines,
+    )
+    from fastio.formats._records import DatasetIndexWriter
+    from fastio.formats._tables import TableWriter
+    from fastio.formats._tfrecord import (
+        TFRecordWriter,
+        columns_tfrecord,
+        decode_tfrecord,
+        example_parts,
+        parse_example,
+    )
+    from fastio.formats._webdataset import (
+        WebDatasetWriter,
+        columns_webdataset,
+        decode_webdataset,
+        sample_key,
+    )
+
+# Each format is imported where it is used: a dataset reads one.
+__getattr__ = exports(__name__, {
+    "._arrays": ("FixedWriter", "NpyWriter", "decode_fixed", "decode_npy"),
+    "._compression": ("codec_for", "compressing", "decompress"),
+    "._lines": ("JsonLinesWriter", "LinesWriter", "columns_lines", "decode_jsonl", "decode_lines"),
+    "._records": ("DatasetIndexWriter",),
+    "._tables": ("TableWriter",),
+    "._tfrecord": ("TFRecordWriter", "columns_tfrecord", "decode_tfrecord", "example_parts",
+                  "parse_example"),
+    "._webdataset": ("WebDatasetWriter", "columns_webdataset", "decode_webdataset", "sample_key"),
+})  # fmt: skip
 
 __all__ = [
     "DatasetIndexWriter",

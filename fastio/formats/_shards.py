@@ -4,17 +4,14 @@ ranges of samples) and decoding into owned samples or columnar batches. See
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from fastio.formats._arrays import FixedFormat, NpyFormat
 from fastio.formats._compression import named_path
 from fastio.formats._layout import Layout, ShardFormat
-from fastio.formats._lines import JsonLinesFormat, LinesFormat
 from fastio.formats._records import RecordFormat
-from fastio.formats._tables import ArrowFormat, ParquetFormat
-from fastio.formats._tfrecord import TFRecordFormat
-from fastio.formats._webdataset import WebDatasetFormat
 from fastio.sources._urls import expand_urls
 
 if TYPE_CHECKING:
@@ -32,16 +29,36 @@ __all__ = [
     "shard_urls",
 ]
 
-FORMATS: dict[str, type[ShardFormat]] = {
-    "webdataset": WebDatasetFormat,
-    "tfrecord": TFRecordFormat,
-    "jsonl": JsonLinesFormat,
-    "lines": LinesFormat,
-    "fixed": FixedFormat,
-    "npy": NpyFormat,
-    "parquet": ParquetFormat,
-    "arrow": ArrowFormat,
-}
+
+class _Formats(Mapping[str, type[ShardFormat]]):
+    """Format name -> its class, imported when first asked for (a dataset
+    reads one format; the others' modules stay unloaded)."""
+
+    def __init__(self, paths: dict[str, str]) -> None:
+        self._paths = paths
+
+    def __getitem__(self, name: str) -> type[ShardFormat]:
+        module, _, cls = self._paths[name].partition(":")
+        found: type[ShardFormat] = getattr(importlib.import_module(module), cls)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+FORMATS: Mapping[str, type[ShardFormat]] = _Formats({
+    "webdataset": "fastio.formats._webdataset:WebDatasetFormat",
+    "tfrecord": "fastio.formats._tfrecord:TFRecordFormat",
+    "jsonl": "fastio.formats._lines:JsonLinesFormat",
+    "lines": "fastio.formats._lines:LinesFormat",
+    "fixed": "fastio.formats._arrays:FixedFormat",
+    "npy": "fastio.formats._arrays:NpyFormat",
+    "parquet": "fastio.formats._tables:ParquetFormat",
+    "arrow": "fastio.formats._tables:ArrowFormat",
+})  # fmt: skip
 
 _EXTENSIONS = {
     ".tar": "webdataset", ".tgz": "webdataset", ".tfrecord": "tfrecord",

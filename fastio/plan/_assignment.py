@@ -46,8 +46,11 @@ def shard_order(shard_count: int, seed: int, epoch: int, shuffle: bool = True) -
         return list(range(shard_count))
     import numpy as np
 
-    generator = np.random.default_rng([seed & 0xFFFFFFFF, seed >> 32, epoch])
-    return [int(i) for i in generator.permutation(shard_count)]
+    from fastio import _native
+
+    order = np.empty(shard_count, np.int64)
+    _native.permute(order, (seed, epoch))
+    return [int(shard) for shard in order]
 
 
 def _split(total: int, parts: int, index: int) -> tuple[int, int]:

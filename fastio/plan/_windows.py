@@ -28,10 +28,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-# Imported with the plan, not at a shuffled epoch's first sample: numpy loads
-# its random module lazily, and that takes ~10 ms.
-from numpy.random import default_rng
-
 from fastio import _native
 
 if TYPE_CHECKING:
@@ -172,8 +168,9 @@ def permutation(
     count: int, seed: int, epoch: int, rank: int, worker: int, window: int
 ) -> np.ndarray:
     """The delivery order of a window's ``count`` samples (positions in it)."""
-    generator = default_rng([seed & 0xFFFFFFFF, seed >> 32, epoch, rank, worker, window, 0x5EED])
-    return generator.permutation(count)
+    order = np.empty(count, np.int64)
+    _native.permute(order, (seed, epoch, rank, worker, window, 0x5EED))
+    return order
 
 
 def shuffle_quality(order: np.ndarray, bases: np.ndarray, window: int = 1000) -> dict[str, float]:

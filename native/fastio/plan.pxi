@@ -98,3 +98,75 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
         windows.append(window_type(tuple(runs), samples, nbytes))
         window_index += 1
     return windows
+
+
+# Shuffle orders. Seeded from a key of words (seed, epoch, rank, ...), so that
+# every process draws the same order for the same key without sharing state:
+# xoshiro256** seeded through splitmix64, and Fisher-Yates with unbiased
+# bounded draws. Here rather than numpy.random, whose import (eight extension
+# modules) a shuffled epoch's first sample would wait for.
+from libc.stdint cimport uint64_t
+
+
+cdef inline uint64_t _splitmix(uint64_t *state) noexcept nogil:
+    state[0] += 0x9E3779B97F4A7C15ULL
+    cdef uint64_t z = state[0]
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL
+    return z ^ (z >> 31)
+
+
+cdef inline uint64_t _rotl(uint64_t x, int k) noexcept nogil:
+    return (x << k) | (x >> (64 - k))
+
+
+cdef inline uint64_t _xoshiro(uint64_t *s) noexcept nogil:
+    cdef uint64_t result = _rotl(s[1] * 5, 7) * 9
+    cdef uint64_t t = s[1] << 17
+    s[2] ^= s[0]
+    s[3] ^= s[1]
+    s[1] ^= s[2]
+    s[0] ^= s[3]
+    s[2] ^= t
+    s[3] = _rotl(s[3], 45)
+    return result
+
+
+cdef inline uint64_t _below(uint64_t *s, uint64_t bound) noexcept nogil:
+    """A uniform draw in [0, bound): draws under 2**64 mod bound are
+    rejected, so that every residue is equally likely."""
+    cdef uint64_t threshold = (0 - bound) % bound
+    cdef uint64_t draw = _xoshiro(s)
+    while draw < threshold:
+        draw = _xoshiro(s)
+    return draw % bound
+
+
+def permute(int64_t[::1] order, key):
+    """Fill ``order`` with a permutation of ``0 .. len(order) - 1`` drawn from
+    ``key`` (non-negative integers, each mixed in 64 bits at a time): the
+    same key, the same order, in every process and on every machine."""
+    cdef uint64_t mixed = 0x6A09E667F3BCC909ULL
+    cdef uint64_t state[4]
+    cdef Py_ssize_t count = order.shape[0], index
+    cdef int64_t swap
+    cdef uint64_t other
+    for word in key:
+        while True:
+            mixed ^= <uint64_t>(word & 0xFFFFFFFFFFFFFFFF)
+            mixed = _splitmix(&mixed)
+            word >>= 64
+            if word <= 0:
+                break
+    for index in range(4):
+        state[index] = _splitmix(&mixed)
+    with nogil:
+        for index in range(count):
+            order[index] = index
+        index = count - 1
+        while index > 0:
+            other = _below(state, <uint64_t>(index + 1))
+            swap = order[index]
+            order[index] = order[other]
+            order[other] = swap
+            index -= 1
