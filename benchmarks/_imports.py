@@ -10,7 +10,11 @@ import gc
 FASTIO_IMPORTS = (
     "fastio",
     "fastio.dataset._dataset",
-    "fastio.formats",
+    "fastio.formats._arrays",  # the formats load where a dataset reads them: all here
+    "fastio.formats._lines",
+    "fastio.formats._tables",
+    "fastio.formats._tfrecord",
+    "fastio.formats._webdataset",
     "numpy",
     "pyarrow",
     "pyarrow.compute",

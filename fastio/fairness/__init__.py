@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastio._lazy import exports
+import lazy_loader
+
+from fastio.spec._fairness import FairnessSettings
 
 if TYPE_CHECKING:
     from fastio.fairness._gather import all_gather_report
@@ -22,18 +24,23 @@ if TYPE_CHECKING:
     from fastio.fairness._monitor import FairnessMonitor
     from fastio.fairness._verdict import jain_index
     from fastio.sources._throttled import ThrottledFileSystem
-    from fastio.spec._fairness import FairnessSettings
 
 # Imported at first use: a dataset needs the monitor only, and fsspec (under
 # the slow-path injection) is heavy.
-__getattr__ = exports(__name__, {
-    "._gather": ("all_gather_report",),
-    "._metrics": ("prometheus_text",),
-    "._monitor": ("FairnessMonitor",),
-    "._verdict": ("jain_index",),
-    "..sources._throttled": ("ThrottledFileSystem",),
-    "..spec._fairness": ("FairnessSettings",),
+_exports, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "_gather": ["all_gather_report"],
+    "_metrics": ["prometheus_text"],
+    "_monitor": ["FairnessMonitor"],
+    "_verdict": ["jain_index"],
 })  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    if name == "ThrottledFileSystem":  # a source, shown here for the drills it serves
+        from fastio.sources._throttled import ThrottledFileSystem
+
+        return ThrottledFileSystem
+    return _exports(name)
 
 
 __all__ = [

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastio._lazy import exports
+import lazy_loader
 
 if TYPE_CHECKING:
     from fastio.formats._arrays import FixedWriter, NpyWriter, decode_fixed, decode_npy
@@ -53,15 +53,15 @@ if TYPE_CHECKING:
     )
 
 # Each format is imported where it is used: a dataset reads one.
-__getattr__ = exports(__name__, {
-    "._arrays": ("FixedWriter", "NpyWriter", "decode_fixed", "decode_npy"),
-    "._compression": ("codec_for", "compressing", "decompress"),
-    "._lines": ("JsonLinesWriter", "LinesWriter", "columns_lines", "decode_jsonl", "decode_lines"),
-    "._records": ("DatasetIndexWriter",),
-    "._tables": ("TableWriter",),
-    "._tfrecord": ("TFRecordWriter", "columns_tfrecord", "decode_tfrecord", "example_parts",
-                  "parse_example"),
-    "._webdataset": ("WebDatasetWriter", "columns_webdataset", "decode_webdataset", "sample_key"),
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "_arrays": ["FixedWriter", "NpyWriter", "decode_fixed", "decode_npy"],
+    "_compression": ["codec_for", "compressing", "decompress"],
+    "_lines": ["JsonLinesWriter", "LinesWriter", "columns_lines", "decode_jsonl", "decode_lines"],
+    "_records": ["DatasetIndexWriter"],
+    "_tables": ["TableWriter"],
+    "_tfrecord": ["TFRecordWriter", "columns_tfrecord", "decode_tfrecord", "example_parts",
+                  "parse_example"],
+    "_webdataset": ["WebDatasetWriter", "columns_webdataset", "decode_webdataset", "sample_key"],
 })  # fmt: skip
 
 __all__ = [

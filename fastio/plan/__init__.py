@@ -5,25 +5,11 @@ no I/O."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from fastio._lazy import exports
-
-if TYPE_CHECKING:
-    from fastio.plan._assignment import Span, assign_samples, shard_order
-    from fastio.plan._cursor import EpochCursor, Start
-    from fastio.plan._part import Part, make_part
-    from fastio.plan._participant import Participant, current_rank, current_worker
-    from fastio.plan._windows import Run, Window, make_windows, permutation, shuffle_quality
-
-# Imported at first use: an unshuffled epoch needs no windows.
-__getattr__ = exports(__name__, {
-    "._assignment": ("Span", "assign_samples", "shard_order"),
-    "._cursor": ("EpochCursor", "Start"),
-    "._part": ("Part", "make_part"),
-    "._participant": ("Participant", "current_rank", "current_worker"),
-    "._windows": ("Run", "Window", "make_windows", "permutation", "shuffle_quality"),
-})  # fmt: skip
+from fastio.plan._assignment import Span, assign_samples, shard_order
+from fastio.plan._cursor import EpochCursor, Start
+from fastio.plan._part import Part, make_part
+from fastio.plan._participant import Participant, current_rank, current_worker
+from fastio.plan._windows import Run, Window, make_windows, permutation, shuffle_quality
 
 __all__ = [
     "EpochCursor",
