@@ -29,8 +29,6 @@ Media = Literal["ram", "ssd", "hdd"]
 MEDIA: tuple[Media, ...] = ("ram", "ssd", "hdd")
 """Fastest first: the order tiers are filled in."""
 _MEMORY_FILESYSTEMS = {"tmpfs", "ramfs"}
-_PROFILE_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "fastio",
-                      "tier-profiles.json")  # fmt: skip
 _PROBE_BYTES = 16 << 20
 _RANDOM_READ = 4096
 
@@ -147,16 +145,24 @@ def probe(tier: Tier, *, refresh: bool = False, seconds: float = 0.3) -> Profile
     profile = _measure(tier.path, device, seconds)
     cached[key] = profile.as_dict()
     with contextlib.suppress(OSError):  # a read-only home still gets its profile, uncached
-        _PROFILE_CACHE.parent.mkdir(parents=True, exist_ok=True)
-        temp = _PROFILE_CACHE.with_suffix(f".tmp{os.getpid()}")
+        where = _profile_cache()
+        where.parent.mkdir(parents=True, exist_ok=True)
+        temp = where.with_suffix(f".tmp{os.getpid()}")
         temp.write_text(json.dumps(cached, indent=1))
-        os.replace(temp, _PROFILE_CACHE)
+        os.replace(temp, where)
     return profile
+
+
+def _profile_cache() -> Path:
+    """Where measured profiles are kept: ``$XDG_CACHE_HOME`` (unset or empty:
+    ``~/.cache``) as it is when asked, not as it was at import."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "fastio",
+                "tier-profiles.json")  # fmt: skip
 
 
 def _load_profiles() -> dict[str, dict[str, float | str]]:
     try:
-        data = json.loads(_PROFILE_CACHE.read_text())
+        data = json.loads(_profile_cache().read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

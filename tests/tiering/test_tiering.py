@@ -146,3 +146,17 @@ def test_cli_probe_shows_tiers(tmp_path: object) -> None:
         refused = CliRunner().invoke(main, ["tiering", "probe", "--refresh", "--tier", spec])
         assert refused.exit_code == 1, refused.output  # an error, said: no traceback
         assert str(a_file) in refused.output
+
+
+def test_probed_profiles_are_kept_where_the_cache_folder_is_when_probing(tmp_path, monkeypatch):
+    """The profile cache follows ``$XDG_CACHE_HOME`` as set when a tier is
+    probed (a job, or a test, that points it elsewhere after importing fastio
+    does not write into the user's own cache)."""
+    from fastio.tiering._tiers import probe
+
+    tier = Tier("slow", str(tmp_path / "tier"), 1 << 30, "hdd")
+    for folder in ("first", "second"):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / folder))
+        profile = probe(tier, seconds=0.02)
+        kept = json.loads((tmp_path / folder / "fastio" / "tier-profiles.json").read_text())
+        assert kept == {f"{profile.device}:hdd": profile.as_dict()}
