@@ -152,6 +152,7 @@ def permute(int64_t[::1] order, key):
     cdef int64_t swap
     cdef uint64_t other
     for word in key:
+        word = int(word)  # numpy integers too
         while True:
             mixed ^= <uint64_t>(word & 0xFFFFFFFFFFFFFFFF)
             mixed = _splitmix(&mixed)

@@ -146,6 +146,8 @@ def test_a_permutation_is_drawn_from_its_key_alone() -> None:
     # Seeds past 64 bits count in full: two that share their low 64 bits differ.
     assert not np.array_equal(permutation(50, 1 << 70, 0, 0, 0, 0),
                               permutation(50, (1 << 70) | (1 << 71), 0, 0, 0, 0))  # fmt: skip
+    # A key given as numpy integers draws the order the same key of ints does.
+    assert np.array_equal(order, permutation(1000, *map(np.int64, (7, 2, 1, 0, 3))))
     assert permutation(0, 1, 0, 0, 0, 0).tolist() == []
     assert permutation(1, 1, 0, 0, 0, 0).tolist() == [0]
 
