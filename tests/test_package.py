@@ -60,7 +60,8 @@ print(json.dumps(sorted(sys.modules)))
 def test_a_first_sample_loads_only_what_it_reads(tmp_path) -> None:
     """A first sample waits for no module it does not use: not the tuners
     (tuning is off unless asked for) nor optuna, not the other formats, not
-    numpy.random (orders are drawn in native code), not work stealing."""
+    numpy.random (orders are drawn in native code), not work stealing, not
+    the fairness verdict (first needed when a window ends)."""
     from webdataset import TarWriter
 
     shard = tmp_path / "shard-0.tar"
@@ -73,7 +74,7 @@ def test_a_first_sample_loads_only_what_it_reads(tmp_path) -> None:
     loaded = set(json.loads(output))
     assert {"fastio.dataset._dataset", "fastio.formats._webdataset"} <= loaded  # the dataset ran
     unused = ("fastio.tuners", "optuna", "numpy.random", "fastio.fairness._steal",
-              "fastio.fairness._gather")  # fmt: skip
+              "fastio.fairness._gather", "fastio.fairness._verdict")  # fmt: skip
     assert not [name for name in loaded if name.startswith(unused)]
     formats = ("_tfrecord", "_tables", "_lines", "_arrays")
     assert not [name for name in loaded if name.removeprefix("fastio.formats.") in formats]

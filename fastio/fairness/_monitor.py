@@ -29,7 +29,6 @@ import numpy as np
 from fastio.fairness import _board as b
 from fastio.fairness._exchange import job_exchange
 from fastio.fairness._publish import Publisher
-from fastio.fairness._verdict import BUSY_FLOOR, judge, shift_budget, update_flags
 from fastio.shared._mapped import remove_owned, shared_path
 from fastio.spec._fairness import FairnessSettings
 
@@ -187,6 +186,9 @@ class FairnessMonitor:
             return
 
     def _close_window(self, board: b.Board, span: float) -> None:
+        # Imported at the first window's end, not before the first sample.
+        from fastio.fairness._verdict import BUSY_FLOOR, judge, shift_budget, update_flags
+
         settings, slots, header = self.settings, board.slots, board.header
         samples = slots[:, b.SAMPLES] - slots[:, b.LAST_SAMPLES]
         busy = slots[:, b.BUSY] - slots[:, b.LAST_BUSY]
@@ -253,6 +255,8 @@ class FairnessMonitor:
         }  # fmt: skip
 
     def _judge_ranks(self, board: b.Board, index: int) -> None:
+        from fastio.fairness._verdict import judge, update_flags
+
         rank, world_size = self._rank
         self._exchange.publish(rank, self._rank_summary(board))
         seen = self._exchange.gather(world_size, self._max_age())
