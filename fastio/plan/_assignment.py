@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from fastio.spec._dataset import Remainder
 
-__all__ = ["Span", "assign_samples", "part_bounds", "shard_order"]
+__all__ = ["Span", "assign_samples", "drawn_order", "part_bounds", "shard_order"]
 
 
 @dataclass(slots=True)
@@ -44,13 +44,19 @@ def shard_order(shard_count: int, seed: int, epoch: int, shuffle: bool = True) -
     ``(seed, epoch)`` (the same on every rank and worker), or stored order."""
     if not shuffle:
         return list(range(shard_count))
+    return [int(shard) for shard in drawn_order(shard_count, (seed, epoch))]
+
+
+def drawn_order(count: int, key: tuple[int, ...]) -> np.ndarray:
+    """A permutation of ``0 .. count - 1`` drawn from ``key`` alone (see
+    ``permute`` in the extension): the same in every process."""
     import numpy as np
 
     from fastio import _native
 
-    order = np.empty(shard_count, np.int64)
-    _native.permute(order, (seed, epoch))
-    return [int(shard) for shard in order]
+    order = np.empty(count, np.int64)
+    _native.permute(order, key)
+    return order
 
 
 def _split(total: int, parts: int, index: int) -> tuple[int, int]:

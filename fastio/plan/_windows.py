@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fastio import _native
+from fastio.plan._assignment import drawn_order
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -168,9 +169,7 @@ def permutation(
     count: int, seed: int, epoch: int, rank: int, worker: int, window: int
 ) -> np.ndarray:
     """The delivery order of a window's ``count`` samples (positions in it)."""
-    order = np.empty(count, np.int64)
-    _native.permute(order, (seed, epoch, rank, worker, window, 0x5EED))
-    return order
+    return drawn_order(count, (seed, epoch, rank, worker, window, 0x5EED))
 
 
 def shuffle_quality(order: np.ndarray, bases: np.ndarray, window: int = 1000) -> dict[str, float]:

@@ -2,7 +2,7 @@
 # out per sample, where the Python loop took most of a shuffled epoch's time
 # to its first sample (a thousand cuts, each a binary search and a few array
 # lookups, for 64 shards of 110 KB samples). Same cuts, same objects.
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 cdef enum:
     _MAX_MIX = 64
@@ -105,7 +105,6 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
 # xoshiro256** seeded through splitmix64, and Fisher-Yates with unbiased
 # bounded draws. Here rather than numpy.random, whose import (eight extension
 # modules) a shuffled epoch's first sample would wait for.
-from libc.stdint cimport uint64_t
 
 
 cdef inline uint64_t _splitmix(uint64_t *state) noexcept nogil:
