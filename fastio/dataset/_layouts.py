@@ -40,6 +40,7 @@ from fastio.formats._layout import Layout
 from fastio.formats._records import RecordFormat
 from fastio.shared._collector import collector_paused
 from fastio.sources._remote import is_remote
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Container, Sequence
@@ -569,7 +570,7 @@ class ShardLayouts:
             records.store.forget(self.urls[shard], self.urls)
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class _PackedIndexes:
     """A dataset's shard indexes as :func:`index_columns` gives them (the
     shards that have one, ``held``, of ``count``), for pickling."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from dataclasses import dataclass
 from itertools import groupby, islice
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from fastio.dataset._batching import rows_of, slice_rows
 from fastio.dataset._policy import place_of
 from fastio.formats._compression import codec_for
 from fastio.reader._ranges import Shard
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -66,7 +66,7 @@ class ReadSamples:
         return self.samples
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Read:
     """Samples ``start``..``stop`` of ``run``'s shard, for window ``window``."""
 

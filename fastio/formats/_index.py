@@ -45,7 +45,6 @@ import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from operator import methodcaller
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -56,6 +55,7 @@ from fastio._errors import DecodeError, IndexFileError, TruncatedFileError
 from fastio.formats._compression import codec_for, decompress
 from fastio.reader._ranges import ByteRange, Chunk
 from fastio.sources._remote import absolute_path, is_remote, local_path, read_object
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -113,7 +113,7 @@ UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 """What reading a damaged, truncated or foreign index file raises."""
 
 
-@dataclass
+@record
 class ShardIndex:
     """Sample ``i`` of shard ``url`` is bytes ``starts[i]`` to ``ends[i]``.
 
@@ -215,7 +215,7 @@ Resync = Callable[["Reader", str, DecodeError], "int | None"]
 """``resync(reader, url, error)``: where a scan may go on after ``error``, or None."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Locator:
     """How a format finds the samples of its shards, handed to the index.
 
@@ -739,7 +739,7 @@ def _npy_header(descr: str, shape: tuple[int, ...]) -> bytes:
     return header.getvalue()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DatasetIndex:
     """Every shard's index in one file (see the module). ``shards`` hold their
     URLs as given; :meth:`save` stores local ones relative to the file, so the

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import abc
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fastio._errors import DecodeError, MixedTypesError, import_extra
 from fastio.reader._ranges import ByteRange
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["Layout", "ShardFormat", "ShardWriter", "batch_of", "gather", "sample_bounds"]
 
 
-@dataclass
+@record
 class Layout:
     """Where the samples of one shard are.
 

@@ -13,10 +13,10 @@ batch instead of one per sample).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fastio._errors import CorruptRecordError, DecodeError, TruncatedShardError, import_extra
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -30,7 +30,7 @@ MAX_BATCH_BYTES = (1 << 31) - 1
 """Arrow's binary columns count bytes with int32 offsets: a batch stops short of this."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Framing(Generic[T]):
     """What a scan found at the start of a view: the complete ``records``;
     where the next scan starts (``consumed``); how many bytes from there the

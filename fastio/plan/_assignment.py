@@ -14,8 +14,9 @@ never waits at the end of an epoch for a rank that has nothing left.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["Span", "assign_samples", "drawn_order", "part_bounds", "shard_order"]
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Span:
     """Samples ``start`` to ``stop`` (exclusive) of shard ``shard``."""
 

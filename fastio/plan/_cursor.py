@@ -13,8 +13,9 @@ failure lost, and jumps to another participant's part (work stealing).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from fastio.plan._participant import Participant
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["EpochCursor", "Start"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Start:
     """Where an iteration begins: the epoch and the position in its part."""
 

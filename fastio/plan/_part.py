@@ -8,13 +8,13 @@ makes a position in it a complete resume state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fastio.plan._assignment import assign_samples
 from fastio.plan._windows import make_windows, permutation
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["Part", "make_part"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Part:
     """``participant``'s samples of ``epoch``, as windows; ``starts[i]`` is the
     position (in the part) of window ``i``'s first sample, ``starts[-1]`` the count."""

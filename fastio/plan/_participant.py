@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+
+from fastio.spec._records import record
 
 __all__ = ["Participant", "current_rank", "current_worker", "job_run"]
 
@@ -27,7 +28,7 @@ def job_run() -> list[str]:
     return [f"{name}={os.environ.get(name, '')}" for name in _JOB_VARIABLES]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Participant:
     """One reader of an epoch: DataLoader worker ``worker`` of ``num_workers``
     on rank ``rank`` of ``world_size``."""

@@ -23,13 +23,13 @@ is held stays bounded by ``budget`` as before.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fastio import _native
 from fastio.plan._assignment import drawn_order
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,7 +59,7 @@ def window_budget(index: int, buffer: int) -> int:
     return min(buffer, FIRST_WINDOW << min(index - 1, 40))
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Run:
     """Samples ``start`` to ``stop`` of shard ``shard`` (positions in the window
     from ``base``)."""
@@ -73,7 +73,7 @@ class Run:
         return self.stop - self.start
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Window:
     runs: tuple[Run, ...]
     count: int

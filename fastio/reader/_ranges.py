@@ -5,13 +5,14 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Literal, NamedTuple
+
+from fastio.spec._records import record
 
 __all__ = ["ByteRange", "Chunk", "Shard", "ShardLike", "as_shard"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ByteRange:
     """``length`` bytes of ``path`` from ``offset``; ``length=None`` reads to the end."""
 
@@ -33,7 +34,7 @@ class ByteRange:
             raise ValueError(f"length must be >= 0 or None, not {self.length} ({self.path})")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Shard:
     """An ordered list of byte ranges whose bytes are delivered in order.
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any
+
+from fastio.spec._records import record
 
 __all__ = ["LATENCY_BUCKETS", "ReaderStats", "latency_bucket"]
 
@@ -18,7 +19,7 @@ def latency_bucket(nanoseconds: int) -> int:
     return min((nanoseconds // 1000).bit_length(), LATENCY_BUCKETS - 1)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ReaderStats:
     """A snapshot of a reader's counters since it was made.
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastio.spec._fairness import FairnessSettings
 from fastio.spec._knobs import REQUIRED, check, check_value, knob, knobs, unexpected_keyword
 from fastio.spec._reader import ReaderSettings
+from fastio.spec._records import record
 from fastio.spec._tuner import TunerSettings
 
 __all__ = [
@@ -39,7 +39,7 @@ REMAINDERS: tuple[Remainder, ...] = ("exact", "drop", "pad")
 MiB = 1 << 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ShuffleSettings:
     """How an epoch is shuffled: windows of ``buffer`` bytes mixing ``shards``
     shards, delivered in a permutation of ``(seed, epoch)``."""
@@ -54,7 +54,7 @@ class ShuffleSettings:
         check(self)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SplitSettings:
     """This process's part of the data. Left unset, ranks come from
     torch.distributed or RANK/WORLD_SIZE."""
@@ -97,7 +97,7 @@ class SplitSettings:
             )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FormatSettings:
     """Options of the shard format; each applies to some formats only."""
 
@@ -126,7 +126,7 @@ class FormatSettings:
         check(self)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CacheSettings:
     """The local shard cache for remote data: remote shards are read from
     local copies under ``dir``, never more than ``max_bytes`` in all (the
@@ -153,7 +153,7 @@ class CacheSettings:
             raise ValueError("cache_dir needs cache_bytes (the cache's byte limit)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TierSettings:
     """One tier: a directory, its byte budget and its medium (unset: detected)."""
 
@@ -171,7 +171,7 @@ class TierSettings:
             raise ValueError("a tier needs a name and a path")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TieringSettings:
     """Tiering of intermediate files: ``tiers`` to place shuffle spill and
     shard cache copies on, by predicted I/O density learned online."""
@@ -199,7 +199,7 @@ class TieringSettings:
 _SECTIONS: dict[str, type[Any]] = {}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DatasetSpec:
     """A dataset and every knob fastio has: what :class:`fastio.Dataset` is made
     from and what a config file holds. Raises TypeError or ValueError naming

@@ -13,10 +13,10 @@ flagged within 2-3 windows.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from fastio.spec._knobs import check, knob, switchable
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["FairnessSettings"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FairnessSettings:
     """Knobs of the fairness monitor of a :class:`fastio.Dataset`.
 

@@ -16,8 +16,9 @@ import math
 import os
 import re
 import types
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -64,7 +65,7 @@ REQUIRED: Any = dataclasses.MISSING
 """The default of a knob that has none: it must be given."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Knob:
     """A field's metadata: see :func:`knob`."""
 

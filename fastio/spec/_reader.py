@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastio.spec._knobs import check, knob
+from fastio.spec._records import record
 
 __all__ = [
     "ENGINE_KINDS",
@@ -28,7 +28,7 @@ KiB = 1024
 MiB = 1024 * KiB
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ReaderSettings:
     """Knobs of a :class:`fastio.Reader`.
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fastio.spec._knobs import check, knob, switchable
+from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -17,7 +17,7 @@ MIN_TUNED_READ_SIZE = 16 * 1024
 MAX_TUNED_READ_SIZE = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TunerSettings:
     """How a reader is tuned while data flows (the ``tuner:`` config section;
     ``Dataset(tune=...)``). Off unless ``enabled``."""

@@ -1,0 +1,214 @@
+"""``record``: a dataclass whose methods are shared functions, not generated code.
+
+Python 3.11's ``@dataclass`` writes and compiles the source of ``__init__``,
+``__repr__``, ``__eq__``, ``__hash__`` and, when frozen, ``__setattr__`` and
+``__delattr__`` for every class: about half a millisecond a class. The
+classes a first sample needs (settings, plans, layouts) number some thirty,
+so their methods alone took longer than another loader's whole start.
+
+:func:`record` keeps everything else of a dataclass (``dataclasses.fields``,
+``replace``, ``asdict``, field metadata, defaults and factories,
+``__post_init__``, ``__match_args__``, slots) and gives each class the same
+generic methods, which read the class's fields from a small table built as
+the class is made. They behave as the generated ones do, with the same error
+messages; ``__init__`` is a few times slower per instance (microseconds),
+which counts nowhere these classes are made: once a dataset, a shard or a
+read. A class that is made per sample defines its own ``__init__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import reprlib
+from dataclasses import MISSING, FrozenInstanceError
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from typing_extensions import dataclass_transform
+else:  # read by type checkers only; and Python 3.10's typing has none
+
+    def dataclass_transform(**_options: Any) -> Any:
+        return lambda function: function
+
+
+__all__ = ["record"]
+
+T = TypeVar("T")
+
+_NO_DEFAULT: Any = object()
+
+
+class _Shape(NamedTuple):
+    """What the generic methods need of a record class."""
+
+    names: tuple[str, ...]  # the __init__ parameters, in order
+    defaults: tuple[Any, ...]  # per name: its default, or _NO_DEFAULT
+    factories: tuple[Callable[[], Any] | None, ...]  # per name: its factory, or None
+    unset: tuple[tuple[str, Any, Callable[[], Any] | None], ...]  # fields left out of __init__
+    shown: tuple[str, ...]  # the fields repr shows
+    compared: Callable[[Any], tuple[Any, ...]]  # the fields eq and hash compare, as one value
+    post_init: bool
+
+
+def _values(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """The named fields of an instance as one tuple (compared as the
+    generated methods compare: identical values are equal, arrays too)."""
+    if len(names) > 1:
+        return operator.attrgetter(*names)
+    getters = [operator.attrgetter(name) for name in names]
+    return lambda instance: tuple(getter(instance) for getter in getters)
+
+
+def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+    shape: _Shape = type(self).__record__
+    names = shape.names
+    if len(args) > len(names):
+        raise _too_many(type(self), shape, len(args))
+    setattr_ = object.__setattr__
+    for name, value in zip(names, args, strict=False):
+        setattr_(self, name, value)
+    if kwargs:
+        for name, value in kwargs.items():
+            if name not in names:
+                raise TypeError(f"{type(self).__qualname__}.__init__() got an unexpected keyword "
+                                f"argument {name!r}")  # fmt: skip
+            if names.index(name) < len(args):
+                raise TypeError(f"{type(self).__qualname__}.__init__() got multiple values for "
+                                f"argument {name!r}")  # fmt: skip
+            setattr_(self, name, value)
+    missing = []
+    for index in range(len(args), len(names)):
+        name = names[index]
+        if name in kwargs:
+            continue
+        default = shape.defaults[index]
+        if default is not _NO_DEFAULT:
+            setattr_(self, name, default)
+        else:
+            factory = shape.factories[index]
+            if factory is None:
+                missing.append(name)
+            else:
+                setattr_(self, name, factory())
+    if missing:
+        listed = " and ".join(", ".join(repr(name) for name in missing).rsplit(", ", 1))
+        plural = "s" if len(missing) > 1 else ""
+        raise TypeError(f"{type(self).__qualname__}.__init__() missing {len(missing)} required "
+                        f"positional argument{plural}: {listed}")  # fmt: skip
+    for name, default, factory in shape.unset:
+        setattr_(self, name, factory() if factory is not None else default)
+    if shape.post_init:
+        self.__post_init__()
+
+
+def _too_many(cls: type, shape: _Shape, given: int) -> TypeError:
+    required = sum(1 for default, factory in zip(shape.defaults, shape.factories, strict=True)
+                   if default is _NO_DEFAULT and factory is None)  # fmt: skip
+    most = len(shape.names) + 1  # self counted, as Python counts it
+    takes = f"from {required + 1} to {most}" if required + 1 < most else str(most)
+    return TypeError(
+        f"{cls.__qualname__}.__init__() takes {takes} positional arguments but "
+        f"{given + 1} were given"
+    )
+
+
+@reprlib.recursive_repr()
+def _repr(self: Any) -> str:
+    shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in type(self).__record__.shown)
+    return f"{type(self).__qualname__}({shown})"
+
+
+def _eq(self: Any, other: Any) -> Any:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    compared = type(self).__record__.compared
+    return bool(compared(self) == compared(other))
+
+
+def _hash(self: Any) -> int:
+    return hash(type(self).__record__.compared(self))
+
+
+def _frozen_setattr(self: Any, name: str, value: Any) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _frozen_delattr(self: Any, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _getstate(self: Any) -> list[Any]:  # frozen slots: pickled by value, restored past setattr
+    return [getattr(self, field.name) for field in dataclasses.fields(self)]
+
+
+def _setstate(self: Any, state: list[Any]) -> None:
+    for field, value in zip(dataclasses.fields(self), state, strict=True):
+        object.__setattr__(self, field.name, value)
+
+
+def _shape(cls: type) -> _Shape:
+    fields = dataclasses.fields(cls)
+    taken = [field for field in fields if field.init]
+    defaults = tuple(_NO_DEFAULT if field.default is MISSING else field.default for field in taken)
+    factories = tuple(None if field.default_factory is MISSING else field.default_factory
+                      for field in taken)  # fmt: skip
+    for index in range(1, len(taken)):
+        has_default = defaults[index - 1] is not _NO_DEFAULT or factories[index - 1] is not None
+        if has_default and defaults[index] is _NO_DEFAULT and factories[index] is None:
+            raise TypeError(f"non-default argument {taken[index].name!r} follows default argument")
+    unset = tuple((field.name, field.default, None if field.default_factory is MISSING
+                   else field.default_factory) for field in fields if not field.init)  # fmt: skip
+    compared = tuple(field.name for field in fields
+                     if field.compare if field.hash is None or field.hash)  # fmt: skip
+    return _Shape(
+        names=tuple(field.name for field in taken),
+        defaults=defaults,
+        factories=factories,
+        unset=unset,
+        shown=tuple(field.name for field in fields if field.repr),
+        compared=_values(compared),
+        post_init=hasattr(cls, "__post_init__"),
+    )
+
+
+def _set(cls: type, name: str, value: Any) -> None:
+    if name not in cls.__dict__:  # what the class defines itself stays
+        setattr(cls, name, value)
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field,))
+@overload
+def record(cls: type[T], /) -> type[T]: ...
+@overload
+def record(*, frozen: bool = False, slots: bool = False) -> Callable[[type[T]], type[T]]: ...
+
+
+def record(
+    cls: type[T] | None = None, /, *, frozen: bool = False, slots: bool = False
+) -> type[T] | Callable[[type[T]], type[T]]:
+    """``@dataclass``, ``@dataclass(frozen=True)``, ``slots=True``: the same
+    class and the same behaviour, made without compiling code."""
+
+    def make(cls: type[T]) -> type[T]:
+        body = cls.__dict__
+        explicit_hash = "__hash__" in body and not (body["__hash__"] is None and "__eq__" in body)
+        made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)
+        made.__record__ = _shape(made)
+        _set(made, "__init__", _init)
+        _set(made, "__repr__", _repr)
+        if "__eq__" not in body:
+            made.__eq__ = _eq
+        if frozen:
+            _set(made, "__setattr__", _frozen_setattr)
+            _set(made, "__delattr__", _frozen_delattr)
+            if slots:
+                _set(made, "__getstate__", _getstate)
+                _set(made, "__setstate__", _setstate)
+        if not explicit_hash:  # as a dataclass: hashable by value when frozen, else not at all
+            made.__hash__ = _hash if frozen else None
+        return made  # type: ignore[no-any-return]
+
+    return make if cls is None else make(cls)
