@@ -1,0 +1,151 @@
+"""record() behaves as @dataclass does: each test runs on both, with the same expectations."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+from dataclasses import FrozenInstanceError, dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fastio.spec._records import record
+
+MAKERS = pytest.mark.parametrize("make", [dataclass, record], ids=["dataclass", "record"])
+
+
+def point_class(make: Any, **options: Any) -> Any:
+    @make(**options)
+    class Point:
+        """A point."""
+
+        x: int
+        y: int = 2
+        tags: list[str] = field(default_factory=list)
+        note: str = field(default="", repr=False, compare=False)
+
+    return Point
+
+
+@MAKERS
+@pytest.mark.parametrize("options", [{}, {"frozen": True}, {"slots": True},
+                                     {"frozen": True, "slots": True}])  # fmt: skip
+def test_a_record_is_made_read_compared_and_copied_as_a_dataclass(make, options) -> None:
+    Point = point_class(make, **options)
+    point = Point(1, tags=["a"], note="n")
+    assert (point.x, point.y, point.tags, point.note) == (1, 2, ["a"], "n")
+    assert Point(1).tags == [] and Point(1).tags is not Point(1).tags  # a fresh default each
+    assert repr(point) == "point_class.<locals>.Point(x=1, y=2, tags=['a'])"
+    assert point == Point(1, 2, ["a"], note="other")  # note is not compared
+    assert point != Point(1, 3, ["a"])
+    assert point != (1, 2, ["a"])  # another class is never equal
+    assert [f.name for f in dataclasses.fields(point)] == ["x", "y", "tags", "note"]
+    assert dataclasses.asdict(point) == {"x": 1, "y": 2, "tags": ["a"], "note": "n"}
+    assert dataclasses.replace(point, y=5) == Point(1, 5, ["a"])
+    assert Point.__match_args__ == ("x", "y", "tags", "note")
+    assert copy.deepcopy(point) == point
+    if options.get("frozen"):
+        assert hash(Point(1, 2, ("a",))) == hash(Point(1, 2, ("a",), note="x"))  # equal, same hash
+        assert hash(Point(1, 2, ())) != hash(Point(2, 2, ()))
+        with pytest.raises(FrozenInstanceError, match="cannot assign to field 'x'"):
+            point.x = 3
+        with pytest.raises(FrozenInstanceError, match="cannot delete field 'x'"):
+            del point.x
+    else:
+        assert Point.__hash__ is None  # eq without frozen: unhashable, as a dataclass
+        point.x = 3
+        assert point.x == 3
+
+
+@MAKERS
+@pytest.mark.parametrize("options", [{"frozen": True}, {"frozen": True, "slots": True}])
+def test_a_frozen_record_pickles(make, options) -> None:
+    # Module-level classes pickle by name: make them under this module's name.
+    Point = point_class(make, **options)
+    Point.__qualname__ = Point.__name__ = f"Pickled{make.__name__}{len(options)}"
+    globals()[Point.__name__] = Point
+    point = Point(1, 4, ["z"], note="kept")
+    restored = pickle.loads(pickle.dumps(point))
+    assert restored == point and restored.note == "kept"
+
+
+@MAKERS
+def test_a_record_rejects_calls_with_pythons_own_messages(make) -> None:
+    Point = point_class(make, frozen=True)
+    name = Point.__qualname__
+    cases = {
+        lambda: Point(): f"{name}.__init__() missing 1 required positional argument: 'x'",
+        lambda: Point(1, 2, [], "", 5): f"{name}.__init__() takes from 2 to 5 positional "
+                                        "arguments but 6 were given",
+        lambda: Point(1, x=2): f"{name}.__init__() got multiple values for argument 'x'",
+        lambda: Point(1, z=2): f"{name}.__init__() got an unexpected keyword argument 'z'",
+    }  # fmt: skip
+    for call, message in cases.items():
+        with pytest.raises(TypeError) as raised:
+            call()
+        assert str(raised.value) == message
+
+    @make
+    class Pair:
+        """Two required."""
+
+        first: int
+        second: int
+
+    with pytest.raises(TypeError, match=r"missing 2 required positional arguments: "
+                                        r"'first' and 'second'"):  # fmt: skip
+        Pair()
+    with pytest.raises(TypeError, match="non-default argument 'second' follows default argument"):
+
+        @make
+        class Wrong:
+            """A default before a required field."""
+
+            first: int = 0
+            second: int  # type: ignore[misc]
+
+
+@MAKERS
+def test_a_record_keeps_what_the_class_defines(make) -> None:
+    @make(frozen=True)
+    class Checked:
+        """Its own eq and hash; a post-init check and a normal form."""
+
+        value: Any
+        seen: list[int] = field(default_factory=list, init=False)
+
+        def __post_init__(self) -> None:
+            if self.value < 0:
+                raise ValueError("negative")
+            object.__setattr__(self, "value", int(self.value))
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Checked) and abs(self.value - other.value) <= 1
+
+        def __hash__(self) -> int:
+            return 7
+
+        def __repr__(self) -> str:
+            return "checked"
+
+    assert Checked(2.0).value == 2 and isinstance(Checked(2.0).value, int)
+    assert Checked(2) == Checked(3) and hash(Checked(5)) == 7 and repr(Checked(1)) == "checked"
+    assert Checked(1).seen == []  # a field left out of __init__ still gets its default
+    with pytest.raises(ValueError, match="negative"):
+        Checked(-1)
+
+
+@MAKERS
+def test_identical_arrays_compare_equal_as_in_a_tuple(make) -> None:
+    @make(frozen=True)
+    class Holder:
+        """One array."""
+
+        array: Any
+
+    array = np.arange(3)
+    assert Holder(array) == Holder(array)  # the same object: equal without comparing elements
+    with pytest.raises(ValueError, match="ambiguous"):
+        _ = Holder(array) == Holder(array.copy())
