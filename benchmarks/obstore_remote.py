@@ -30,7 +30,8 @@ import errno
 from typing import Any
 from urllib.parse import urlsplit
 
-from fastio.sources._remote import RemoteFile, Remotes, _final, _transient
+from fastio.sources._objects import RemoteFile
+from fastio.sources._remote import Remotes, _final, _transient
 
 # What obstore's from_url knows; everything else stays on fsspec.
 OBSTORE_SCHEMES = frozenset({"http", "https", "s3", "s3a", "gs", "az", "abfs", "abfss"})

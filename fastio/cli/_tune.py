@@ -174,7 +174,7 @@ def absolute_paths(settings: Any) -> Any:
     index and the index folder, cache folders, the fairness exchange folder,
     tier folders, and a tuner storage that names a file (a path, or an
     SQLite URL's)."""
-    from fastio.sources._remote import is_remote
+    from fastio.sources._objects import is_remote
     from fastio.spec._knobs import knobs
 
     def local(path: str) -> str:

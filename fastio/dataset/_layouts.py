@@ -39,7 +39,7 @@ from fastio.formats._index import (
 from fastio.formats._layout import Layout
 from fastio.formats._records import RecordFormat
 from fastio.shared._collector import collector_paused
-from fastio.sources._remote import is_remote
+from fastio.sources._objects import is_remote
 from fastio.spec._records import record
 
 if TYPE_CHECKING:

@@ -39,7 +39,6 @@ import json
 import os
 import posixpath
 import re
-import secrets
 import struct
 import threading
 import zipfile
@@ -54,7 +53,7 @@ import numpy as np
 from fastio._errors import DecodeError, IndexFileError, TruncatedFileError
 from fastio.formats._compression import codec_for, decompress
 from fastio.reader._ranges import ByteRange, Chunk
-from fastio.sources._remote import absolute_path, is_remote, local_path, read_object
+from fastio.sources._objects import absolute_path, is_remote, local_path
 from fastio.spec._records import record
 
 if TYPE_CHECKING:
@@ -793,6 +792,8 @@ class DatasetIndex:
         :class:`fastio.IndexFileError` for a damaged one."""
         try:
             if is_remote(location):
+                from fastio.sources._remote import read_object
+
                 data = read_object(location, storage_options or {}, settings)
             else:
                 data = Path(local_path(location)).read_bytes()
@@ -822,7 +823,7 @@ def _write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
         try:
             handle = os.open(temporary, flags, 0o666)
         except FileExistsError:  # left by a process that had this pid (another container's)
-            temporary = f"{path}.{os.getpid()}-{secrets.token_hex(8)}.tmp"
+            temporary = f"{path}.{os.getpid()}-{os.urandom(8).hex()}.tmp"
             handle = os.open(temporary, flags, 0o666)
     except OSError as error:  # said of the file asked for (a missing folder), not the temporary
         raise type(error)(error.errno, error.strerror, path) from None

@@ -19,7 +19,7 @@ from fastio._errors import DecodeError, TruncatedShardError, import_extra
 from fastio.formats._layout import Layout, ShardFormat, ShardWriter
 from fastio.formats._records import owned_kind
 from fastio.reader._ranges import ByteRange
-from fastio.sources._remote import is_remote, local_path
+from fastio.sources._objects import is_remote, local_path
 
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable, Iterator, Sequence

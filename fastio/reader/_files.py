@@ -35,9 +35,11 @@ from typing import TYPE_CHECKING, Literal
 
 from fastio._errors import DirectIOFallbackWarning
 from fastio._native import resident_fraction
-from fastio.sources._remote import RemoteFile, is_remote, local_path
+from fastio.sources._objects import RemoteFile, is_remote, local_path
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fastio.cache._filling import Filling, FillingReader
     from fastio.sources._remote import Remotes
 
@@ -231,14 +233,14 @@ def _set_direct(fd: int) -> bool:
 
 
 class FileTable:
-    def __init__(self, max_idle: int, remotes: Remotes | None = None) -> None:
+    def __init__(self, max_idle: int, remotes: Callable[[], Remotes] | None = None) -> None:
         # At most a quarter of the descriptors the process may open are kept
         # idle (a low `ulimit -n`): the rest are for the files still to open.
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if soft != resource.RLIM_INFINITY:
             max_idle = min(max_idle, max(1, soft // 4))
         self._max_idle = max_idle
-        self._remotes = remotes
+        self._remotes = remotes  # the reader's remote clients, made when first asked for
         self._files: dict[tuple[str, Direct], OpenFile] = {}
         self._idle: OrderedDict[tuple[str, Direct], OpenFile] = OrderedDict()
         self._direct_refused: set[int] = set()  # st_dev of filesystems that refused O_DIRECT
@@ -287,8 +289,9 @@ class FileTable:
         subclass of the failure (FileNotFoundError, PermissionError,
         IsADirectoryError, ...) with ``filename`` set."""
         if self._remotes is not None and is_remote(path):
-            if self._remotes.cache is None:
-                return self._remotes.opening(path)  # type: ignore[return-value]  # same shape
+            remotes = self._remotes()
+            if remotes.cache is None:
+                return remotes.opening(path)  # type: ignore[return-value]  # same shape
             return self._acquire_cached(path, direct)
         path = local_path(path)
         key = (path, direct)
@@ -307,7 +310,8 @@ class FileTable:
         """The shard cache's local copy of a remote object, read by the native
         engine. The copy stays pinned (never evicted) while referenced."""
         assert self._remotes is not None
-        assert self._remotes.cache is not None
+        remotes = self._remotes()
+        assert remotes.cache is not None
         from fastio._errors import CacheFullError, CacheTimeoutError, CacheUnavailableError
 
         held = self._pinned.get(url)
@@ -320,21 +324,21 @@ class FileTable:
             return held
         try:
             try:
-                local = self._remotes.local_copy(url)  # pins once
+                local = remotes.local_copy(url)  # pins once
             except CacheFullError:
                 if self._kept_pin is None:
                     raise
                 self._let_go_of_kept_pin()  # the room it holds may be what this needs
-                local = self._remotes.local_copy(url)
+                local = remotes.local_copy(url)
         except (CacheFullError, CacheTimeoutError) as error:
             # No room now (shards in use hold it, or the cache's filesystem is
             # full) or another process is downloading it: read this one
             # remotely rather than wait.
             log.debug("fastio: %s; reading it remotely", error)
-            return self._remotes.opened(url)  # type: ignore[return-value]
+            return remotes.opened(url)  # type: ignore[return-value]
         except CacheUnavailableError as error:  # the cache's folder refuses copies
-            self._remotes.refused(error)
-            return self._remotes.opened(url)  # type: ignore[return-value]
+            remotes.refused(error)
+            return remotes.opened(url)  # type: ignore[return-value]
         if not isinstance(local, str):  # being downloaded here: read as it arrives
             followed = self._followed.get(url)
             if followed is not None and followed.filling is local:
@@ -359,11 +363,12 @@ class FileTable:
         """Let the cache's copy of ``url`` go. A cache that cannot record it
         (a full disk) keeps the pin until it is closed: the read goes on."""
         assert self._remotes is not None
-        assert self._remotes.cache is not None
+        cache = self._remotes().cache
+        assert cache is not None
         from fastio._errors import CacheError
 
         try:
-            self._remotes.cache.release(url)
+            cache.release(url)
         except CacheError as error:
             log.warning("fastio: %s", error)
 
@@ -417,7 +422,7 @@ class FileTable:
             return
         if self._pinned.get(url) is file:
             del self._pinned[url]
-        if self._remotes is not None and self._remotes.cache is not None:
+        if self._remotes is not None and self._remotes().cache is not None:
             self._unpin(url)
 
     def _close(self, file: OpenFile) -> None:

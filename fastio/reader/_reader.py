@@ -56,13 +56,14 @@ from fastio.reader._requests import (
 from fastio.reader._stats import LATENCY_BUCKETS, ReaderStats, latency_bucket
 from fastio.reader._sync import Handoff, LoopThread
 from fastio.sources._imports import BACKGROUND_IMPORTS
-from fastio.sources._remote import Remotes, is_remote, local_path, remote_piece_limit
+from fastio.sources._objects import is_remote, local_path, remote_piece_limit
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS, ReaderSettings
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 
     from fastio.cache._cache import ShardCache
+    from fastio.sources._remote import Remotes
 
 __all__ = ["Reader"]
 
@@ -225,9 +226,10 @@ class Reader:
         self._lock = threading.Lock()  # this process's: a parent's thread may have held it
         self._background: LoopThread | None = None
         self._loop_starter: threading.Thread | None = None  # see stat_ahead
-        self._remotes = Remotes(settings, self._storage_options, self._cache, self._expected)
+        self._made_remotes: Remotes | None = None  # made at the first remote URL: see _remotes
+        self._remotes_lock = threading.Lock()
         inherited = getattr(self, "_files", None)  # a forked child's keeps the parent's choice
-        self._files = FileTable(settings.max_idle_files, self._remotes)
+        self._files = FileTable(settings.max_idle_files, lambda: self._remotes)
         if inherited is not None:
             self._files.take_choices(inherited)
         self._remote_tasks: set[asyncio.Task[None]] = set()
@@ -260,6 +262,22 @@ class Reader:
         self._latency = [0] * LATENCY_BUCKETS
 
     # ---- knobs -----------------------------------------------------------------
+
+    @property
+    def _remotes(self) -> Remotes:
+        """This process's remote clients (fsspec's and fastio's HTTP), made at
+        the first remote URL: a reader of local files never loads them."""
+        remotes = self._made_remotes
+        if remotes is None:
+            from fastio.sources._remote import Remotes
+
+            with self._remotes_lock:  # the loop thread and the caller's may both ask first
+                remotes = self._made_remotes
+                if remotes is None:
+                    remotes = Remotes(self._settings, self._storage_options, self._cache,
+                                      self._expected)  # fmt: skip
+                    self._made_remotes = remotes
+        return remotes
 
     @property
     def settings(self) -> ReaderSettings:
@@ -373,7 +391,7 @@ class Reader:
     def piece_limit(self, url: str) -> int:
         """The most bytes one read of ``url`` takes: ``read_size``, or for a
         remote object a full request (see
-        :func:`~fastio.sources._remote.remote_piece_limit`), which is what a
+        :func:`~fastio.sources._objects.remote_piece_limit`), which is what a
         layout's ranges are cut to."""
         read_size = self._settings.read_size
         return remote_piece_limit(read_size) if is_remote(url) else read_size
@@ -410,8 +428,11 @@ class Reader:
     def unask(self, urls: Iterable[str]) -> None:
         """Cancel :meth:`stat_ahead`'s questions about ``urls`` not sent yet."""
         self._check_usable()
+        remotes = self._made_remotes
+        if remotes is None:  # nothing asked yet
+            return
         for url in urls:
-            self._remotes.unask(url)
+            remotes.unask(url)
 
     def expect(self, stamps: dict[str, tuple[int, int]]) -> None:
         """Remote objects' ``(size, version)`` (as :meth:`describe` answers) as
@@ -633,7 +654,8 @@ class Reader:
             return
         # First, from this thread: the loop thread may be waiting for a shard's
         # download, which must end before that thread can run the shutdown.
-        self._remotes.stop_downloads()
+        if self._made_remotes is not None:
+            self._made_remotes.stop_downloads()
         if background is not None and not background.loop.is_closed():
             background.call(self._shutdown)
             background.stop()
@@ -654,7 +676,8 @@ class Reader:
                 stream.waiter.set_exception(error)
         self._streams.clear()
         self._cancel_remote()
-        self._remotes.close()
+        if self._made_remotes is not None:
+            self._made_remotes.close()
         engine, loop = self._engine, self._loop
         if engine is not None:
             if loop is not None and not loop.is_closed():
@@ -705,7 +728,8 @@ class Reader:
     def _close_soon(self) -> None:
         """What :meth:`close` does, without waiting: the shutdown is queued
         on the loop thread, which then stops."""
-        self._remotes.stop_downloads()
+        if self._made_remotes is not None:
+            self._made_remotes.stop_downloads()
         background = self._background
         if background is None or not background.loop.is_running():
             self._shutdown()  # no loop thread runs that could touch it meanwhile
@@ -835,7 +859,8 @@ class Reader:
                         chunk = _renumbered(chunk, shards_before, ranges_before)
                     yield chunk
                 batch = chunk = None  # (see astream)
-            self._remotes.settle()  # shards the stream read whole are in the cache
+            if self._made_remotes is not None:
+                self._made_remotes.settle()  # shards the stream read whole are in the cache
         finally:
             self._handoffs.discard(handoff)
             handoff.abandon()
@@ -1262,7 +1287,8 @@ class Reader:
         throttled = self._throttled_since
         settings = self._settings
         engine = self._engine
-        fastest, recent = self._remotes.answer_seconds
+        remotes = self._made_remotes
+        fastest, recent = remotes.answer_seconds if remotes is not None else (0.0, 0.0)
         return ReaderStats(
             engine=engine.kind if engine is not None else settings.engine,
             outstanding_requests=self._request_limit,
@@ -1281,7 +1307,7 @@ class Reader:
             buffered_bytes=self._held,
             latency_histogram=tuple(map(sum, zip(self._latency, self._head_latency, strict=True))),
             peak_inflight_requests=self._inflight_peak,
-            bytes_arrived=self._remotes.bytes_arrived,
+            bytes_arrived=remotes.bytes_arrived if remotes is not None else 0,
             answer_seconds_fastest=fastest,
             answer_seconds_recent=recent,
         )

@@ -39,7 +39,7 @@ from fastio._native import DIRECT_ALIGNMENT
 from fastio.reader._buffers import bucket_size
 from fastio.reader._files import FollowedFile
 from fastio.reader._ranges import ShardLike, as_shard
-from fastio.sources._remote import (
+from fastio.sources._objects import (
     DOWNLOAD_FIRST_BYTES,
     REMOTE_REQUEST_BYTES,
     remote_piece_limit,

@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 from fastio._errors import import_extra
 from fastio.reader._requests import REMOTE_REQUEST_BYTES
 from fastio.shared._mapped import OwnedFile, remove_owned
-from fastio.sources._remote import is_remote
+from fastio.sources._objects import is_remote
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 from fastio.spec._tuner import MAX_TUNED_READ_SIZE, MIN_TUNED_READ_SIZE, TunerSettings
 

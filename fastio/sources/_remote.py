@@ -22,9 +22,7 @@ import asyncio
 import contextlib
 import errno
 import functools
-import hashlib
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -48,6 +46,11 @@ from fastio._errors import (
 from fastio._native import prefault
 from fastio.sources._http import REDIRECT_LOOP, answer_size, range_ignored
 from fastio.sources._imports import ready_request_imports
+from fastio.sources._objects import (
+    DOWNLOAD_FIRST_BYTES,
+    RemoteFile,
+    remote_piece_limit,
+)
 from fastio.spec._reader import MAX_OUTSTANDING_REQUESTS
 
 if TYPE_CHECKING:
@@ -60,47 +63,10 @@ if TYPE_CHECKING:
     from fastio.sources._http import RangeClient
     from fastio.spec._reader import ReaderSettings
 
-__all__ = [
-    "DOWNLOAD_FIRST_BYTES",
-    "REMOTE_REQUEST_BYTES",
-    "RemoteFile",
-    "Remotes",
-    "absolute_path",
-    "is_remote",
-    "local_path",
-    "remote_piece_limit",
-    "version_number",
-]
+__all__ = ["Remotes", "read_object"]
 
 log = logging.getLogger("fastio")
 
-# Bytes per remote request, at most, unless read_size is larger than 4 MiB: what a
-# reader's pieces grow to (fastio.reader._requests) and a whole-shard
-# download's step. Large enough that request overhead is small, small enough
-# that several are in flight for a shard of tens of MiB; and 64 KiB short of
-# 4 MiB, so that the answer, head included, fits in the largest send buffer a
-# Linux server gives a connection by default (net.ipv4.tcp_wmem, 4 MiB, some
-# of it kept for bookkeeping). An answer that does not fit waits for the
-# client's acknowledgements before its last bytes are queued, about a round
-# trip more: over a 20 ms link to nginx, pieces of exactly 4 MiB arrived at
-# 1.09-1.21 GB/s, pieces of 4 MiB less 32 to 128 KiB at 1.28-1.38 GB/s (with
-# the server's send buffer raised to 8 MiB, the two were alike).
-SEND_BUFFER_BYTES = 4 << 20
-REMOTE_REQUEST_BYTES = SEND_BUFFER_BYTES - (64 << 10)
-
-
-def remote_piece_limit(read_size: int) -> int:
-    """The largest remote request: ``REMOTE_REQUEST_BYTES``, or ``read_size``
-    where that is larger than the send buffer that size is cut to fit (a
-    ``read_size`` of 4 MiB, the default, leaves requests short of it)."""
-    return read_size if read_size > SEND_BUFFER_BYTES else REMOTE_REQUEST_BYTES
-
-
-# A download's first range (at most; read_size if smaller), the next ones
-# doubling up to the step: a reader following the download (see
-# fastio.cache._filling) gets its first sample after a small first answer,
-# as from its own first remote read.
-DOWNLOAD_FIRST_BYTES = 256 << 10
 # The most an HTTP response buffers in aiohttp before the socket is paused.
 _READ_BUFFER_LIMIT = 8 << 20
 _CANCEL_POLL_SECONDS = 0.05  # how soon a running download notices its reader closed
@@ -118,55 +84,6 @@ _TRANSIENT_ERRNOS = frozenset(
     {errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.EPIPE, errno.ETIMEDOUT,
      errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EAGAIN}
 )  # fmt: skip
-
-
-def is_remote(url: str) -> bool:
-    """True for URLs fsspec serves (a protocol other than ``file``)."""
-    if "://" not in url:
-        return False
-    return not url.startswith("file://")
-
-
-def local_path(url: str) -> str:
-    return url[len("file://") :] if url.startswith("file://") else url
-
-
-def absolute_path(path: str) -> str:
-    """``os.path.abspath(path)``, returned as is where it already is absolute
-    and normal (no ``.``, ``..`` or empty part): a dataset may name thousands
-    of shards, and each is keyed so more than once as it opens."""
-    if path.startswith("/") and "/." not in path and "//" not in path and not path.endswith("/"):
-        return path
-    return os.path.abspath(path)
-
-
-def version_number(version: str) -> int:
-    """An object's version (ETag or time) as the integer an index records."""
-    if version.isdigit():
-        return int(version)
-    return int(hashlib.sha256(version.encode()).hexdigest()[:15], 16)
-
-
-class RemoteFile:
-    """A remote object as the read planner sees a file (no descriptor)."""
-
-    __slots__ = ("cached", "direct", "fd", "key", "path", "pinned_url", "refs", "size", "version")
-
-    def __init__(self, path: str, size: int, version: str) -> None:
-        self.path = path
-        self.key = (path, False)
-        self.fd = -1
-        self.direct = False
-        self.cached = False
-        self.refs = 1  # the planner counts references; nothing is held open for them
-        self.pinned_url: str | None = None
-        self.size = size
-        self.version = version
-
-    @property
-    def identity(self) -> tuple[int, int]:
-        """``(size, version)`` as an index records them (the version a number)."""
-        return self.size, version_number(self.version)
 
 
 def read_object(url: str, storage_options: dict[str, Any],

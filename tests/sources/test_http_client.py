@@ -372,7 +372,7 @@ def test_a_read_confirms_its_object_by_its_answer_or_else_by_asking(server: _Ser
     by the answer's headers, with no other request; where they differ (a
     server may tag a range's answer otherwise) the object is asked about,
     and only a different answer to that is a changed object."""
-    from fastio.sources._remote import version_number
+    from fastio.sources._objects import version_number
 
     def read(name: str, etag: str) -> bytes:
         url = server.url(name)
@@ -399,7 +399,7 @@ def test_a_read_after_its_object_was_found_changed_fails_too(server: _Server) ->
     reader, told of the failure, forgets what it knew of the object (a
     race that delivered bytes of a replaced shard, under skip, once in a
     few dozen epochs)."""
-    from fastio.sources._remote import version_number
+    from fastio.sources._objects import version_number
 
     url = server.url("data")
     remotes = Remotes(ReaderSettings(retries=0), {},

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 import fastio
 from fastio import ByteRange, RangeIgnoredError
 from fastio.cache._cache import INDEX_ROOM, ShardCache
-from fastio.sources._remote import absolute_path
+from fastio.sources._objects import absolute_path
 from tests.conftest import ResourceSnapshot
 from tests.servers import RangeServer, S3Server, raised_within
 from tests.shards import FORMATS, key_of, write
