@@ -23,7 +23,6 @@ import errno
 import hashlib
 import math
 import os
-import secrets
 import threading
 import weakref
 from multiprocessing import util
@@ -64,12 +63,11 @@ from fastio.plan._windows import Run
 from fastio.reader import _tuning
 from fastio.reader._reader import Reader
 from fastio.shared._collector import collector_paused
-from fastio.shared._handoff import HandedBytes, hand_off, in_dataloader_worker
 from fastio.shared._heap import keep_heap
-from fastio.shared._inherited import freeze_inherited
+from fastio.shared._inherited import freeze_inherited, in_dataloader_worker
 from fastio.shared._mapped import mark, marked
 from fastio.shared._sent import SentStates, received
-from fastio.sources._remote import is_remote, local_path
+from fastio.sources._objects import is_remote, local_path
 from fastio.spec._dataset import DatasetSpec, TieringSettings, TierSettings
 
 if TYPE_CHECKING:
@@ -683,7 +681,7 @@ class Dataset(_Base):
                 check_steal_state(one["steal"])
         saved = states[0] if len(states) == 1 else merge_states(states)
         self._stealing = None
-        token = secrets.randbits(62) + 1
+        token = (int.from_bytes(os.urandom(8), "little") >> 2) + 1  # 62 random bits, never 0
         self._cursor.resume(copy.deepcopy(saved), int(saved["epoch"]), token)
         self._ledger.announce_resume(token)
 
@@ -800,6 +798,8 @@ class Dataset(_Base):
             self._policy.reports = True  # to the process that made the dataset
             self._close_at_exit()
             freeze_inherited()
+            from fastio.shared._handoff import HandedBytes, hand_off  # workers' only
+
             capacity = self.spec.split.handoff_memory
             hand_off(capacity, arrow=columnar and self._format.batch_kind == "arrow")
             own_bytes_as(HandedBytes if capacity else bytes)

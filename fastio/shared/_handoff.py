@@ -40,7 +40,6 @@ import contextlib
 import mmap
 import os
 import struct
-import sys
 import threading
 from multiprocessing import util
 from multiprocessing.reduction import ForkingPickler
@@ -54,7 +53,7 @@ from fastio.shared._mapped import owner_of, remove_owned, shared_path
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["MIN_HANDED", "HandedBytes", "hand_off", "in_dataloader_worker"]
+__all__ = ["MIN_HANDED", "HandedBytes", "hand_off"]
 
 MIN_HANDED = 16 << 10  # smaller payloads pickle faster than a ring write and a pread
 # A file of its own costs a few system calls on each side: worth it for a
@@ -74,13 +73,6 @@ class HandedBytes(bytes):
     sees plain bytes: it adds no behaviour but its pickling there."""
 
     __slots__ = ()
-
-
-def in_dataloader_worker() -> bool:
-    """Whether this process is a torch DataLoader worker (looks only if torch
-    is imported: fastio never imports it for this)."""
-    data = sys.modules.get("torch.utils.data")
-    return data is not None and data.get_worker_info() is not None
 
 
 class _Ring:

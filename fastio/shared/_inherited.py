@@ -1,11 +1,13 @@
-"""Keeping a forked worker's inherited memory shared with its parent."""
+"""DataLoader worker processes: whether this is one, and keeping a forked
+one's inherited memory shared with its parent."""
 
 from __future__ import annotations
 
 import gc
 import os
+import sys
 
-__all__ = ["freeze_inherited"]
+__all__ = ["freeze_inherited", "in_dataloader_worker"]
 
 _frozen_in: int | None = None
 
@@ -27,3 +29,10 @@ def freeze_inherited() -> None:
     if _frozen_in != os.getpid():
         _frozen_in = os.getpid()
         gc.freeze()
+
+
+def in_dataloader_worker() -> bool:
+    """Whether this process is a torch DataLoader worker (looks only if torch
+    is imported: fastio never imports it for this)."""
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and data.get_worker_info() is not None

@@ -22,7 +22,6 @@ import hashlib
 import mmap
 import os
 import re
-import secrets
 import tempfile
 import threading
 import weakref
@@ -69,7 +68,7 @@ def shared_path(kind: str) -> str:
         # workers, which it stops with SIGTERM, before their own clean-up runs,
         # when the main process exits mid-epoch (an exception in training).
         util.Finalize(None, _sweep, args=(folder,), exitpriority=-100)
-    return _named(kind, os.getpid(), secrets.token_hex(6))
+    return _named(kind, os.getpid(), os.urandom(6).hex())
 
 
 def _named(kind: str, owner: int, token: str) -> str:
