@@ -65,7 +65,8 @@ def test_a_first_sample_loads_only_what_it_reads(tmp_path) -> None:
     """A first sample waits for no module it does not use: not the tuners
     (tuning is off unless asked for) nor optuna, not the other formats, not
     numpy.random (orders are drawn in native code), not work stealing, not
-    the fairness verdict (first needed when a window ends). And no class on
+    the fairness verdict (first needed when a window ends), not the remote
+    clients (a local dataset), not the DataLoader workers' hand-off. And no class on
     the way is a plain dataclass, whose methods compile as it is made: each
     is a record."""
     from webdataset import TarWriter
@@ -82,7 +83,8 @@ def test_a_first_sample_loads_only_what_it_reads(tmp_path) -> None:
     assert report["compiled"] == []
     assert {"fastio.dataset._dataset", "fastio.formats._webdataset"} <= loaded  # the dataset ran
     unused = ("fastio.tuners", "optuna", "numpy.random", "fastio.fairness._steal",
-              "fastio.fairness._gather", "fastio.fairness._verdict")  # fmt: skip
+              "fastio.fairness._gather", "fastio.fairness._verdict", "fastio.sources._remote",
+              "fastio.sources._http", "fastio.shared._handoff", "secrets")  # fmt: skip
     assert not [name for name in loaded if name.startswith(unused)]
     formats = ("_tfrecord", "_tables", "_lines", "_arrays")
     assert not [name for name in loaded if name.removeprefix("fastio.formats.") in formats]
