@@ -36,6 +36,10 @@ class Span:
     start: int
     stop: int
 
+    def __init__(self, shard: int, start: int, stop: int) -> None:
+        # Written out: a plan makes one per shard (see record).
+        self.shard, self.start, self.stop = shard, start, stop
+
     def __len__(self) -> int:
         return self.stop - self.start
 

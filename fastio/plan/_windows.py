@@ -69,15 +69,24 @@ class Run:
     stop: int
     base: int
 
+    def __init__(self, shard: int, start: int, stop: int, base: int) -> None:
+        # Written out: a plan makes one per shard per window (see record).
+        self.shard, self.start, self.stop, self.base = shard, start, stop, base
+
     def __len__(self) -> int:
         return self.stop - self.start
 
 
 @record(slots=True)
 class Window:
+    """Samples mixed at once: ``count`` of them, ``nbytes`` encoded, in ``runs``."""
+
     runs: tuple[Run, ...]
     count: int
     nbytes: int
+
+    def __init__(self, runs: tuple[Run, ...], count: int, nbytes: int) -> None:
+        self.runs, self.count, self.nbytes = runs, count, nbytes
 
 
 def make_windows(

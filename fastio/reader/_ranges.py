@@ -20,18 +20,25 @@ class ByteRange:
     offset: int = 0
     length: int | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "path", os.fspath(self.path))  # accept PathLike too
+    def __init__(
+        self, path: str | os.PathLike[str], offset: int = 0, length: int | None = None
+    ) -> None:
+        # Written out, checks and all: a reader's caller may make millions (see record).
+        path = os.fspath(path)  # accept PathLike too
         # Integers of any kind (numpy's from an index too) as Python ints: the
         # reader's arithmetic on them, and the native engine, take those only.
         # A float or other non-integer raises TypeError here.
-        object.__setattr__(self, "offset", operator.index(self.offset))
-        if self.length is not None:
-            object.__setattr__(self, "length", operator.index(self.length))
-        if self.offset < 0:
-            raise ValueError(f"offset must be >= 0, not {self.offset} ({self.path})")
-        if self.length is not None and self.length < 0:
-            raise ValueError(f"length must be >= 0 or None, not {self.length} ({self.path})")
+        offset = operator.index(offset)
+        if length is not None:
+            length = operator.index(length)
+            if length < 0:
+                raise ValueError(f"length must be >= 0 or None, not {length} ({path})")
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, not {offset} ({path})")
+        set_field = object.__setattr__
+        set_field(self, "path", path)
+        set_field(self, "offset", offset)
+        set_field(self, "length", length)
 
 
 @record(frozen=True, slots=True)

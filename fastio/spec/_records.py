@@ -11,9 +11,10 @@ so their methods alone took longer than another loader's whole start.
 ``__post_init__``, ``__match_args__``, slots) and gives each class the same
 generic methods, which read the class's fields from a small table built as
 the class is made. They behave as the generated ones do, with the same error
-messages; ``__init__`` is a few times slower per instance (microseconds),
-which counts nowhere these classes are made: once a dataset, a shard or a
-read. A class that is made per sample defines its own ``__init__``.
+messages; ``__init__`` is a few times slower per instance (about a
+microsecond more), which counts nowhere these classes are made once a
+dataset or a read. A class made in bulk (a run per shard per window, a
+caller's byte ranges) writes its own ``__init__``, which the record keeps.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import errno
 import os
 import pickle
@@ -1176,6 +1177,26 @@ def test_a_shard_of_other_things_than_ranges_is_refused_when_made(tmp_path: Path
         Shard((ByteRange(path, 0, 10), (path, 0, 10)))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no byte ranges"):
         Shard(())
+
+
+def test_a_byte_range_takes_paths_and_integers_of_any_kind_and_refuses_the_rest(
+    tmp_path: Path,
+) -> None:
+    import numpy as np
+
+    piece = ByteRange(tmp_path / "f", np.int64(4), length=np.uint16(9))
+    assert piece == ByteRange(str(tmp_path / "f"), 4, 9)
+    assert (type(piece.path), type(piece.offset), type(piece.length)) == (str, int, int)
+    assert (ByteRange("f").offset, ByteRange("f").length) == (0, None)
+    with pytest.raises(ValueError, match=r"offset must be >= 0, not -1 \(f\)"):
+        ByteRange("f", -1)
+    with pytest.raises(ValueError, match=r"length must be >= 0 or None, not -2 \(f\)"):
+        ByteRange("f", 0, -2)
+    with pytest.raises(TypeError):
+        ByteRange("f", 1.5)  # type: ignore[arg-type]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        piece.offset = 5  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(piece)) == piece
 
 
 def test_idle_descriptors_go_when_the_process_runs_out_of_them(tmp_path: Path) -> None:

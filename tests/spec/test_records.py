@@ -36,7 +36,8 @@ def test_a_record_is_made_read_compared_and_copied_as_a_dataclass(make, options)
     Point = point_class(make, **options)
     point = Point(1, tags=["a"], note="n")
     assert (point.x, point.y, point.tags, point.note) == (1, 2, ["a"], "n")
-    assert Point(1).tags == [] and Point(1).tags is not Point(1).tags  # a fresh default each
+    assert Point(1).tags == []
+    assert Point(1).tags is not Point(1).tags
     assert repr(point) == "point_class.<locals>.Point(x=1, y=2, tags=['a'])"
     assert point == Point(1, 2, ["a"], note="other")  # note is not compared
     assert point != Point(1, 3, ["a"])
@@ -68,7 +69,8 @@ def test_a_frozen_record_pickles(make, options) -> None:
     globals()[Point.__name__] = Point
     point = Point(1, 4, ["z"], note="kept")
     restored = pickle.loads(pickle.dumps(point))
-    assert restored == point and restored.note == "kept"
+    assert restored == point
+    assert restored.note == "kept"
 
 
 @MAKERS
@@ -130,8 +132,11 @@ def test_a_record_keeps_what_the_class_defines(make) -> None:
         def __repr__(self) -> str:
             return "checked"
 
-    assert Checked(2.0).value == 2 and isinstance(Checked(2.0).value, int)
-    assert Checked(2) == Checked(3) and hash(Checked(5)) == 7 and repr(Checked(1)) == "checked"
+    assert Checked(2.0).value == 2
+    assert isinstance(Checked(2.0).value, int)
+    assert Checked(2) == Checked(3)
+    assert hash(Checked(5)) == 7
+    assert repr(Checked(1)) == "checked"
     assert Checked(1).seen == []  # a field left out of __init__ still gets its default
     with pytest.raises(ValueError, match="negative"):
         Checked(-1)
