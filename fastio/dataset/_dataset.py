@@ -37,7 +37,6 @@ from fastio.dataset._layouts import ShardLayouts
 from fastio.dataset._policy import MAX_KEPT_ERRORS, ErrorPolicy
 from fastio.dataset._reads import Read, SampleReads
 from fastio.dataset._spill import make_spill
-from fastio.dataset._steal import StealingRun, check_steal_state
 from fastio.dataset._stream import StreamPass, check_stream_state
 from fastio.dataset._units import read_part
 from fastio.fairness._monitor import FairnessMonitor
@@ -60,7 +59,6 @@ from fastio.plan._resume import (
 )
 from fastio.plan._stream import stream_shards
 from fastio.plan._windows import Run
-from fastio.reader import _tuning
 from fastio.reader._reader import Reader
 from fastio.shared._collector import collector_paused
 from fastio.shared._heap import keep_heap
@@ -75,7 +73,9 @@ if TYPE_CHECKING:
 
     from fastio.cache._cache import ShardCache
     from fastio.dataset._delivery import Observer
+    from fastio.dataset._steal import StealingRun
     from fastio.plan._part import Part
+    from fastio.reader._tuning import ReaderTuning, WorkersTuners
     from fastio.spec._dataset import OnError, Remainder
     from fastio.spec._fairness import FairnessSettings
     from fastio.spec._reader import ReaderSettings
@@ -86,7 +86,14 @@ __all__ = ["Batches", "Dataset", "MapStyle"]
 
 # Tuners a forked DataLoader worker inherited, kept: closing or collecting
 # one would close its study's connection, which is its parent's.
-_INHERITED_TUNINGS: list[_tuning.ReaderTuning] = []
+_INHERITED_TUNINGS: list[ReaderTuning] = []
+
+
+def _workers_tuners() -> WorkersTuners:
+    from fastio.reader._tuning import WorkersTuners  # where the spec tunes only
+
+    return WorkersTuners()
+
 
 if TYPE_CHECKING:
     _Base = object
@@ -214,7 +221,7 @@ class Dataset(_Base):
         reader's threads, descriptors and connections, the shard cache's
         connection) is released before the error is raised."""
         self._reader: Reader | None = None
-        self._tuning: _tuning.ReaderTuning | None = None
+        self._tuning: ReaderTuning | None = None
         self.cache: ShardCache | None = None
         self._sent = SentStates()
         try:
@@ -250,7 +257,7 @@ class Dataset(_Base):
         self._home = os.getpid()  # the process whose group of readers this copy belongs to
         self._policy = ErrorPolicy(spec.on_error)
         self._stealing: StealingRun | None = None
-        self._worker_tuners = _tuning.WorkersTuners() if spec.tuner.enabled else None
+        self._worker_tuners = _workers_tuners() if spec.tuner.enabled else None
         self._history: dict[str, Any] | None = None  # the merged state a resumed pass continues
         self._remaining: np.ndarray | None = None  # what of that epoch is left to read
         self._pass_batch_size = spec.split.batch_size
@@ -380,6 +387,11 @@ class Dataset(_Base):
         its summary goes to the process that made the dataset at each of its
         decisions (see :meth:`_report_tuning`)."""
         assert self._reader is not None
+        if not self.spec.tuner.enabled:  # and the tuners' module stays unloaded
+            self._tuning = None
+            return
+        from fastio.reader import _tuning
+
         worker = in_dataloader_worker() and self._worker_tuners is not None
         report = (lambda _: self._report_tuning()) if worker else None
         self._tuning = _tuning.attach(self._reader, self.spec.tuner, self.urls, report)
@@ -678,6 +690,8 @@ class Dataset(_Base):
                                  "(saved by another version of fastio)")  # fmt: skip
             check_plan(one["plan"], self._plan)
             if one.get("steal") is not None:
+                from fastio.dataset._steal import check_steal_state
+
                 check_steal_state(one["steal"])
         saved = states[0] if len(states) == 1 else merge_states(states)
         self._stealing = None
@@ -697,8 +711,11 @@ class Dataset(_Base):
         same = (_participant_of(saved), saved.get("batch_size")) == (participant, batch_size)
         if same:
             steal = saved.get("steal")
-            return saved.get("history"), int(saved["position"]), (
-                None if steal is None else check_steal_state(steal))  # fmt: skip
+            if steal is not None:
+                from fastio.dataset._steal import check_steal_state
+
+                steal = check_steal_state(steal)
+            return saved.get("history"), int(saved["position"]), steal
         if saved["world_size"] * saved["num_workers"] == 1:
             return merge_states([saved]), 0, None
         raise ValueError(
@@ -744,7 +761,9 @@ class Dataset(_Base):
             return own
         if own is not None and (own["windows"] or own["first_pass_bytes"] is not None):
             workers["main"] = own
-        return _tuning.combined(workers)
+        from fastio.reader._tuning import combined
+
+        return combined(workers)
 
     # ---- iteration -------------------------------------------------------------------
 
@@ -976,6 +995,8 @@ class Dataset(_Base):
                  self._part(part.epoch, dataclasses.replace(me, worker=worker))
                  for worker in range(me.num_workers)]  # fmt: skip
         unit_samples = [[window.count for window in p.windows] for p in parts]
+        from fastio.dataset._steal import StealingRun  # balance="steal" only
+
         run = self._stealing = StealingRun(unit_samples, resume, self._cursor)
         claims = self.fairness.claims(me, part.epoch, unit_samples, run.done, run.resumed_unit,
                                       resume is not None)  # fmt: skip
