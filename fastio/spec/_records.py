@@ -11,10 +11,11 @@ so their methods alone took longer than another loader's whole start.
 ``__post_init__``, ``__match_args__``, slots) and gives each class the same
 generic methods, which read the class's fields from a small table built as
 the class is made. They behave as the generated ones do, with the same error
-messages; ``__init__`` is a few times slower per instance (about a
-microsecond more), which counts nowhere these classes are made once a
-dataset or a read. A class made in bulk (a run per shard per window, a
-caller's byte ranges) writes its own ``__init__``, which the record keeps.
+messages. The generic ``__init__`` is a microsecond slower per instance: a
+class made in bulk (a layout per shard) gets its own, compiled as a
+dataclass's is, at its :data:`COMPILE_AFTER`-th instance. A class whose
+``__init__`` checks and converts (a caller's byte ranges) writes its own,
+which the record keeps.
 """
 
 from __future__ import annotations
@@ -41,10 +42,19 @@ T = TypeVar("T")
 
 _NO_DEFAULT: Any = object()
 
+# Instances a class makes through the generic __init__ before it gets one of
+# its own, compiled as @dataclass compiles it (a tenth of a millisecond): a
+# class made once a dataset never pays for that, one made per shard pays once
+# and then makes each instance as fast as a dataclass (a microsecond less).
+COMPILE_AFTER = 64
+
 
 class _Shape(NamedTuple):
     """What the generic methods need of a record class."""
 
+    owner: type
+    frozen: bool
+    made: list[int]  # instances made by the generic __init__ so far (one number)
     names: tuple[str, ...]  # the __init__ parameters, in order
     defaults: tuple[Any, ...]  # per name: its default, or _NO_DEFAULT
     factories: tuple[Callable[[], Any] | None, ...]  # per name: its factory, or None
@@ -65,6 +75,9 @@ def _values(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     shape: _Shape = type(self).__record__
+    shape.made[0] += 1
+    if shape.made[0] == COMPILE_AFTER and shape.owner.__dict__.get("__init__") is _init:
+        shape.owner.__init__ = _compiled_init(shape)  # type: ignore[misc]  # the next ones
     names = shape.names
     if len(args) > len(names):
         raise _too_many(type(self), shape, len(args))
@@ -103,6 +116,39 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
         setattr_(self, name, factory() if factory is not None else default)
     if shape.post_init:
         self.__post_init__()
+
+
+def _compiled_init(shape: _Shape) -> Callable[..., None]:
+    """The class's own ``__init__``, as :func:`_init` behaves for it."""
+    scope: dict[str, Any] = {"_record_set": object.__setattr__, "_record_nothing": _NO_DEFAULT}
+    parameters, body = [], []
+    # A frozen class's fields are set past its __setattr__, others directly.
+    assign = "_record_set(self, {0!r}, {1})" if shape.frozen else "self.{0} = {1}"
+    for index, name in enumerate(shape.names):
+        default, factory = shape.defaults[index], shape.factories[index]
+        value = name
+        if default is not _NO_DEFAULT:
+            scope[f"_record_default_{name}"] = default
+            parameters.append(f"{name}=_record_default_{name}")
+        elif factory is not None:
+            scope[f"_record_factory_{name}"] = factory
+            parameters.append(f"{name}=_record_nothing")
+            value = f"_record_factory_{name}() if {name} is _record_nothing else {name}"
+        else:
+            parameters.append(name)
+        body.append(assign.format(name, value))
+    for name, default, factory in shape.unset:
+        scope[f"_record_unset_{name}"] = default if factory is None else factory
+        call = "" if factory is None else "()"
+        body.append(assign.format(name, f"_record_unset_{name}{call}"))
+    if shape.post_init:
+        body.append("self.__post_init__()")
+    source = f"def __init__(self, {', '.join(parameters)}):\n"
+    source += "".join(f"    {line}\n" for line in body or ["pass"])
+    exec(source, scope)  # names and values from the class's own fields
+    function: Callable[..., None] = scope["__init__"]
+    function.__qualname__ = f"{shape.owner.__qualname__}.__init__"
+    return function
 
 
 def _too_many(cls: type, shape: _Shape, given: int) -> TypeError:
@@ -150,7 +196,7 @@ def _setstate(self: Any, state: list[Any]) -> None:
         object.__setattr__(self, field.name, value)
 
 
-def _shape(cls: type) -> _Shape:
+def _shape(cls: type, frozen: bool) -> _Shape:
     fields = dataclasses.fields(cls)
     taken = [field for field in fields if field.init]
     defaults = tuple(_NO_DEFAULT if field.default is MISSING else field.default for field in taken)
@@ -165,6 +211,9 @@ def _shape(cls: type) -> _Shape:
     compared = tuple(field.name for field in fields
                      if field.compare if field.hash is None or field.hash)  # fmt: skip
     return _Shape(
+        owner=cls,
+        frozen=frozen,
+        made=[0],
         names=tuple(field.name for field in taken),
         defaults=defaults,
         factories=factories,
@@ -191,13 +240,14 @@ def record(
     cls: type[T] | None = None, /, *, frozen: bool = False, slots: bool = False
 ) -> type[T] | Callable[[type[T]], type[T]]:
     """``@dataclass``, ``@dataclass(frozen=True)``, ``slots=True``: the same
-    class and the same behaviour, made without compiling code."""
+    class and the same behaviour, made without compiling code (but the
+    ``__init__`` of a class made in bulk, see the module)."""
 
     def make(cls: type[T]) -> type[T]:
         body = cls.__dict__
         explicit_hash = "__hash__" in body and not (body["__hash__"] is None and "__eq__" in body)
         made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)
-        made.__record__ = _shape(made)
+        made.__record__ = _shape(made, frozen)
         _set(made, "__init__", _init)
         _set(made, "__repr__", _repr)
         if "__eq__" not in body:

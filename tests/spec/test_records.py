@@ -11,9 +11,19 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fastio.spec import _records
 from fastio.spec._records import record
 
-MAKERS = pytest.mark.parametrize("make", [dataclass, record], ids=["dataclass", "record"])
+
+@pytest.fixture(params=["dataclass", "record", "record compiled at once"])
+def make(request, monkeypatch) -> Any:
+    """Each test runs on @dataclass, on record, and on record with its
+    compiled __init__ (made at the first instance instead of the 64th)."""
+    if request.param == "dataclass":
+        return dataclass
+    if request.param.endswith("at once"):
+        monkeypatch.setattr(_records, "COMPILE_AFTER", 1)
+    return record
 
 
 def point_class(make: Any, **options: Any) -> Any:
@@ -29,7 +39,6 @@ def point_class(make: Any, **options: Any) -> Any:
     return Point
 
 
-@MAKERS
 @pytest.mark.parametrize("options", [{}, {"frozen": True}, {"slots": True},
                                      {"frozen": True, "slots": True}])  # fmt: skip
 def test_a_record_is_made_read_compared_and_copied_as_a_dataclass(make, options) -> None:
@@ -60,12 +69,11 @@ def test_a_record_is_made_read_compared_and_copied_as_a_dataclass(make, options)
         assert point.x == 3
 
 
-@MAKERS
 @pytest.mark.parametrize("options", [{"frozen": True}, {"frozen": True, "slots": True}])
 def test_a_frozen_record_pickles(make, options) -> None:
     # Module-level classes pickle by name: make them under this module's name.
     Point = point_class(make, **options)
-    Point.__qualname__ = Point.__name__ = f"Pickled{make.__name__}{len(options)}"
+    Point.__qualname__ = Point.__name__ = f"Pickled{len(options)}"
     globals()[Point.__name__] = Point
     point = Point(1, 4, ["z"], note="kept")
     restored = pickle.loads(pickle.dumps(point))
@@ -73,7 +81,6 @@ def test_a_frozen_record_pickles(make, options) -> None:
     assert restored.note == "kept"
 
 
-@MAKERS
 def test_a_record_rejects_calls_with_pythons_own_messages(make) -> None:
     Point = point_class(make, frozen=True)
     name = Point.__qualname__
@@ -109,7 +116,6 @@ def test_a_record_rejects_calls_with_pythons_own_messages(make) -> None:
             second: int  # type: ignore[misc]
 
 
-@MAKERS
 def test_a_record_keeps_what_the_class_defines(make) -> None:
     @make(frozen=True)
     class Checked:
@@ -142,7 +148,6 @@ def test_a_record_keeps_what_the_class_defines(make) -> None:
         Checked(-1)
 
 
-@MAKERS
 def test_identical_arrays_compare_equal_as_in_a_tuple(make) -> None:
     @make(frozen=True)
     class Holder:
@@ -154,3 +159,17 @@ def test_identical_arrays_compare_equal_as_in_a_tuple(make) -> None:
     assert Holder(array) == Holder(array)  # the same object: equal without comparing elements
     with pytest.raises(ValueError, match="ambiguous"):
         _ = Holder(array) == Holder(array.copy())
+
+
+def test_a_record_made_in_bulk_compiles_its_own_init_once() -> None:
+    Point = point_class(record, frozen=True)
+    made = [Point(index, tags=[index]) for index in range(_records.COMPILE_AFTER + 5)]
+    compiled = Point.__init__
+    assert compiled is not _records._init
+    assert compiled.__qualname__ == f"{Point.__qualname__}.__init__"
+    assert made[-1] == Point(_records.COMPILE_AFTER + 4, 2, [_records.COMPILE_AFTER + 4])
+    assert Point(1).tags is not Point(1).tags
+    with pytest.raises(TypeError, match=r"Point\.__init__\(\) missing 1 required positional"):
+        Point()
+    Point(0)
+    assert Point.__init__ is compiled  # compiled once
