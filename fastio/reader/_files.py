@@ -27,7 +27,6 @@ import errno
 import fcntl
 import logging
 import os
-import resource
 import stat
 import warnings
 from collections import OrderedDict
@@ -236,8 +235,8 @@ class FileTable:
     def __init__(self, max_idle: int, remotes: Callable[[], Remotes] | None = None) -> None:
         # At most a quarter of the descriptors the process may open are kept
         # idle (a low `ulimit -n`): the rest are for the files still to open.
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if soft != resource.RLIM_INFINITY:
+        soft = os.sysconf("SC_OPEN_MAX")  # RLIMIT_NOFILE's soft limit; -1 where unlimited
+        if soft > 0:
             max_idle = min(max_idle, max(1, soft // 4))
         self._max_idle = max_idle
         self._remotes = remotes  # the reader's remote clients, made when first asked for

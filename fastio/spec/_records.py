@@ -24,7 +24,7 @@ import dataclasses
 import operator
 import reprlib
 from dataclasses import MISSING, FrozenInstanceError
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,19 +49,37 @@ _NO_DEFAULT: Any = object()
 COMPILE_AFTER = 64
 
 
-class _Shape(NamedTuple):
-    """What the generic methods need of a record class."""
+class _Shape:
+    """What the generic methods need of a record class. (A plain class: a
+    NamedTuple compiles code as it is made, as a dataclass does.)"""
 
-    owner: type
-    frozen: bool
-    made: list[int]  # instances made by the generic __init__ so far (one number)
-    names: tuple[str, ...]  # the __init__ parameters, in order
-    defaults: tuple[Any, ...]  # per name: its default, or _NO_DEFAULT
-    factories: tuple[Callable[[], Any] | None, ...]  # per name: its factory, or None
-    unset: tuple[tuple[str, Any, Callable[[], Any] | None], ...]  # fields left out of __init__
-    shown: tuple[str, ...]  # the fields repr shows
-    compared: Callable[[Any], tuple[Any, ...]]  # the fields eq and hash compare, as one value
-    post_init: bool
+    __slots__ = ("compared", "defaults", "factories", "frozen", "made", "names", "owner",
+                 "post_init", "shown", "unset")  # fmt: skip
+
+    def __init__(self, cls: type, frozen: bool, fields: tuple[dataclasses.Field[Any], ...]) -> None:
+        taken = [field for field in fields if field.init]
+        self.owner = cls
+        self.frozen = frozen
+        self.made = 0  # instances made by the generic __init__ so far
+        self.names = tuple(field.name for field in taken)  # the __init__ parameters, in order
+        # Per name: its default (or _NO_DEFAULT), its factory (or None).
+        self.defaults = tuple(_NO_DEFAULT if field.default is MISSING else field.default
+                              for field in taken)  # fmt: skip
+        self.factories: tuple[Callable[[], Any] | None, ...] = tuple(
+            None if field.default_factory is MISSING else field.default_factory for field in taken
+        )
+        # Fields left out of __init__: name, default, factory.
+        self.unset = tuple(
+            (field.name, field.default, None if field.default_factory is MISSING
+             else field.default_factory) for field in fields if not field.init
+        )  # fmt: skip
+        self.shown = tuple(field.name for field in fields if field.repr)
+        # The fields eq and hash compare, as one value.
+        compared = [field for field in fields if field.compare]
+        self.compared = _values(
+            tuple(field.name for field in compared if field.hash is None or field.hash)
+        )
+        self.post_init = hasattr(cls, "__post_init__")
 
 
 def _values(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -75,8 +93,8 @@ def _values(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     shape: _Shape = type(self).__record__
-    shape.made[0] += 1
-    if shape.made[0] == COMPILE_AFTER and shape.owner.__dict__.get("__init__") is _init:
+    shape.made += 1
+    if shape.made == COMPILE_AFTER and shape.owner.__dict__.get("__init__") is _init:
         shape.owner.__init__ = _compiled_init(shape)  # type: ignore[misc]  # the next ones
     names = shape.names
     if len(args) > len(names):
@@ -197,31 +215,14 @@ def _setstate(self: Any, state: list[Any]) -> None:
 
 
 def _shape(cls: type, frozen: bool) -> _Shape:
-    fields = dataclasses.fields(cls)
-    taken = [field for field in fields if field.init]
-    defaults = tuple(_NO_DEFAULT if field.default is MISSING else field.default for field in taken)
-    factories = tuple(None if field.default_factory is MISSING else field.default_factory
-                      for field in taken)  # fmt: skip
-    for index in range(1, len(taken)):
-        has_default = defaults[index - 1] is not _NO_DEFAULT or factories[index - 1] is not None
-        if has_default and defaults[index] is _NO_DEFAULT and factories[index] is None:
-            raise TypeError(f"non-default argument {taken[index].name!r} follows default argument")
-    unset = tuple((field.name, field.default, None if field.default_factory is MISSING
-                   else field.default_factory) for field in fields if not field.init)  # fmt: skip
-    compared = tuple(field.name for field in fields
-                     if field.compare if field.hash is None or field.hash)  # fmt: skip
-    return _Shape(
-        owner=cls,
-        frozen=frozen,
-        made=[0],
-        names=tuple(field.name for field in taken),
-        defaults=defaults,
-        factories=factories,
-        unset=unset,
-        shown=tuple(field.name for field in fields if field.repr),
-        compared=_values(compared),
-        post_init=hasattr(cls, "__post_init__"),
-    )
+    shape = _Shape(cls, frozen, dataclasses.fields(cls))
+    has_default = False
+    for name, default, factory in zip(shape.names, shape.defaults, shape.factories, strict=True):
+        if default is not _NO_DEFAULT or factory is not None:
+            has_default = True
+        elif has_default:
+            raise TypeError(f"non-default argument {name!r} follows default argument")
+    return shape
 
 
 def _set(cls: type, name: str, value: Any) -> None:
