@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import MixedTypesError
-from fastio.dataset._arrow_rows import ArrowRows
 from fastio.formats._parts import Part, PartBuilder
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from fastio.dataset._arrow_rows import ArrowRows
     from fastio.plan._cursor import EpochCursor
 
 __all__ = ["BatchSchema", "assemble", "rebatch", "rows_of", "slice_rows"]
@@ -253,6 +253,8 @@ class _Carry:
             return False
         if arrow is not None and arrow.takes(rows):
             return True
+        from fastio.dataset._arrow_rows import ArrowRows  # Arrow rows only
+
         self.arrow = ArrowRows.building(pa, rows, self.size)
         return self.arrow is not None and self.arrow.takes(rows)
 

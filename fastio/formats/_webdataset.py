@@ -47,7 +47,6 @@ __all__ = [
 
 # webdataset's rule: the key is the path up to the first dot of its last
 # component, the extension is the rest ("a/b.seg.png" -> "a/b", "seg.png").
-_KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")
 _BLOCK = 512
 _ASCII_LOWER = {upper: upper + 32 for upper in range(65, 91)}  # str.translate: A-Z to a-z
 _REGULAR = frozenset("07")
@@ -57,11 +56,17 @@ _REGULAR = frozenset("07")
 _MAX_STABLE_COLUMNS = 64
 
 
+@functools.cache
+def _key_and_extension() -> re.Pattern[str]:
+    # Compiled at first use: the native scan splits ASCII names itself.
+    return re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")
+
+
 def sample_key(name: str) -> tuple[str, str] | None:
     """``(key, extension)`` of a member name, or None for names without an
     extension (webdataset skips those). The extension's ASCII letters are
     lowered, as webdataset lowers extensions (``img.JPG`` is ``jpg``)."""
-    match = _KEY_EXT.match(name)
+    match = _key_and_extension().match(name)
     return (match.group(1), match.group(2).translate(_ASCII_LOWER)) if match else None
 
 
