@@ -75,6 +75,10 @@ class Read:
     start: int
     stop: int
 
+    def __init__(self, window: int, run: Run, start: int, stop: int) -> None:
+        # Written out: a plan makes one per shard per window (see record).
+        self.window, self.run, self.start, self.stop = window, run, start, stop
+
     @property
     def at(self) -> int:
         """The window position of the read's first sample."""

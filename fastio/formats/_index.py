@@ -130,6 +130,14 @@ class ShardIndex:
     change: int = 0
     fingerprint: str = ""
 
+    def __init__(self, url: str, format: str, size: int, version: int,
+                 starts: np.ndarray, ends: np.ndarray, change: int = 0,
+                 fingerprint: str = "") -> None:  # fmt: skip
+        # Written out: a dataset reads one per shard, thousands before its
+        # first sample (see record).
+        self.url, self.format, self.size, self.version = url, format, size, version
+        self.starts, self.ends, self.change, self.fingerprint = starts, ends, change, fingerprint
+
     def __len__(self) -> int:
         return len(self.starts)
 

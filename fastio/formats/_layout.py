@@ -57,6 +57,17 @@ class Layout:
     meta: dict[str, Any] = field(default_factory=dict)
     whole: bool = False  # the only unit is the whole (compressed) file
 
+    def __init__(
+        self, url: str, count: int, size: int, bounds: np.ndarray, unit_bytes: np.ndarray | None,
+        starts: np.ndarray | None = None, ends: np.ndarray | None = None,
+        meta: dict[str, Any] | None = None, whole: bool = False,
+    ) -> None:  # fmt: skip
+        # Written out: a dataset lays out every shard before its first sample (see record).
+        self.url, self.count, self.size, self.bounds = url, count, size, bounds
+        self.unit_bytes, self.starts, self.ends = unit_bytes, starts, ends
+        self.meta = {} if meta is None else meta
+        self.whole = whole
+
     @property
     def per_sample(self) -> bool:
         return self.starts is not None and not self.whole
