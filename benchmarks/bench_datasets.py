@@ -692,6 +692,14 @@ METHODS = [
         lambda c: fastio_batches(c, "arrow", LOADER_BATCH),
         imports="fastio columns",
     ),
+    # As many rows a batch as each of the files' record batches holds (1,024):
+    # the same batches pyarrow's reader gives whole, where fastio's cross files.
+    Method(
+        "fastio arrow 1024",
+        "arrow",
+        lambda c: fastio_batches(c, "arrow", BATCH),
+        imports="fastio columns",
+    ),
     Method(
         "fastio arrow samples",
         "arrow",
@@ -700,6 +708,7 @@ METHODS = [
     ),
     Method("pyarrow ipc", "arrow", pyarrow_ipc_batches),
     Method("pyarrow ipc 256", "arrow", lambda c: pyarrow_ipc_batches(c, LOADER_BATCH)),
+    Method("pyarrow ipc 1024", "arrow", lambda c: pyarrow_ipc_batches(c, BATCH)),
     # map_cached forced either way, beside the default's choice ("auto").
     Method("fastio map_cached=False", "webdataset", lambda c: fastio_samples(c, map_cached=False)),
     Method("fastio map_cached=True", "webdataset", lambda c: fastio_samples(c, map_cached=True)),
@@ -723,6 +732,12 @@ METHODS = [
         "fastio arrow map_cached=False",
         "arrow",
         lambda c: fastio_batches(c, "arrow", LOADER_BATCH, map_cached=False),
+        imports="fastio columns",
+    ),
+    Method(
+        "fastio arrow 1024 map_cached=False",
+        "arrow",
+        lambda c: fastio_batches(c, "arrow", BATCH, map_cached=False),
         imports="fastio columns",
     ),
     Method("fio", "webdataset", None),

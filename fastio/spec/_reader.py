@@ -58,8 +58,8 @@ class ReaderSettings:
     )  # fmt: skip
     map_cached: bool | Literal["auto"] = knob(
         "auto", "Local data the page cache holds is mapped (mmap) rather than copied into read "
-        "buffers: one copy fewer. auto: where the consumer gains (a Dataset's Arrow IPC shards; "
-        "tar, npy and fixed shards of samples of 16 KiB and more; TFRecord shards of records of "
+        "buffers: one copy fewer. auto: where the consumer gains (a Dataset's Arrow IPC, tar, "
+        "npy and fixed shards of samples of 16 KiB and more; TFRecord shards of records of "
         "16 KiB and more, in batches), in reads of 512 KiB and more. "
         "A file cut short while its mapped bytes are in use ends the process (SIGBUS); false "
         "reads it.", "flag",

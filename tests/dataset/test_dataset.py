@@ -50,6 +50,24 @@ def test_stored_order_yields_every_sample_as_written(written, map_cached) -> Non
     assert not mapped(written.urls)
 
 
+@pytest.mark.parametrize("large", [False, True], ids=["8 KB rows read", "60 KB rows mapped"])
+def test_cached_arrow_files_are_mapped_by_default_where_rows_are_large(tmp_path, large) -> None:
+    """A batch of small rows that spans two record batches is joined from a
+    read buffer, which the CPU's caches still hold; large rows are copied
+    once, straight from the page cache's pages."""
+    written = write("arrow", tmp_path, shards=2, per_shard=30 if large else 100, large=large)
+    assert all(os.path.getsize(url) > 512 << 10 for url in written.urls)  # pieces that may map
+    dataset = fastio.Dataset(written.pattern, shuffle=False, **written.options)
+    items = iter(dataset.batches(8))
+    first = next(items)
+    # Written just now, the files are in the page cache.
+    assert bool(mapped(written.urls)) is large
+    assert first.column("data").to_pylist() == [row["data"] for row in written.samples[:8]]
+    rest = [row for batch in items for row in batch.column("key").to_pylist()]
+    assert rest == [row["key"] for row in written.samples[8:]]
+    dataset.close()
+
+
 @pytest.mark.parametrize("batches", [False, True], ids=["samples", "batches"])
 def test_an_epoch_left_early_leaves_no_file_mapped(tmp_path, batches) -> None:
     written = write("webdataset", tmp_path, shards=4, per_shard=30)
