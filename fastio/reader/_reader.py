@@ -26,6 +26,7 @@ import atexit
 import contextlib
 import dataclasses
 import errno
+import functools
 import inspect
 import itertools
 import logging
@@ -130,6 +131,12 @@ def _close_background_readers() -> None:
         reader.close()
 
 
+def _remotes_of(reader_ref: weakref.ref[Reader]) -> Remotes:
+    reader = reader_ref()
+    assert reader is not None  # a file table is used by its own reader only
+    return reader._remotes
+
+
 def _pump_weakly(reader_ref: weakref.ref[Reader]) -> None:
     reader = reader_ref()
     if reader is not None:
@@ -229,7 +236,10 @@ class Reader:
         self._made_remotes: Remotes | None = None  # made at the first remote URL: see _remotes
         self._remotes_lock = threading.Lock()
         inherited = getattr(self, "_files", None)  # a forked child's keeps the parent's choice
-        self._files = FileTable(settings.max_idle_files, lambda: self._remotes)
+        # Through a weak reference: the table is the reader's, and a cycle
+        # would keep a dropped reader (and its descriptors) until a collection.
+        self._files = FileTable(settings.max_idle_files,
+                                functools.partial(_remotes_of, weakref.ref(self)))  # fmt: skip
         if inherited is not None:
             self._files.take_choices(inherited)
         self._remote_tasks: set[asyncio.Task[None]] = set()

@@ -1199,6 +1199,37 @@ def test_a_byte_range_takes_paths_and_integers_of_any_kind_and_refuses_the_rest(
     assert pickle.loads(pickle.dumps(piece)) == piece
 
 
+def test_a_dropped_reader_goes_at_once_without_waiting_for_the_collector(
+    tmp_path: Path,
+) -> None:
+    """Nothing of a reader's own (its file table, its loop's callbacks) refers
+    back to it: dropped, it is closed and freed at once, with its threads
+    and descriptors, not at a collection that may be far off."""
+    import gc
+    import weakref
+
+    path = tmp_path / "data.bin"
+    path.write_bytes(os.urandom(100_000))
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for engine in ("auto", "threads"):
+            reader = Reader(engine=engine)
+            [data] = reader.read_ranges([ByteRange(str(path), 10, 100)])
+            assert data == path.read_bytes()[10:110]
+            chunks = reader.stream([str(path)])
+            assert bytes(next(chunks).data[:10]) == path.read_bytes()[:10]
+            chunks.close()
+            del chunks
+            dropped = weakref.ref(reader)
+            del reader
+            assert dropped() is None, engine
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def test_idle_descriptors_go_when_the_process_runs_out_of_them(tmp_path: Path) -> None:
     """Under a low ``ulimit -n`` (64 here), the descriptors kept idle for reuse
     (up to ``max_idle_files``, 128 by default) leave room for the files still
