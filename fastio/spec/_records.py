@@ -16,10 +16,17 @@ class made in bulk (a layout per shard) gets its own, compiled as a
 dataclass's is, at its :data:`COMPILE_AFTER`-th instance. A class whose
 ``__init__`` checks and converts (a caller's byte ranges) writes its own,
 which the record keeps.
+
+A class of plain annotated fields (every class here) has its fields found
+as ``@dataclass`` finds them, without the checks for ``ClassVar``,
+``InitVar`` and ``KW_ONLY`` annotations, inherited fields or a missing
+docstring that cost a dataclass most of its making: a class with any of
+them is made by ``dataclasses`` itself.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import operator
 import reprlib
@@ -225,6 +232,80 @@ def _shape(cls: type, frozen: bool) -> _Shape:
     return shape
 
 
+_FIELD_KIND = getattr(dataclasses, "_FIELD", None)  # what marks a field (not a ClassVar)
+
+
+# The parameters of every record :func:`_plain_fields` makes: those it is
+# made with as a dataclass (its methods are the record's), from a class of none.
+_PARAMS = dataclasses.dataclass(init=False, repr=False, eq=False)(
+    type("_Params", (), {"__doc__": "No fields."})
+).__dataclass_params__  # type: ignore[attr-defined]
+
+
+def _plain_fields(cls: type) -> dict[str, dataclasses.Field[Any]] | None:
+    """The fields ``dataclasses.dataclass(cls, init=False, repr=False, eq=False)``
+    would find, found the same way and set on ``cls`` as it sets them; None
+    (and ``cls`` untouched) where the class has more than plain annotated
+    fields with hashable defaults, for ``dataclasses`` to make."""
+    if _FIELD_KIND is None or not cls.__doc__ or isinstance(cls, abc.ABCMeta):
+        return None
+    if any("__dataclass_fields__" in base.__dict__ for base in cls.__mro__[1:]):
+        return None  # inherited fields: their order and overrides are dataclasses'
+    body = cls.__dict__
+    annotations: dict[str, Any] = body.get("__annotations__", {})
+    fields: dict[str, dataclasses.Field[Any]] = {}
+    for name, kind in annotations.items():
+        if not isinstance(kind, str) or "Var" in kind or "KW_ONLY" in kind:
+            return None  # ClassVar, InitVar (or a name like them: dataclasses tells), KW_ONLY
+        default: Any = getattr(cls, name, MISSING)
+        made = (
+            default
+            if isinstance(default, dataclasses.Field)
+            else dataclasses.field(default=default)
+        )
+        if type(made.default).__hash__ is None or made.kw_only is True:
+            return None  # a mutable default (dataclasses' own error), or keyword-only
+        fields[name] = made
+    if any(isinstance(value, dataclasses.Field) and name not in annotations
+           for name, value in body.items()):  # fmt: skip
+        return None  # a field without a type: dataclasses' own error
+    for name, made in fields.items():
+        made.name, made.type = name, annotations[name]
+        made._field_type = _FIELD_KIND  # type: ignore[attr-defined]  # as dataclasses marks it
+        made.kw_only = False
+        if isinstance(body.get(name), dataclasses.Field):
+            if made.default is MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, made.default)
+    return fields
+
+
+def _plainly_made(cls: type, slots: bool) -> type | None:
+    """``cls`` made a dataclass of no methods as :func:`_plain_fields` can
+    (with ``slots``: the new class ``dataclasses`` would make, for a class
+    of no base), else None."""
+    if slots and (cls.__bases__ != (object,) or "__slots__" in cls.__dict__):
+        return None
+    fields = _plain_fields(cls)
+    if fields is None:
+        return None
+    target: Any = cls
+    target.__dataclass_fields__ = fields
+    target.__dataclass_params__ = _PARAMS
+    if "__match_args__" not in cls.__dict__:
+        names = tuple(name for name, entry in fields.items() if entry.init)
+        target.__match_args__ = names  # type: ignore[misc]  # as dataclasses sets it
+    if not slots:
+        return cls
+    body = {name: value for name, value in cls.__dict__.items()
+            if name not in fields and name not in ("__dict__", "__weakref__")}  # fmt: skip
+    body["__slots__"] = tuple(fields)
+    slotted = type(cls)(cls.__name__, cls.__bases__, body)
+    slotted.__qualname__ = cls.__qualname__
+    return slotted
+
+
 def _set(cls: type, name: str, value: Any) -> None:
     if name not in cls.__dict__:  # what the class defines itself stays
         setattr(cls, name, value)
@@ -247,7 +328,9 @@ def record(
     def make(cls: type[T]) -> type[T]:
         body = cls.__dict__
         explicit_hash = "__hash__" in body and not (body["__hash__"] is None and "__eq__" in body)
-        made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)
+        made: Any = _plainly_made(cls, slots)
+        if made is None:
+            made = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)
         made.__record__ = _shape(made, frozen)
         _set(made, "__init__", _init)
         _set(made, "__repr__", _repr)

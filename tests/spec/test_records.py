@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+import types
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any
 
@@ -173,3 +174,126 @@ def test_a_record_made_in_bulk_compiles_its_own_init_once() -> None:
         Point()
     Point(0)
     assert Point.__init__ is compiled  # compiled once
+
+
+def _kind_of(value: Any) -> Any:
+    """A class attribute, a slot's descriptor told by its kind (each class has its own)."""
+    return "a slot" if isinstance(value, types.MemberDescriptorType) else value
+
+
+def _described(cls: Any) -> dict[str, Any]:
+    """What ``dataclasses`` leaves on a class it made of ``cls``, but its methods."""
+    fields = [(f.name, f.type, f.default, f.default_factory, f.init, f.repr, f.hash, f.compare,
+               dict(f.metadata), f.kw_only, f._field_type)  # type: ignore[attr-defined]
+              for f in dataclasses.fields(cls)]  # fmt: skip
+    names = [name for name, *_ in fields]
+    return {
+        "fields": fields,
+        "class attributes": {name: _kind_of(cls.__dict__.get(name, "absent")) for name in names},
+        "match_args": cls.__match_args__,
+        "slots": cls.__dict__.get("__slots__"),
+        "has a __dict__": "__dict__" in dir(cls),
+        "qualname": cls.__qualname__,
+        "module": cls.__module__,
+        "doc": cls.__doc__,
+        "params": (cls.__dataclass_params__.init, cls.__dataclass_params__.frozen),
+    }
+
+
+def _plain(**options: Any) -> Any:
+    class Plain:
+        """Plain annotated fields: those record finds itself."""
+
+        name: str
+        size: int = 0
+        parts: list[int] = field(default_factory=list, metadata={"unit": "bytes"})
+        shown: bool = field(default=True, repr=False, compare=False, hash=False)
+        hidden: float = field(default=1.5, init=False)
+        pending: Any = field(init=False)
+
+        def area(self) -> int:
+            return self.size * 2
+
+    return Plain
+
+
+@pytest.mark.parametrize("slots", [False, True], ids=["dict", "slots"])
+def test_a_record_finds_the_fields_a_dataclass_finds(slots) -> None:
+    """record finds plain fields itself (``dataclasses`` spent most of a
+    record's making on checks for what they are not): what it leaves on
+    the class is what ``dataclasses`` leaves, field by field."""
+    made = record(slots=slots)(_plain())
+    reference = dataclass(init=False, repr=False, eq=False, slots=slots)(_plain())
+    assert "__record__" in made.__dict__  # made by record
+    assert _described(made) == _described(reference)
+    assert made(name="a", size=3).area() == 6
+    if slots:
+        with pytest.raises(AttributeError):
+            made(name="a").other = 1  # no __dict__
+
+
+def test_a_record_leaves_what_is_more_than_plain_fields_to_dataclasses() -> None:
+    """ClassVar, InitVar and KW_ONLY annotations, inherited fields, a class
+    without a docstring, a mutable default and a field without a type are
+    made, or refused, by ``dataclasses`` itself."""
+    from typing import ClassVar
+
+    def classvar(make: Any) -> Any:
+        @make
+        class Counted:
+            """A class-level count and one field."""
+
+            made: ClassVar[int] = 0
+            value: int = 1
+
+        return Counted
+
+    assert _described(classvar(record)) == _described(classvar(
+        dataclass(init=False, repr=False, eq=False)))  # fmt: skip
+
+    def undocumented(make: Any) -> Any:
+        @make
+        class Bare:
+            value: int = 1
+
+        return Bare
+
+    assert _described(undocumented(record)) == _described(undocumented(
+        dataclass(init=False, repr=False, eq=False)))  # fmt: skip
+
+    def inherited(make: Any) -> Any:
+        @make
+        class Base:
+            """Two fields."""
+
+            first: int
+            second: int = 2
+
+        @make
+        class Derived(Base):
+            """One more, and one overridden."""
+
+            third: int = 3
+            first: int = 0
+
+        return Derived
+
+    assert [f.name for f in dataclasses.fields(inherited(record))] == ["first", "second", "third"]
+    assert inherited(record)().first == 0
+    assert _described(inherited(record))["fields"] == _described(inherited(dataclass))["fields"]
+
+    with pytest.raises(ValueError, match="mutable default <class 'list'> for field items"):
+
+        @record
+        class Mutable:
+            """A list default."""
+
+            items: list[int] = []  # noqa: RUF012  # refused, as intended
+
+    with pytest.raises(TypeError, match="'loose' is a field but has no type annotation"):
+
+        @record
+        class Loose:
+            """A field without a type."""
+
+            loose = field(default=1)
