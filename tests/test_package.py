@@ -100,6 +100,8 @@ def test_lazy_packages_export_every_name(package) -> None:
         "for name in package.__all__:\n"
         "    value = getattr(package, name)\n"
         "    assert value is getattr(package, name), name\n"
+        "listed = set(dir(package))\n"
+        "assert listed and listed <= set(package.__all__), listed\n"
         "try:\n"
         "    package.no_such_name\n"
         "except AttributeError:\n"

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import lazy_loader
-
+from fastio.sources._imports import lazy_attributes
 from fastio.spec._fairness import FairnessSettings
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 
 # Imported at first use: a dataset needs the monitor only, and fsspec (under
 # the slow-path injection) is heavy.
-_exports, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+_exports, __dir__ = lazy_attributes(__name__, {
     "_gather": ["all_gather_report"],
     "_metrics": ["prometheus_text"],
     "_monitor": ["FairnessMonitor"],

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import lazy_loader
+from fastio.sources._imports import lazy_attributes
 
 if TYPE_CHECKING:
     from fastio.formats._arrays import FixedWriter, NpyWriter, decode_fixed, decode_npy
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     )
 
 # Each format is imported where it is used: a dataset reads one.
-__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+__getattr__, __dir__ = lazy_attributes(__name__, {
     "_arrays": ["FixedWriter", "NpyWriter", "decode_fixed", "decode_npy"],
     "_compression": ["codec_for", "compressing", "decompress"],
     "_lines": ["JsonLinesWriter", "LinesWriter", "columns_lines", "decode_jsonl", "decode_lines"],
