@@ -112,7 +112,7 @@ class DecodeError(FastIOError, ValueError):
     ) -> None:  # fmt: skip
         if url is None or offset is None:  # rebuilt from its text (see FastIOError)
             super().__init__(message)
-            found = _LOCATED.match(_raised_line(message, type(self)))
+            found = re.match(_LOCATED, _raised_line(message, type(self)))
             self.url = found.group("url") if found else ""
             self.offset = int(found.group("offset")) if found else 0
             self.record = int(found.group("record")) if found and found.group("record") else None
@@ -140,15 +140,16 @@ class DecodeError(FastIOError, ValueError):
         suffix = f" (sample {sample} of the shard)"
         if self.record == sample and self.message.endswith(suffix):
             return self  # numbered already (an error passes a stream and its policy)
-        message = _NUMBERED.sub("", self.message)
+        message = re.sub(_NUMBERED, "", self.message)
         numbered = type(self)(f"{message}{suffix}", self.url, self.offset, sample,
                               lost=self.lost)  # fmt: skip
         numbered.__cause__, numbered.__suppress_context__ = self.__cause__, True
         return numbered
 
 
-_NUMBERED = re.compile(r" \(sample \d+ of the shard\)$")
-_LOCATED = re.compile(r"(?P<url>.+?) at byte (?P<offset>\d+)(?: \(record (?P<record>\d+)\))?: ")
+# Compiled, by re, at first use: an error's, not every import's.
+_NUMBERED = r" \(sample \d+ of the shard\)$"
+_LOCATED = r"(?P<url>.+?) at byte (?P<offset>\d+)(?: \(record (?P<record>\d+)\))?: "
 
 
 class CorruptRecordError(DecodeError):

@@ -40,13 +40,14 @@ def named_path(url: str) -> str:
     holds ``a.tar``; ``simplecache::s3://b/a.tar`` names it in its second); a
     remote URL's path, without a query (a signed URL's) or fragment."""
     if "::" in url:
-        url = next((link for link in url.split("::") if not _PROTOCOL.fullmatch(link)), url)
+        url = next((link for link in url.split("::") if not re.fullmatch(_PROTOCOL, link)), url)
     if "://" in url and not url.startswith("file://") and ("?" in url or "#" in url):
         return urlsplit(url).path
     return url
 
 
-_PROTOCOL = re.compile(r"[A-Za-z][A-Za-z0-9+_-]*")  # a chain's link that names no object
+# A chain's link that names no object. (Compiled, by re, at first use: fsspec chains only.)
+_PROTOCOL = r"[A-Za-z][A-Za-z0-9+_-]*"
 
 
 def codec_for(url: str) -> str | None:

@@ -38,7 +38,7 @@ import time
 import warnings
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fastio import _native
 from fastio._errors import EngineFallbackWarning, ReaderClosedError
@@ -1345,19 +1345,25 @@ def _read_cached(fd: int, buffer: bytearray, offset: int) -> int:
         return 0
 
 
-class _Head(NamedTuple):
+class _Head:
     """A stream's first bytes, where they were read on the consumer's thread
     (see :func:`_read_head`), and what the stream reads through the loop:
     ``rest``, where a whole first range read so is left out (the stream then
     numbers the first shard's ranges, or the shards, one lower than its
-    caller does: ``ranges_before``, ``shards_before``)."""
+    caller does: ``ranges_before``, ``shards_before``). (A plain class: a
+    NamedTuple compiles code, and each of its annotations, as it is made.)"""
 
-    chunk: Chunk | None
-    nanoseconds: int  # the read took
-    rest: Iterable[ShardLike]
-    shards_before: int = 0
-    ranges_before: int = 0
-    complete: bool = False  # the chunk is all the stream holds: nothing is left for the loop
+    __slots__ = ("chunk", "complete", "nanoseconds", "ranges_before", "rest", "shards_before")
+
+    def __init__(self, chunk: Chunk | None, nanoseconds: int, rest: Iterable[ShardLike],
+                 shards_before: int = 0, ranges_before: int = 0,
+                 complete: bool = False) -> None:  # fmt: skip
+        self.chunk = chunk
+        self.nanoseconds = nanoseconds  # the read took
+        self.rest = rest
+        self.shards_before = shards_before
+        self.ranges_before = ranges_before
+        self.complete = complete  # the chunk is all the stream holds: nothing is left for the loop
 
 
 def _renumbered(chunk: Chunk, shards_before: int, ranges_before: int) -> Chunk:

@@ -46,7 +46,8 @@ __all__ = [
 ]
 
 PREFIX = "fastio-"
-_NAMED = re.compile(rf"{PREFIX}[a-z]+-(\d+)-[0-9a-f]{{12}}")  # as shared_path names them
+# As shared_path names them. (Compiled, by re, at first use: a sweep of stale files only.)
+_NAMED = rf"{PREFIX}[a-z]+-(\d+)-[0-9a-f]{{12}}"
 _swept: set[int] = set()  # processes that removed stale files already
 
 
@@ -114,7 +115,7 @@ class OwnedFile:
 def owner_of(path: str) -> int | None:
     """The pid in the name of a shared file :func:`shared_path` named (None
     for a name it does not make)."""
-    named = _NAMED.fullmatch(os.path.basename(path))
+    named = re.fullmatch(_NAMED, os.path.basename(path))
     return int(named[1]) if named else None
 
 

@@ -336,7 +336,8 @@ def shown(value: object) -> str:
 
 # ---- sizes -------------------------------------------------------------------------------
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+# Compiled, by re, at the first size given as text (the defaults are numbers).
+_SIZE = r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b?)\s*$"
 _UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
@@ -347,7 +348,7 @@ def parse_size(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str):
-        match = _SIZE.match(value)
+        match = re.match(_SIZE, value, re.IGNORECASE)
         if match is not None and not (match[3] and not (match[2] and match[4])):
             number, prefix, binary, unit = match.groups()
             power = "kmgtp".find(prefix.lower()) + 1 if prefix else 0
