@@ -53,6 +53,9 @@ def deliver(
     ``end(finished)`` runs when the iteration ends, however it ends:
     ``finished`` where every item was taken."""
     finished = False
+    # Kept here: an iteration left open at exit is closed after the
+    # interpreter has emptied this module's globals (``sys`` among them).
+    finalizing = sys.is_finalizing
     try:
         items, observer = begin()
         if observer is None:
@@ -99,7 +102,7 @@ def deliver(
         finally:
             # An iteration left open at exit is closed while the interpreter
             # tears its modules down: its last counters have no reader then.
-            if not sys.is_finalizing():
+            if not finalizing():
                 observer.finish(max(clock() - mark - idle, 0.0))
     finally:
         end(finished)

@@ -464,10 +464,14 @@ def test_fits_in_page_cache_leaves_room_to_spare() -> None:
     assert not fits_in_page_cache(1, None)  # not known: cold files keep O_DIRECT
 
 
-def test_a_loop_left_at_its_first_sample_ends_quietly_with_the_process(tmp_path) -> None:
+@pytest.mark.parametrize("imported", ["", "from fastio.dataset import _delivery\n"])
+def test_a_loop_left_at_its_first_sample_ends_quietly_with_the_process(tmp_path, imported) -> None:
+    """Also where the script holds the delivery module itself, whose globals
+    the interpreter empties before it closes the open iteration."""
     written = write("webdataset", tmp_path / "data", shards=2, per_shard=8)
     script = (
         "import sys, fastio\n"
+        f"{imported}"
         "dataset = fastio.Dataset(sys.argv[1:], shuffle=False)\n"
         "iterator = iter(dataset)\n"
         "print(next(iterator)['__key__'])\n"  # left open: closed as the interpreter ends
