@@ -81,6 +81,26 @@ class Knob:
     in_config: bool = True
     of: type | None = None
 
+    def __init__(self, doc: str, kind: KnobKind, low: float | None = None,
+                 high: float | None = None, above: float | None = None,
+                 choices: tuple[Any, ...] = (), optional: bool = False,
+                 keyword: str | None = None, short: str | None = None, in_config: bool = True,
+                 of: type | None = None) -> None:  # fmt: skip
+        # Written out: the settings classes make one per knob as fastio is
+        # imported, some seventy, where a record's own would be compiled then.
+        set_ = object.__setattr__
+        set_(self, "doc", doc)
+        set_(self, "kind", kind)
+        set_(self, "low", low)
+        set_(self, "high", high)
+        set_(self, "above", above)
+        set_(self, "choices", choices)
+        set_(self, "optional", optional)
+        set_(self, "keyword", keyword)
+        set_(self, "short", short)
+        set_(self, "in_config", in_config)
+        set_(self, "of", of)
+
 
 def knob(
     default: Any,
