@@ -382,6 +382,11 @@ def test_index_arrays_read_as_numpy_reads_them(write: Callable[..., bytes]) -> N
         "meta": np.array('{"version": 1}'),
         "wide": np.arange(6, dtype=">i4").reshape(2, 3),  # numpy's own reader
         "values": np.array([1.5, -2.0], np.float32),
+        "scalar": np.array(7, np.int64),
+        "flags": np.array([True, False]),
+        "big": np.arange(3, dtype=">u2"),
+        "times": np.array([1, 2], "datetime64[ns]"),  # a unit in its dtype: numpy's own reader
+        "text": np.array(["ab", "c"]),
     }
     data = write(**arrays)
     got = _npz_arrays(data)
