@@ -52,12 +52,15 @@ import pytest
 
 import fastio
 dataset = fastio.Dataset(sys.argv[1], shuffle=False, index_dir=sys.argv[2])
-next(iter(dataset))
+iterator = iter(dataset)
+next(iterator)
+loaded = sorted(sys.modules)
 compiled = [f"{module.__name__}.{value.__name__}" for module in list(sys.modules.values())
             if module.__name__.startswith("fastio") for value in vars(module).values()
             if isinstance(value, type) and value.__module__ == module.__name__
             and "__dataclass_fields__" in value.__dict__ and "__record__" not in value.__dict__]
-print(json.dumps({"loaded": sorted(sys.modules), "compiled": compiled}))
+list(iterator)  # to the epoch's end, where a streamed shard's index is kept
+print(json.dumps({"loaded": loaded, "compiled": compiled}))
 """
 
 
@@ -66,28 +69,33 @@ def test_a_first_sample_loads_only_what_it_reads(tmp_path) -> None:
     (tuning is off unless asked for) nor optuna, not the other formats, not
     numpy.random (orders are drawn in native code), not work stealing, not
     the fairness verdict (first needed when a window ends), not the remote
-    clients (a local dataset), not the DataLoader workers' hand-off. And no class on
-    the way is a plain dataclass, whose methods compile as it is made: each
-    is a record."""
+    clients (a local dataset), not the DataLoader workers' hand-off, not
+    batching (samples are asked for). Nor, once the shard is indexed, the
+    streamed first epoch's. And no class on the way is a plain dataclass,
+    whose methods compile as it is made: each is a record."""
     from webdataset import TarWriter
 
     shard = tmp_path / "shard-0.tar"
     with TarWriter(str(shard)) as writer:
         writer.write({"__key__": "a", "bin": b"x"})
-    output = subprocess.run(
-        [sys.executable, "-c", FIRST_SAMPLE, str(shard), str(tmp_path / "index")],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    report = json.loads(output)
-    loaded = set(report["loaded"])
-    assert report["compiled"] == []
-    assert {"fastio.dataset._dataset", "fastio.formats._webdataset"} <= loaded  # the dataset ran
     unused = ("fastio.tuners", "optuna", "numpy.random", "fastio.fairness._steal",
               "fastio.fairness._gather", "fastio.fairness._verdict", "fastio.sources._remote",
-              "fastio.sources._http", "fastio.shared._handoff", "secrets")  # fmt: skip
-    assert not [name for name in loaded if name.startswith(unused)]
-    formats = ("_tfrecord", "_tables", "_lines", "_arrays")
-    assert not [name for name in loaded if name.removeprefix("fastio.formats.") in formats]
+              "fastio.sources._http", "fastio.shared._handoff", "secrets",
+              "fastio.dataset._batching", "fastio.formats._parts")  # fmt: skip
+    streamed = ("fastio.dataset._stream", "fastio.plan._stream")
+    for indexed in (False, True):  # never seen (the first epoch streams), then indexed
+        output = subprocess.run(
+            [sys.executable, "-c", FIRST_SAMPLE, str(shard), str(tmp_path / "index")],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        report = json.loads(output)
+        loaded = set(report["loaded"])
+        assert report["compiled"] == []
+        assert {"fastio.dataset._dataset", "fastio.formats._webdataset"} <= loaded  # it ran
+        assert not [name for name in loaded if name.startswith(unused)]
+        formats = ("_tfrecord", "_tables", "_lines", "_arrays")
+        assert not [name for name in loaded if name.removeprefix("fastio.formats.") in formats]
+        assert any(name in loaded for name in streamed) != indexed
 
 
 @pytest.mark.parametrize("package", ["fastio.formats", "fastio.fairness"])

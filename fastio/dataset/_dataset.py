@@ -31,13 +31,11 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import numpy as np
 
 from fastio._errors import ReaderClosedError, import_extra
-from fastio.dataset._batching import BatchSchema, rebatch
 from fastio.dataset._delivery import deliver
 from fastio.dataset._layouts import ShardLayouts
 from fastio.dataset._policy import MAX_KEPT_ERRORS, ErrorPolicy
 from fastio.dataset._reads import Read, SampleReads
 from fastio.dataset._spill import make_spill
-from fastio.dataset._stream import StreamPass, check_stream_state
 from fastio.dataset._units import read_part
 from fastio.fairness._monitor import FairnessMonitor
 from fastio.formats._index import dataset_index_location
@@ -57,7 +55,6 @@ from fastio.plan._resume import (
     plan_fingerprint,
     remaining_samples,
 )
-from fastio.plan._stream import stream_shards
 from fastio.plan._windows import Run
 from fastio.reader._reader import Reader
 from fastio.shared._collector import collector_paused
@@ -72,8 +69,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from fastio.cache._cache import ShardCache
+    from fastio.dataset._batching import BatchSchema
     from fastio.dataset._delivery import Observer
     from fastio.dataset._steal import StealingRun
+    from fastio.dataset._stream import StreamPass
     from fastio.plan._part import Part
     from fastio.reader._tuning import ReaderTuning, WorkersTuners
     from fastio.spec._dataset import OnError, Remainder
@@ -87,6 +86,15 @@ __all__ = ["Batches", "Dataset", "MapStyle"]
 # Tuners a forked DataLoader worker inherited, kept: closing or collecting
 # one would close its study's connection, which is its parent's.
 _INHERITED_TUNINGS: list[ReaderTuning] = []
+
+
+def _rebatch(units: Iterator[Any], batch_size: int, drop_last: bool, cursor: EpochCursor
+             ) -> Iterator[Any]:  # fmt: skip
+    """:func:`~fastio.dataset._batching.rebatch`, its module loaded at the first
+    batch: a pass of samples never needs it."""
+    from fastio.dataset._batching import rebatch
+
+    return rebatch(units, batch_size, drop_last, cursor)
 
 
 def _workers_tuners() -> WorkersTuners:
@@ -262,7 +270,7 @@ class Dataset(_Base):
         self._remaining: np.ndarray | None = None  # what of that epoch is left to read
         self._pass_batch_size = spec.split.batch_size
         self._pass_finished = False  # whether the last pass's loop ended with all its part
-        self._batch_schema = BatchSchema(self._format.columns_by_name)  # Arrow batches' columns
+        self._batch_schema: BatchSchema | None = None  # Arrow batches' columns, once batched
         self.fairness = FairnessMonitor(spec.fairness, self.urls, spec.shuffle.seed)
         # A never-seen remote dataset's first reads: the first shards this
         # process would stream (where it is a DataLoader worker's parent, its
@@ -270,6 +278,8 @@ class Dataset(_Base):
         first = None
         self._remote = any(map(is_remote, self.urls))
         if self._remote:
+            from fastio.plan._stream import stream_shards  # where whole shards may stream
+
             first = stream_shards(len(self.urls), None, spec.shuffle, self._ledger.first_epoch(),
                                   self._participant())  # fmt: skip
         self._shards = ShardLayouts(
@@ -789,7 +799,7 @@ class Dataset(_Base):
                 items, observer = self._begin(columnar, batch_size, drop_last)
             if columnar and self._format.batch_kind == "arrow":  # every column, every batch
                 self._keep_schema()  # what other processes met, and what they did not
-                items = self._batch_schema.conformed(items, self._keep_schema)
+                items = self._schema().conformed(items, self._keep_schema)
             return items, observer
 
         def end(finished: bool) -> None:
@@ -799,11 +809,20 @@ class Dataset(_Base):
 
         return deliver(begin, end)
 
+    def _schema(self) -> BatchSchema:
+        """The columns this dataset's Arrow batches have had (made at the first
+        batch: a pass of samples never loads the batching module)."""
+        if self._batch_schema is None:
+            from fastio.dataset._batching import BatchSchema
+
+            self._batch_schema = BatchSchema(self._format.columns_by_name)
+        return self._batch_schema
+
     def _keep_schema(self) -> None:
         """Keep the columns the batches have had where every process of the
         dataset finds them (DataLoader workers made anew each epoch, ranks),
         joined with those kept there: no process's columns undo another's."""
-        records, schema = self._shards.record_format, self._batch_schema
+        records, schema = self._shards.record_format, self._schema()
         if records is not None and schema.adopt(records.store.load_schema(self.urls)):
             records.store.save_schema(self.urls, schema.schema.serialize().to_pybytes())
 
@@ -876,7 +895,7 @@ class Dataset(_Base):
         if steals:
             return self._stolen(part, steal_state, columnar, batch_size, drop_last), observer
         units = self._read(part, position, columnar)
-        return (rebatch(units, batch_size, drop_last, cursor) if columnar else units), observer
+        return (_rebatch(units, batch_size, drop_last, cursor) if columnar else units), observer
 
     def _close_at_exit(self) -> None:
         """Close this copy as its process (a DataLoader worker) exits, before
@@ -894,6 +913,9 @@ class Dataset(_Base):
         columnar: bool, batch_size: int, drop_last: bool,
     ) -> tuple[Iterator[Any], Observer | None]:  # fmt: skip
         """A pass over whole shards not indexed yet (see :mod:`fastio.dataset._stream`)."""
+        from fastio.dataset._stream import StreamPass, check_stream_state  # a first epoch's only
+        from fastio.plan._stream import stream_shards
+
         records = self._shards.record_format
         assert records is not None  # only record formats have shards without a layout
         resume = None
@@ -928,7 +950,7 @@ class Dataset(_Base):
                                          lambda: cursor.delivered)  # fmt: skip
         self._expect(lambda: self._shards.size_of(shards), soon=not self._shards.sized(shards))
         items = stream.items(columnar)
-        return (rebatch(items, batch_size, drop_last, cursor) if columnar else items), observer
+        return (_rebatch(items, batch_size, drop_last, cursor) if columnar else items), observer
 
     def _first_pass_agreed(self, world_size: int) -> bool:
         """Whether the first epoch streams, as every rank of this machine
@@ -1003,7 +1025,7 @@ class Dataset(_Base):
 
         def read(owner: int, position: int, stop: int) -> Iterator[Any]:
             units = self._read(parts[owner], position, columnar, stop)
-            return rebatch(units, batch_size, False, self._cursor) if columnar else units
+            return _rebatch(units, batch_size, False, self._cursor) if columnar else units
 
         return run.run(claims.segments(), read)
 

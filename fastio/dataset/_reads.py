@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError, ShardChangedError, TruncatedFileError, TruncatedShardError
-from fastio.dataset._batching import rows_of, slice_rows
 from fastio.dataset._policy import place_of
 from fastio.formats._compression import codec_for
 from fastio.reader._ranges import Shard
@@ -336,6 +335,8 @@ class SampleReads:
         DecodeError it gives in a record's place) goes through ``policy`` and
         comes as :data:`SKIPPED` (one row), and so, after the rows before it,
         does an error that cuts the read short."""
+        from fastio.dataset._batching import rows_of, slice_rows  # batches' only
+
         layout = self.layouts[read.run.shard]
         skip, want = read.start - first, read.stop - read.start
         failed: list[Exception] = []

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastio.dataset._batching import assemble, rows_of
 from fastio.dataset._reads import SKIPPED
 from fastio.dataset._spill import MISSING as SPILL_MISSING
 
@@ -97,6 +96,8 @@ def _delivered(
             cursor.move_to(end)
             continue
         if order is None and columnar:  # stored order: a unit per part, as decoded
+            from fastio.dataset._batching import rows_of  # batches' only
+
             for read, decoded in its_reads:
                 position = int(starts[index]) + read.at
                 end = position + read.stop - read.start
@@ -172,6 +173,8 @@ def _columnar_window(
 ) -> tuple[Any, Any, Any, int]:
     """A window's table, the rows to deliver, their positions, the position
     after it (of the window's samples from ``origin`` on)."""
+    from fastio.dataset._batching import assemble, rows_of  # batches' only
+
     parts: list[tuple[int, Any]] = []
     for read, decoded in its_reads:
         at = read.at - origin

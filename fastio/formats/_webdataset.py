@@ -18,7 +18,6 @@ from fastio._native import TarColumns, group_tar, scan_tar
 from fastio.formats._compression import codec_for, decompress
 from fastio.formats._index import Locator
 from fastio.formats._layout import MAPPED_SAMPLE_BYTES, batch_of
-from fastio.formats._parts import TarPart
 from fastio.formats._reassemble import MAX_BATCH_BYTES, Framing, arrow, batched, framed, too_large
 from fastio.formats._records import RecordFormat, RecordWriter, owned, owned_kind
 from fastio.reader._ranges import ByteRange
@@ -450,6 +449,8 @@ def columns_webdataset(
 
     def take() -> Any:
         if parts:
+            from fastio.formats._parts import TarPart  # batches' only
+
             samples = collector.detach()
             return None if samples is None else TarPart.of(samples, url)
         batch = collector.take(url)
