@@ -111,7 +111,7 @@ UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 """What reading a damaged, truncated or foreign index file raises."""
 
 
-@record
+@record(slots=True)
 class ShardIndex:
     """Sample ``i`` of shard ``url`` is bytes ``starts[i]`` to ``ends[i]``.
 

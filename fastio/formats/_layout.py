@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["Layout", "ShardFormat", "ShardWriter", "batch_of", "gather", "sample_bounds"]
 
 
-@record
+@record(slots=True)
 class Layout:
     """Where the samples of one shard are.
 
