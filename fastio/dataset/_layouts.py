@@ -30,6 +30,7 @@ import numpy as np
 from fastio._errors import DecodeError, IndexFileError, ShardChangedError
 from fastio.formats._index import (
     DatasetIndex,
+    IndexColumns,
     dataset_index_location,
     index_columns,
     index_keys,
@@ -85,8 +86,10 @@ class ShardLayouts:
         self.reader = reader
         self.policy = policy
         self.layouts: list[Layout | None] = []
-        self.indexes: list[ShardIndex | None] = []
-        """Record shards' indexes, where known (what a dataset index is made of)."""
+        self._indexes: list[ShardIndex | None] | None = []  # see indexes
+        # Where every shard is as the dataset index holds it: what ``indexes``
+        # are made from when first asked for (a first sample needs none).
+        self._columns: IndexColumns | None = None
         self.sizes: list[int] = []
         # Size, version, change stamp; None for a remote object not asked about
         # yet (its size is 0 until a read learns it).
@@ -98,11 +101,11 @@ class ShardLayouts:
         # them, and checked when a read opens it.
         ahead = range(len(self.urls)) if read_first is None else read_first
         reader().stat_ahead([self.urls[shard] for shard in ahead[:_ASKED_WITH_THE_INDEX]])
-        known = self._dataset_index(index, storage_options, keys)
+        columns = self._dataset_index(index, storage_options, keys)
         if cache is not None:  # shards without an index are read in this order
             cache.plan(self.urls)
         records = self.record_format
-        kept = not known and index is None and records is not None
+        kept = (columns is None or not columns.urls) and index is None and records is not None
         # Indexes that a dataset index holds with an older change stamp (the
         # shards were copied, or their owner or mode changed), found fresh by
         # content: kept in the index folder with the stamp of now, and asked
@@ -110,6 +113,7 @@ class ShardLayouts:
         # shard again. The index folder's file, read at most once.
         self._restamped = 0
         self._kept: dict[str, ShardIndex] | None = None
+        known: dict[str, ShardIndex] = {}
         if kept and records is not None:  # what an earlier dataset over these shards left
             known = self._kept = records.store.load_set(self.urls)
         self._reused = 0  # shards whose index came from ``known``
@@ -122,7 +126,27 @@ class ShardLayouts:
         # What every shard's open asks, asked once: a dataset may have thousands.
         opener = reader()
         reusable = None if records is None else records.locator().reusable
-        stamps = self._stamps_now(opener, keys, known, records, reusable)
+        local = None if self.remote else list(opener.stamps(self.urls))
+        if columns is None or local is None or not self._all_as_indexed(columns, keys, local,
+                                                                        reusable):  # fmt: skip
+            if columns is not None:
+                known = DatasetIndex(columns.indexes()).lookup()
+            stamps: Sequence[tuple[int, int, int] | OSError | None] | None = local
+            if stamps is None:  # remote objects among them
+                stamps = self._stamps_now(opener, keys, known, records, reusable)
+            self._lay_out(opener, keys, stamps, known, reusable)
+        self._held = self._kept = None  # asked about at open only
+        self._unindexed_at = 0  # where :meth:`_all_indexed` looks first
+        if (kept and self._reused < len(self.urls)) or self._restamped:
+            self._keep_together()
+        self.arm(opener)
+
+    def _lay_out(self, opener: Reader, keys: list[str],
+                 stamps: Sequence[tuple[int, int, int] | OSError | None],
+                 known: dict[str, ShardIndex], reusable: Callable[[str], bool] | None,
+                 ) -> None:  # fmt: skip
+        """Each shard's layout: from its index in ``known`` where it is as
+        indexed, else as :meth:`_open` finds it."""
         as_indexed = self._as_indexed(keys, stamps, known, reusable)
         # Footers and the like are read ahead a group of shards at a time: one
         # wait per group, with a group's bytes held at once. A group of shards
@@ -132,7 +156,7 @@ class ShardLayouts:
             if None not in group:
                 self._add_indexed(cast("list[ShardIndex]", group))
                 continue
-            shard_format.prefetch(opener, self.urls[first : first + len(group)])
+            self.format.prefetch(opener, self.urls[first : first + len(group)])
             for shard, entry in enumerate(group, first):
                 if entry is not None:
                     self._add_indexed([entry])
@@ -140,15 +164,42 @@ class ShardLayouts:
                 self.indexes.append(None)
                 self.layouts.append(self._open(opener, self.urls[shard], keys[shard],
                                                stamps[shard], known, reusable))  # fmt: skip
-        shard_format.prefetch(opener, [])
-        self._held = self._kept = None  # asked about at open only
-        self._unindexed_at = 0  # where :meth:`_all_indexed` looks first
-        if (kept and self._reused < len(self.urls)) or self._restamped:
-            self._keep_together()
-        self.arm(opener)
+        self.format.prefetch(opener, [])
+
+    def _all_as_indexed(self, columns: IndexColumns, keys: list[str],
+                        stamps: list[tuple[int, int, int] | OSError],
+                        reusable: Callable[[str], bool] | None) -> bool:  # fmt: skip
+        """Where the dataset index holds exactly these local shards, in this
+        order, each as it is now (its change stamp too, see :meth:`_as_indexed`),
+        lays them all out from its columns, with no index object a shard, and
+        says so; else changes nothing."""
+        records = self.record_format
+        if records is None or reusable is None or columns.urls != keys:
+            return False
+        fields = columns.fields
+        if 0 in fields["change"] or not all(map(reusable, set(fields["format"]))):
+            return False
+        indexed = columns.stamps()
+        if indexed != stamps:  # an OSError is never equal
+            return False
+        self.sizes = [size for size, _, _ in indexed]
+        self.stamps = cast("list[tuple[int, int, int] | None]", indexed)
+        self.layouts = cast("list[Layout | None]", records.layouts_of_columns(columns))
+        self._indexes, self._columns = None, columns
+        self._reused = len(indexed)
+        return True
+
+    @property
+    def indexes(self) -> list[ShardIndex | None]:
+        """Record shards' indexes, where known (what a dataset index is made of)."""
+        if self._indexes is None:
+            assert self._columns is not None
+            self._indexes = list(self._columns.indexes())
+            self._columns = None
+        return self._indexes
 
     @staticmethod
-    def _as_indexed(keys: list[str], stamps: list[tuple[int, int, int] | OSError | None],
+    def _as_indexed(keys: list[str], stamps: Sequence[tuple[int, int, int] | OSError | None],
                     known: dict[str, ShardIndex] | None,
                     reusable: Callable[[str], bool] | None) -> list[ShardIndex | None]:  # fmt: skip
         """Each shard's index in ``known`` where the shard is a local file as
@@ -227,18 +278,22 @@ class ShardLayouts:
         worker per epoch."""
         state = self.__dict__.copy()
         del state["reader"]  # the new process's own: the dataset gives it back
-        if any(index is not None for index in self.indexes):
-            state["indexes"] = _PackedIndexes.of(self.indexes)
+        state["_columns"] = None
+        if self._columns is not None:  # every shard as the dataset index holds it
+            state["_indexes"] = _PackedIndexes.of_columns(self._columns)
+            state["layouts"] = [None] * len(self.layouts)
+        elif any(index is not None for index in self.indexes):
+            state["_indexes"] = _PackedIndexes.of(self.indexes)
             pairs = zip(self.layouts, self.indexes, strict=True)
             state["layouts"] = [layout if index is None else None for layout, index in pairs]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        packed = state["indexes"]
+        packed = state["_indexes"]
         if isinstance(packed, _PackedIndexes):
             records = state["_records"]
             with collector_paused():  # objects per shard, none garbage
-                indexes = state["indexes"] = packed.unpacked()
+                indexes = state["_indexes"] = packed.unpacked()
                 pairs = zip(state["layouts"], indexes, strict=True)
                 state["layouts"] = [layout if index is None else records.layout_of(index)
                                     for layout, index in pairs]  # fmt: skip
@@ -285,12 +340,12 @@ class ShardLayouts:
         return known + sum(stamp[0] for stamp in asked if not isinstance(stamp, OSError))
 
     def _dataset_index(self, index: str | None, storage_options: dict[str, Any],
-                       keys: list[str]) -> dict[str, ShardIndex]:  # fmt: skip
+                       keys: list[str]) -> IndexColumns | None:  # fmt: skip
         if self.record_format is None:
-            return {}
+            return None
         location = index if index is not None else dataset_index_location(keys, keyed=True)
         try:
-            found = DatasetIndex.fetch(location, storage_options, self.reader().settings)
+            found = DatasetIndex.fetch_columns(location, storage_options, self.reader().settings)
         except PermissionError as error:
             if index is not None:
                 raise
@@ -298,15 +353,15 @@ class ShardLayouts:
             # it lacks (S3 without ListBucket) has none there to give.
             log.info("fastio: no dataset index readable at %s (%s); the shards are read "
                      "without one", location, error)  # fmt: skip
-            return {}
+            return None
         except IndexFileError as error:
             if index is not None or not self.policy.tolerates:
                 raise
             self.policy.failure(error, None, "the shards are indexed anew")
-            return {}
+            return None
         if found is None and index is not None:
             raise FileNotFoundError(2, "no dataset index there", index)
-        return {} if found is None else found.lookup()
+        return found
 
     def _open(self, reader: Reader, url: str, key: str,
               stamp: tuple[int, int, int] | OSError | None, known: dict[str, ShardIndex],
@@ -586,6 +641,13 @@ class _PackedIndexes:
         held = [shard for shard, index in enumerate(indexes) if index is not None]
         fields, starts, ends = index_columns([index for index in indexes if index is not None])
         return cls(len(indexes), held, fields, starts, ends)
+
+    @classmethod
+    def of_columns(cls, columns: IndexColumns) -> _PackedIndexes:
+        """Every shard's index, as a dataset index's columns hold them."""
+        count = len(columns.urls)
+        fields = {**columns.fields, "url": columns.urls}
+        return cls(count, list(range(count)), fields, columns.starts, columns.ends)
 
     def unpacked(self) -> list[ShardIndex | None]:
         indexes: list[ShardIndex | None] = [None] * self.count

@@ -67,6 +67,7 @@ __all__ = [
     "SET_SUFFIX",
     "UNREADABLE",
     "DatasetIndex",
+    "IndexColumns",
     "IndexStore",
     "Locator",
     "ShardIndex",
@@ -687,14 +688,72 @@ def indexes_of_columns(fields: dict[str, list[Any]], starts: np.ndarray, ends: n
     ``ends``. Field by field, not shard by shard: a dataset may have tens of
     thousands. Raises ValueError (naming ``where``) where the counts do not
     add up to the offsets."""
-    bounds = list(itertools.accumulate(map(int, fields["count"]), initial=0))
-    if bounds[-1] != len(starts) or len(ends) != len(starts):
-        raise ValueError(f"{where}: the index counts {bounds[-1]} samples, holds {len(starts)}")
+    return _indexes_at(fields, urls, _sample_bounds(fields, starts, ends, where), starts, ends)
+
+
+def _indexes_at(fields: dict[str, list[Any]], urls: Sequence[str], bounds: list[int],
+                starts: np.ndarray, ends: np.ndarray) -> list[ShardIndex]:  # fmt: skip
     columns = zip(urls, fields["format"], map(int, fields["size"]), map(int, fields["version"]),
                   map(int, fields["change"]), fields["fingerprint"], bounds[:-1], bounds[1:],
                   strict=True)  # fmt: skip
     return [ShardIndex(url, kind, size, version, starts[a:b], ends[a:b], change, print_)
             for url, kind, size, version, change, print_, a, b in columns]  # fmt: skip
+
+
+def _sample_bounds(fields: dict[str, list[Any]], starts: np.ndarray, ends: np.ndarray,
+                   where: str) -> list[int]:  # fmt: skip
+    """Where each shard's samples start in ``starts`` and ``ends``, and their
+    end. Raises ValueError (naming ``where``) where the counts do not add up
+    to the offsets."""
+    bounds = list(itertools.accumulate(map(int, fields["count"]), initial=0))
+    if bounds[-1] != len(starts) or len(ends) != len(starts):
+        raise ValueError(f"{where}: the index counts {bounds[-1]} samples, holds {len(starts)}")
+    return bounds
+
+
+@record(frozen=True)
+class IndexColumns:
+    """A dataset index as its file holds it (see :func:`index_columns`): each
+    shard's fields in lists, its URL resolved, its samples' offsets at
+    ``bounds[i]`` to ``bounds[i + 1]`` of ``starts`` and ``ends``. A dataset
+    whose every shard is as its index holds it is laid out from these, with
+    no index object a shard until one is asked for (see :meth:`indexes`)."""
+
+    fields: dict[str, list[Any]]
+    urls: list[str]
+    bounds: list[int]
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def read(cls, data: bytes, location: str) -> IndexColumns:
+        """The index in ``data`` (the file at ``location``). Raises ValueError,
+        KeyError, EOFError or BadZipFile for one that is damaged or not an
+        index of this version."""
+        stored = _npz_arrays(data)
+        meta = json.loads(stored["meta"].item())  # not str(): numpy would format it first
+        made = meta.get("version")
+        if made not in _READ_VERSIONS:
+            raise ValueError(f"{location}: index version {made}, not {_VERSION}")
+        shards = meta["shards"]
+        if made == 2:
+            shards = {field: [entry.get(field, default) for entry in shards]
+                      for field, default in _FIELDS.items()}  # fmt: skip
+        if len({len(shards[field]) for field in _FIELDS}) > 1:
+            raise ValueError(f"{location}: the index's fields differ in length")
+        urls = _resolved_all(shards["url"], posixpath.dirname(index_key(location)))
+        starts, ends = stored["starts"], stored["ends"]
+        return cls(shards, urls, _sample_bounds(shards, starts, ends, location), starts, ends)
+
+    def indexes(self) -> list[ShardIndex]:
+        """Each shard's index; their offsets are views of the columns'."""
+        return _indexes_at(self.fields, self.urls, self.bounds, self.starts, self.ends)
+
+    def stamps(self) -> list[tuple[int, int, int]]:
+        """Each shard's ``(size, version, change)`` as it was indexed."""
+        fields = self.fields
+        return list(zip(map(int, fields["size"]), map(int, fields["version"]),
+                        map(int, fields["change"]), strict=True))  # fmt: skip
 
 
 # The zip extra field that pads a member's local header (as Android's
@@ -782,19 +841,7 @@ class DatasetIndex:
         """The index in ``data`` (the file at ``location``). Raises ValueError,
         KeyError, EOFError or BadZipFile for one that is damaged or not an
         index of this version."""
-        stored = _npz_arrays(data)
-        meta = json.loads(stored["meta"].item())  # not str(): numpy would format it first
-        made = meta.get("version")
-        if made not in _READ_VERSIONS:
-            raise ValueError(f"{location}: index version {made}, not {_VERSION}")
-        shards = meta["shards"]
-        if made == 2:
-            shards = {field: [entry.get(field, default) for entry in shards]
-                      for field, default in _FIELDS.items()}  # fmt: skip
-        if len({len(shards[field]) for field in _FIELDS}) > 1:
-            raise ValueError(f"{location}: the index's fields differ in length")
-        urls = _resolved_all(shards["url"], posixpath.dirname(index_key(location)))
-        return cls(indexes_of_columns(shards, stored["starts"], stored["ends"], urls, location))
+        return cls(IndexColumns.read(data, location).indexes())
 
     def lookup(self) -> dict[str, ShardIndex]:
         """The shards' indexes by URL (local paths made absolute)."""
@@ -818,6 +865,13 @@ class DatasetIndex:
         """The dataset index at ``location``, read with one request (retried
         as ``settings`` say); None where there is none. Raises
         :class:`fastio.IndexFileError` for a damaged one."""
+        columns = cls.fetch_columns(location, storage_options, settings)
+        return None if columns is None else cls(columns.indexes())
+
+    @staticmethod
+    def fetch_columns(location: str, storage_options: dict[str, Any] | None = None,
+                      settings: ReaderSettings | None = None) -> IndexColumns | None:  # fmt: skip
+        """:meth:`fetch`'s index as its file holds it (see :class:`IndexColumns`)."""
         try:
             if is_remote(location):
                 from fastio.sources._remote import read_object
@@ -828,7 +882,7 @@ class DatasetIndex:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         try:
-            return cls.read(bytes(data), location)
+            return IndexColumns.read(bytes(data), location)
         except UNREADABLE as error:
             raise IndexFileError(location, "the dataset", _problem(error)) from None
 

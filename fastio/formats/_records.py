@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
     from fastio.formats._compression import Writable
-    from fastio.formats._index import IndexPlacement, Locator
+    from fastio.formats._index import IndexColumns, IndexPlacement, Locator
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
@@ -97,33 +97,18 @@ class RecordFormat(ShardFormat):
     def layouts_of(self, indexes: Iterable[ShardIndex]) -> list[Layout]:
         """The layouts the indexes describe, in one loop (a dataset lays out
         every shard before its first sample, and may have tens of thousands)."""
-        layouts: list[Layout] = []
-        append = layouts.append
-        # A dataset's shards mostly share an extension: the codec it names is
-        # told once per ending (a URL with a query or fragment: each alone).
-        codecs: dict[str, str | None] = {}
-        for index in indexes:
-            url = index.url
-            starts, ends = index.starts, index.ends
-            if starts.dtype is _UINT64 and ends.dtype is _UINT64:
-                starts, ends = starts.view(_INT64), ends.view(_INT64)
-            else:
-                starts, ends = _signed(starts), _signed(ends)
-            count, size = len(starts), index.size
-            if "?" in url or "#" in url:
-                codec = codec_for(url)
-            else:
-                ending = url[-5:]
-                codec = codecs.get(ending, _UNTOLD)
-                if codec is _UNTOLD:
-                    codec = codecs[ending] = codec_for(url)
-            if codec is None:
-                append(Layout(url, count, size, sample_bounds(count), None, starts, ends))
-                continue
-            whole = np.array([size], np.int64)
-            bounds = np.array([0, count], np.int64)
-            append(Layout(url, count, size, bounds, whole, starts, ends, whole=True))
-        return layouts
+        return _layouts((index.url, index.size, *_offsets(index.starts, index.ends))
+                        for index in indexes)  # fmt: skip
+
+    def layouts_of_columns(self, columns: IndexColumns) -> list[Layout]:
+        """The layouts a dataset index's columns describe (see
+        :meth:`layouts_of`), with no index object a shard: each shard's
+        offsets a slice of the columns' own, taken as int64 once."""
+        starts, ends = _offsets(columns.starts, columns.ends)
+        bounds = columns.bounds
+        shards = zip(columns.urls, map(int, columns.fields["size"]), bounds[:-1], bounds[1:],
+                     strict=True)  # fmt: skip
+        return _layouts((url, size, starts[a:b], ends[a:b]) for url, size, a, b in shards)
 
     def scanned(
         self, chunks: Iterable[Chunk], url: str, encoded: bool = False
@@ -260,6 +245,44 @@ def own_bytes_as(kind: type[bytes]) -> None:
 _UINT64 = np.dtype(np.uint64)
 _INT64 = np.dtype(np.int64)
 _UNTOLD = "untold"  # not a codec's name
+
+
+def _layouts(shards: Iterable[tuple[str, int, np.ndarray, np.ndarray]]) -> list[Layout]:
+    """The layouts of ``(url, size, starts, ends)`` shards (int64 offsets)."""
+    layouts: list[Layout] = []
+    append = layouts.append
+    # A dataset's shards mostly share an extension: the codec it names is
+    # told once per ending (a URL with a query or fragment: each alone).
+    codecs: dict[str, str | None] = {}
+    # Shards mostly hold as many samples as each other: one bounds view each
+    # count (read-only, shared as sample_bounds shares its array).
+    counted: dict[int, np.ndarray] = {}
+    for url, size, starts, ends in shards:
+        count = len(starts)
+        if "?" in url or "#" in url:
+            codec = codec_for(url)
+        else:
+            ending = url[-5:]
+            codec = codecs.get(ending, _UNTOLD)
+            if codec is _UNTOLD:
+                codec = codecs[ending] = codec_for(url)
+        if codec is None:
+            bounds = counted.get(count)
+            if bounds is None:
+                bounds = counted[count] = sample_bounds(count)
+            append(Layout(url, count, size, bounds, None, starts, ends))
+            continue
+        whole = np.array([size], np.int64)
+        bounds = np.array([0, count], np.int64)
+        append(Layout(url, count, size, bounds, whole, starts, ends, whole=True))
+    return layouts
+
+
+def _offsets(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An index's offsets as the int64 a layout computes with (see :func:`_signed`)."""
+    if starts.dtype is _UINT64 and ends.dtype is _UINT64:
+        return starts.view(_INT64), ends.view(_INT64)
+    return _signed(starts), _signed(ends)
 
 
 def _signed(offsets: np.ndarray) -> np.ndarray:

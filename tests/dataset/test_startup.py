@@ -14,7 +14,7 @@ import pytest
 
 import fastio
 from fastio._native import HUGE_PAGE
-from fastio.formats._index import INDEX_SUFFIX, SET_SUFFIX
+from fastio.formats._index import INDEX_SUFFIX, SET_SUFFIX, build_index
 from fastio.plan import make_windows
 from fastio.plan._assignment import Span
 from fastio.reader import _reader
@@ -325,3 +325,52 @@ def test_a_paused_collector_comes_back_as_it_was() -> None:
         assert not gc.isenabled()  # a process that disabled it keeps it so
     finally:
         gc.enable()
+
+
+def test_shards_as_their_dataset_index_holds_them_are_laid_out_as_their_scans_say(
+    tmp_path,
+) -> None:
+    """Every shard as the dataset index holds it: the open lays them out from
+    its columns (no index object a shard until one is asked for), and each
+    layout, each index asked for later, a pickled copy's layouts and the
+    samples are those each shard's own scan gives. A shard changed since
+    makes the open go shard by shard, and the samples are its new ones."""
+    import pickle
+
+    import numpy as np
+
+    written = write("webdataset", tmp_path / "data", shards=4, per_shard=10)
+    dataset = fastio.Dataset(written.pattern, shuffle=False, index_dir=tmp_path / "index")
+    shards = dataset._shards
+    assert shards._indexes is None  # laid out from the columns
+    records = shards.record_format
+    assert records is not None
+    scanned = [build_index(dataset.reader, url, records.locator()) for url in written.urls]
+    copy = pickle.loads(pickle.dumps(dataset))
+    for made in (dataset, copy):
+        for layout, scan in zip(made.layouts, scanned, strict=True):
+            assert (layout.url, layout.count, layout.size) == (scan.url, len(scan), scan.size)
+            assert layout.starts.dtype == layout.ends.dtype == np.int64
+            assert np.array_equal(layout.starts, scan.starts)
+            assert np.array_equal(layout.ends, scan.ends)
+    for index, scan in zip(shards.indexes, scanned, strict=True):
+        assert index is not None
+        assert (index.url, index.stamp, index.fingerprint) == (scan.url, scan.stamp,
+                                                                scan.fingerprint)  # fmt: skip
+        assert index.starts.dtype == np.uint64
+        assert np.array_equal(index.starts, scan.starts)
+        assert np.array_equal(index.ends, scan.ends)
+    assert len(shards.dataset_index().shards) == len(written.urls)
+    assert keys(dataset) == keys(copy) == [row["key"] for row in written.samples]
+
+    changed = write("webdataset", tmp_path / "other", shards=4, per_shard=7, index=False)
+    os.replace(changed.urls[2], written.urls[2])  # another shard's samples in its place
+    counts = [len(scan) for scan in scanned]
+    counts[2] = len(build_index(dataset.reader, written.urls[2], records.locator()))
+    assert counts[2] != len(scanned[2])
+    again = fastio.Dataset(written.pattern, shuffle=False, index_dir=tmp_path / "index")
+    assert again._shards._indexes is not None  # shard by shard
+    known = [None if layout is None else layout.count for layout in again.layouts]
+    assert known == [*counts[:2], None, counts[3]]  # the changed one streams in the first epoch
+    assert len(list(again)) == sum(counts)
+    assert [layout.count for layout in again.layouts if layout is not None] == counts
