@@ -170,9 +170,11 @@ class SampleReads:
                 yield reads[k], _nothing(columnar)
                 k += 1
                 continue
-            stop = next((i for i in range(k, len(reads))
-                         if reads[i].run.shard in self.failing or reads[i].run.shard in dead),
-                        len(reads))  # fmt: skip
+            stop = len(reads)
+            if self.failing or dead:  # (a pass of thousands of reads looks at none of them)
+                stop = next((i for i in range(k, len(reads))
+                             if reads[i].run.shard in self.failing or reads[i].run.shard in dead),
+                            stop)  # fmt: skip
             # Each read's ranges are worked out as the reader comes to it, not
             # all before the first: an epoch's part may be thousands of reads.
             leading = self.layouts[reads[k].run.shard]
