@@ -8,18 +8,26 @@ tells the observer. On page-cached 4 KiB records a sample costs about 3 us in
 all, and one more layer alone would cost 1-2% of that
 (``benchmarks/bench_fairness.py``, part ``overhead``), so the observer is
 called from here rather than wrapping the items.
+
+An iteration still open when the process exits (a loop left with ``break``,
+an iterator kept) is closed by an exit hook, while every module is whole:
+the interpreter would close it only as it empties the modules, where its
+cleanup (its reads stopped, its counters told) finds their names gone.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import random
 import sys
 import time
+import weakref
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Generator, Iterator
 
 __all__ = ["Observer", "deliver"]
 
@@ -28,6 +36,16 @@ __all__ = ["Observer", "deliver"]
 _FAST_ITEM_SECONDS = 20e-6
 _MAX_STRIDE = 256
 _END = object()
+
+# Iterations not finished yet: closed at exit, before the interpreter's teardown.
+_open: weakref.WeakSet[Generator[Any, None, None]] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_iterations() -> None:
+    for iteration in list(_open):
+        with contextlib.suppress(ValueError):  # running on another thread: it ends with it
+            iteration.close()
 
 
 class Observer(Protocol):
@@ -51,7 +69,16 @@ def deliver(
     generator would); with an observer, the time between handing one out and
     being asked for the next is the consumer's (idle), the rest is busy.
     ``end(finished)`` runs when the iteration ends, however it ends:
-    ``finished`` where every item was taken."""
+    ``finished`` where every item was taken (at the latest as the process
+    exits, see the module)."""
+    iteration = _delivered(begin, end)
+    _open.add(iteration)
+    return iteration
+
+
+def _delivered(
+    begin: Callable[[], tuple[Iterator[Any], Observer | None]], end: Callable[[bool], None]
+) -> Generator[Any, None, None]:
     finished = False
     # Kept here: an iteration left open at exit is closed after the
     # interpreter has emptied this module's globals (``sys`` among them).

@@ -467,18 +467,24 @@ def test_fits_in_page_cache_leaves_room_to_spare() -> None:
 
 
 @pytest.mark.parametrize("imported", ["", "from fastio.dataset import _delivery\n"])
-def test_a_loop_left_at_its_first_sample_ends_quietly_with_the_process(tmp_path, imported) -> None:
-    """Also where the script holds the delivery module itself, whose globals
-    the interpreter empties before it closes the open iteration."""
-    written = write("webdataset", tmp_path / "data", shards=2, per_shard=8)
+@pytest.mark.parametrize("indexed", [True, False], ids=["indexed", "never seen"])
+def test_a_loop_left_at_its_first_sample_ends_quietly_with_the_process(
+    tmp_path, imported, indexed
+) -> None:
+    """Indexed, and never seen (the first epoch streams its shards); also
+    where the script holds the delivery module itself. Left open, the
+    iteration ends before the interpreter empties the modules its cleanup
+    uses."""
+    written = write("webdataset", tmp_path / "data", shards=2, per_shard=8, index=indexed)
     script = (
         "import sys, fastio\n"
         f"{imported}"
-        "dataset = fastio.Dataset(sys.argv[1:], shuffle=False)\n"
+        "dataset = fastio.Dataset(sys.argv[2:], shuffle=False, index_dir=sys.argv[1])\n"
         "iterator = iter(dataset)\n"
-        "print(next(iterator)['__key__'])\n"  # left open: closed as the interpreter ends
+        "print(next(iterator)['__key__'])\n"  # left open: closed as the process ends
     )
-    done = subprocess.run([sys.executable, "-c", script, *written.urls],
+    index_dir = tmp_path / "index"  # empty: never seen is never seen
+    done = subprocess.run([sys.executable, "-c", script, str(index_dir), *written.urls],
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     first = {"__key__": done.stdout.strip()}
