@@ -148,6 +148,7 @@ class ShardLayouts:
         """Each shard's layout: from its index in ``known`` where it is as
         indexed, else as :meth:`_open` finds it."""
         as_indexed = self._as_indexed(keys, stamps, known, reusable)
+        indexes = self.indexes
         # Footers and the like are read ahead a group of shards at a time: one
         # wait per group, with a group's bytes held at once. A group of shards
         # all as indexed is laid out at once, with nothing to read.
@@ -161,7 +162,7 @@ class ShardLayouts:
                 if entry is not None:
                     self._add_indexed([entry])
                     continue
-                self.indexes.append(None)
+                indexes.append(None)
                 self.layouts.append(self._open(opener, self.urls[shard], keys[shard],
                                                stamps[shard], known, reusable))  # fmt: skip
         self.format.prefetch(opener, [])
