@@ -9,12 +9,15 @@ import gc
 # the clock of every method that runs fastio.
 FASTIO_IMPORTS = (
     "fastio",
+    "fastio.dataset._batching",  # and what a dataset loads where it is used: batches,
     "fastio.dataset._dataset",
+    "fastio.dataset._stream",  # a streamed first epoch
     "fastio.formats._arrays",  # the formats load where a dataset reads them: all here
     "fastio.formats._lines",
     "fastio.formats._tables",
     "fastio.formats._tfrecord",
     "fastio.formats._webdataset",
+    "fastio.plan._stream",
     "numpy",
     "pyarrow",
     "pyarrow.compute",
