@@ -80,8 +80,9 @@ def _delivered(
     begin: Callable[[], tuple[Iterator[Any], Observer | None]], end: Callable[[bool], None]
 ) -> Generator[Any, None, None]:
     finished = False
-    # Kept here: an iteration left open at exit is closed after the
-    # interpreter has emptied this module's globals (``sys`` among them).
+    # Kept here: one the exit hook could not close (running on another
+    # thread then) is closed only after the interpreter has emptied this
+    # module's globals (``sys`` among them).
     finalizing = sys.is_finalizing
     try:
         items, observer = begin()
@@ -127,8 +128,8 @@ def _delivered(
                     next_tick = back + interval
             finished = True
         finally:
-            # An iteration left open at exit is closed while the interpreter
-            # tears its modules down: its last counters have no reader then.
+            # Closed as the interpreter tears its modules down (see above):
+            # its last counters have no reader then.
             if not finalizing():
                 observer.finish(max(clock() - mark - idle, 0.0))
     finally:
