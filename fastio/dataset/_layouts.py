@@ -279,10 +279,8 @@ class ShardLayouts:
         worker per epoch."""
         state = self.__dict__.copy()
         del state["reader"]  # the new process's own: the dataset gives it back
-        state["_columns"] = None
-        if self._columns is not None:  # every shard as the dataset index holds it
-            state["_indexes"] = _PackedIndexes.of_columns(self._columns)
-            state["layouts"] = [None] * len(self.layouts)
+        if self._columns is not None:  # every shard as the dataset index holds it:
+            state["layouts"] = None  # laid out there from the columns, as here
         elif any(index is not None for index in self.indexes):
             state["_indexes"] = _PackedIndexes.of(self.indexes)
             pairs = zip(self.layouts, self.indexes, strict=True)
@@ -290,8 +288,11 @@ class ShardLayouts:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        packed = state["_indexes"]
-        if isinstance(packed, _PackedIndexes):
+        packed, columns = state["_indexes"], state["_columns"]
+        if columns is not None:
+            with collector_paused():  # objects per shard, none garbage
+                state["layouts"] = state["_records"].layouts_of_columns(columns)
+        elif isinstance(packed, _PackedIndexes):
             records = state["_records"]
             with collector_paused():  # objects per shard, none garbage
                 indexes = state["_indexes"] = packed.unpacked()
@@ -642,13 +643,6 @@ class _PackedIndexes:
         held = [shard for shard, index in enumerate(indexes) if index is not None]
         fields, starts, ends = index_columns([index for index in indexes if index is not None])
         return cls(len(indexes), held, fields, starts, ends)
-
-    @classmethod
-    def of_columns(cls, columns: IndexColumns) -> _PackedIndexes:
-        """Every shard's index, as a dataset index's columns hold them."""
-        count = len(columns.urls)
-        fields = {**columns.fields, "url": columns.urls}
-        return cls(count, list(range(count)), fields, columns.starts, columns.ends)
 
     def unpacked(self) -> list[ShardIndex | None]:
         indexes: list[ShardIndex | None] = [None] * self.count
