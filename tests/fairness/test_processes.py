@@ -9,10 +9,13 @@ import contextlib
 import gc
 import os
 import pickle
+import re
 import signal
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import fastio
@@ -189,6 +192,45 @@ def test_boards_of_dead_owners_are_swept(written, tmp_path) -> None:
         for path in others + foreign:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+
+# How shared files are named: the owner is the number between the kind and the token.
+NAMED = re.compile(r"fastio-[a-z]+-(\d+)-[0-9a-f]{12}")
+# A name shared_path makes, piece by piece, and what each piece may be instead.
+PIECES = [
+    ("fastio-", ["fastio", "fastio--", "Fastio-", ""]),
+    ("epochs", ["Epochs", "ep0chs", "h\u00e9", "", "a-b", "epochs_"]),
+    ("-", ["", "--", "_"]),
+    ("123", ["\u0663\u0661", "1\u00b2", "12a", "", "-1", "4 ", "0"]),
+    ("-", ["", "_", "--"]),
+    ("feedfacecafe", ["0123456789abc", "FEEDFACECAFE", "feedfacecaf", "feedface-afe",
+                      "feedfacecafg", "0123456789ab"]),
+    ("", [".tmp", "\n", "-", "/"]),
+]  # fmt: skip
+
+
+@st.composite
+def names(draw: st.DrawFn) -> str:
+    """Such a name with up to two of its pieces changed."""
+    pieces = [good for good, _ in PIECES]
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.integers(0, len(PIECES) - 1))
+        pieces[at] = draw(st.sampled_from(PIECES[at][1]))
+    return "".join(pieces)
+
+
+@given(names())
+def test_the_owner_of_a_shared_file_is_read_from_its_name_as_the_pattern_reads_it(name) -> None:
+    named = NAMED.fullmatch(name)
+    assert _mapped.owner_of(name) == (int(named[1]) if named else None)
+    assert _mapped.owner_of(f"/dev/shm/{name}") == _mapped.owner_of(name)
+
+
+def test_a_shared_file_named_here_names_its_owner() -> None:
+    path = _mapped.shared_path("epochs")
+    assert _mapped.owner_of(path) == os.getpid()
+    assert _mapped.owner_of(path + "0") is None
+    assert _mapped.owner_of(path.replace("epochs", "ep0chs")) is None
 
 
 def test_off_means_no_board(written, tmp_path) -> None:
