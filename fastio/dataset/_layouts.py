@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
 
@@ -58,6 +59,9 @@ log = logging.getLogger("fastio")
 
 _PREFETCH_SHARDS = 64
 _ASKED_WITH_THE_INDEX = 16  # remote sizes asked while the dataset index is: one default round
+# Local shards from which their stats are taken on a thread of their own
+# while the dataset index is read (fewer: a thread costs more than it saves).
+_STATTED_BESIDE = 256
 
 
 class ShardLayouts:
@@ -94,13 +98,20 @@ class ShardLayouts:
         # Size, version, change stamp; None for a remote object not asked about
         # yet (its size is 0 until a read learns it).
         self.stamps: list[tuple[int, int, int] | None] = []
+        opener = reader()
+        # What every shard's open asks, asked once: a dataset may have thousands.
+        # Many local files are statted on another core while this one names
+        # them and reads and parses the dataset index (the stats hold no GIL).
+        local: _Beside | None = None
+        if not self.remote:
+            local = _Beside(opener.stamps, self.urls, len(self.urls) >= _STATTED_BESIDE)
         keys = index_keys(self.urls)  # how indexes name the shards
         # The first remote objects' sizes are asked for while the dataset index
         # is (a small dataset not indexed yet waits for one round trip, not
         # two); what the index holds is laid out from it without waiting for
         # them, and checked when a read opens it.
         ahead = range(len(self.urls)) if read_first is None else read_first
-        reader().stat_ahead([self.urls[shard] for shard in ahead[:_ASKED_WITH_THE_INDEX]])
+        opener.stat_ahead([self.urls[shard] for shard in ahead[:_ASKED_WITH_THE_INDEX]])
         columns = self._dataset_index(index, storage_options, keys)
         if cache is not None:  # shards without an index are read in this order
             cache.plan(self.urls)
@@ -123,15 +134,13 @@ class ShardLayouts:
         # opening a file for each (a never-seen dataset of 2,000 shards
         # spent 16 ms failing to open them).
         self._held: set[str] | None = None
-        # What every shard's open asks, asked once: a dataset may have thousands.
-        opener = reader()
         reusable = None if records is None else records.locator().reusable
-        local = None if self.remote else list(opener.stamps(self.urls))
-        if columns is None or local is None or not self._all_as_indexed(columns, keys, local,
-                                                                        reusable):  # fmt: skip
+        now = None if local is None else local.result()
+        if columns is None or now is None or not self._all_as_indexed(columns, keys, now,
+                                                                      reusable):  # fmt: skip
             if columns is not None:
                 known = DatasetIndex(columns.indexes()).lookup()
-            stamps: Sequence[tuple[int, int, int] | OSError | None] | None = local
+            stamps: Sequence[tuple[int, int, int] | OSError | None] | None = now
             if stamps is None:  # remote objects among them
                 stamps = self._stamps_now(opener, keys, known, records, reusable)
             self._lay_out(opener, keys, stamps, known, reusable)
@@ -655,3 +664,34 @@ class _PackedIndexes:
 
 def _empty_layout(url: str) -> Layout:
     return Layout(url, 0, 0, np.zeros(1, np.int64), np.zeros(0, np.int64))
+
+
+class _Beside:
+    """``ask(urls)``, on a thread of its own where ``beside`` (else at once),
+    for :meth:`result`: the answer, or what it raised."""
+
+    def __init__(self, ask: Callable[[list[str]], list[Any]], urls: list[str],
+                 beside: bool) -> None:  # fmt: skip
+        self._ask, self._urls = ask, urls
+        self._answer: list[Any] | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if beside:
+            self._thread = threading.Thread(target=self._run, daemon=True, name="fastio-stat")
+            self._thread.start()
+        else:
+            self._run()
+
+    def _run(self) -> None:
+        try:
+            self._answer = self._ask(self._urls)
+        except BaseException as error:  # raised where the answer is taken
+            self._error = error
+
+    def result(self) -> list[Any]:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._answer is not None
+        return self._answer

@@ -327,18 +327,32 @@ def test_a_paused_collector_comes_back_as_it_was() -> None:
         gc.enable()
 
 
+@pytest.mark.parametrize("beside", [False, True], ids=["stats in turn", "stats beside"])
 def test_shards_as_their_dataset_index_holds_them_are_laid_out_as_their_scans_say(
-    tmp_path,
+    tmp_path, monkeypatch, beside
 ) -> None:
     """Every shard as the dataset index holds it: the open lays them out from
     its columns (no index object a shard until one is asked for), and each
     layout, each index asked for later, a pickled copy's layouts and the
     samples are those each shard's own scan gives. A shard changed since
-    makes the open go shard by shard, and the samples are its new ones."""
+    makes the open go shard by shard, and the samples are its new ones.
+    The same where the shards are statted on a thread of their own (as many
+    shards are) while the dataset index is read."""
     import pickle
 
     import numpy as np
 
+    from fastio.dataset import _layouts
+
+    monkeypatch.setattr(_layouts, "_STATTED_BESIDE", 1 if beside else 10**9)
+    statted_on = []
+    run = _layouts._Beside._run
+
+    def spied(self) -> None:
+        statted_on.append(threading.current_thread().name)
+        run(self)
+
+    monkeypatch.setattr(_layouts._Beside, "_run", spied)
     written = write("webdataset", tmp_path / "data", shards=4, per_shard=10)
     dataset = fastio.Dataset(written.pattern, shuffle=False, index_dir=tmp_path / "index")
     shards = dataset._shards
@@ -374,3 +388,22 @@ def test_shards_as_their_dataset_index_holds_them_are_laid_out_as_their_scans_sa
     assert known == [*counts[:2], None, counts[3]]  # the changed one streams in the first epoch
     assert len(list(again)) == sum(counts)
     assert [layout.count for layout in again.layouts if layout is not None] == counts
+    # Each open (the one that wrote the dataset index too) statted so.
+    assert len(statted_on) >= 2
+    assert set(statted_on) == {"fastio-stat" if beside else "MainThread"}
+
+
+def test_stats_taken_beside_give_what_they_raised_where_they_are_taken() -> None:
+    from fastio.dataset._layouts import _Beside
+
+    def ask(urls: list[str]) -> list[str]:
+        if urls == ["bad"]:
+            raise PermissionError(13, "Permission denied", urls[0])
+        return urls
+
+    assert _Beside(ask, ["a", "b"], beside=True).result() == ["a", "b"]
+    for beside in (True, False):
+        stats = _Beside(ask, ["bad"], beside=beside)
+        with pytest.raises(PermissionError) as raised:
+            stats.result()
+        assert raised.value.filename == "bad"
