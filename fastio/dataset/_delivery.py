@@ -101,7 +101,7 @@ def _delivered(
         # consumer's share extrapolated, an unbiased estimate: two clock reads
         # per item would cost several percent of the delivery rate.
         stride = countdown = 1
-        draw = random.Random(observer.seed).random
+        draw: Callable[[], float] | None = None  # made once the stride grows
         items = iter(items)  # the untimed runs below continue the same iterator
         try:
             for item in items:
@@ -121,7 +121,12 @@ def _delivered(
                     stride *= 2
                 elif per_item > 4 * _FAST_ITEM_SECONDS and stride > 1:
                     stride //= 2
-                countdown = 1 + int(draw() * (2 * stride - 1))  # stride on average
+                if stride > 1:
+                    if draw is None:
+                        draw = random.Random(observer.seed).random
+                    countdown = 1 + int(draw() * (2 * stride - 1))  # stride on average
+                else:
+                    countdown = 1
                 if back >= next_tick:
                     observer.tick(max(back - mark - idle, 0.0))
                     mark, idle = back, 0.0

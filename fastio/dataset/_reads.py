@@ -5,7 +5,6 @@ policy."""
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from itertools import groupby, islice
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -155,7 +154,7 @@ class SampleReads:
         # (a server that stops answering for one object): their other reads
         # are skipped at once, not each asked again with every retry (a
         # stalled object cost minutes, its ranges asked for a hundred times).
-        failures: Counter[int] = Counter()
+        failures: dict[int, int] = {}
         dead: dict[int, Exception] = {}
         k = 0
         while k < len(reads):
@@ -206,9 +205,10 @@ class SampleReads:
                 failed = k + guarded.failed_at
                 if isinstance(guarded.failure, ShardChangedError) and self.on_changed is not None:
                     self.on_changed(reads[failed].run.shard)
-                failures[reads[failed].run.shard] += 1
-                if failures[reads[failed].run.shard] >= _DEAD_AFTER:
-                    dead[reads[failed].run.shard] = guarded.failure
+                lost = reads[failed].run.shard
+                failures[lost] = failures.get(lost, 0) + 1
+                if failures[lost] >= _DEAD_AFTER:
+                    dead[lost] = guarded.failure
                 if failed >= expected:  # failed before delivering any of its bytes
                     while expected < failed:
                         yield reads[expected], _nothing(columnar)
