@@ -14,6 +14,8 @@ never waits at the end of an epoch for a rank that has nothing left.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from fastio.spec._records import record
@@ -141,21 +143,30 @@ def assign_samples(
 def _spans(
     counts: Sequence[int], order: list[int], start: int, stop: int, total: int
 ) -> list[Span]:
+    """The spans of positions ``start``..``stop`` of the sequence of every
+    sample, shard after shard in ``order`` (past ``total`` it starts again:
+    padding). Each lap's first and last shards are found by bisection and
+    those between them are whole: a dataset of thousands of shards plans
+    them before its first sample."""
     spans: list[Span] = []
     if total == 0:
         return spans
+    ordered = [counts[shard] for shard in order]
+    ends = list(accumulate(ordered))  # where each shard of the order ends in a lap
     position = start
     while position < stop:
         base = position - position % total  # the lap of the sequence this position is in
-        offset = base
-        for shard in order:
-            count = counts[shard]
-            lo, hi = max(position, offset), min(stop, offset + count)
-            if lo < hi:
-                spans.append(Span(shard, lo - offset, hi - offset))
-            offset += count
-            if offset >= stop:
-                break
+        lo, hi = position - base, min(stop - base, total)  # the positions of this lap
+        first = bisect_right(ends, lo)  # the shard holding position lo (none is empty)
+        last = bisect_left(ends, hi)  # the shard holding position hi - 1
+        begin = ends[first] - ordered[first]
+        if first == last:
+            spans.append(Span(order[first], lo - begin, hi - begin))
+        else:
+            spans.append(Span(order[first], lo - begin, ordered[first]))
+            between = zip(order[first + 1 : last], ordered[first + 1 : last], strict=True)
+            spans.extend([Span(shard, 0, count) for shard, count in between if count])
+            spans.append(Span(order[last], 0, hi - (ends[last] - ordered[last])))
         position = base + total
     return spans
 

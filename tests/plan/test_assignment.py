@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastio.plan._assignment import Span, assign_samples, shard_order
+from fastio.plan._assignment import Span, _spans, assign_samples, shard_order
 from fastio.plan._participant import current_rank, current_worker
 
 COUNTS = st.lists(st.integers(0, 60), min_size=1, max_size=12)
@@ -69,6 +69,37 @@ def test_drop_and_pad_give_every_rank_the_same_count(counts, world_size, num_wor
         union.update(seen)
     assert len(union) == total  # every sample at least once
     assert sum(union.values()) == per_rank * world_size
+
+
+def spans_one_by_one(counts, order, start, stop, total) -> list[Span]:
+    """The spans, shard by shard through each lap: what the bisection must give."""
+    spans = []
+    position = start
+    while total and position < stop:
+        base = position - position % total
+        offset = base
+        for shard in order:
+            lo, hi = max(position, offset), min(stop, offset + counts[shard])
+            if lo < hi:
+                spans.append(Span(shard, lo - offset, hi - offset))
+            offset += counts[shard]
+        position = base + total
+    return spans
+
+
+@given(
+    counts=st.lists(st.integers(0, 5), min_size=1, max_size=12),
+    data=st.data(),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_spans_of_any_range_are_those_counted_shard_by_shard(counts, data) -> None:
+    total = sum(counts)
+    order = data.draw(st.permutations(range(len(counts))))
+    start = data.draw(st.integers(0, 3 * total + 1))
+    stop = data.draw(st.integers(start, 3 * total + 2))  # laps past the end: padding
+    assert _spans(counts, order, start, stop, total) == spans_one_by_one(
+        counts, order, start, stop, total
+    )
 
 
 def test_order_comes_from_seed_and_epoch() -> None:
