@@ -5,12 +5,15 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fastio import _native
 from fastio.formats._layout import Layout, sample_bounds
 from fastio.plan._assignment import Span
 from fastio.plan._windows import (
+    FIRST_WINDOW,
     Run,
     Window,
     _mixed_windows,
@@ -129,10 +132,16 @@ def test_sample_ranges_not_of_contiguous_int64_are_cut_in_python() -> None:
     interleaved = np.empty((5, 2), np.int64)
     interleaved[:, 0], interleaved[:, 1] = starts, ends
     for first, last in [(starts.astype(np.int32), ends.astype(np.int32)),
+                        (starts.astype(np.uint64), ends.astype(np.uint64)),
+                        (starts.astype(">i8"), ends.astype(">i8")),
+                        (starts.astype(np.float64), ends.astype(np.float64)),
                         (interleaved[:, 0], interleaved[:, 1])]:  # fmt: skip
         other = Layout("a", 5, int(ends[-1]), sample_bounds(5), None, first, last)
         assert make_windows(spans, [other, other], 30_000, 2) == expected
         assert make_windows(spans, [plain, other], 30_000, 2) == expected
+        with pytest.raises(ValueError, match=r"int64|contiguous"):  # the native cut refuses
+            _native.cut_windows([(0, 0, 5)], [first], [ends], 30_000, 2, FIRST_WINDOW, Run,
+                                Window)  # fmt: skip
 
 
 def test_a_permutation_is_drawn_from_its_key_alone() -> None:
