@@ -113,27 +113,30 @@ class SampleReads:
         """Reads for windows ``first``.., the first of which has delivered
         ``skip`` of its samples already (only the rest are read again);
         ``order_of(window)`` is a window's delivery order (None: stored)."""
-        reads: list[Read] = []
-        for index in range(first, len(windows)):
-            window = windows[index]
-            if index != first or not skip:
-                reads.extend(Read(index, run, run.start, run.stop) for run in window.runs)
+        # Whole windows in one loop: a dataset of thousands of shards plans
+        # a read for each before its first sample.
+        whole = first + 1 if skip else first
+        reads = [Read(index, run, run.start, run.stop) for index in range(whole, len(windows))
+                 for run in windows[index].runs]  # fmt: skip
+        if not skip or first >= len(windows):
+            return reads
+        window = windows[first]  # what is left of the first window, read first
+        order = order_of(first)
+        wanted = np.arange(skip, window.count) if order is None else np.sort(order[skip:])
+        rest: list[Read] = []
+        for run in window.runs:
+            inside = wanted[(wanted >= run.base) & (wanted < run.base + len(run))]
+            if not len(inside):
                 continue
-            order = order_of(index)
-            wanted = np.arange(skip, window.count) if order is None else np.sort(order[skip:])
-            for run in window.runs:
-                inside = wanted[(wanted >= run.base) & (wanted < run.base + len(run))]
-                if not len(inside):
-                    continue
-                samples = inside - run.base + run.start
-                if not self.layouts[run.shard].per_sample:
-                    reads.append(Read(index, run, int(samples[0]), int(samples[-1]) + 1))
-                    continue
-                # Runs of consecutive samples: read only those.
-                breaks = np.flatnonzero(np.diff(samples) != 1) + 1
-                reads.extend(Read(index, run, int(r[0]), int(r[-1]) + 1)
-                             for r in np.split(samples, breaks))  # fmt: skip
-        return reads
+            samples = inside - run.base + run.start
+            if not self.layouts[run.shard].per_sample:
+                rest.append(Read(first, run, int(samples[0]), int(samples[-1]) + 1))
+                continue
+            # Runs of consecutive samples: read only those.
+            breaks = np.flatnonzero(np.diff(samples) != 1) + 1
+            rest.extend(Read(first, run, int(r[0]), int(r[-1]) + 1)
+                        for r in np.split(samples, breaks))  # fmt: skip
+        return rest + reads
 
     def execute(
         self,
