@@ -267,8 +267,13 @@ def _sweep(folder: str) -> None:
         names = [name for name in os.listdir(folder) if name.startswith(PREFIX)]
     except OSError:
         return
+    alive: dict[int, bool] = {}  # asked once an owner (a process has files of several kinds)
     for name in names:
         owner = owner_of(name)
-        if owner is not None and not _alive(owner):
+        if owner is None:
+            continue
+        if owner not in alive:
+            alive[owner] = _alive(owner)
+        if not alive[owner]:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, name))
