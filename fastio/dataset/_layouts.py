@@ -237,17 +237,17 @@ class ShardLayouts:
     def _stamps_now(self, reader: Reader, keys: list[str], known: dict[str, ShardIndex],
                     records: RecordFormat | None, reusable: Callable[[str], bool] | None,
                     ) -> list[tuple[int, int, int] | OSError | None]:  # fmt: skip
-        """Each shard's stamp: local files' in one call, not a stat each;
-        a remote one's as its index in ``known`` holds it, where that was
-        made from the object and serves this dataset's reads (``reusable``;
+        """Each shard's stamp where some shards are remote (a dataset of
+        local files only takes them in one call as it opens): local files'
+        and untrusted objects' asked all at once; a remote one's as its
+        index in ``known`` holds it, where that was made from the object
+        and serves this dataset's reads (``reusable``;
         checked when a read opens it: a dataset of thousands of objects does
         not wait for an answer about each before its first sample). An index
         made from local files and uploaded with them holds their times, not
         the objects' versions: those are asked. None for a remote record
         shard no index anywhere holds: the read that streams it asks (a
         bucket never seen does not wait for an answer about each object)."""
-        if not self.remote:
-            return list(reader.stamps(self.urls))
         trusted = {
             url: known[key].stamp for url, key in zip(self.urls, keys, strict=True)
             if key in known and is_remote(url) and known[key].of_an_object
