@@ -107,6 +107,16 @@ _READ_VERSIONS = (2, 3)
 # what a version 2 file's entry means where it lacks one.
 _FIELDS: dict[str, Any] = {"url": None, "format": None, "size": None, "version": None,
                            "change": 0, "fingerprint": "", "count": None}  # fmt: skip
+# A version 3 file written now holds its fields twice: in the JSON, which
+# every reader of version 3 takes, and as two arrays, which this one takes
+# without parsing the JSON (20,000 shards: 1.5 ms of arrays against 7.5 ms of
+# JSON before the first sample). ``fields``: the version, the number of
+# shards, then each of _NUMBERS in turn (int64); ``names``: each of _NAMES in
+# turn; ``urls``: the shards' names, and ``names``: their formats, then their
+# fingerprints, each array strings joined by NULs (UTF-8). A file whose
+# integers do not all fit in int64 (an ETag of many digits), or whose strings
+# hold a NUL, holds the JSON alone.
+_NUMBERS = ("size", "version", "change", "count")
 
 UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 """What reading a damaged, truncated or foreign index file raises."""
@@ -658,7 +668,70 @@ def _index_file(shards: Sequence[ShardIndex], names: Sequence[str], version: int
     # check at each open); every reader of version 3 takes either. Version 2,
     # as earlier releases read it.
     text = np.array(meta) if version == 2 else np.array(meta.encode())
-    return _aligned_npz({"starts": starts, "ends": ends, "meta": text})
+    arrays = {"starts": starts, "ends": ends, "meta": text}
+    if version == _VERSION:
+        arrays.update(_field_arrays(fields))
+    return _aligned_npz(arrays)
+
+
+def _field_arrays(fields: dict[str, list[Any]]) -> dict[str, np.ndarray]:
+    """The ``fields`` and ``names`` arrays of an index file's fields (see
+    _NUMBERS), or none where they cannot hold them."""
+    count = len(fields["url"])
+    if not count:
+        return {}
+    numbers = [_VERSION, count, *itertools.chain.from_iterable(fields[name] for name in _NUMBERS)]
+    try:
+        packed = np.array(numbers, np.int64)
+    except OverflowError:  # past 64 bits: the JSON alone holds them
+        return {}
+    urls = fields["url"]
+    names = [*fields["format"], *fields["fingerprint"]]
+    if any("\0" in name for name in (*urls, *names)):
+        return {}
+    return {"fields": packed, "urls": _strings(urls), "names": _strings(names)}
+
+
+def _strings(strings: list[str]) -> np.ndarray:
+    """``strings`` joined by NULs, as the bytes of an array. Surrogates pass
+    as they are: a path's undecodable bytes, as os.fsdecode gives them."""
+    return np.frombuffer("\0".join(strings).encode("utf-8", "surrogatepass"), np.uint8)
+
+
+def _fields_of_arrays(
+    stored: dict[str, np.ndarray], location: str
+) -> tuple[dict[str, list[Any]], str, list[int], np.ndarray] | None:
+    """An index file's fields as its arrays hold them (see _NUMBERS), a list
+    each, as its JSON holds them, but the URLs: their names joined by NULs
+    (see :func:`_resolved_joined`); where each shard's samples start (see
+    :func:`_sample_bounds`); and the integers, a row each field. None where
+    it has no such arrays (written by an earlier release) or they are of
+    another version. Raises ValueError
+    (naming ``location``) where they do not hold what they say."""
+    numbers, urls, names = stored.get("fields"), stored.get("urls"), stored.get("names")
+    if numbers is None or urls is None or names is None or numbers.dtype != np.int64 \
+            or numbers.ndim != 1 or len(numbers) < 2 or int(numbers[0]) != _VERSION:  # fmt: skip
+        return None
+    count = int(numbers[1])
+    texts = _joined(names, location).split("\0")
+    named = _joined(urls, location)
+    if count < 1 or len(numbers) != 2 + len(_NUMBERS) * count or len(texts) != 2 * count \
+            or named.count("\0") != count - 1:  # fmt: skip
+        raise ValueError(f"{location}: the index's fields differ in length")
+    columns = numbers[2:].reshape(-1, count)
+    counts = columns[_NUMBERS.index("count")]
+    if counts.min() < 0:
+        raise ValueError(f"{location}: the index counts fewer than no samples")
+    fields: dict[str, list[Any]] = dict(zip(_NUMBERS, columns.tolist(), strict=True))
+    fields["format"], fields["fingerprint"] = texts[:count], texts[count:]
+    return fields, named, [0, *np.cumsum(counts).tolist()], columns
+
+
+def _joined(array: np.ndarray, location: str) -> str:
+    """The strings an index file's array holds, as one (see _field_arrays)."""
+    if array.dtype != np.uint8 or array.ndim != 1:
+        raise ValueError(f"{location}: the index's strings are held as {array.dtype}, not bytes")
+    return array.tobytes().decode("utf-8", "surrogatepass")
 
 
 def index_columns(shards: Sequence[ShardIndex]) -> tuple[dict[str, list[Any]], np.ndarray,
@@ -724,6 +797,7 @@ class IndexColumns:
     bounds: list[int]
     starts: np.ndarray
     ends: np.ndarray
+    numbers: np.ndarray | None = None  # _NUMBERS, a row each, where the file held them so
 
     @classmethod
     def read(cls, data: bytes, location: str) -> IndexColumns:
@@ -731,6 +805,17 @@ class IndexColumns:
         KeyError, EOFError or BadZipFile for one that is damaged or not an
         index of this version."""
         stored = _npz_arrays(data)
+        folder = posixpath.dirname(index_key(location))
+        starts, ends = stored["starts"], stored["ends"]
+        found = _fields_of_arrays(stored, location)
+        if found is not None:
+            shards, named, bounds, numbers = found
+            shards["url"] = named.split("\0")
+            if bounds[-1] != len(starts) or len(ends) != len(starts):
+                raise ValueError(f"{location}: the index counts {bounds[-1]} samples, holds "
+                                 f"{len(starts)}")  # fmt: skip
+            return cls(shards, _resolved_joined(named, shards["url"], folder), bounds, starts,
+                       ends, numbers)  # fmt: skip
         meta = json.loads(stored["meta"].item())  # not str(): numpy would format it first
         made = meta.get("version")
         if made not in _READ_VERSIONS:
@@ -741,16 +826,28 @@ class IndexColumns:
                       for field, default in _FIELDS.items()}  # fmt: skip
         if len({len(shards[field]) for field in _FIELDS}) > 1:
             raise ValueError(f"{location}: the index's fields differ in length")
-        urls = _resolved_all(shards["url"], posixpath.dirname(index_key(location)))
-        starts, ends = stored["starts"], stored["ends"]
+        urls = _resolved_all(shards["url"], folder)
         return cls(shards, urls, _sample_bounds(shards, starts, ends, location), starts, ends)
 
     def indexes(self) -> list[ShardIndex]:
         """Each shard's index; their offsets are views of the columns'."""
         return _indexes_at(self.fields, self.urls, self.bounds, self.starts, self.ends)
 
+    def stamp_rows(self) -> np.ndarray | None:
+        """:meth:`stamps` as three rows of int64 (sizes, versions, changes);
+        None where one does not fit."""
+        if self.numbers is not None:
+            return self.numbers[:3]
+        fields = self.fields
+        try:
+            return np.array([fields["size"], fields["version"], fields["change"]], np.int64)
+        except (OverflowError, TypeError, ValueError):
+            return None
+
     def stamps(self) -> list[tuple[int, int, int]]:
         """Each shard's ``(size, version, change)`` as it was indexed."""
+        if self.numbers is not None:
+            return list(zip(*self.numbers[:3].tolist(), strict=True))
         fields = self.fields
         return list(zip(map(int, fields["size"]), map(int, fields["version"]),
                         map(int, fields["change"]), strict=True))  # fmt: skip
@@ -972,6 +1069,17 @@ def _resolved_all(names: Sequence[str], folder: str) -> list[str]:
         return [_resolved(name, folder) for name in names]
     within = folder + "/"  # posixpath.join's result, told without a call
     return [name if "://" in name or name[:1] == "/" else within + name for name in names]
+
+
+def _resolved_joined(joined: str, names: list[str], folder: str) -> list[str]:
+    """:func:`_resolved_all` of ``names``, given joined by NULs too: where every
+    one is relative (a dataset index beside its shards), the folder is put
+    before each in one pass over the joined string."""
+    if folder and not folder.endswith("/") and joined[:1] != "/" and "\0/" not in joined \
+            and "://" not in joined:  # fmt: skip
+        within = folder + "/"
+        return (within + joined.replace("\0", "\0" + within)).split("\0")
+    return _resolved_all(names, folder)
 
 
 def _resolved(name: str, folder: str) -> str:

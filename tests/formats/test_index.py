@@ -39,6 +39,7 @@ from fastio.formats._index import (
     INDEX_SUFFIX,
     UNREADABLE,
     DatasetIndex,
+    IndexColumns,
     IndexStore,
     Locator,
     ShardIndex,
@@ -639,6 +640,68 @@ def test_a_dataset_index_reads_back_as_written_in_either_version(entries, versio
             assert [getattr(back, f) for f in fields] == [getattr(index, f) for f in fields]
             np.testing.assert_array_equal(back.starts, index.starts)
             np.testing.assert_array_equal(back.ends, index.ends)
+
+
+def _json_only(data: bytes) -> bytes:
+    """The index file ``data`` as an earlier release wrote it: no field arrays."""
+    stored = _npz_arrays(data)
+    return _aligned_npz({name: stored[name] for name in ("starts", "ends", "meta")})
+
+
+# Names of any characters: text() never draws a surrogate, these lists do.
+_NAMED = st.lists(st.characters(blacklist_categories=["Cc"]) | st.sampled_from("\udcff\n "),
+                  min_size=1, max_size=12).map("".join)  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(_SHARD_INDEXES, st.lists(st.tuples(_NAMED, st.booleans()), min_size=6, max_size=6),
+       st.sampled_from(["/data/dataset.fastio-index.npz", "s3://bucket/x/dataset.fastio-index.npz",
+                        "dataset.fastio-index.npz"]))  # fmt: skip
+def test_a_dataset_index_reads_the_same_from_its_arrays_as_from_its_json(
+    entries, names, location
+) -> None:
+    """An index written now holds its fields as arrays beside the JSON (read
+    without parsing it); both give the same columns, for names of any
+    characters (a path's undecodable bytes, newlines, relative and absolute
+    names), and an index whose integers pass 64 bits holds the JSON alone."""
+    indexes = _indexes(entries)
+    folder = "/data/" if location.startswith("/") else ""
+    chosen = [folder + name if absolute else name for name, absolute in names]
+    data = _index_file(indexes, chosen[: len(indexes)])
+    stored = _npz_arrays(data)
+    wide = any(index.version >= 2**63 for index in indexes)
+    assert ("fields" in stored) == (bool(indexes) and not wide)
+    from_arrays = IndexColumns.read(data, location)
+    from_json = IndexColumns.read(_json_only(data), location)
+    assert from_arrays.fields == from_json.fields
+    assert from_arrays.urls == from_json.urls
+    assert from_arrays.bounds == from_json.bounds
+    assert from_arrays.stamps() == from_json.stamps() == [index.stamp for index in indexes]
+
+
+def test_an_index_whose_arrays_disagree_is_refused_and_one_of_another_version_is_read_by_its_json(
+) -> None:  # fmt: skip
+    """Field arrays that do not hold what they say (a count that is not the
+    shards', fewer names, a negative count) make a damaged index: refused,
+    naming it. Arrays of a version this release does not know are passed by,
+    as an earlier release passes by all of them: the JSON is read."""
+    indexes = _indexes([("a.tar", "tar", 10, 1, 2, "", [3, 4]), ("b.tar", "tar", 9, 1, 2, "", [5])])
+    location = "/data/dataset.fastio-index.npz"
+    stored = _npz_arrays(DatasetIndex(indexes).to_bytes(location))
+    fields = stored["fields"]
+    assert fields.tolist() == [3, 2, 10, 9, 1, 1, 2, 2, 2, 1]
+    damaged = [
+        {"fields": np.concatenate([fields[:1], [3], fields[2:]])},  # three shards said
+        {"names": stored["names"][:-1]},  # a format, no fingerprints
+        {"urls": np.frombuffer(b"a.tar", np.uint8)},  # one URL
+        {"fields": np.concatenate([fields[:-2], [5, -2]])},  # a count below none
+        {"names": stored["names"].astype(np.uint16)},
+    ]
+    for change in damaged:
+        with pytest.raises(ValueError, match=r"dataset\.fastio-index\.npz"):
+            IndexColumns.read(_aligned_npz({**stored, **change}), location)
+    later = _aligned_npz({**stored, "fields": np.concatenate([[4, 7], fields[2:]])})
+    assert DatasetIndex.read(later, location).shards[1].url == "/data/b.tar"
 
 
 def test_a_dataset_index_whose_fields_disagree_is_refused() -> None:
