@@ -40,6 +40,7 @@ from fastio.formats._index import (
 )
 from fastio.formats._layout import Layout
 from fastio.formats._records import RecordFormat
+from fastio.reader._reader import listed_stamps
 from fastio.shared._collector import collector_paused
 from fastio.sources._objects import is_remote
 from fastio.spec._records import record
@@ -104,7 +105,7 @@ class ShardLayouts:
         # them and reads and parses the dataset index (the stats hold no GIL).
         local: _Beside | None = None
         if not self.remote:
-            local = _Beside(opener.stamps, self.urls, len(self.urls) >= _STATTED_BESIDE)
+            local = _Beside(opener.local_stamps, self.urls, len(self.urls) >= _STATTED_BESIDE)
         keys = index_keys(self.urls)  # how indexes name the shards
         # The first remote objects' sizes are asked for while the dataset index
         # is (a small dataset not indexed yet waits for one round trip, not
@@ -135,13 +136,14 @@ class ShardLayouts:
         # spent 16 ms failing to open them).
         self._held: set[str] | None = None
         reusable = None if records is None else records.locator().reusable
-        now = None if local is None else local.result()
-        if columns is None or now is None or not self._all_as_indexed(columns, keys, now,
-                                                                      reusable):  # fmt: skip
+        if columns is None or local is None or not self._all_as_indexed(columns, keys, local,
+                                                                        reusable):  # fmt: skip
             if columns is not None:
                 known = DatasetIndex(columns.indexes()).lookup()
-            stamps: Sequence[tuple[int, int, int] | OSError | None] | None = now
-            if stamps is None:  # remote objects among them
+            stamps: Sequence[tuple[int, int, int] | OSError | None]
+            if local is not None:
+                stamps = listed_stamps(local.result(), self.urls)
+            else:  # remote objects among them
                 stamps = self._stamps_now(opener, keys, known, records, reusable)
             self._lay_out(opener, keys, stamps, known, reusable)
         self._held = self._kept = None  # asked about at open only
@@ -176,25 +178,32 @@ class ShardLayouts:
                                                stamps[shard], known, reusable))  # fmt: skip
         self.format.prefetch(opener, [])
 
-    def _all_as_indexed(self, columns: IndexColumns, keys: list[str],
-                        stamps: list[tuple[int, int, int] | OSError],
+    def _all_as_indexed(self, columns: IndexColumns, keys: list[str], now: _Beside,
                         reusable: Callable[[str], bool] | None) -> bool:  # fmt: skip
         """Where the dataset index holds exactly these local shards, in this
-        order, each as it is now (its change stamp too, see :meth:`_as_indexed`),
-        lays them all out from its columns, with no index object a shard, and
-        says so; else changes nothing."""
+        order, each as it is now (its change stamp too, see :meth:`_as_indexed`:
+        ``now`` tells), lays them all out from its columns, with no index
+        object a shard, and says so; else changes nothing. The layouts are
+        made while the stats are still being taken (beside, for many shards)."""
         records = self.record_format
         if records is None or reusable is None or columns.urls != keys:
             return False
         fields = columns.fields
         if 0 in fields["change"] or not all(map(reusable, set(fields["format"]))):
             return False
-        indexed = columns.stamps()
-        if indexed != stamps:  # an OSError is never equal
+        rows = columns.stamp_rows()
+        if rows is None:  # a version past 64 bits: no local file's
             return False
+        layouts = records.layouts_of_columns(columns)
+        found, errors = now.result()
+        if errors.count(0) < len(errors) or not np.array_equal(
+            np.frombuffer(found, np.int64).reshape(-1, 3).T, rows
+        ):  # fmt: skip
+            return False
+        indexed = columns.stamps()
         self.sizes = [size for size, _, _ in indexed]
         self.stamps = cast("list[tuple[int, int, int] | None]", indexed)
-        self.layouts = cast("list[Layout | None]", records.layouts_of_columns(columns))
+        self.layouts = cast("list[Layout | None]", layouts)
         self._indexes, self._columns = None, columns
         self._reused = len(indexed)
         return True
@@ -670,10 +679,9 @@ class _Beside:
     """``ask(urls)``, on a thread of its own where ``beside`` (else at once),
     for :meth:`result`: the answer, or what it raised."""
 
-    def __init__(self, ask: Callable[[list[str]], list[Any]], urls: list[str],
-                 beside: bool) -> None:  # fmt: skip
+    def __init__(self, ask: Callable[[list[str]], Any], urls: list[str], beside: bool) -> None:
         self._ask, self._urls = ask, urls
-        self._answer: list[Any] | None = None
+        self._answer: Any = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         if beside:
@@ -688,10 +696,9 @@ class _Beside:
         except BaseException as error:  # raised where the answer is taken
             self._error = error
 
-    def result(self) -> list[Any]:
+    def result(self) -> Any:
         if self._thread is not None:
             self._thread.join()
         if self._error is not None:
             raise self._error
-        assert self._answer is not None
         return self._answer

@@ -4,8 +4,14 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport calloc, free
+from libc.string cimport memchr, memcmp
 
 import os
+
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object text)
+    const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
 
 _KINDS = {"auto": FIO_ENGINE_AUTO, "io_uring": FIO_ENGINE_URING, "threads": FIO_ENGINE_THREADS}
 _NAMES = {FIO_ENGINE_URING: "io_uring", FIO_ENGINE_THREADS: "threads"}
@@ -344,29 +350,46 @@ def arrow_scan(list paths, uint64_t first_bytes, uint64_t schema_max):
 
 def stat_stamps(list paths, uint64_t round_trip_ns=50_000):
     """``(size, modification time in ns, change stamp)`` of each local path in
-    ``paths`` (``bytes``, as ``os.fsencode`` makes them), or the errno where
-    its ``stat`` failed: the stamps of many files in one call, without the GIL
-    (a dataset may have thousands of shards). Where the first stats take
-    ``round_trip_ns`` or more each (a network filesystem: NFS, Lustre, a FUSE
-    mount of a bucket), up to 32 threads ask for the rest at once."""
-    cdef Py_ssize_t count = len(paths), i
+    ``paths``, or the errno where its ``stat`` failed: the stamps of many
+    files in one call, without the GIL (a dataset may have thousands of
+    shards), in two ``bytes`` (no object a path): the stamps, three native
+    int64 a path (zeros where it failed), and the errnos, a native int32 a
+    path (0 where it was statted). A path is ``bytes`` (as ``os.fsencode``
+    makes them) or ``str`` (encoded as ``os.fsencode`` does; a ``file://``
+    before it left out). Where the first stats take ``round_trip_ns`` or more
+    each (a network filesystem: NFS, Lustre, a FUSE mount of a bucket), up to
+    32 threads ask for the rest at once."""
+    cdef Py_ssize_t count = len(paths), i, length
     cdef const char **names = <const char **>calloc(count + 1, sizeof(char *))
     cdef int64_t *stamps = <int64_t *>calloc(3 * count + 1, sizeof(int64_t))
     cdef int *errors = <int *>calloc(count + 1, sizeof(int))
+    cdef const char *name
+    encoded = []  # paths not ASCII, encoded here: alive until the stats are done
     try:
         if names == NULL or stamps == NULL or errors == NULL:
             raise MemoryError()
         for i in range(count):
-            names[i] = <bytes?>paths[i]  # each kept alive by the list
+            path = paths[i]
+            if type(path) is str and PyUnicode_IS_ASCII(path):
+                # Its ASCII characters are its UTF-8 and its file system bytes.
+                name = PyUnicode_AsUTF8AndSize(path, &length)
+            else:
+                if type(path) is str:
+                    path = os.fsencode(path)
+                    encoded.append(path)
+                elif not isinstance(path, bytes):
+                    raise TypeError(f"a path is str or bytes, not {type(path).__name__}")
+                name = PyBytes_AS_STRING(path)  # kept alive by the list or by ``encoded``
+                length = len(path)
+            if memchr(name, 0, length) != NULL:
+                raise ValueError(f"embedded null byte in {paths[i]!r}")
+            if length >= 7 and memcmp(name, b"file://", 7) == 0 and type(paths[i]) is str:
+                name += 7
+            names[i] = name
         with nogil:
             fio_stat_stamps(names, count, round_trip_ns, stamps, errors)
-        found = []
-        for i in range(count):
-            if errors[i]:
-                found.append(errors[i])
-            else:
-                found.append((stamps[3 * i], stamps[3 * i + 1], stamps[3 * i + 2]))
-        return found
+        return (PyBytes_FromStringAndSize(<char *>stamps, 3 * count * sizeof(int64_t)),
+                PyBytes_FromStringAndSize(<char *>errors, count * sizeof(int)))
     finally:
         free(names)
         free(stamps)

@@ -24,7 +24,12 @@ import fastio
 from fastio import ByteRange, Chunk, Reader, Shard
 from fastio._native import resident_fraction, stat_stamps
 from fastio.reader import _reader
-from fastio.reader._reader import CACHED_REQUESTS, MAPPED_PIECE_BYTES, _change_stamp
+from fastio.reader._reader import (
+    CACHED_REQUESTS,
+    MAPPED_PIECE_BYTES,
+    _change_stamp,
+    listed_stamps,
+)
 from fastio.reader._requests import LOCAL_FIRST_BYTES
 from fastio.reader._sync import Handoff, LoopThread
 from tests.conftest import ResourceSnapshot
@@ -1128,11 +1133,18 @@ def test_the_stamps_of_many_files_at_once_are_each_one_s_stamp_or_its_error(tmp_
         path.write_bytes(os.urandom(i % 37))
         paths.append(path)
     os.utime(paths[5], ns=(1, -1_500_000_123))  # modified before 1970
+    for name in ("caf\u00e9", "undecodable-\udcff"):  # named as os.fsdecode names them
+        path = tmp_path / name
+        path.write_bytes(name.encode("utf-8", "surrogateescape"))
+        paths.append(path)
     urls = [str(path) for path in paths]
     urls[7:7] = [str(tmp_path / "missing"), f"file://{paths[1]}", f"{paths[2]}/below",
-                 str(tmp_path), "relative-missing"]  # fmt: skip
+                 str(tmp_path), "relative-missing", f"file://{paths[-1]}"]  # fmt: skip
     with Reader() as reader:
         stamps = reader.stamps(urls)
+        # As a dataset takes them all at once: one buffer of stamps, one of errnos.
+        packed = listed_stamps(reader.local_stamps(urls), urls)
+        assert list(map(_described, packed)) == list(map(_described, stamps))
         assert len(stamps) == len(urls)
         for url, stamp in zip(urls, stamps, strict=True):
             if isinstance(stamp, OSError):
@@ -1145,7 +1157,18 @@ def test_the_stamps_of_many_files_at_once_are_each_one_s_stamp_or_its_error(tmp_
         assert isinstance(stamps[7], FileNotFoundError)
         assert isinstance(stamps[9], NotADirectoryError)
         assert stamps[8] == stamps[1]  # the file:// URL and the path of one file
+        assert isinstance(stamps[-1], tuple)
+        assert stamps[12] == stamps[-1]  # a path os.fsdecode gave: as a str, as a file:// URL
         assert reader.stamps([]) == []
+        with pytest.raises(ValueError, match="null byte"):  # as os.stat refuses it
+            reader.stamps([urls[0], "/a\0b"])
+
+
+def _described(stamp: tuple[int, int, int] | OSError) -> object:
+    """A stamp, or what tells one OSError from another."""
+    if isinstance(stamp, OSError):
+        return type(stamp), stamp.errno, stamp.filename
+    return stamp
 
 
 @pytest.mark.parametrize("round_trip_ns", [0, 50_000, 2**63])
@@ -1159,13 +1182,16 @@ def test_stats_by_many_threads_or_few_land_in_place(tmp_path: Path, round_trip_n
         if i % 7:
             path.write_bytes(b"x" * i)
         paths.append(os.fsencode(path))
-    stamped = stat_stamps(paths, round_trip_ns)
-    assert len(stamped) == len(paths)
-    for i, (path, stamp) in enumerate(zip(paths, stamped, strict=True)):
+    found, errors = stat_stamps(paths, round_trip_ns)
+    numbers, codes = memoryview(found).cast("q"), memoryview(errors).cast("i")
+    assert (len(numbers), len(codes)) == (3 * len(paths), len(paths))
+    for i, path in enumerate(paths):
+        stamp = tuple(numbers[3 * i : 3 * i + 3])
         if i % 7 == 0:
-            assert stamp == errno.ENOENT
+            assert (codes[i], stamp) == (errno.ENOENT, (0, 0, 0))
             continue
         status = os.stat(path)
+        assert codes[i] == 0
         assert stamp == (i, status.st_mtime_ns, _change_stamp(status))
 
 
