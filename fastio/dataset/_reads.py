@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError, ShardChangedError, TruncatedFileError, TruncatedShardError
+from fastio._native import Read, whole_reads  # native: a plan makes thousands
 from fastio.dataset._policy import place_of
 from fastio.formats._compression import codec_for
 from fastio.reader._ranges import Shard
-from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from fastio.dataset._policy import ErrorPolicy
     from fastio.formats._layout import Layout, ShardFormat
-    from fastio.plan._windows import Run, Window
+    from fastio.plan._windows import Window
     from fastio.reader._reader import Reader
 
 __all__ = ["SKIPPED", "Read", "ReadSamples", "SampleReads", "located"]
@@ -64,25 +64,6 @@ class ReadSamples:
         return self.samples
 
 
-@record(slots=True)
-class Read:
-    """Samples ``start``..``stop`` of ``run``'s shard, for window ``window``."""
-
-    window: int
-    run: Run
-    start: int
-    stop: int
-
-    def __init__(self, window: int, run: Run, start: int, stop: int) -> None:
-        # Written out: a plan makes one per shard per window (see record).
-        self.window, self.run, self.start, self.stop = window, run, start, stop
-
-    @property
-    def at(self) -> int:
-        """The window position of the read's first sample."""
-        return self.run.base + self.start - self.run.start
-
-
 class SampleReads:
     """Reads samples of ``layouts`` (decoded by ``shard_format``) through the
     reader ``reader()`` gives, failures through ``policy``."""
@@ -105,7 +86,7 @@ class SampleReads:
 
     def plan(
         self,
-        windows: Sequence[Window],
+        windows: list[Window],
         first: int,
         skip: int,
         order_of: Callable[[int], np.ndarray | None],
@@ -116,8 +97,7 @@ class SampleReads:
         # Whole windows in one loop: a dataset of thousands of shards plans
         # a read for each before its first sample.
         whole = first + 1 if skip else first
-        reads = [Read(index, run, run.start, run.stop) for index in range(whole, len(windows))
-                 for run in windows[index].runs]  # fmt: skip
+        reads = whole_reads(windows, whole)
         if not skip or first >= len(windows):
             return reads
         window = windows[first]  # what is left of the first window, read first

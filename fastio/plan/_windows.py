@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fastio import _native
+from fastio._native import Run, Window  # native: a plan makes thousands
 from fastio.plan._assignment import drawn_order
-from fastio.spec._records import record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,36 +59,6 @@ def window_budget(index: int, buffer: int) -> int:
     return min(buffer, FIRST_WINDOW << min(index - 1, 40))
 
 
-@record(slots=True)
-class Run:
-    """Samples ``start`` to ``stop`` of shard ``shard`` (positions in the window
-    from ``base``)."""
-
-    shard: int
-    start: int
-    stop: int
-    base: int
-
-    def __init__(self, shard: int, start: int, stop: int, base: int) -> None:
-        # Written out: a plan makes one per shard per window (see record).
-        self.shard, self.start, self.stop, self.base = shard, start, stop, base
-
-    def __len__(self) -> int:
-        return self.stop - self.start
-
-
-@record(slots=True)
-class Window:
-    """Samples mixed at once: ``count`` of them, ``nbytes`` encoded, in ``runs``."""
-
-    runs: tuple[Run, ...]
-    count: int
-    nbytes: int
-
-    def __init__(self, runs: tuple[Run, ...], count: int, nbytes: int) -> None:
-        self.runs, self.count, self.nbytes = runs, count, nbytes
-
-
 def make_windows(
     spans: Sequence[Span], layouts: Sequence[Layout], budget: int, mix: int
 ) -> list[Window]:
@@ -101,8 +71,7 @@ def make_windows(
         starts, ends = arrays
         triples = [(span.shard, span.start, span.stop) for span in spans]
         try:
-            return _native.cut_windows(triples, starts, ends, budget, mix, FIRST_WINDOW, Run,
-                                       Window)  # fmt: skip
+            return _native.cut_windows(triples, starts, ends, budget, mix, FIRST_WINDOW)
         except ValueError:  # an array not of contiguous int64 (a format's own layout)
             pass
     if mix == 1:

@@ -5,6 +5,8 @@
 from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uint64_t
 
+cimport cython
+
 cdef enum:
     _MAX_MIX = 64
 CUT_MAX_MIX = _MAX_MIX
@@ -46,16 +48,125 @@ cdef const int64_t *_int64s(object numbers) except NULL:
         PyBuffer_Release(&view)
 
 
+cdef class Run:
+    """Samples ``start`` to ``stop`` of shard ``shard`` (positions in the window
+    from ``base``). Native: a plan makes one per shard per window, thousands
+    before a first sample, and one holds no object (the collector passes it by)."""
+
+    cdef readonly int64_t shard, start, stop, base
+
+    def __init__(self, int64_t shard, int64_t start, int64_t stop, int64_t base):
+        self.shard, self.start, self.stop, self.base = shard, start, stop, base
+
+    def __len__(self):
+        return self.stop - self.start
+
+    def __eq__(self, other):
+        if type(other) is not Run:
+            return NotImplemented
+        cdef Run run = <Run>other
+        return (self.shard == run.shard and self.start == run.start and self.stop == run.stop
+                and self.base == run.base)
+
+    __hash__ = None  # as a mutable dataclass's: compared by value, not hashed
+
+    def __repr__(self):
+        return f"Run(shard={self.shard}, start={self.start}, stop={self.stop}, base={self.base})"
+
+    def __reduce__(self):
+        return Run, (self.shard, self.start, self.stop, self.base)
+
+
+@cython.no_gc  # its runs hold no object: it is in no cycle
+cdef class Window:
+    """Samples mixed at once: ``count`` of them, ``nbytes`` encoded, in ``runs``."""
+
+    cdef readonly tuple runs
+    cdef readonly int64_t count, nbytes
+
+    def __init__(self, tuple runs, int64_t count, int64_t nbytes):
+        self.runs, self.count, self.nbytes = runs, count, nbytes
+
+    def __eq__(self, other):
+        if type(other) is not Window:
+            return NotImplemented
+        cdef Window window = <Window>other
+        return self.count == window.count and self.nbytes == window.nbytes and \
+            self.runs == window.runs
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"Window(runs={self.runs!r}, count={self.count}, nbytes={self.nbytes})"
+
+    def __reduce__(self):
+        return Window, (self.runs, self.count, self.nbytes)
+
+
+@cython.no_gc  # its run holds no object: it is in no cycle
+cdef class Read:
+    """Samples ``start``..``stop`` of ``run``'s shard, for window ``window``."""
+
+    cdef readonly Py_ssize_t window
+    cdef readonly Run run
+    cdef readonly int64_t start, stop
+
+    def __init__(self, Py_ssize_t window, Run run not None, int64_t start, int64_t stop):
+        self.window, self.run, self.start, self.stop = window, run, start, stop
+
+    @property
+    def at(self):
+        """The window position of the read's first sample."""
+        return self.run.base + self.start - self.run.start
+
+    def __eq__(self, other):
+        if type(other) is not Read:
+            return NotImplemented
+        cdef Read read = <Read>other
+        return self.window == read.window and self.start == read.start and \
+            self.stop == read.stop and self.run == read.run
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"Read(window={self.window}, run={self.run!r}, start={self.start}, "
+                f"stop={self.stop})")
+
+    def __reduce__(self):
+        return Read, (self.window, self.run, self.start, self.stop)
+
+
+def whole_reads(list windows, Py_ssize_t first):
+    """A read of each run of windows ``first``.. (the whole of each run)."""
+    cdef list reads = []
+    cdef Py_ssize_t index
+    cdef Window window
+    cdef Run run
+    cdef Read read
+    for index in range(first, len(windows)):
+        window = <Window?>windows[index]
+        for run in window.runs:
+            read = Read.__new__(Read)
+            read.window, read.run, read.start, read.stop = index, run, run.start, run.stop
+            reads.append(read)
+    return reads
+
+
+cdef inline Run _run(int64_t shard, int64_t start, int64_t stop, int64_t base):
+    cdef Run run = Run.__new__(Run)
+    run.shard, run.start, run.stop, run.base = shard, start, stop, base
+    return run
+
+
 def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t mix,
-                int64_t first_window, object run_type, object window_type):
+                int64_t first_window):
     """The windows ``make_windows`` cuts ``spans`` (``(shard, start, stop)``
     triples, in order) into, where every shard is laid out per sample:
     ``starts[shard]`` and ``ends[shard]`` are its samples' byte ranges
     (contiguous int64 arrays). Window ``i`` takes a run of about
     ``max(1, budget(i) // mix)`` bytes from each of up to ``mix`` spans,
     where ``budget(0)`` is 1 and ``budget(i)`` is ``first_window << (i - 1)``
-    up to ``buffer``. Runs are ``run_type(shard, start, stop, base)``,
-    windows ``window_type(runs, count, nbytes)``."""
+    up to ``buffer``."""
     cdef Py_ssize_t pending = 0, count = len(spans), active = 0, index, kept
     cdef Py_ssize_t window_index = 0
     cdef int64_t window_budget, per_span, first, target, cut, samples, nbytes, shard
@@ -67,6 +178,7 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
         raise ValueError(f"mix must be 1..{_MAX_MIX} here, not {mix}")
     cdef list windows = []
     cdef list runs
+    cdef Window window
     while pending < count or active:
         while active < mix and pending < count:
             shard, first, target = spans[pending]
@@ -100,7 +212,7 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
             else:
                 cut = _first_at_least(starts_small[index], cursor_small[index] + 1,
                                       stop_small[index], target)
-            runs.append(run_type(shard_of[index], cursor_small[index], cut, samples))
+            runs.append(_run(shard_of[index], cursor_small[index], cut, samples))
             samples += cut - cursor_small[index]
             nbytes += ends_small[index][cut - 1] - first
             cursor_small[index] = cut
@@ -114,7 +226,9 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
                 ends_small[kept] = ends_small[index]
                 kept += 1
         active = kept
-        windows.append(window_type(tuple(runs), samples, nbytes))
+        window = Window.__new__(Window)
+        window.runs, window.count, window.nbytes = tuple(runs), samples, nbytes
+        windows.append(window)
         window_index += 1
     return windows
 

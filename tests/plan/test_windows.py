@@ -6,10 +6,12 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastio import _native
+from fastio._native import whole_reads
+from fastio.dataset._reads import Read
 from fastio.formats._layout import Layout, sample_bounds
 from fastio.plan._assignment import Span
 from fastio.plan._windows import (
@@ -140,8 +142,58 @@ def test_sample_ranges_not_of_contiguous_int64_are_cut_in_python() -> None:
         assert make_windows(spans, [other, other], 30_000, 2) == expected
         assert make_windows(spans, [plain, other], 30_000, 2) == expected
         with pytest.raises(ValueError, match=r"int64|contiguous"):  # the native cut refuses
-            _native.cut_windows([(0, 0, 5)], [first], [ends], 30_000, 2, FIRST_WINDOW, Run,
-                                Window)  # fmt: skip
+            _native.cut_windows([(0, 0, 5)], [first], [ends], 30_000, 2, FIRST_WINDOW)
+
+
+def test_windows_and_runs_compare_show_and_pickle_by_value() -> None:
+    """A plan's windows and runs (native: thousands are made before a first
+    sample) behave as the dataclasses they were: equal by value, unhashable,
+    read-only, shown with their fields, pickled whole. A run holds no object,
+    so the collector never visits the thousands a plan holds."""
+    import gc
+    import pickle
+
+    run = Run(3, 10, 14, 2)
+    window = Window((Run(1, 0, 2, 0), run), 6, 600)
+    assert (run.shard, run.start, run.stop, run.base, len(run)) == (3, 10, 14, 2, 4)
+    assert run == Run(3, 10, 14, 2)
+    assert run != Run(3, 10, 14, 0)
+    assert run != (3, 10, 14, 2)
+    assert window == Window((Run(1, 0, 2, 0), Run(3, 10, 14, 2)), 6, 600)
+    assert window != Window((Run(1, 0, 2, 0), run), 6, 601)
+    assert repr(run) == "Run(shard=3, start=10, stop=14, base=2)"
+    assert repr(window) == f"Window(runs=(Run(shard=1, start=0, stop=2, base=0), {run!r}), " \
+        "count=6, nbytes=600)"  # fmt: skip
+    assert pickle.loads(pickle.dumps(window)) == window
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(run)
+    with pytest.raises(AttributeError):
+        run.start = 0  # type: ignore[misc]
+    assert not gc.is_tracked(run)
+    # A read of part of a run: where in the window its first sample is.
+    read = Read(4, run, 12, 14)
+    assert (read.window, read.run, read.start, read.stop, read.at) == (4, run, 12, 14, 4)
+    assert read == Read(4, Run(3, 10, 14, 2), 12, 14)
+    assert read != Read(4, run, 11, 14)
+    assert repr(read) == f"Read(window=4, run={run!r}, start=12, stop=14)"
+    assert pickle.loads(pickle.dumps(read)) == read
+    with pytest.raises(TypeError):
+        Read(0, None, 0, 1)  # type: ignore[arg-type]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 50), st.integers(1, 9)),
+                         max_size=4), max_size=8), st.integers(0, 9))  # fmt: skip
+def test_the_whole_reads_of_windows_are_one_a_run_in_order(cut, first) -> None:
+    """Planning a pass reads each run of each window from ``first`` on, whole,
+    in window order (done natively: thousands before a first sample)."""
+    windows = []
+    for runs in cut:
+        made = tuple(Run(shard, start, start + length, 0) for shard, start, length in runs)
+        windows.append(Window(made, sum(map(len, made)), 0))
+    expected = [Read(index, run, run.start, run.stop) for index in range(first, len(windows))
+                for run in windows[index].runs]  # fmt: skip
+    assert whole_reads(windows, first) == expected
 
 
 def test_a_permutation_is_drawn_from_its_key_alone() -> None:
