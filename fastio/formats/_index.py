@@ -107,15 +107,17 @@ _READ_VERSIONS = (2, 3)
 # what a version 2 file's entry means where it lacks one.
 _FIELDS: dict[str, Any] = {"url": None, "format": None, "size": None, "version": None,
                            "change": 0, "fingerprint": "", "count": None}  # fmt: skip
-# A version 3 file written now holds its fields twice: in the JSON, which
-# every reader of version 3 takes, and as two arrays, which this one takes
-# without parsing the JSON (20,000 shards: 1.5 ms of arrays against 7.5 ms of
-# JSON before the first sample). ``fields``: the version, the number of
-# shards, then each of _NUMBERS in turn (int64); ``names``: each of _NAMES in
-# turn; ``urls``: the shards' names, and ``names``: their formats, then their
-# fingerprints, each array strings joined by NULs (UTF-8). A file whose
-# integers do not all fit in int64 (an ETag of many digits), or whose strings
-# hold a NUL, holds the JSON alone.
+# A version 3 file of many shards written now holds its fields twice: in the
+# JSON, which every reader of version 3 takes, and as arrays, which this one
+# takes without parsing the JSON (most of the read of an index of thousands of
+# shards). ``fields``: the version, the number of shards, then each of
+# _NUMBERS in turn (int64); ``urls``: the shards' names, and ``names``: their
+# formats, then their fingerprints, each array strings joined by NULs
+# (UTF-8). A file of fewer than _ARRAYS_FROM shards (where three members more
+# cost more than the JSON they spare), one whose integers do not all fit in
+# int64 (an ETag of many digits), or whose strings hold a NUL, holds the JSON
+# alone.
+_ARRAYS_FROM = 256
 _NUMBERS = ("size", "version", "change", "count")
 
 UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
@@ -678,7 +680,7 @@ def _field_arrays(fields: dict[str, list[Any]]) -> dict[str, np.ndarray]:
     """The ``fields`` and ``names`` arrays of an index file's fields (see
     _NUMBERS), or none where they cannot hold them."""
     count = len(fields["url"])
-    if not count:
+    if count < _ARRAYS_FROM:
         return {}
     numbers = [_VERSION, count, *itertools.chain.from_iterable(fields[name] for name in _NUMBERS)]
     try:

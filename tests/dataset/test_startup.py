@@ -394,33 +394,38 @@ def test_shards_as_their_dataset_index_holds_them_are_laid_out_as_their_scans_sa
 
 
 @pytest.mark.parametrize("beside", [False, True], ids=["stats in turn", "stats beside"])
-def test_a_dataset_index_an_earlier_release_wrote_lays_the_shards_out_as_one_written_now(
-    tmp_path, monkeypatch, beside
+@pytest.mark.parametrize("written", ["as arrays", "as JSON"])
+def test_a_dataset_index_as_arrays_or_as_json_lays_the_shards_out_alike(
+    tmp_path, monkeypatch, beside, written
 ) -> None:
-    """A dataset index written before its fields were also kept as arrays
-    (the JSON alone) is read from the JSON: the shards are laid out from it at
-    once all the same, as from one written now, and a shard changed since is
-    told apart from it as from one written now."""
+    """A dataset index of many shards holds its fields as arrays too, read
+    without its JSON; one of few shards, or one an earlier release wrote,
+    the JSON alone. Either way the shards are laid out from it at once (no
+    index object a shard), their stamps compared with the index's, and a
+    shard changed since is told apart. (How many shards are many is lowered
+    here.)"""
     import numpy as np
 
     from fastio.dataset import _layouts
-    from fastio.formats._index import DATASET_INDEX, _aligned_npz, _npz_arrays
+    from fastio.formats import _index
 
     monkeypatch.setattr(_layouts, "_STATTED_BESIDE", 1 if beside else 10**9)
-    written = write("webdataset", tmp_path / "data", shards=3, per_shard=6)
-    location = tmp_path / "data" / DATASET_INDEX
-    stored = _npz_arrays(location.read_bytes())
+    monkeypatch.setattr(_index, "_ARRAYS_FROM", 1)
+    made = write("webdataset", tmp_path / "data", shards=3, per_shard=6)
+    location = tmp_path / "data" / _index.DATASET_INDEX
+    stored = _index._npz_arrays(location.read_bytes())
     assert {"fields", "urls", "names"} <= set(stored)
-    location.write_bytes(_aligned_npz({name: np.array(stored[name]) for name in
-                                       ("starts", "ends", "meta")}))  # fmt: skip
-    dataset = fastio.Dataset(written.pattern, shuffle=False, index_dir=tmp_path / "index")
+    if written == "as JSON":
+        location.write_bytes(_index._aligned_npz({name: np.array(stored[name]) for name in
+                                                  ("starts", "ends", "meta")}))  # fmt: skip
+    dataset = fastio.Dataset(made.pattern, shuffle=False, index_dir=tmp_path / "index")
     assert dataset._shards._indexes is None  # laid out from the columns
-    assert dataset._shards.stamps == [dataset.reader.stamp(url) for url in written.urls]
-    assert keys(dataset) == [row["key"] for row in written.samples]
-    os.utime(written.urls[1], ns=(1, 1))  # its modification time is not the indexed one
-    again = fastio.Dataset(written.pattern, shuffle=False, index_dir=tmp_path / "index")
+    assert dataset._shards.stamps == [dataset.reader.stamp(url) for url in made.urls]
+    assert keys(dataset) == [row["key"] for row in made.samples]
+    os.utime(made.urls[1], ns=(1, 1))  # its modification time is not the indexed one
+    again = fastio.Dataset(made.pattern, shuffle=False, index_dir=tmp_path / "index")
     assert again._shards._indexes is not None  # shard by shard
-    assert keys(again) == [row["key"] for row in written.samples]
+    assert keys(again) == [row["key"] for row in made.samples]
 
 
 def test_stats_taken_beside_give_what_they_raised_where_they_are_taken() -> None:

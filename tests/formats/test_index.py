@@ -11,6 +11,7 @@ import random
 import shutil
 import tarfile
 import threading
+import unittest.mock
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -656,21 +657,23 @@ _NAMED = st.lists(st.characters(blacklist_categories=["Cc"]) | st.sampled_from("
 @settings(max_examples=80, deadline=None)
 @given(_SHARD_INDEXES, st.lists(st.tuples(_NAMED, st.booleans()), min_size=6, max_size=6),
        st.sampled_from(["/data/dataset.fastio-index.npz", "s3://bucket/x/dataset.fastio-index.npz",
-                        "dataset.fastio-index.npz"]))  # fmt: skip
+                        "dataset.fastio-index.npz"]), st.integers(1, 4))  # fmt: skip
 def test_a_dataset_index_reads_the_same_from_its_arrays_as_from_its_json(
-    entries, names, location
+    entries, names, location, arrays_from
 ) -> None:
-    """An index written now holds its fields as arrays beside the JSON (read
-    without parsing it); both give the same columns, for names of any
-    characters (a path's undecodable bytes, newlines, relative and absolute
-    names), and an index whose integers pass 64 bits holds the JSON alone."""
+    """An index of many shards written now holds its fields as arrays beside
+    the JSON (read without parsing it); both give the same columns, for
+    names of any characters (a path's undecodable bytes, newlines, relative
+    and absolute names), and an index whose integers pass 64 bits holds the
+    JSON alone. (How many shards are many is lowered here, to draw them.)"""
     indexes = _indexes(entries)
     folder = "/data/" if location.startswith("/") else ""
     chosen = [folder + name if absolute else name for name, absolute in names]
-    data = _index_file(indexes, chosen[: len(indexes)])
+    with unittest.mock.patch.object(fastio.formats._index, "_ARRAYS_FROM", arrays_from):
+        data = _index_file(indexes, chosen[: len(indexes)])
     stored = _npz_arrays(data)
     wide = any(index.version >= 2**63 for index in indexes)
-    assert ("fields" in stored) == (bool(indexes) and not wide)
+    assert ("fields" in stored) == (len(indexes) >= arrays_from and not wide)
     from_arrays = IndexColumns.read(data, location)
     from_json = IndexColumns.read(_json_only(data), location)
     assert from_arrays.fields == from_json.fields
@@ -679,12 +682,27 @@ def test_a_dataset_index_reads_the_same_from_its_arrays_as_from_its_json(
     assert from_arrays.stamps() == from_json.stamps() == [index.stamp for index in indexes]
 
 
+def test_an_index_of_many_shards_holds_its_fields_as_arrays_and_one_of_few_as_json() -> None:
+    """From 256 shards on an index holds its fields as arrays too (read
+    without its JSON); below, three members more would cost more than the
+    JSON they spare, and it holds the JSON alone."""
+    location = "/data/dataset.fastio-index.npz"
+    for count in (255, 256):
+        indexes = _indexes([(f"s{i}.tar", "tar", 10, 1, 2, "", [3]) for i in range(count)])
+        stored = _npz_arrays(DatasetIndex(indexes).to_bytes(location))
+        assert ("fields" in stored) == (count == 256)
+        read = DatasetIndex.read(DatasetIndex(indexes).to_bytes(location), location).shards
+        assert [index.url for index in read] == [f"/data/s{i}.tar" for i in range(count)]
+
+
 def test_an_index_whose_arrays_disagree_is_refused_and_one_of_another_version_is_read_by_its_json(
-) -> None:  # fmt: skip
+    monkeypatch,
+) -> None:
     """Field arrays that do not hold what they say (a count that is not the
     shards', fewer names, a negative count) make a damaged index: refused,
     naming it. Arrays of a version this release does not know are passed by,
     as an earlier release passes by all of them: the JSON is read."""
+    monkeypatch.setattr(fastio.formats._index, "_ARRAYS_FROM", 1)
     indexes = _indexes([("a.tar", "tar", 10, 1, 2, "", [3, 4]), ("b.tar", "tar", 9, 1, 2, "", [5])])
     location = "/data/dataset.fastio-index.npz"
     stored = _npz_arrays(DatasetIndex(indexes).to_bytes(location))
