@@ -158,6 +158,23 @@ class ShardLayouts:
                  ) -> None:  # fmt: skip
         """Each shard's layout: from its index in ``known`` where it is as
         indexed, else as :meth:`_open` finds it."""
+        records = self.record_format
+        if not known and records is not None and reusable is not None \
+                and set(map(type, stamps)) <= {tuple}:  # fmt: skip
+            # Record shards never seen, each statted: where the index folder
+            # holds none of their indexes (asked about all at once), only
+            # their reads can lay them out, every one: told at once, not
+            # shard by shard (1.2 us a shard).
+            if self._held is None:
+                self._held = records.store.holding(self.urls)
+            if not self._held:
+                count = len(self.urls)
+                listed = cast("list[tuple[int, int, int]]", stamps)
+                self.sizes.extend([size for size, _, _ in listed])
+                self.stamps.extend(listed)
+                self.indexes.extend([None] * count)
+                self.layouts.extend([None] * count)
+                return
         as_indexed = self._as_indexed(keys, stamps, known, reusable)
         indexes = self.indexes
         # Footers and the like are read ahead a group of shards at a time: one

@@ -428,6 +428,38 @@ def test_a_dataset_index_as_arrays_or_as_json_lays_the_shards_out_alike(
     assert keys(again) == [row["key"] for row in made.samples]
 
 
+def test_a_never_seen_dataset_is_laid_out_at_once_as_shard_by_shard(tmp_path, monkeypatch) -> None:
+    """Shards no index anywhere holds are told unknown all at once (not
+    opened one by one): each one's size and stamp as a stat gives them, no
+    layout, no index; the first epoch streams them and leaves their indexes,
+    and the next open finds those, shard by shard."""
+    from fastio.dataset import _layouts
+
+    opened = []
+    open_shard = _layouts.ShardLayouts._open
+
+    def spied(self, *args, **kwargs):
+        opened.append(args[1])
+        return open_shard(self, *args, **kwargs)
+
+    monkeypatch.setattr(_layouts.ShardLayouts, "_open", spied)
+    made = write("webdataset", tmp_path / "data", shards=5, per_shard=4, index=False)
+    dataset = fastio.Dataset(made.pattern, shuffle=False, index_dir=tmp_path / "index")
+    shards = dataset._shards
+    assert opened == []  # all at once
+    assert shards.layouts == [None] * 5
+    assert shards.indexes == [None] * 5
+    assert shards.sizes == [os.path.getsize(url) for url in made.urls]
+    assert shards.stamps == [dataset.reader.stamp(url) for url in made.urls]
+    assert keys(dataset) == [row["key"] for row in made.samples]  # streamed, indexes left
+    again = fastio.Dataset(made.pattern, shuffle=False, index_dir=tmp_path / "index")
+    records = again._shards.record_format
+    assert records is not None
+    scanned = [len(build_index(again.reader, url, records.locator())) for url in made.urls]
+    assert [layout.count for layout in again.layouts] == scanned
+    assert keys(again) == [row["key"] for row in made.samples]
+
+
 def test_stats_taken_beside_give_what_they_raised_where_they_are_taken() -> None:
     from fastio.dataset._layouts import _Beside
 
