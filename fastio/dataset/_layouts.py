@@ -127,7 +127,7 @@ class ShardLayouts:
         self._kept: dict[str, ShardIndex] | None = None
         known: dict[str, ShardIndex] = {}
         if kept and records is not None:  # what an earlier dataset over these shards left
-            known = self._kept = records.store.load_set(self.urls)
+            known = self._kept = records.store.load_set(self.urls, keys)
         self._reused = 0  # shards whose index came from ``known``
         # Of the shards from the first that ``known`` does not lay out as it
         # is now, those whose own index file the index folder holds: asked

@@ -600,16 +600,19 @@ class IndexStore:
         return folder
 
     @staticmethod
-    def set_name(urls: Sequence[str]) -> str:
-        key = "\n".join(index_keys(urls))
+    def set_name(urls: Sequence[str], keys: Sequence[str] | None = None) -> str:
+        """The name of the file of the indexes of ``urls`` kept together
+        (``keys``: their :func:`index_keys`, where known)."""
+        key = "\n".join(index_keys(urls) if keys is None else keys)
         return f"{SET_PREFIX}{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
-    def load_set(self, urls: Sequence[str]) -> dict[str, ShardIndex]:
+    def load_set(self, urls: Sequence[str], keys: Sequence[str] | None = None
+                 ) -> dict[str, ShardIndex]:  # fmt: skip
         """The indexes kept together for the dataset of ``urls``, by URL (as
         :meth:`DatasetIndex.lookup`); empty where there are none. A damaged
         file counts as none: the shards' own index files decide, and the
         file is written anew once they are read."""
-        name = self.set_name(urls) + SET_SUFFIX
+        name = self.set_name(urls, keys) + SET_SUFFIX
         for folder in self._folders():
             path = folder / name
             try:

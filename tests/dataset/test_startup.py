@@ -14,7 +14,7 @@ import pytest
 
 import fastio
 from fastio._native import HUGE_PAGE
-from fastio.formats._index import INDEX_SUFFIX, SET_SUFFIX, build_index
+from fastio.formats._index import INDEX_SUFFIX, SET_SUFFIX, build_index, index_keys
 from fastio.plan import make_windows
 from fastio.plan._assignment import Span
 from fastio.reader import _reader
@@ -455,6 +455,10 @@ def test_a_never_seen_dataset_is_laid_out_at_once_as_shard_by_shard(tmp_path, mo
     again = fastio.Dataset(made.pattern, shuffle=False, index_dir=tmp_path / "index")
     records = again._shards.record_format
     assert records is not None
+    # Kept together too: found by the keys an open has worked out already.
+    together = records.store.load_set(made.urls, index_keys(made.urls))
+    assert sorted(together) == sorted(index_keys(made.urls))
+    assert together.keys() == records.store.load_set(made.urls).keys()
     scanned = [len(build_index(again.reader, url, records.locator())) for url in made.urls]
     assert [layout.count for layout in again.layouts] == scanned
     assert keys(again) == [row["key"] for row in made.samples]
