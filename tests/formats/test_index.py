@@ -695,6 +695,35 @@ def test_an_index_of_many_shards_holds_its_fields_as_arrays_and_one_of_few_as_js
         assert [index.url for index in read] == [f"/data/s{i}.tar" for i in range(count)]
 
 
+def test_the_json_of_an_index_read_from_its_arrays_is_passed_by(monkeypatch) -> None:
+    """Where an index holds its fields as arrays its JSON is neither read
+    nor checked (most of its bytes): damage there goes unnoticed by this
+    release, and is refused wherever the JSON is read."""
+    monkeypatch.setattr(fastio.formats._index, "_ARRAYS_FROM", 1)
+    indexes = _indexes([("a.tar", "tar", 10, 1, 2, "", [3, 4]), ("b.tar", "tar", 9, 1, 2, "", [5])])
+    location = "/data/dataset.fastio-index.npz"
+    data = bytearray(DatasetIndex(indexes).to_bytes(location))
+    at = data.index(b'{"version":3')
+    data[at + 1] ^= 0xFF  # the JSON damaged: its CRC no longer matches
+    damaged = bytes(data)
+    assert [i.url for i in DatasetIndex.read(damaged, location).shards] == [
+        "/data/a.tar",
+        "/data/b.tar",
+    ]
+    with pytest.raises(zipfile.BadZipFile):
+        _npz_arrays(damaged)
+    without = damaged.replace(b"fields.npy", b"fieldz.npy")  # no field arrays: the JSON is read
+    with pytest.raises(zipfile.BadZipFile):
+        DatasetIndex.read(without, location)
+    # Arrays of a later version, beside a JSON whose bytes are as their CRC
+    # says but not JSON: the JSON is read, and refused.
+    stored = _npz_arrays(bytes(DatasetIndex(indexes).to_bytes(location)))
+    later = _aligned_npz({**stored, "fields": np.concatenate([[4], stored["fields"][1:]]),
+                          "meta": np.array(b"{not json")})  # fmt: skip
+    with pytest.raises(ValueError, match="Expecting property name"):
+        DatasetIndex.read(later, location)
+
+
 def test_an_index_whose_arrays_disagree_is_refused_and_one_of_another_version_is_read_by_its_json(
     monkeypatch,
 ) -> None:
