@@ -213,6 +213,7 @@ class ShardLayouts:
             return False
         layouts = records.layouts_of_columns(columns)
         found, errors = now.result()
+        # A byte of the errnos not zero: a stat failed (an OSError is never as indexed).
         if errors.count(0) < len(errors) or not np.array_equal(
             np.frombuffer(found, np.int64).reshape(-1, 3).T, rows
         ):  # fmt: skip

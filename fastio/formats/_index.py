@@ -330,11 +330,12 @@ def _npz_arrays(data: bytes, passed_by: dict[str, str] | None = None) -> dict[st
     writes them) is a read-only view of it; one that is not (as ``np.savez``
     writes them) is copied once, from ``data`` (not from a copy of its
     member: a dataset index of 36k samples took half a millisecond more,
-    mostly in faulting in the copy's fresh pages). ``passed_by``: members
-    left out (neither checked nor read), each where the archive holds the
-    member it names, and is laid out as np.savez lays it out (an index's
-    JSON where it holds its fields as arrays too: 2.3 MB of an index of
-    20,000 shards). Raises what ``np.load`` does for a damaged file."""
+    mostly in faulting in the copy's fresh pages). ``passed_by`` maps a
+    member to leave out (neither checked nor read) to the member whose
+    presence lets it be left out: an index's JSON where the index holds its
+    fields as arrays too (2.3 MB of an index of 20,000 shards). An archive
+    the zip module has to read is read whole. Raises what ``np.load`` does
+    for a damaged file."""
     members = _stored_members(data, passed_by)
     if members is None:  # not as np.savez writes: the zip module reads it
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
@@ -723,8 +724,8 @@ def _fields_of_arrays(
     (see :func:`_resolved_joined`); where each shard's samples start (see
     :func:`_sample_bounds`); and the integers, a row each field. None where
     it has no such arrays (written by an earlier release) or they are of
-    another version. Raises ValueError
-    (naming ``location``) where they do not hold what they say."""
+    another version. Raises ValueError (naming ``location``) where they do
+    not hold what they say."""
     numbers, urls, names = stored.get("fields"), stored.get("urls"), stored.get("names")
     if numbers is None or urls is None or names is None or numbers.dtype != np.int64 \
             or numbers.ndim != 1 or len(numbers) < 2 or int(numbers[0]) != _VERSION:  # fmt: skip

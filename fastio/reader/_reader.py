@@ -1510,7 +1510,7 @@ def listed_stamps(packed: tuple[bytes, bytes], urls: Sequence[str]
     listed: list[tuple[int, int, int] | OSError] = list(
         zip(numbers[0::3].tolist(), numbers[1::3].tolist(), numbers[2::3].tolist(), strict=True)
     )
-    if errors.count(0) < len(errors):
+    if errors.count(0) < len(errors):  # a byte not zero: some stat failed
         for at, code in enumerate(memoryview(errors).cast("i")):
             if code:  # OSError(errno, ...) is the errno's subclass, as os.stat raises it
                 listed[at] = OSError(code, os.strerror(code), local_path(urls[at]))
