@@ -218,12 +218,12 @@ class ShardLayouts:
             np.frombuffer(found, np.int64).reshape(-1, 3).T, rows
         ):  # fmt: skip
             return False
-        indexed = columns.stamps()
-        self.sizes = [size for size, _, _ in indexed]
-        self.stamps = cast("list[tuple[int, int, int] | None]", indexed)
+        sizes, versions, changes = rows.tolist()
+        self.sizes = sizes
+        self.stamps = list(zip(sizes, versions, changes, strict=True))
         self.layouts = cast("list[Layout | None]", layouts)
         self._indexes, self._columns = None, columns
-        self._reused = len(indexed)
+        self._reused = len(sizes)
         return True
 
     @property

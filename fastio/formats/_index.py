@@ -866,8 +866,6 @@ class IndexColumns:
 
     def stamps(self) -> list[tuple[int, int, int]]:
         """Each shard's ``(size, version, change)`` as it was indexed."""
-        if self.numbers is not None:
-            return list(zip(*self.numbers[:3].tolist(), strict=True))
         fields = self.fields
         return list(zip(map(int, fields["size"]), map(int, fields["version"]),
                         map(int, fields["change"]), strict=True))  # fmt: skip

@@ -529,7 +529,7 @@ class Reader:
         self._check_usable()
         far = list(map(is_remote, urls))
         paths = [url for url, remote in zip(urls, far, strict=True) if not remote]
-        local = listed_stamps(_native.stat_stamps(paths), paths)
+        local = listed_stamps(self.local_stamps(paths), paths)
         if not any(far):
             return local
         found: list[tuple[int, int, int] | OSError] = []

@@ -370,11 +370,12 @@ def stat_stamps(list paths, uint64_t round_trip_ns=50_000):
             raise MemoryError()
         for i in range(count):
             path = paths[i]
-            if type(path) is str and PyUnicode_IS_ASCII(path):
+            text = type(path) is str
+            if text and PyUnicode_IS_ASCII(path):
                 # Its ASCII characters are its UTF-8 and its file system bytes.
                 name = PyUnicode_AsUTF8AndSize(path, &length)
             else:
-                if type(path) is str:
+                if text:
                     path = os.fsencode(path)
                     encoded.append(path)
                 elif not isinstance(path, bytes):
@@ -383,7 +384,7 @@ def stat_stamps(list paths, uint64_t round_trip_ns=50_000):
                 length = len(path)
             if memchr(name, 0, length) != NULL:
                 raise ValueError(f"embedded null byte in {paths[i]!r}")
-            if length >= 7 and memcmp(name, b"file://", 7) == 0 and type(paths[i]) is str:
+            if text and length >= 7 and memcmp(name, b"file://", 7) == 0:
                 name += 7
             names[i] = name
         with nogil:

@@ -152,10 +152,17 @@ def whole_reads(list windows, Py_ssize_t first):
     return reads
 
 
+# Made without their __init__ (a call each from Python): thousands a plan.
 cdef inline Run _run(int64_t shard, int64_t start, int64_t stop, int64_t base):
     cdef Run run = Run.__new__(Run)
     run.shard, run.start, run.stop, run.base = shard, start, stop, base
     return run
+
+
+cdef inline Window _window(tuple runs, int64_t count, int64_t nbytes):
+    cdef Window window = Window.__new__(Window)
+    window.runs, window.count, window.nbytes = runs, count, nbytes
+    return window
 
 
 def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t mix,
@@ -178,7 +185,6 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
         raise ValueError(f"mix must be 1..{_MAX_MIX} here, not {mix}")
     cdef list windows = []
     cdef list runs
-    cdef Window window
     while pending < count or active:
         while active < mix and pending < count:
             shard, first, target = spans[pending]
@@ -226,9 +232,7 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
                 ends_small[kept] = ends_small[index]
                 kept += 1
         active = kept
-        window = Window.__new__(Window)
-        window.runs, window.count, window.nbytes = tuple(runs), samples, nbytes
-        windows.append(window)
+        windows.append(_window(tuple(runs), samples, nbytes))
         window_index += 1
     return windows
 
