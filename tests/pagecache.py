@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from fastio._native import resident_fraction
+from fastio.reader._files import CACHED_ENOUGH
 
 
 def drop_pages(path: str) -> float:
@@ -35,3 +36,11 @@ def resident(path: str) -> float:
         return float(resident_fraction(fd, 0, os.fstat(fd).st_size, 1 << 20))
     finally:
         os.close(fd)
+
+
+def cached(path: str) -> bool:
+    """Whether the page cache holds ``path`` as the reader counts a file found
+    there (``CACHED_ENOUGH`` of its pages). Not all of them: on a machine whose
+    memory (or memory cgroup) is near its limit, the kernel may reclaim a page
+    read once in the moment between a read and this check."""
+    return resident(path) >= CACHED_ENOUGH
