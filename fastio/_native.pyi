@@ -349,4 +349,5 @@ def cut_windows(
     buffer: int,
     mix: int,
     first_window: int,
+    firsts: list[int] | None = None,
 ) -> list[Window]: ...

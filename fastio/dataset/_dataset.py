@@ -502,10 +502,10 @@ class Dataset(_Base):
     # ---- sizes and assignment ------------------------------------------------------
 
     @property
-    def _known(self) -> list[Layout]:
+    def _known(self) -> Sequence[Layout]:
         """The layouts, where every one is known (or will be, before they are
         read: :meth:`index`); the one list, changed in place."""
-        return cast("list[Layout]", self.layouts)
+        return cast("Sequence[Layout]", self.layouts)
 
     @property
     def counts(self) -> list[int]:

@@ -38,7 +38,7 @@ from fastio.formats._index import (
     indexes_of_columns,
     stamped,
 )
-from fastio.formats._layout import Layout
+from fastio.formats._layout import Layout, counts_of
 from fastio.formats._records import RecordFormat
 from fastio.reader._reader import listed_stamps
 from fastio.shared._collector import collector_paused
@@ -46,7 +46,7 @@ from fastio.sources._objects import is_remote
 from fastio.spec._records import record
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Container, Sequence
+    from collections.abc import Callable, Container, MutableSequence, Sequence
 
     from fastio.cache._cache import ShardCache
     from fastio.dataset._policy import ErrorPolicy
@@ -90,7 +90,7 @@ class ShardLayouts:
         self._records = shard_format if isinstance(shard_format, RecordFormat) else None
         self.reader = reader
         self.policy = policy
-        self.layouts: list[Layout | None] = []
+        self.layouts: MutableSequence[Layout | None] = []
         self._indexes: list[ShardIndex | None] | None = []  # see indexes
         # Where every shard is as the dataset index holds it: what ``indexes``
         # are made from when first asked for (a first sample needs none).
@@ -221,7 +221,7 @@ class ShardLayouts:
         sizes, versions, changes = rows.tolist()
         self.sizes = sizes
         self.stamps = list(zip(sizes, versions, changes, strict=True))
-        self.layouts = cast("list[Layout | None]", layouts)
+        self.layouts = layouts
         self._indexes, self._columns = None, columns
         self._reused = len(sizes)
         return True
@@ -490,7 +490,7 @@ class ShardLayouts:
     @property
     def known(self) -> bool:
         """Whether every shard's layout is known."""
-        return all(layout is not None for layout in self.layouts)
+        return None not in self.layouts
 
     def counts(self) -> list[int]:
         """Samples per shard. Raises TypeError while some are unknown: not in
@@ -499,14 +499,14 @@ class ShardLayouts:
         if not self.known:
             with contextlib.suppress(OSError):
                 self.complete(scan=False, report=False)
-        missing = sum(layout is None for layout in self.layouts)
-        if missing:
+        if None in self.layouts:
+            missing = sum(layout is None for layout in self.layouts)
             raise TypeError(
                 f"{missing} of the {len(self.layouts)} shards are not indexed yet, so their "
                 "samples are not counted: iterate an epoch (it indexes them on the way), "
                 "call dataset.index(), or run fastio-bench index"
             )
-        return [layout.count for layout in self.layouts if layout is not None]
+        return counts_of(cast("Sequence[Layout]", self.layouts))
 
     def learned(self, shard: int, ranges: tuple[np.ndarray, np.ndarray], damaged: bool) -> None:
         """A streamed read found shard ``shard``'s samples at ``ranges``: keep its
@@ -565,9 +565,9 @@ class ShardLayouts:
         ``report``: damaged stored indexes go through the policy (else they
         are passed over: a count is no pass, and reports nothing)."""
         records = self.record_format
-        missing = [i for i, layout in enumerate(self.layouts) if layout is None]
-        if records is None or not missing:
+        if records is None or None not in self.layouts:
             return
+        missing = [i for i, layout in enumerate(self.layouts) if layout is None]
         reader = self.reader()
         # Stored indexes are checked against their objects: asked many at a time.
         held = records.store.holding(self.urls[shard] for shard in missing)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import abc
 import itertools
+from collections.abc import MutableSequence
 from dataclasses import field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from fastio.reader._ranges import ByteRange
 from fastio.spec._records import record
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
     from types import TracebackType
 
     from typing_extensions import Self
@@ -31,7 +32,16 @@ if TYPE_CHECKING:
     from fastio.reader._ranges import Chunk
     from fastio.reader._reader import Reader
 
-__all__ = ["Layout", "ShardFormat", "ShardWriter", "batch_of", "gather", "sample_bounds"]
+__all__ = [
+    "ColumnLayouts",
+    "Layout",
+    "ShardFormat",
+    "ShardWriter",
+    "batch_of",
+    "counts_of",
+    "gather",
+    "sample_bounds",
+]
 
 
 @record(slots=True)
@@ -141,6 +151,111 @@ class Layout:
         last_unit = int(np.searchsorted(self.bounds, stop, side="left"))
         units = range(first_unit, last_unit)
         return [r for u in units for r in self.meta["unit_ranges"](u)], int(self.bounds[first_unit])
+
+
+_UNMADE: Any = object()  # a layout of ColumnLayouts not made yet
+
+
+class ColumnLayouts(MutableSequence["Layout | None"]):
+    """The layouts of shards whose samples' byte ranges are columns of one
+    dataset index: shard ``i`` holds samples ``bounds[i]`` to ``bounds[i + 1]``
+    of ``starts`` and ``ends`` (int64), and is laid out by ``make(url, size,
+    starts, ends)`` when first asked for. A dataset of thousands of shards
+    reads a few before its first sample: its plan takes the others' counts
+    (:func:`counts_of`) and offsets (:meth:`per_sample`) from the columns, and
+    their layouts, made all at open, cost a microsecond a shard. ``plain``:
+    every layout ``make`` makes is per sample. A layout set in place (learned
+    anew, left out) is kept as set; the shards are fixed (nothing is
+    inserted or deleted)."""
+
+    def __init__(
+        self, urls: list[str], sizes: list[int], starts: np.ndarray, ends: np.ndarray,
+        bounds: list[int], make: Callable[[str, int, np.ndarray, np.ndarray], Layout],
+        plain: bool,
+    ) -> None:  # fmt: skip
+        self._urls, self._sizes, self._starts, self._ends = urls, sizes, starts, ends
+        self._bounds, self._make, self._plain = bounds, make, plain
+        self._made: list[Layout | None] = [_UNMADE] * len(urls)
+        self._set: set[int] = set()  # shards whose layout was set in place
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    @overload
+    def __getitem__(self, index: int) -> Layout | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Layout | None]: ...
+    def __getitem__(self, index: int | slice) -> Layout | list[Layout | None] | None:
+        if isinstance(index, slice):
+            return [self[shard] for shard in range(*index.indices(len(self._made)))]
+        layout = self._made[index]  # IndexError as a list's
+        if layout is _UNMADE:
+            shard = index % len(self._made)
+            first, last = self._bounds[shard], self._bounds[shard + 1]
+            layout = self._made[shard] = self._make(
+                self._urls[shard], self._sizes[shard], self._starts[first:last],
+                self._ends[first:last],
+            )  # fmt: skip
+        return layout
+
+    @overload
+    def __setitem__(self, index: int, value: Layout | None) -> None: ...
+    @overload
+    def __setitem__(self, index: slice, value: Iterable[Layout | None]) -> None: ...
+    def __setitem__(self, index: int | slice, value: Any) -> None:
+        if isinstance(index, slice):
+            raise TypeError("a shard's layout is set one at a time")
+        self._made[index] = value
+        self._set.add(index % len(self._made))
+
+    def __delitem__(self, index: int | slice) -> None:
+        raise TypeError("a dataset's shards are fixed: none is deleted")
+
+    def insert(self, index: int, value: Layout | None) -> None:
+        raise TypeError("a dataset's shards are fixed: none is inserted")
+
+    def __iter__(self) -> Iterator[Layout | None]:
+        for shard in range(len(self._made)):
+            yield self[shard]
+
+    def __contains__(self, value: object) -> bool:
+        if value is None:  # made from the columns, a layout is never None
+            return any(self._made[shard] is None for shard in self._set)
+        return any(layout is value or layout == value for layout in self)
+
+    def counts(self) -> list[int]:
+        """Each shard's samples (a layout set in place: its own; None: 0)."""
+        bounds = self._bounds
+        counts = [last - first for first, last in itertools.pairwise(bounds)]
+        for shard in self._set:
+            layout = self._made[shard]
+            counts[shard] = 0 if layout is None else layout.count
+        return counts
+
+    def per_sample(self) -> tuple[list[np.ndarray], list[np.ndarray], list[int]] | None:
+        """Every shard's sample starts and ends as arrays and where in them
+        its samples begin (the columns themselves, shared by all shards not
+        set in place), where every layout is per sample; else None."""
+        if not self._plain:
+            return None
+        count = len(self._made)
+        starts, ends = [self._starts] * count, [self._ends] * count
+        firsts = self._bounds[:-1]  # a list of its own
+        for shard in self._set:
+            layout = self._made[shard]
+            if layout is None or not layout.per_sample:
+                return None
+            assert layout.starts is not None
+            assert layout.ends is not None
+            starts[shard], ends[shard], firsts[shard] = layout.starts, layout.ends, 0
+        return starts, ends, firsts
+
+
+def counts_of(layouts: Sequence[Layout]) -> list[int]:
+    """Each layout's samples, without making the layouts of :class:`ColumnLayouts`."""
+    if isinstance(layouts, ColumnLayouts):
+        return layouts.counts()
+    return [layout.count for layout in layouts]
 
 
 _BOUNDS = np.arange(1, dtype=np.int64)

@@ -22,7 +22,7 @@ from fastio.formats._index import (
     scan_shard,
     stamped,
 )
-from fastio.formats._layout import Layout, ShardFormat, ShardWriter, sample_bounds
+from fastio.formats._layout import ColumnLayouts, Layout, ShardFormat, ShardWriter, sample_bounds
 
 if TYPE_CHECKING:
     import os
@@ -100,15 +100,15 @@ class RecordFormat(ShardFormat):
         return _layouts((index.url, index.size, *_offsets(index.starts, index.ends))
                         for index in indexes)  # fmt: skip
 
-    def layouts_of_columns(self, columns: IndexColumns) -> list[Layout]:
+    def layouts_of_columns(self, columns: IndexColumns) -> ColumnLayouts:
         """The layouts a dataset index's columns describe (see
-        :meth:`layouts_of`), with no index object a shard: each shard's
-        offsets a slice of the columns' own, taken as int64 once."""
+        :meth:`layouts_of`), with no index object a shard, each made when
+        first asked for: its offsets a slice of the columns' own, taken as
+        int64 once."""
         starts, ends = _offsets(columns.starts, columns.ends)
-        bounds = columns.bounds
-        shards = zip(columns.urls, map(int, columns.fields["size"]), bounds[:-1], bounds[1:],
-                     strict=True)  # fmt: skip
-        return _layouts((url, size, starts[a:b], ends[a:b]) for url, size, a, b in shards)
+        urls = columns.urls
+        return ColumnLayouts(urls, list(map(int, columns.fields["size"])), starts, ends,
+                             columns.bounds, _layout, _uncompressed(urls))  # fmt: skip
 
     def scanned(
         self, chunks: Iterable[Chunk], url: str, encoded: bool = False
@@ -276,6 +276,22 @@ def _layouts(shards: Iterable[tuple[str, int, np.ndarray, np.ndarray]]) -> list[
         bounds = np.array([0, count], np.int64)
         append(Layout(url, count, size, bounds, whole, starts, ends, whole=True))
     return layouts
+
+
+def _layout(url: str, size: int, starts: np.ndarray, ends: np.ndarray) -> Layout:
+    """The layout of one shard (see :func:`_layouts`)."""
+    [layout] = _layouts([(url, size, starts, ends)])
+    return layout
+
+
+def _uncompressed(urls: list[str]) -> bool:
+    """Whether :func:`_layouts` lays every one of ``urls`` out per sample:
+    none names a codec (told once per ending, as there)."""
+    joined = "".join(urls)
+    if "?" in joined or "#" in joined:  # some ending is a query's or a fragment's
+        return all(codec_for(url) is None for url in urls)
+    by_ending = {url[-5:]: url for url in urls}
+    return all(codec_for(url) is None for url in by_ending.values())
 
 
 def _offsets(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fastio.formats._layout import counts_of
 from fastio.plan._assignment import assign_samples
 from fastio.plan._windows import make_windows, permutation
 from fastio.spec._records import record
@@ -90,7 +91,7 @@ def make_part(
     (global numbers in the epoch's order) when given."""
     who = participant
     spans = assign_samples(
-        [layout.count for layout in layouts], rank=who.rank, world_size=who.world_size,
+        counts_of(layouts), rank=who.rank, world_size=who.world_size,
         worker=who.worker, num_workers=who.num_workers, seed=shuffle.seed, epoch=epoch,
         shuffle=shuffle.enabled, remainder=remainder, batch_size=batch_size,
         remaining=remaining,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio.formats._layout import counts_of
 from fastio.plan._assignment import shard_order
 from fastio.plan._part import make_part
 from fastio.plan._participant import Participant
@@ -145,7 +146,7 @@ def remaining_samples(
     the epoch's order (None: no history, the whole epoch)."""
     if merged is None:
         return None
-    counts = [layout.count for layout in layouts]
+    counts = counts_of(layouts)
     bases = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     before = remaining_samples(merged.get("history"), layouts, shuffle, remainder)
     epoch = int(merged["epoch"])

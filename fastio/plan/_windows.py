@@ -29,6 +29,7 @@ import numpy as np
 
 from fastio import _native
 from fastio._native import Run, Window  # native: a plan makes thousands
+from fastio.formats._layout import ColumnLayouts
 from fastio.plan._assignment import drawn_order
 
 if TYPE_CHECKING:
@@ -68,10 +69,10 @@ def make_windows(
     budget, mix = max(1, budget), max(1, mix)
     arrays = _per_sample(spans, layouts) if mix <= _native.CUT_MAX_MIX else None
     if arrays is not None:  # the same cuts, in native code
-        starts, ends = arrays
+        starts, ends, firsts = arrays
         triples = [(span.shard, span.start, span.stop) for span in spans]
         try:
-            return _native.cut_windows(triples, starts, ends, budget, mix, FIRST_WINDOW)
+            return _native.cut_windows(triples, starts, ends, budget, mix, FIRST_WINDOW, firsts)
         except ValueError:  # an array not of contiguous int64 (a format's own layout)
             pass
     if mix == 1:
@@ -79,12 +80,17 @@ def make_windows(
     return _mixed_windows(spans, layouts, budget, mix)
 
 
-def _per_sample(spans: Sequence[Span], layouts: Sequence[Layout]
-                ) -> tuple[list[np.ndarray | None], list[np.ndarray | None]] | None:  # fmt: skip
-    """Every shard's sample starts and ends where each span's shard is laid
-    out per sample, else None. The native cut takes them where they are
-    contiguous int64 arrays, and raises ValueError where not (checked once
-    there, not for each of a dataset's thousands of shards here)."""
+def _per_sample(spans: Sequence[Span], layouts: Sequence[Layout]) -> tuple[
+    list[np.ndarray | None], list[np.ndarray | None], list[int] | None
+] | None:  # fmt: skip
+    """Every shard's sample starts and ends (from where in those arrays, None:
+    their first) where each span's shard is laid out per sample, else None.
+    The native cut takes them where they are contiguous int64 arrays, and
+    raises ValueError where not (checked once there, not for each of a
+    dataset's thousands of shards here). Layouts still to be made from a
+    dataset index's columns are not made: the columns are the arrays."""
+    if isinstance(layouts, ColumnLayouts):
+        return layouts.per_sample()  # type: ignore[return-value]  # of non-None arrays
     starts: list[np.ndarray | None] = [None] * len(layouts)
     ends: list[np.ndarray | None] = [None] * len(layouts)
     for span in spans:
@@ -96,7 +102,7 @@ def _per_sample(spans: Sequence[Span], layouts: Sequence[Layout]
         if first is None or last is None or layout.whole:  # not :attr:`Layout.per_sample`
             return None
         starts[shard], ends[shard] = first, last
-    return starts, ends
+    return starts, ends, None
 
 
 def _stored_windows(spans: Sequence[Span], layouts: Sequence[Layout], budget: int

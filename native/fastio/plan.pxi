@@ -166,11 +166,12 @@ cdef inline Window _window(tuple runs, int64_t count, int64_t nbytes):
 
 
 def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t mix,
-                int64_t first_window):
+                int64_t first_window, list firsts=None):
     """The windows ``make_windows`` cuts ``spans`` (``(shard, start, stop)``
     triples, in order) into, where every shard is laid out per sample:
-    ``starts[shard]`` and ``ends[shard]`` are its samples' byte ranges
-    (contiguous int64 arrays). Window ``i`` takes a run of about
+    ``starts[shard]`` and ``ends[shard]`` hold its samples' byte ranges
+    (contiguous int64 arrays, many shards' the same), from ``firsts[shard]``
+    on (without ``firsts``: from the first). Window ``i`` takes a run of about
     ``max(1, budget(i) // mix)`` bytes from each of up to ``mix`` spans,
     where ``budget(0)`` is 1 and ``budget(i)`` is ``first_window << (i - 1)``
     up to ``buffer``."""
@@ -181,6 +182,11 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
     cdef int64_t[_MAX_MIX] shard_of, cursor_small, stop_small
     cdef const int64_t *starts_small[_MAX_MIX]
     cdef const int64_t *ends_small[_MAX_MIX]
+    # The arrays last asked for their data: shards that share them ask once.
+    cdef object starts_array = None, ends_array = None, array
+    cdef const int64_t *starts_data = NULL
+    cdef const int64_t *ends_data = NULL
+    cdef int64_t offset
     if mix < 1 or mix > _MAX_MIX:
         raise ValueError(f"mix must be 1..{_MAX_MIX} here, not {mix}")
     cdef list windows = []
@@ -194,8 +200,15 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
             shard_of[active] = shard
             cursor_small[active] = first
             stop_small[active] = target
-            starts_small[active] = _int64s(starts[shard])
-            ends_small[active] = _int64s(ends[shard])
+            array = starts[shard]
+            if array is not starts_array:
+                starts_data, starts_array = _int64s(array), array
+            array = ends[shard]
+            if array is not ends_array:
+                ends_data, ends_array = _int64s(array), array
+            offset = 0 if firsts is None else <int64_t>firsts[shard]
+            starts_small[active] = starts_data + offset
+            ends_small[active] = ends_data + offset
             active += 1
         if not active:
             break

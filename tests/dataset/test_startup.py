@@ -478,3 +478,88 @@ def test_stats_taken_beside_give_what_they_raised_where_they_are_taken() -> None
         with pytest.raises(PermissionError) as raised:
             stats.result()
         assert raised.value.filename == "bad"
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_a_dataset_laid_out_from_its_index_makes_a_layout_only_for_a_shard_it_reads(
+    tmp_path, compression
+) -> None:
+    """Laid out from a dataset index's columns, a shard's layout is made when a
+    read needs it: the first sample of an epoch of many shards makes a few.
+    The plan's counts and cuts come from the columns, the same as from the
+    layouts made one by one (where the shards are compressed, each one unit
+    read whole, from the layouts)."""
+    from fastio.formats._layout import _UNMADE, ColumnLayouts
+    from fastio.plan import assign_samples
+
+    written = write("webdataset", tmp_path / "data", shards=40, per_shard=3,
+                    compression=compression)  # fmt: skip
+    dataset = fastio.Dataset(written.pattern, shuffle=False, index_dir=tmp_path / "index")
+    layouts = dataset.layouts
+    assert isinstance(layouts, ColumnLayouts)
+    samples = iter(dataset)
+    assert key_of("webdataset", next(samples)) == written.samples[0]["key"]
+    made = sum(layout is not _UNMADE for layout in layouts._made)
+    if compression is None:  # (a compressed shard is cut by its layout: each is made)
+        assert 1 <= made < 10
+    assert sum(dataset.counts) == len(written.samples)
+    assert (layouts.per_sample() is None) is (compression is not None)
+    for shuffle, mix in ((False, 1), (True, 4)):
+        spans = assign_samples(dataset.counts, seed=5, shuffle=shuffle)
+        assert make_windows(spans, layouts, 200, mix) == make_windows(spans, list(layouts),
+                                                                      200, mix)  # fmt: skip
+    rest = [key_of("webdataset", sample) for sample in samples]
+    assert rest == [row["key"] for row in written.samples[1:]]
+
+
+def test_layouts_from_columns_are_a_fixed_list_that_keeps_what_is_set_in_it(tmp_path) -> None:
+    """What the dataset does with its list of layouts, done to one made from a
+    dataset index's columns: a layout set in place is kept (its count counts,
+    its offsets are cut), None marks a shard unknown, and no shard is added
+    or removed."""
+    import numpy as np
+
+    from fastio.formats._layout import ColumnLayouts, counts_of
+    from fastio.plan import assign_samples
+
+    written = write("webdataset", tmp_path / "data", shards=5, per_shard=4)
+    other = write("webdataset", tmp_path / "other", shards=1, per_shard=9)
+    layouts = fastio.Dataset(written.pattern, index_dir=tmp_path / "index").layouts
+    assert isinstance(layouts, ColumnLayouts)
+    whole = list(layouts)
+    assert len(layouts) == 5
+    assert layouts[-1] is layouts[4] is whole[4]
+    assert layouts[1:3] == whole[1:3]
+    assert None not in layouts
+    counts = counts_of(whole)
+    assert layouts.counts() == counts
+    assert sum(counts) == len(written.samples)
+    starts, ends, firsts = layouts.per_sample()
+    assert firsts == np.cumsum([0, *counts[:-1]]).tolist()
+    for shard, layout in enumerate(whole):
+        assert np.array_equal(starts[shard][firsts[shard] :][: layout.count], layout.starts)
+        assert np.array_equal(ends[shard][firsts[shard] :][: layout.count], layout.ends)
+
+    [replacement] = fastio.Dataset(other.pattern, index_dir=tmp_path / "index").layouts
+    layouts[2] = replacement
+    assert layouts[2] is replacement
+    assert layouts.counts() == [*counts[:2], replacement.count, *counts[3:]]
+    starts, ends, firsts = layouts.per_sample()
+    assert starts[2] is replacement.starts
+    assert firsts[2] == 0
+    spans = assign_samples(layouts.counts(), seed=1)
+    assert make_windows(spans, layouts, 100, 3) == make_windows(spans, list(layouts), 100, 3)
+    layouts[3] = None
+    assert None in layouts
+    assert layouts.counts() == [*counts[:2], replacement.count, 0, counts[4]]
+    assert layouts.per_sample() is None
+    changes = [
+        lambda: layouts.append(None),
+        lambda: layouts.insert(0, None),
+        lambda: layouts.__delitem__(0),
+        lambda: layouts.__setitem__(slice(0, 1), []),
+    ]
+    for change in changes:
+        with pytest.raises(TypeError):
+            change()
+    assert len(layouts) == 5
