@@ -18,7 +18,7 @@ from bisect import bisect_left, bisect_right
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from fastio.spec._records import record
+from fastio._native import Span, whole_spans  # native: a plan makes thousands
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,22 +28,6 @@ if TYPE_CHECKING:
     from fastio.spec._dataset import Remainder
 
 __all__ = ["Span", "assign_samples", "drawn_order", "part_bounds", "shard_order"]
-
-
-@record(slots=True)
-class Span:
-    """Samples ``start`` to ``stop`` (exclusive) of shard ``shard``."""
-
-    shard: int
-    start: int
-    stop: int
-
-    def __init__(self, shard: int, start: int, stop: int) -> None:
-        # Written out: a plan makes one per shard (see record).
-        self.shard, self.start, self.stop = shard, start, stop
-
-    def __len__(self) -> int:
-        return self.stop - self.start
 
 
 def shard_order(shard_count: int, seed: int, epoch: int, shuffle: bool = True) -> list[int]:
@@ -164,8 +148,7 @@ def _spans(
             spans.append(Span(order[first], lo - begin, hi - begin))
         else:
             spans.append(Span(order[first], lo - begin, ordered[first]))
-            between = zip(order[first + 1 : last], ordered[first + 1 : last], strict=True)
-            spans.extend([Span(shard, 0, count) for shard, count in between if count])
+            spans.extend(whole_spans(order[first + 1 : last], ordered[first + 1 : last]))
             spans.append(Span(order[last], 0, hi - (ends[last] - ordered[last])))
         position = base + total
     return spans

@@ -70,9 +70,9 @@ def make_windows(
     arrays = _per_sample(spans, layouts) if mix <= _native.CUT_MAX_MIX else None
     if arrays is not None:  # the same cuts, in native code
         starts, ends, firsts = arrays
-        triples = [(span.shard, span.start, span.stop) for span in spans]
         try:
-            return _native.cut_windows(triples, starts, ends, budget, mix, FIRST_WINDOW, firsts)
+            return _native.cut_windows(list(spans), starts, ends, budget, mix, FIRST_WINDOW,
+                                       firsts)  # fmt: skip
         except ValueError:  # an array not of contiguous int64 (a format's own layout)
             pass
     if mix == 1:

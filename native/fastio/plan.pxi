@@ -48,6 +48,55 @@ cdef const int64_t *_int64s(object numbers) except NULL:
         PyBuffer_Release(&view)
 
 
+cdef class Span:
+    """Samples ``start`` to ``stop`` (exclusive) of shard ``shard``. Native: a
+    plan makes one per shard, thousands before a first sample, and one holds
+    no object (the collector passes it by)."""
+
+    cdef readonly int64_t shard, start, stop
+
+    def __init__(self, int64_t shard, int64_t start, int64_t stop):
+        self.shard, self.start, self.stop = shard, start, stop
+
+    def __len__(self):
+        return self.stop - self.start
+
+    def __eq__(self, other):
+        if type(other) is not Span:
+            return NotImplemented
+        cdef Span span = <Span>other
+        return self.shard == span.shard and self.start == span.start and self.stop == span.stop
+
+    __hash__ = None  # as a mutable dataclass's: compared by value, not hashed
+
+    def __repr__(self):
+        return f"Span(shard={self.shard}, start={self.start}, stop={self.stop})"
+
+    def __reduce__(self):
+        return Span, (self.shard, self.start, self.stop)
+
+
+cdef inline Span _span(int64_t shard, int64_t start, int64_t stop):
+    cdef Span span = Span.__new__(Span)
+    span.shard, span.start, span.stop = shard, start, stop
+    return span
+
+
+def whole_spans(list shards, list counts):
+    """A span of every sample of each of ``shards`` (``counts[i]`` samples of
+    ``shards[i]``), but those of none."""
+    cdef list spans = []
+    cdef Py_ssize_t index
+    cdef int64_t count
+    if len(counts) != len(shards):
+        raise ValueError("need as many counts as shards")
+    for index in range(len(shards)):
+        count = counts[index]
+        if count:
+            spans.append(_span(shards[index], 0, count))
+    return spans
+
+
 cdef class Run:
     """Samples ``start`` to ``stop`` of shard ``shard`` (positions in the window
     from ``base``). Native: a plan makes one per shard per window, thousands
@@ -167,8 +216,8 @@ cdef inline Window _window(tuple runs, int64_t count, int64_t nbytes):
 
 def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t mix,
                 int64_t first_window, list firsts=None):
-    """The windows ``make_windows`` cuts ``spans`` (``(shard, start, stop)``
-    triples, in order) into, where every shard is laid out per sample:
+    """The windows ``make_windows`` cuts ``spans`` (:class:`Span`, in order)
+    into, where every shard is laid out per sample:
     ``starts[shard]`` and ``ends[shard]`` hold its samples' byte ranges
     (contiguous int64 arrays, many shards' the same), from ``firsts[shard]``
     on (without ``firsts``: from the first). Window ``i`` takes a run of about
@@ -187,13 +236,15 @@ def cut_windows(list spans, list starts, list ends, int64_t buffer, Py_ssize_t m
     cdef const int64_t *starts_data = NULL
     cdef const int64_t *ends_data = NULL
     cdef int64_t offset
+    cdef Span span
     if mix < 1 or mix > _MAX_MIX:
         raise ValueError(f"mix must be 1..{_MAX_MIX} here, not {mix}")
     cdef list windows = []
     cdef list runs
     while pending < count or active:
         while active < mix and pending < count:
-            shard, first, target = spans[pending]
+            span = <Span?>spans[pending]
+            shard, first, target = span.shard, span.start, span.stop
             pending += 1
             if target <= first:
                 continue

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastio import _native
-from fastio._native import whole_reads
+from fastio._native import whole_reads, whole_spans
 from fastio.dataset._reads import Read
 from fastio.formats._layout import Layout, sample_bounds
 from fastio.plan._assignment import Span
@@ -142,10 +142,10 @@ def test_sample_ranges_not_of_contiguous_int64_are_cut_in_python() -> None:
         assert make_windows(spans, [other, other], 30_000, 2) == expected
         assert make_windows(spans, [plain, other], 30_000, 2) == expected
         with pytest.raises(ValueError, match=r"int64|contiguous"):  # the native cut refuses
-            _native.cut_windows([(0, 0, 5)], [first], [ends], 30_000, 2, FIRST_WINDOW)
+            _native.cut_windows([Span(0, 0, 5)], [first], [ends], 30_000, 2, FIRST_WINDOW)
 
 
-def test_windows_and_runs_compare_show_and_pickle_by_value() -> None:
+def test_spans_windows_and_runs_compare_show_and_pickle_by_value() -> None:
     """A plan's windows and runs (native: thousands are made before a first
     sample) behave as the dataclasses they were: equal by value, unhashable,
     read-only, shown with their fields, pickled whole. A run holds no object,
@@ -179,6 +179,31 @@ def test_windows_and_runs_compare_show_and_pickle_by_value() -> None:
     assert pickle.loads(pickle.dumps(read)) == read
     with pytest.raises(TypeError):
         Read(0, None, 0, 1)  # type: ignore[arg-type]
+    # The spans a plan is cut from, as the same.
+    span = Span(2, 5, 9)
+    assert (span.shard, span.start, span.stop, len(span)) == (2, 5, 9, 4)
+    assert span == Span(2, 5, 9)
+    assert span != Span(2, 5, 8)
+    assert span != (2, 5, 9)
+    assert repr(span) == "Span(shard=2, start=5, stop=9)"
+    assert pickle.loads(pickle.dumps(span)) == span
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(span)
+    with pytest.raises(AttributeError):
+        span.stop = 0  # type: ignore[misc]
+    assert not gc.is_tracked(span)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 3))))
+def test_whole_spans_are_a_span_of_each_shard_with_samples(shards) -> None:
+    """Planning a pass makes a span of each shard between its first and last
+    (done natively: thousands before a first sample)."""
+    numbers, counts = [shard for shard, _ in shards], [count for _, count in shards]
+    expected = [Span(shard, 0, count) for shard, count in shards if count]
+    assert whole_spans(numbers, counts) == expected
+    with pytest.raises(ValueError, match="as many"):
+        whole_spans(numbers, [*counts, 1])
 
 
 @settings(max_examples=50, deadline=None)
