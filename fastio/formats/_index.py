@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fastio._errors import DecodeError, IndexFileError, TruncatedFileError
+from fastio._native import normal_paths
 from fastio.formats._compression import codec_for, decompress
 from fastio.reader._ranges import ByteRange, Chunk
 from fastio.sources._objects import absolute_path, is_remote, local_path
@@ -1063,7 +1064,11 @@ def index_keys(urls: Iterable[str]) -> list[str]:
     """:func:`index_key` of each of ``urls``. A path that is absolute and
     normal already (no ``.``, ``..`` or empty part: no ``//``, so no protocol
     either) is its own key, told without a call: a dataset may have tens of
-    thousands of shards, keyed before its first sample."""
+    thousands of shards, keyed before its first sample. Where all of them
+    are, that is told in one native pass."""
+    urls = list(urls)
+    if normal_paths(urls):
+        return urls
     return [url if url[:1] == "/" and "/." not in url and "//" not in url and url[-1:] != "/"
             else index_key(url) for url in urls]  # fmt: skip
 

@@ -12,6 +12,10 @@ import os
 cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object text)
     const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
+    Py_ssize_t PyUnicode_GET_LENGTH(object text)
+    int PyUnicode_KIND(object text)
+    const void *PyUnicode_DATA(object text)
+    Py_UCS4 PyUnicode_READ(int kind, const void *data, Py_ssize_t index)
 
 _KINDS = {"auto": FIO_ENGINE_AUTO, "io_uring": FIO_ENGINE_URING, "threads": FIO_ENGINE_THREADS}
 _NAMES = {FIO_ENGINE_URING: "io_uring", FIO_ENGINE_THREADS: "threads"}
@@ -346,6 +350,33 @@ def arrow_scan(list paths, uint64_t first_bytes, uint64_t schema_max):
         free(names)
         free(files)
         free(found)
+
+
+def normal_paths(list paths):
+    """Whether every one of ``paths`` is a ``str`` that is an absolute, normal
+    local path: it begins with ``/``, has no ``.``, ``..`` or empty part (no
+    ``/.`` nor ``//``: no protocol either) and does not end with ``/`` (a
+    dataset keys thousands of shards before its first sample, and such a
+    path is its own key)."""
+    cdef Py_ssize_t length, at
+    cdef int kind
+    cdef const void *data
+    cdef Py_UCS4 character, previous
+    for path in paths:
+        if not isinstance(path, str):
+            return False
+        length = PyUnicode_GET_LENGTH(path)
+        kind, data = PyUnicode_KIND(path), PyUnicode_DATA(path)
+        if length == 0 or PyUnicode_READ(kind, data, 0) != 47 \
+                or PyUnicode_READ(kind, data, length - 1) == 47:  # "/"
+            return False
+        previous = 47
+        for at in range(1, length):
+            character = PyUnicode_READ(kind, data, at)
+            if previous == 47 and (character == 46 or character == 47):  # "/." or "//"
+                return False
+            previous = character
+    return True
 
 
 def stat_stamps(list paths, uint64_t round_trip_ns=50_000):

@@ -580,6 +580,24 @@ def test_shards_are_keyed_in_bulk_as_one_by_one(urls: list[str]) -> None:
     assert index_keys(urls) == [index_key(url) for url in urls]
 
 
+@given(st.lists(st.lists(st.sampled_from(["", "/", "//", ".", "..", "a", ".b", "\u00e9", "/\u00e9.",
+                                          "\U0001f600", "x.tar", "s3:", "\u2215"]),
+                         max_size=6).map("".join), max_size=8))  # fmt: skip
+def test_paths_absolute_and_normal_are_told_at_once_as_one_by_one(paths: list[str]) -> None:
+    """What keys many shards at once (natively) says of paths of any
+    characters (one, two and four bytes each) what each says alone: it
+    begins with a slash, has no "." or ".." or empty part, does not end
+    with a slash. Anything not a str is not such a path."""
+    from fastio._native import normal_paths
+
+    expected = all(path[:1] == "/" and "/." not in path and "//" not in path
+                   and path[-1:] != "/" for path in paths)  # fmt: skip
+    assert normal_paths(paths) is expected
+    assert normal_paths([*paths, b"/bytes"]) is False
+    assert index_keys(paths) == ([index_key(path) for path in paths] if expected else
+                                 index_keys(list(paths)))  # fmt: skip
+
+
 def test_shards_no_folder_holds_all_look_for_the_dataset_index_by_its_name() -> None:
     """Local paths and URLs together share no folder: the name alone is
     looked for, as for shards named without one."""
