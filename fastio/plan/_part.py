@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fastio._native import run_shards
 from fastio.formats._layout import counts_of
 from fastio.plan._assignment import assign_samples
 from fastio.plan._windows import make_windows, permutation
@@ -73,8 +74,7 @@ class Part:
 
     def shards(self) -> list[int]:
         """The shards the part reads, in reading order (repeats merged)."""
-        read = [run.shard for window in self.windows for run in window.runs]
-        return [shard for i, shard in enumerate(read) if i == 0 or read[i - 1] != shard]
+        return run_shards(self.windows)
 
 
 def make_part(

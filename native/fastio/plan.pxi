@@ -201,6 +201,22 @@ def whole_reads(list windows, Py_ssize_t first):
     return reads
 
 
+def run_shards(list windows):
+    """The shard of each run of ``windows``, in order, a shard whose runs
+    follow each other once."""
+    cdef list shards = []
+    cdef Window window
+    cdef Run run
+    cdef int64_t last = -1  # (shards are numbered from 0)
+    for item in windows:
+        window = <Window?>item
+        for run in window.runs:
+            if run.shard != last:
+                shards.append(run.shard)
+                last = run.shard
+    return shards
+
+
 # Made without their __init__ (a call each from Python): thousands a plan.
 cdef inline Run _run(int64_t shard, int64_t start, int64_t stop, int64_t base):
     cdef Run run = Run.__new__(Run)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastio import _native
-from fastio._native import whole_reads, whole_spans
+from fastio._native import run_shards, whole_reads, whole_spans
 from fastio.dataset._reads import Read
 from fastio.formats._layout import Layout, sample_bounds
 from fastio.plan._assignment import Span
@@ -219,6 +219,20 @@ def test_the_whole_reads_of_windows_are_one_a_run_in_order(cut, first) -> None:
     expected = [Read(index, run, run.start, run.stop) for index in range(first, len(windows))
                 for run in windows[index].runs]  # fmt: skip
     assert whole_reads(windows, first) == expected
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 4), max_size=4), max_size=8))
+def test_a_part_reads_the_shards_of_its_runs_in_order_a_repeat_once(cut) -> None:
+    """The shards a pass reads (what the cache and the remote checks are told
+    ahead), from its windows' runs: a shard whose runs follow each other, in
+    one window or across two, once (done natively: thousands before a first
+    sample)."""
+    windows = [Window(tuple(Run(shard, 0, 1, 0) for shard in shards), len(shards), 0)
+               for shards in cut]  # fmt: skip
+    read = [shard for shards in cut for shard in shards]
+    expected = [shard for i, shard in enumerate(read) if i == 0 or read[i - 1] != shard]
+    assert run_shards(windows) == expected
 
 
 def test_a_permutation_is_drawn_from_its_key_alone() -> None:
