@@ -32,7 +32,7 @@ import numpy as np
 
 from fastio._errors import ReaderClosedError, import_extra
 from fastio.dataset._delivery import deliver
-from fastio.dataset._layouts import ShardLayouts
+from fastio.dataset._layouts import ShardLayouts, stats_beside
 from fastio.dataset._policy import MAX_KEPT_ERRORS, ErrorPolicy
 from fastio.dataset._reads import Read, SampleReads
 from fastio.dataset._spill import make_spill
@@ -251,6 +251,10 @@ class Dataset(_Base):
                                self.storage_options)  # fmt: skip
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
+        self._remote = any(map(is_remote, self.urls))
+        # Local shards are statted (on another core, where many) while the rest
+        # of the dataset is set up.
+        statted = None if self._remote else stats_beside(self.urls)
         self.format = spec.format or _format_of(self.urls[0])
         options = spec.format_options
         placement = tiering if options.index_dir is None else None
@@ -276,7 +280,6 @@ class Dataset(_Base):
         # process would stream (where it is a DataLoader worker's parent, its
         # workers' differ: what it asked about then goes unused).
         first = None
-        self._remote = any(map(is_remote, self.urls))
         if self._remote:
             from fastio.plan._stream import stream_shards  # where whole shards may stream
 
@@ -284,7 +287,8 @@ class Dataset(_Base):
                                   self._participant())  # fmt: skip
         self._shards = ShardLayouts(
             self.urls, self._format, lambda: self.reader, self._policy,
-            spec.format_options.index, self.storage_options, self.cache, first,
+            spec.format_options.index, self.storage_options, self.cache, first, self._remote,
+            statted,
         )  # fmt: skip
         self.layouts = self._shards.layouts
         # Not indexed yet: the first epoch streams whole shards, unless the split

@@ -40,7 +40,7 @@ from fastio.formats._index import (
 )
 from fastio.formats._layout import Layout, counts_of
 from fastio.formats._records import RecordFormat
-from fastio.reader._reader import listed_stamps
+from fastio.reader._reader import listed_stamps, local_stamps
 from fastio.shared._collector import collector_paused
 from fastio.sources._objects import is_remote
 from fastio.spec._records import record
@@ -79,13 +79,17 @@ class ShardLayouts:
         storage_options: dict[str, Any],
         cache: ShardCache | None,
         read_first: Sequence[int] | None = None,
+        remote: bool | None = None,
+        statted: _Beside | None = None,
     ) -> None:
         """``read_first``: the shards this process would read first (their remote
-        objects are asked about while the dataset index is looked for)."""
+        objects are asked about while the dataset index is looked for).
+        ``remote``: whether any shard is remote, where known; ``statted``: the
+        stats of local shards, where begun (see :func:`stats_beside`)."""
         self.urls = list(urls)
         # Whether any shard is remote: where none is, what only remote objects
         # need (their answers, their checks) is not asked of each shard.
-        self.remote = any(map(is_remote, self.urls))
+        self.remote = any(map(is_remote, self.urls)) if remote is None else remote
         self.format = shard_format
         self._records = shard_format if isinstance(shard_format, RecordFormat) else None
         self.reader = reader
@@ -105,7 +109,7 @@ class ShardLayouts:
         # them and reads and parses the dataset index (the stats hold no GIL).
         local: _Beside | None = None
         if not self.remote:
-            local = _Beside(opener.local_stamps, self.urls, len(self.urls) >= _STATTED_BESIDE)
+            local = stats_beside(self.urls) if statted is None else statted
         keys = index_keys(self.urls)  # how indexes name the shards
         # The first remote objects' sizes are asked for while the dataset index
         # is (a small dataset not indexed yet waits for one round trip, not
@@ -691,6 +695,14 @@ class _PackedIndexes:
 
 def _empty_layout(url: str) -> Layout:
     return Layout(url, 0, 0, np.zeros(1, np.int64), np.zeros(0, np.int64))
+
+
+def stats_beside(urls: list[str]) -> _Beside:
+    """The stamps of ``urls`` (local files), for :class:`ShardLayouts`: taken
+    on a thread of their own where they are many (from ``_STATTED_BESIDE``),
+    so that a dataset's open, which begins them as soon as it knows its
+    shards, goes on meanwhile."""
+    return _Beside(local_stamps, urls, len(urls) >= _STATTED_BESIDE)
 
 
 class _Beside:

@@ -551,7 +551,7 @@ class Reader:
         version, change)``, three native int64 (zeros where its stat failed),
         and the errno of each, a native int32 (0 where it was statted)."""
         self._check_usable()
-        return _native.stat_stamps(urls)
+        return local_stamps(urls)
 
     def change_stamp(self, url: str) -> int:
         """A local file's inode change stamp: its inode and status-change time,
@@ -1499,6 +1499,12 @@ def _raise(error: Exception) -> NoReturn:
 
 def _limit(base: int, share: float) -> int:
     return min(max(int(base * share), 1), MAX_OUTSTANDING_REQUESTS)
+
+
+def local_stamps(urls: list[str]) -> tuple[bytes, bytes]:
+    """:meth:`Reader.local_stamps`, asked before a reader is made (a dataset's
+    open, as soon as it knows its shards)."""
+    return _native.stat_stamps(urls)
 
 
 def listed_stamps(packed: tuple[bytes, bytes], urls: Sequence[str]
