@@ -2,10 +2,14 @@
 #include "stamps.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Paths the calling thread stats first, timing them: a local filesystem
  * answers a stat in about 2 us (a virtual machine's syscall and path walk), a
@@ -29,10 +33,49 @@ typedef struct stamps_job {
     atomic_size_t next; /* the first path no thread has taken yet */
 } stamps_job;
 
-static void stat_one(const char *path, int64_t *out, int *error)
+/* The folder a thread last statted a file in, kept open: a dataset's shards
+ * mostly share one, and a stat relative to it walks one part of the path, not
+ * every one (a quarter less time a file, locally). */
+typedef struct folder {
+    const char *path; /* its first `length` bytes name the folder */
+    size_t length;
+    int fd;           /* -1 where none is open */
+} folder;
+
+static void close_folder(folder *open_folder)
+{
+    if (open_folder->fd >= 0)
+        close(open_folder->fd);
+    open_folder->fd = -1;
+}
+
+/* stat(2) of `path`, relative to its folder where it names one (kept open in
+ * `open_folder` for the next path); the same answer either way. */
+static int stat_in(folder *open_folder, const char *path, struct stat *status)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL || slash == path || slash[1] == '\0' || (size_t)(slash - path) >= PATH_MAX)
+        return stat(path, status);
+    size_t length = (size_t)(slash - path);
+    if (open_folder->fd < 0 || open_folder->length != length ||
+        memcmp(open_folder->path, path, length) != 0) {
+        close_folder(open_folder);
+        char name[PATH_MAX];
+        memcpy(name, path, length);
+        name[length] = '\0';
+        open_folder->fd = open(name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        open_folder->path = path;
+        open_folder->length = length;
+    }
+    if (open_folder->fd < 0) /* the stat says why (or it is not a folder's file) */
+        return stat(path, status);
+    return fstatat(open_folder->fd, slash + 1, status, 0);
+}
+
+static void stat_one(folder *open_folder, const char *path, int64_t *out, int *error)
 {
     struct stat status;
-    if (stat(path, &status)) {
+    if (stat_in(open_folder, path, &status)) {
         *error = errno;
         out[0] = out[1] = out[2] = 0;
         return;
@@ -48,14 +91,17 @@ static void stat_one(const char *path, int64_t *out, int *error)
 static void *stat_rest(void *arg)
 {
     stamps_job *job = arg;
+    folder open_folder = {NULL, 0, -1};
     for (;;) {
         size_t first = atomic_fetch_add(&job->next, STAMPS_CHUNK);
         if (first >= job->count)
-            return NULL;
+            break;
         size_t last = first + STAMPS_CHUNK < job->count ? first + STAMPS_CHUNK : job->count;
         for (size_t i = first; i < last; i++)
-            stat_one(job->paths[i], &job->stamps[3 * i], &job->errors[i]);
+            stat_one(&open_folder, job->paths[i], &job->stamps[3 * i], &job->errors[i]);
     }
+    close_folder(&open_folder);
+    return NULL;
 }
 
 static uint64_t now_ns(void)
@@ -70,8 +116,10 @@ void fio_stat_stamps(const char *const *paths, size_t count, uint64_t round_trip
 {
     size_t probe = count < STAMPS_PROBE ? count : STAMPS_PROBE;
     uint64_t began = now_ns();
+    folder open_folder = {NULL, 0, -1};
     for (size_t i = 0; i < probe; i++)
-        stat_one(paths[i], &stamps[3 * i], &errors[i]);
+        stat_one(&open_folder, paths[i], &stamps[3 * i], &errors[i]);
+    close_folder(&open_folder);
     size_t rest = count - probe;
     if (!rest)
         return;

@@ -1147,6 +1147,20 @@ def test_the_stamps_of_many_files_at_once_are_each_one_s_stamp_or_its_error(tmp_
     urls = [str(path) for path in paths]
     urls[7:7] = [str(tmp_path / "missing"), f"file://{paths[1]}", f"{paths[2]}/below",
                  str(tmp_path), "relative-missing", f"file://{paths[-1]}"]  # fmt: skip
+    # Files are statted relative to their folder, kept open from one to the
+    # next: folders in turn, linked, missing, at the root, named with a
+    # trailing slash or with "..".
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "inner.bin").write_bytes(b"inner")
+    (tmp_path / "linked").symlink_to(tmp_path / "sub")
+    (tmp_path / "sub" / "to-f0003").symlink_to(paths[3])
+    (tmp_path / "off").mkdir()  # named as long as "sub"
+    (tmp_path / "off" / "f0001.bin").write_bytes(b"off")
+    urls[20:20] = [f"{tmp_path}/sub/inner.bin", f"{tmp_path}/off/f0001.bin", urls[20],
+                   f"{tmp_path}/linked/inner.bin", f"{tmp_path}/sub/to-f0003",
+                   f"{tmp_path}/sub/../f0004.bin", f"{tmp_path}/sub/", "/",
+                   "/fastio-nothing-here", f"{tmp_path}/gone/f0001.bin", f"{tmp_path}/",
+                   urls[21]]  # fmt: skip
     with Reader() as reader:
         stamps = reader.stamps(urls)
         # As a dataset takes them all at once: one buffer of stamps, one of errnos.
