@@ -48,12 +48,17 @@ def stream_shards(
     who = participant
     order = shard_order(shards, shuffle.seed, epoch, shuffle.enabled)
     shares = who.world_size * max(who.num_workers, 1)
+    if shares == 1:  # one participant: every shard is its own
+        return order
     me = who.rank * max(who.num_workers, 1) + who.worker
-    ordered = np.asarray([0 if sizes is None else sizes[shard] for shard in order], np.float64)
+    numbers = np.asarray(order, np.int64)
+    ordered = (np.zeros(len(order)) if sizes is None else
+               np.asarray(sizes, np.float64)[numbers])  # fmt: skip
     total = float(ordered.sum())
     if total == 0:  # no sizes, or empty shards: by position
         owners = np.arange(len(order)) * shares // max(len(order), 1)
     else:
         middles = np.cumsum(ordered) - ordered / 2
         owners = np.minimum((middles * shares / total).astype(np.int64), shares - 1)
-    return [shard for shard, owner in zip(order, owners, strict=True) if owner == me]
+    mine: list[int] = numbers[owners == me].tolist()
+    return mine

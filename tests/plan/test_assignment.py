@@ -134,6 +134,25 @@ def test_rank_from_environment(monkeypatch) -> None:
     assert current_worker() == (0, 1)  # not inside a DataLoader worker
 
 
+def _streamed_by_middle_byte(sizes, by_number, shuffle, epoch, who) -> list[int]:
+    """The shards of the epoch's order whose middle byte (or place, by number)
+    falls in ``who``'s equal share, told shard by shard."""
+    order = shard_order(len(sizes), shuffle.seed, epoch, shuffle.enabled)
+    shares, me = who.world_size * max(who.num_workers, 1), who.rank * max(who.num_workers, 1)
+    me += who.worker
+    ordered = [0 if by_number else sizes[shard] for shard in order]
+    total, mine, before = sum(ordered), [], 0
+    for place, (shard, size) in enumerate(zip(order, ordered, strict=True)):
+        if total == 0:
+            owner = place * shares // len(order)
+        else:
+            owner = min(int((before + size / 2) * shares / total), shares - 1)
+        before += size
+        if owner == me:
+            mine.append(shard)
+    return mine
+
+
 @given(
     sizes=st.lists(st.integers(0, 10**9), min_size=1, max_size=40),
     world_size=st.integers(1, 3),
@@ -157,6 +176,7 @@ def test_streamed_shards_go_to_one_participant_each(sizes, world_size, num_worke
         for worker in range(max(num_workers, 1)):
             who = Participant(rank, world_size, worker, num_workers)
             got.append(stream_shards(len(sizes), None if by_number else sizes, shuffle, epoch, who))
+            assert got[-1] == _streamed_by_middle_byte(sizes, by_number, shuffle, epoch, who)
     assert sorted(shard for mine in got for shard in mine) == list(range(len(sizes)))
     if by_number:
         assert max(map(len, got)) - min(map(len, got)) <= 1
