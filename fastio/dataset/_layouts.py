@@ -209,20 +209,20 @@ class ShardLayouts:
         records = self.record_format
         if records is None or reusable is None or columns.urls != keys:
             return False
-        fields = columns.fields
-        if 0 in fields["change"] or not all(map(reusable, set(fields["format"]))):
-            return False
         rows = columns.stamp_rows()
         if rows is None:  # a version past 64 bits: no local file's
             return False
-        layouts = records.layouts_of_columns(columns)
+        # (A change stamp of 0: not known when indexed.)
+        if not rows[2].all() or not all(map(reusable, set(columns.fields["format"]))):
+            return False
+        sizes, versions, changes = rows.tolist()
+        layouts = records.layouts_of_columns(columns, sizes)
         found, errors = now.result()
         # A byte of the errnos not zero: a stat failed (an OSError is never as indexed).
         if errors.count(0) < len(errors) or not np.array_equal(
             np.frombuffer(found, np.int64).reshape(-1, 3).T, rows
         ):  # fmt: skip
             return False
-        sizes, versions, changes = rows.tolist()
         self.sizes = sizes
         self.stamps = list(zip(sizes, versions, changes, strict=True))
         self.layouts = layouts

@@ -42,7 +42,7 @@ import struct
 import threading
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import methodcaller
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -719,10 +719,11 @@ def _strings(strings: list[str]) -> np.ndarray:
 
 def _fields_of_arrays(
     stored: dict[str, np.ndarray], location: str
-) -> tuple[dict[str, list[Any]], str, list[int], np.ndarray] | None:
-    """An index file's fields as its arrays hold them (see _NUMBERS), a list
-    each, as its JSON holds them, but the URLs: their names joined by NULs
-    (see :func:`_resolved_joined`); where each shard's samples start (see
+) -> tuple[_ArrayFields, str, list[int], np.ndarray] | None:
+    """An index file's fields as its arrays hold them (see _NUMBERS), as the
+    JSON holds them (each made into its list when first asked for, see
+    :class:`_ArrayFields`), but the URLs: their names joined by NULs (see
+    :func:`_resolved_joined`); where each shard's samples start (see
     :func:`_sample_bounds`); and the integers, a row each field. None where
     it has no such arrays (written by an earlier release) or they are of
     another version. Raises ValueError (naming ``location``) where they do
@@ -732,18 +733,53 @@ def _fields_of_arrays(
             or numbers.ndim != 1 or len(numbers) < 2 or int(numbers[0]) != _VERSION:  # fmt: skip
         return None
     count = int(numbers[1])
-    texts = _joined(names, location).split("\0")
+    texts = _joined(names, location)
     named = _joined(urls, location)
-    if count < 1 or len(numbers) != 2 + len(_NUMBERS) * count or len(texts) != 2 * count \
-            or named.count("\0") != count - 1:  # fmt: skip
+    if count < 1 or len(numbers) != 2 + len(_NUMBERS) * count \
+            or texts.count("\0") != 2 * count - 1 or named.count("\0") != count - 1:  # fmt: skip
         raise ValueError(f"{location}: the index's fields differ in length")
     columns = numbers[2:].reshape(-1, count)
     counts = columns[_NUMBERS.index("count")]
     if counts.min() < 0:
         raise ValueError(f"{location}: the index counts fewer than no samples")
-    fields: dict[str, list[Any]] = dict(zip(_NUMBERS, columns.tolist(), strict=True))
-    fields["format"], fields["fingerprint"] = texts[:count], texts[count:]
+    fields = _ArrayFields(columns, named, texts, count)
     return fields, named, [0, *np.cumsum(counts).tolist()], columns
+
+
+class _ArrayFields(Mapping[str, list[Any]]):
+    """An index file's fields as its arrays hold them (``rows`` of _NUMBERS,
+    the shards' names joined by NULs, their formats then fingerprints joined
+    by NULs), each made into the list its JSON holds when first asked for:
+    the open of a dataset whose shards are as indexed asks for two, and a
+    list of thousands of numbers or strings costs more than the rest of the
+    read."""
+
+    def __init__(self, rows: np.ndarray, names: str, texts: str, count: int) -> None:
+        self._rows, self._names, self._texts, self._count = rows, names, texts, count
+        self._made: dict[str, list[Any]] = {}
+
+    def __getitem__(self, field: str) -> list[Any]:
+        made = self._made.get(field)
+        if made is not None:
+            return made
+        if field in _NUMBERS:
+            made = self._rows[_NUMBERS.index(field)].tolist()
+        elif field == "url":
+            made = self._names.split("\0")
+        elif field == "format":  # the first of the texts: the rest is not split
+            made = self._texts.split("\0", self._count)[: self._count]
+        elif field == "fingerprint":
+            made = self._texts.split("\0")[self._count :]
+        else:
+            raise KeyError(field)
+        self._made[field] = made
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_FIELDS)
+
+    def __len__(self) -> int:
+        return len(_FIELDS)
 
 
 def _joined(array: np.ndarray, location: str) -> str:
@@ -783,7 +819,7 @@ def indexes_of_columns(fields: dict[str, list[Any]], starts: np.ndarray, ends: n
     return _indexes_at(fields, urls, _sample_bounds(fields, starts, ends, where), starts, ends)
 
 
-def _indexes_at(fields: dict[str, list[Any]], urls: Sequence[str], bounds: list[int],
+def _indexes_at(fields: Mapping[str, list[Any]], urls: Sequence[str], bounds: list[int],
                 starts: np.ndarray, ends: np.ndarray) -> list[ShardIndex]:  # fmt: skip
     columns = zip(urls, fields["format"], map(int, fields["size"]), map(int, fields["version"]),
                   map(int, fields["change"]), fields["fingerprint"], bounds[:-1], bounds[1:],
@@ -792,7 +828,7 @@ def _indexes_at(fields: dict[str, list[Any]], urls: Sequence[str], bounds: list[
             for url, kind, size, version, change, print_, a, b in columns]  # fmt: skip
 
 
-def _sample_bounds(fields: dict[str, list[Any]], starts: np.ndarray, ends: np.ndarray,
+def _sample_bounds(fields: Mapping[str, list[Any]], starts: np.ndarray, ends: np.ndarray,
                    where: str) -> list[int]:  # fmt: skip
     """Where each shard's samples start in ``starts`` and ``ends``, and their
     end. Raises ValueError (naming ``where``) where the counts do not add up
@@ -811,7 +847,7 @@ class IndexColumns:
     whose every shard is as its index holds it is laid out from these, with
     no index object a shard until one is asked for (see :meth:`indexes`)."""
 
-    fields: dict[str, list[Any]]
+    fields: Mapping[str, list[Any]]
     urls: list[str]
     bounds: list[int]
     starts: np.ndarray
@@ -828,13 +864,11 @@ class IndexColumns:
         starts, ends = stored["starts"], stored["ends"]
         found = _fields_of_arrays(stored, location)
         if found is not None:
-            shards, named, bounds, numbers = found
-            shards["url"] = named.split("\0")
+            arrayed, named, bounds, numbers = found
             if bounds[-1] != len(starts) or len(ends) != len(starts):
                 raise ValueError(f"{location}: the index counts {bounds[-1]} samples, holds "
                                  f"{len(starts)}")  # fmt: skip
-            return cls(shards, _resolved_joined(named, shards["url"], folder), bounds, starts,
-                       ends, numbers)  # fmt: skip
+            return cls(arrayed, _resolved_joined(named, folder), bounds, starts, ends, numbers)
         if "meta" not in stored:  # passed by, beside arrays of another version
             stored = _npz_arrays(data)
         meta = json.loads(stored["meta"].item())  # not str(): numpy would format it first
@@ -1094,15 +1128,15 @@ def _resolved_all(names: Sequence[str], folder: str) -> list[str]:
     return [name if "://" in name or name[:1] == "/" else within + name for name in names]
 
 
-def _resolved_joined(joined: str, names: list[str], folder: str) -> list[str]:
-    """:func:`_resolved_all` of ``names``, given joined by NULs too: where every
-    one is relative (a dataset index beside its shards), the folder is put
+def _resolved_joined(joined: str, folder: str) -> list[str]:
+    """:func:`_resolved_all` of the names ``joined`` by NULs: where every one
+    is relative (a dataset index beside its shards), the folder is put
     before each in one pass over the joined string."""
     if folder and not folder.endswith("/") and joined[:1] != "/" and "\0/" not in joined \
             and "://" not in joined:  # fmt: skip
         within = folder + "/"
         return (within + joined.replace("\0", "\0" + within)).split("\0")
-    return _resolved_all(names, folder)
+    return _resolved_all(joined.split("\0"), folder)
 
 
 def _resolved(name: str, folder: str) -> str:

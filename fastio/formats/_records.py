@@ -100,15 +100,19 @@ class RecordFormat(ShardFormat):
         return _layouts((index.url, index.size, *_offsets(index.starts, index.ends))
                         for index in indexes)  # fmt: skip
 
-    def layouts_of_columns(self, columns: IndexColumns) -> ColumnLayouts:
+    def layouts_of_columns(self, columns: IndexColumns, sizes: list[int] | None = None
+                           ) -> ColumnLayouts:  # fmt: skip
         """The layouts a dataset index's columns describe (see
         :meth:`layouts_of`), with no index object a shard, each made when
         first asked for: its offsets a slice of the columns' own, taken as
-        int64 once."""
+        int64 once. ``sizes``: the shards' sizes as the columns hold them,
+        where already listed."""
         starts, ends = _offsets(columns.starts, columns.ends)
         urls = columns.urls
-        return ColumnLayouts(urls, list(map(int, columns.fields["size"])), starts, ends,
-                             columns.bounds, _layout, _uncompressed(urls))  # fmt: skip
+        if sizes is None:
+            sizes = list(map(int, columns.fields["size"]))
+        return ColumnLayouts(urls, sizes, starts, ends, columns.bounds, _layout,
+                             _uncompressed(urls))  # fmt: skip
 
     def scanned(
         self, chunks: Iterable[Chunk], url: str, encoded: bool = False
