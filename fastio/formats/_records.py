@@ -256,14 +256,15 @@ def _layouts(shards: Iterable[tuple[str, int, np.ndarray, np.ndarray]]) -> list[
     layouts: list[Layout] = []
     append = layouts.append
     # A dataset's shards mostly share an extension: the codec it names is
-    # told once per ending (a URL with a query or fragment: each alone).
+    # told once per ending (a URL with a query or fragment, or an fsspec
+    # chain, whose first link names what it holds: each alone).
     codecs: dict[str, str | None] = {}
     # Shards mostly hold as many samples as each other: one bounds view each
     # count (read-only, shared as sample_bounds shares its array).
     counted: dict[int, np.ndarray] = {}
     for url, size, starts, ends in shards:
         count = len(starts)
-        if "?" in url or "#" in url:
+        if "?" in url or "#" in url or "::" in url:
             codec = codec_for(url)
         else:
             ending = url[-5:]
@@ -292,7 +293,7 @@ def _uncompressed(urls: list[str]) -> bool:
     """Whether :func:`_layouts` lays every one of ``urls`` out per sample:
     none names a codec (told once per ending, as there)."""
     joined = "".join(urls)
-    if "?" in joined or "#" in joined:  # some ending is a query's or a fragment's
+    if "?" in joined or "#" in joined or "::" in joined:  # (see _layouts)
         return all(codec_for(url) is None for url in urls)
     by_ending = {url[-5:]: url for url in urls}
     return all(codec_for(url) is None for url in by_ending.values())

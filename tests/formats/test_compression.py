@@ -85,3 +85,32 @@ def test_zero_padding_after_the_stream_is_no_damage(tmp_path, codec: str, read_s
         got.extend(decode_tfrecord(decompress(stream(path, read_size), path), path))
     assert len(got) == len(written)
     assert (caught.value.url, caught.value.offset) == (path, len(data) + 700)
+
+
+def test_shards_ending_alike_are_laid_out_by_what_each_names() -> None:
+    """Shards are laid out as their URLs say they are compressed, a dataset's
+    many at once: an fsspec chain names its shard in its first link, and
+    two chains can end alike (two members of one zip) while one member is
+    compressed and the other is not; so can signed URLs with a query."""
+    import numpy as np
+
+    from fastio.formats._compression import codec_for
+    from fastio.formats._index import ShardIndex
+    from fastio.formats._records import _uncompressed
+    from fastio.formats._shards import make_format
+
+    urls = [
+        "zip://a.tar.gz::s3://bucket/both.zip",
+        "zip://b.tar::s3://bucket/both.zip",
+        "s3://bucket/c.tar.gz?sig=1.tar",
+        "s3://bucket/d.tar?sig=2.tar",
+        "/data/e.tar",
+    ]
+    offsets = np.arange(3, dtype=np.uint64)
+    indexes = [ShardIndex(url, "webdataset", 100, 1, offsets, offsets + 1) for url in urls]
+    layouts = make_format("webdataset").layouts_of(indexes)
+    assert [layout.whole for layout in layouts] == [codec_for(url) is not None for url in urls]
+    assert [layout.whole for layout in layouts] == [True, False, True, False, False]
+    assert not _uncompressed(urls)
+    assert _uncompressed(urls[1::2])
+    assert not _uncompressed(urls[:2][::-1])
