@@ -1132,8 +1132,10 @@ def _resolved_joined(joined: str, folder: str) -> list[str]:
     """:func:`_resolved_all` of the names ``joined`` by NULs: where every one
     is relative (a dataset index beside its shards), the folder is put
     before each in one pass over the joined string."""
-    if folder and not folder.endswith("/") and joined[:1] != "/" and "\0/" not in joined \
-            and "://" not in joined:  # fmt: skip
+    # (A character alone is looked for at memchr's speed, two at a tenth of it.)
+    if folder and not folder.endswith("/") and joined[:1] != "/" \
+            and ("/" not in joined or "\0/" not in joined) \
+            and (":" not in joined or "://" not in joined):  # fmt: skip
         within = folder + "/"
         return (within + joined.replace("\0", "\0" + within)).split("\0")
     return _resolved_all(joined.split("\0"), folder)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 from array import array
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -249,6 +250,7 @@ def own_bytes_as(kind: type[bytes]) -> None:
 _UINT64 = np.dtype(np.uint64)
 _INT64 = np.dtype(np.int64)
 _UNTOLD = "untold"  # not a codec's name
+_ENDING = itemgetter(slice(-5, None))  # what names a URL's codec (see codec_for)
 
 
 def _layouts(shards: Iterable[tuple[str, int, np.ndarray, np.ndarray]]) -> list[Layout]:
@@ -293,10 +295,10 @@ def _uncompressed(urls: list[str]) -> bool:
     """Whether :func:`_layouts` lays every one of ``urls`` out per sample:
     none names a codec (told once per ending, as there)."""
     joined = "".join(urls)
-    if "?" in joined or "#" in joined or "::" in joined:  # (see _layouts)
+    # (A character alone is looked for at memchr's speed, two at a tenth of it.)
+    if "?" in joined or "#" in joined or (":" in joined and "::" in joined):  # (see _layouts)
         return all(codec_for(url) is None for url in urls)
-    by_ending = {url[-5:]: url for url in urls}
-    return all(codec_for(url) is None for url in by_ending.values())
+    return all(codec_for(ending) is None for ending in set(map(_ENDING, urls)))
 
 
 def _offsets(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
