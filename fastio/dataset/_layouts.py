@@ -213,7 +213,7 @@ class ShardLayouts:
         if rows is None:  # a version past 64 bits: no local file's
             return False
         # (A change stamp of 0: not known when indexed.)
-        if not rows[2].all() or not all(map(reusable, set(columns.fields["format"]))):
+        if not rows[2].all() or not all(map(reusable, columns.formats())):
             return False
         sizes, versions, changes = rows.tolist()
         layouts = records.layouts_of_columns(columns, sizes)

@@ -781,6 +781,14 @@ class _ArrayFields(Mapping[str, list[Any]]):
     def __len__(self) -> int:
         return len(_FIELDS)
 
+    def formats(self) -> set[str]:
+        """The formats the shards were indexed as, without listing them where
+        they are all one (as a dataset's mostly are: told by one comparison)."""
+        first = self._texts[: self._texts.find("\0")]
+        if self._texts.startswith((first + "\0") * self._count):
+            return {first}
+        return set(self["format"])
+
 
 def _joined(array: np.ndarray, location: str) -> str:
     """The strings an index file's array holds, as one (see _field_arrays)."""
@@ -883,6 +891,12 @@ class IndexColumns:
             raise ValueError(f"{location}: the index's fields differ in length")
         urls = _resolved_all(shards["url"], folder)
         return cls(shards, urls, _sample_bounds(shards, starts, ends, location), starts, ends)
+
+    def formats(self) -> set[str]:
+        """The formats the shards were indexed as."""
+        if isinstance(self.fields, _ArrayFields):
+            return self.fields.formats()
+        return set(self.fields["format"])
 
     def indexes(self) -> list[ShardIndex]:
         """Each shard's index; their offsets are views of the columns'."""

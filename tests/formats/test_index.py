@@ -700,6 +700,22 @@ def test_a_dataset_index_reads_the_same_from_its_arrays_as_from_its_json(
     assert from_arrays.stamps() == from_json.stamps() == [index.stamp for index in indexes]
 
 
+@pytest.mark.parametrize("formats", [["webdataset"] * 3, ["webdataset", "tfrecord", "webdataset"],
+                                     ["tfrecord", "tfrecord", "webdataset"], ["a", "a", "ab"],
+                                     ["ab", "a", "a"]])  # fmt: skip
+def test_the_formats_of_an_index_read_from_its_arrays_are_told_as_listed(formats) -> None:
+    """A dataset asks which formats its shards were indexed as; read from the
+    index's arrays, the answer for shards all of one format comes without
+    listing them, and is what the listed formats say either way."""
+    from fastio.formats._index import _ArrayFields
+
+    texts = "\0".join([*formats, "f0", "f1", "f2"])
+    fields = _ArrayFields(np.zeros((4, 3), np.int64), "a\0b\0c", texts, 3)
+    assert fields.formats() == set(formats)
+    assert fields["format"] == formats
+    assert fields["fingerprint"] == ["f0", "f1", "f2"]
+
+
 def test_an_index_of_many_shards_holds_its_fields_as_arrays_and_one_of_few_as_json() -> None:
     """From 256 shards on an index holds its fields as arrays too (read
     without its JSON); below, three members more would cost more than the
