@@ -100,9 +100,8 @@ class ShardLayouts:
         # are made from when first asked for (a first sample needs none).
         self._columns: IndexColumns | None = None
         self.sizes: list[int] = []
-        # Size, version, change stamp; None for a remote object not asked about
-        # yet (its size is 0 until a read learns it).
-        self.stamps: list[tuple[int, int, int] | None] = []
+        self._stamps: list[tuple[int, int, int] | None] | None = []  # see stamps
+        self._stamp_rows: np.ndarray | None = None  # what stamps are made from, where None
         opener = reader()
         # What every shard's open asks, asked once: a dataset may have thousands.
         # Many local files are statted on another core while this one names
@@ -215,7 +214,7 @@ class ShardLayouts:
         # (A change stamp of 0: not known when indexed.)
         if not rows[2].all() or not all(map(reusable, columns.formats())):
             return False
-        sizes, versions, changes = rows.tolist()
+        sizes = rows[0].tolist()
         layouts = records.layouts_of_columns(columns, sizes)
         found, errors = now.result()
         # A byte of the errnos not zero: a stat failed (an OSError is never as indexed).
@@ -224,11 +223,29 @@ class ShardLayouts:
         ):  # fmt: skip
             return False
         self.sizes = sizes
-        self.stamps = list(zip(sizes, versions, changes, strict=True))
+        self._stamps, self._stamp_rows = None, rows  # a first sample needs none
         self.layouts = layouts
         self._indexes, self._columns = None, columns
         self._reused = len(sizes)
         return True
+
+    @property
+    def stamps(self) -> list[tuple[int, int, int] | None]:
+        """Each shard's size, version and change stamp; None for a remote
+        object not asked about yet (its size is 0 until a read learns it).
+        Where every shard is as the dataset index holds it, listed from its
+        rows when first asked for (a tuple a shard: a pass checks them when
+        it begins again, not before the first sample)."""
+        if self._stamps is None:
+            assert self._stamp_rows is not None
+            sizes, versions, changes = self._stamp_rows.tolist()
+            self._stamps = list(zip(sizes, versions, changes, strict=True))
+            self._stamp_rows = None
+        return self._stamps
+
+    @stamps.setter
+    def stamps(self, value: list[tuple[int, int, int] | None]) -> None:
+        self._stamps, self._stamp_rows = value, None
 
     @property
     def indexes(self) -> list[ShardIndex | None]:

@@ -568,3 +568,27 @@ def test_layouts_from_columns_are_a_fixed_list_that_keeps_what_is_set_in_it(tmp_
         with pytest.raises(TypeError):
             change()
     assert len(layouts) == 5
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_shard_rewritten_between_epochs_is_told_changed(tmp_path, on_error) -> None:
+    """Laid out from the dataset index, the shards are checked against it again
+    as the next epoch begins: one rewritten meanwhile raises naming it, or
+    under skip its samples are left out and counted, the others delivered."""
+    written = write("webdataset", tmp_path / "data", shards=3, per_shard=5)
+    dataset = fastio.Dataset(written.pattern, shuffle=False, index_dir=tmp_path / "index",
+                             on_error=on_error)  # fmt: skip
+    assert dataset._shards._indexes is None  # laid out from the columns
+    first = keys(dataset)
+    assert first == [row["key"] for row in written.samples]
+    other = write("webdataset", tmp_path / "other", shards=3, per_shard=4, index=False)
+    os.replace(other.urls[1], written.urls[1])
+    dataset.set_epoch(1)
+    if on_error == "raise":
+        with pytest.raises(fastio.ShardChangedError, match=written.urls[1]):
+            keys(dataset)
+        return
+    counts = dataset.counts
+    kept = first[: counts[0]] + first[counts[0] + counts[1] :]
+    assert keys(dataset) == kept
+    assert dataset.stats()["skipped"] == counts[1]
