@@ -38,7 +38,7 @@ from fastio.formats._index import (
     indexes_of_columns,
     stamped,
 )
-from fastio.formats._layout import Layout, counts_of
+from fastio.formats._layout import ColumnLayouts, Layout, counts_of
 from fastio.formats._records import RecordFormat
 from fastio.reader._reader import listed_stamps, local_stamps
 from fastio.shared._collector import collector_paused
@@ -511,7 +511,7 @@ class ShardLayouts:
     @property
     def known(self) -> bool:
         """Whether every shard's layout is known."""
-        return None not in self.layouts
+        return not _unknown_in(self.layouts)
 
     def counts(self) -> list[int]:
         """Samples per shard. Raises TypeError while some are unknown: not in
@@ -520,7 +520,7 @@ class ShardLayouts:
         if not self.known:
             with contextlib.suppress(OSError):
                 self.complete(scan=False, report=False)
-        if None in self.layouts:
+        if _unknown_in(self.layouts):
             missing = sum(layout is None for layout in self.layouts)
             raise TypeError(
                 f"{missing} of the {len(self.layouts)} shards are not indexed yet, so their "
@@ -586,7 +586,7 @@ class ShardLayouts:
         ``report``: damaged stored indexes go through the policy (else they
         are passed over: a count is no pass, and reports nothing)."""
         records = self.record_format
-        if records is None or None not in self.layouts:
+        if records is None or not _unknown_in(self.layouts):
             return
         missing = [i for i, layout in enumerate(self.layouts) if layout is None]
         reader = self.reader()
@@ -708,6 +708,15 @@ class _PackedIndexes:
         for shard, index in zip(self.held, made, strict=True):
             indexes[shard] = index
         return indexes
+
+
+def _unknown_in(layouts: Sequence[Layout | None]) -> bool:
+    """Whether some of ``layouts`` is not known (None). Asked of a list by
+    identity: ``None in`` it would call each layout's ``__eq__``, a Python
+    call a shard."""
+    if isinstance(layouts, ColumnLayouts):
+        return None in layouts  # told by the layouts set in place alone
+    return any(layout is None for layout in layouts)
 
 
 def _empty_layout(url: str) -> Layout:

@@ -162,8 +162,8 @@ class ColumnLayouts(MutableSequence["Layout | None"]):
     of ``starts`` and ``ends`` (int64), and is laid out by ``make(url, size,
     starts, ends)`` when first asked for. A dataset of thousands of shards
     reads a few before its first sample: its plan takes the others' counts
-    (:func:`counts_of`) and offsets (:meth:`per_sample`) from the columns, and
-    their layouts, made all at open, cost a microsecond a shard. ``plain``:
+    (:func:`counts_of`) and offsets (:meth:`per_sample`) from the columns
+    (made all at open, the layouts cost a microsecond a shard). ``plain``:
     every layout ``make`` makes is per sample. A layout set in place (learned
     anew, left out) is kept as set; the shards are fixed (nothing is
     inserted or deleted)."""
