@@ -287,8 +287,7 @@ class Dataset(_Base):
                                   self._participant())  # fmt: skip
         self._shards = ShardLayouts(
             self.urls, self._format, lambda: self.reader, self._policy,
-            spec.format_options.index, self.storage_options, self.cache, first, self._remote,
-            statted,
+            spec.format_options.index, self.storage_options, self.cache, statted, first,
         )  # fmt: skip
         self.layouts = self._shards.layouts
         # Not indexed yet: the first epoch streams whole shards, unless the split

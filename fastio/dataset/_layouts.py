@@ -78,18 +78,18 @@ class ShardLayouts:
         index: str | None,
         storage_options: dict[str, Any],
         cache: ShardCache | None,
+        statted: _Beside | None,
         read_first: Sequence[int] | None = None,
-        remote: bool | None = None,
-        statted: _Beside | None = None,
     ) -> None:
-        """``read_first``: the shards this process would read first (their remote
-        objects are asked about while the dataset index is looked for).
-        ``remote``: whether any shard is remote, where known; ``statted``: the
-        stats of local shards, where begun (see :func:`stats_beside`)."""
+        """``statted``: the stats of the shards where every one is local, begun
+        by the caller as soon as it knew them (see :func:`stats_beside`); None
+        where some shard is remote. ``read_first``: the shards this process
+        would read first (their remote objects are asked about while the
+        dataset index is looked for)."""
         self.urls = list(urls)
         # Whether any shard is remote: where none is, what only remote objects
         # need (their answers, their checks) is not asked of each shard.
-        self.remote = any(map(is_remote, self.urls)) if remote is None else remote
+        self.remote = statted is None
         self.format = shard_format
         self._records = shard_format if isinstance(shard_format, RecordFormat) else None
         self.reader = reader
@@ -104,11 +104,9 @@ class ShardLayouts:
         self._stamp_rows: np.ndarray | None = None  # what stamps are made from, where None
         opener = reader()
         # What every shard's open asks, asked once: a dataset may have thousands.
-        # Many local files are statted on another core while this one names
-        # them and reads and parses the dataset index (the stats hold no GIL).
-        local: _Beside | None = None
-        if not self.remote:
-            local = stats_beside(self.urls) if statted is None else statted
+        # Many local files are statted on another core (``statted``) while this
+        # one names them and reads and parses the dataset index (the stats hold
+        # no GIL).
         keys = index_keys(self.urls)  # how indexes name the shards
         # The first remote objects' sizes are asked for while the dataset index
         # is (a small dataset not indexed yet waits for one round trip, not
@@ -139,13 +137,13 @@ class ShardLayouts:
         # spent 16 ms failing to open them).
         self._held: set[str] | None = None
         reusable = None if records is None else records.locator().reusable
-        if columns is None or local is None or not self._all_as_indexed(columns, keys, local,
-                                                                        reusable):  # fmt: skip
+        if columns is None or statted is None or not self._all_as_indexed(columns, keys, statted,
+                                                                          reusable):  # fmt: skip
             if columns is not None:
                 known = DatasetIndex(columns.indexes()).lookup()
             stamps: Sequence[tuple[int, int, int] | OSError | None]
-            if local is not None:
-                stamps = listed_stamps(local.result(), self.urls)
+            if statted is not None:
+                stamps = listed_stamps(statted.result(), self.urls)
             else:  # remote objects among them
                 stamps = self._stamps_now(opener, keys, known, records, reusable)
             self._lay_out(opener, keys, stamps, known, reusable)

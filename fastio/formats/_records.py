@@ -20,6 +20,7 @@ from fastio.formats._index import (
     IndexStore,
     ShardIndex,
     dataset_index_location,
+    holds,
     scan_shard,
     stamped,
 )
@@ -295,8 +296,7 @@ def _uncompressed(urls: list[str]) -> bool:
     """Whether :func:`_layouts` lays every one of ``urls`` out per sample:
     none names a codec (told once per ending, as there)."""
     joined = "".join(urls)
-    # (A character alone is looked for at memchr's speed, two at a tenth of it.)
-    if "?" in joined or "#" in joined or (":" in joined and "::" in joined):  # (see _layouts)
+    if "?" in joined or "#" in joined or holds(joined, "::"):  # (see _layouts)
         return all(codec_for(url) is None for url in urls)
     return all(codec_for(ending) is None for ending in set(map(_ENDING, urls)))
 
