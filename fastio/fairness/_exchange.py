@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from fastio.plan._participant import job_run
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
 __all__ = ["FileExchange", "job_exchange"]
 
@@ -33,31 +33,43 @@ def job_exchange(urls: Iterable[str], seed: int, exchange_dir: str | None) -> Fi
     (its URLs and seed), the same for every rank of one job on a node."""
     if exchange_dir is not None:
         return FileExchange(exchange_dir)
+    listed = urls if isinstance(urls, (list, tuple)) else list(urls)
+    return FileExchange(None, (job_run(), seed, listed))
+
+
+def _folder_name(job: list[str], seed: int, urls: Sequence[str]) -> str:
     key = hashlib.sha256()
-    for variable in job_run():
+    for variable in job:
         key.update(f"{variable};".encode())
     key.update(f"seed={seed};".encode())
-    listed = list(urls)
-    if listed:  # each URL ended by a NUL, hashed at once (a dataset may have thousands)
-        key.update(("\0".join(listed) + "\0").encode())
-    return FileExchange(None, f"fastio-fairness-{os.getuid()}-{key.hexdigest()[:16]}")
+    if urls:  # each URL ended by a NUL, hashed at once (a dataset may have thousands)
+        key.update(("\0".join(urls) + "\0").encode())
+    return f"fastio-fairness-{os.getuid()}-{key.hexdigest()[:16]}"
 
 
 class FileExchange:
-    """Rank summaries in ``folder`` (made on first write); None: the folder
-    ``name`` in the temporary folder, found when first used (the first
-    question for the temporary folder writes a file to try it, which a
-    dataset need not wait for before its first sample)."""
+    """Rank summaries in ``folder`` (made on first write); None: a folder in
+    the temporary folder named after ``job`` (the job's run variables, the
+    seed and the URLs), found when first used (the first question for the
+    temporary folder writes a file to try it, and a digest of thousands of
+    URLs takes a while: a dataset need not wait for either before its first
+    sample). Pickled as its folder."""
 
-    def __init__(self, folder: str | None, name: str = "") -> None:
+    def __init__(self, folder: str | None,
+                 job: tuple[list[str], int, Sequence[str]] | None = None) -> None:  # fmt: skip
         self._folder = folder
-        self._name = name
+        self._job = job
 
     @property
     def folder(self) -> str:
         if self._folder is None:
-            self._folder = os.path.join(tempfile.gettempdir(), self._name)
+            assert self._job is not None
+            self._folder = os.path.join(tempfile.gettempdir(), _folder_name(*self._job))
+            self._job = None
         return self._folder
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_folder": self.folder, "_job": None}
 
     def _path(self, rank: int) -> str:
         return os.path.join(self.folder, f"rank-{rank}.json")

@@ -121,13 +121,17 @@ class FairnessMonitor:
                 f"the fairness monitor follows up to {b.MAX_WORKERS} DataLoader workers per rank, "
                 f"not {who.num_workers}; pass fairness=False to the dataset"
             )
-        board = self._get_board()
         self._rank = (who.rank, who.world_size)
-        board.header[b.RANK], board.header[b.WORLD_SIZE] = who.rank, who.world_size
-        slot = board.slots[who.worker]
-        slot[b.ASKED] += assigned
-        return Publisher(slot, reader, delivered, lambda: self._judge_open(board),
-                         self.settings.window_seconds / 10, seed=who.worker)  # fmt: skip
+
+        def taken() -> tuple[np.ndarray, Callable[[], None]]:
+            board = self._get_board()
+            board.header[b.RANK], board.header[b.WORLD_SIZE] = who.rank, who.world_size
+            slot = board.slots[who.worker]
+            slot[b.ASKED] += assigned
+            return slot, lambda: self._judge_open(board)
+
+        return Publisher(taken, reader, delivered, self.settings.window_seconds / 10,
+                         seed=who.worker)  # fmt: skip
 
     def _judge_open(self, board: b.Board) -> None:
         """Close the window if it is due, unless the board was closed meanwhile

@@ -26,22 +26,24 @@ __all__ = ["Publisher"]
 
 
 class Publisher:
-    """One process's iteration, publishing to ``slot``; ``judge`` closes the
-    window when it is due."""
+    """One process's iteration, publishing to the slot ``take()`` gives with
+    the judge that closes the window when it is due: taken at the first
+    publish (the board is mapped, and its slot written, a tenth of a window
+    into the iteration, not before its first item)."""
 
     def __init__(
         self,
-        slot: np.ndarray,
+        take: Callable[[], tuple[np.ndarray, Callable[[], None]]],
         reader: Reader,
         delivered: Callable[[], int],
-        judge: Callable[[], None],
         interval: float,
         seed: int,
     ) -> None:
-        self.slot = slot
+        self._take: Callable[[], tuple[np.ndarray, Callable[[], None]]] | None = take
+        self.slot = np.zeros(b.SLOT)
+        self.judge: Callable[[], None] = _nothing
         self.reader = reader
         self.delivered = delivered
-        self.judge = judge
         self.interval = interval
         self.seed = seed
         stats = reader.stats()
@@ -50,9 +52,6 @@ class Publisher:
         self.seen_requests = stats.requests
         self.seen_bytes = stats.bytes_delivered
         self.seen_latency = np.array(stats.latency_histogram, np.float64)
-        slot[b.PID] = os.getpid()
-        slot[b.ACTIVE] = 1.0
-        self.apply_share()
 
     def tick(self, busy_seconds: float) -> None:
         self._publish(busy_seconds)
@@ -68,6 +67,11 @@ class Publisher:
         self.slot = np.zeros_like(self.slot)
 
     def _publish(self, busy_seconds: float) -> None:
+        if self._take is not None:
+            self.slot, self.judge = self._take()
+            self._take = None
+            self.slot[b.PID] = os.getpid()
+            self.slot[b.ACTIVE] = 1.0
         slot, stats = self.slot, self.reader.stats()
         delivered = self.delivered()
         slot[b.SAMPLES] += delivered - self.seen_delivered
@@ -91,6 +95,10 @@ class Publisher:
         if share != self.reader.share:
             self.reader.share = share
         self.slot[b.OUTSTANDING] = self.reader.request_limit
+
+
+def _nothing() -> None:
+    pass
 
 
 def _grown(now: float, seen: float) -> float:

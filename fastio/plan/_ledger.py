@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +34,8 @@ import numpy as np
 from fastio.shared._mapped import OwnedFile, SharedArray, remove_owned
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from typing_extensions import Self
 
 __all__ = ["EpochLedger"]
@@ -51,6 +55,11 @@ class EpochLedger(OwnedFile):
 
     kind = KIND
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._private = True
+        _private.add(self)
+
     def regrouped(self, group: int) -> Self:
         """The ledger of the processes of ``group`` (see
         :meth:`OwnedFile.regrouped`), whose next pass begins at this one's
@@ -63,12 +72,14 @@ class EpochLedger(OwnedFile):
         return made
 
     def _made(self) -> None:
-        self._array: SharedArray | None = None
+        self._array: SharedArray | _InMemory | None = None
+        self._private = False  # whether the fields are to live in this process only
         self._passes = 0  # begun in this process
         self._kept: np.ndarray | None = None  # the fields, kept by close() for reuse
         super()._made()
 
     def __getstate__(self) -> dict[str, Any]:
+        self.share()  # the process that unpickles it maps the file
         return {**super().__getstate__(), "_passes": self._passes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -76,28 +87,53 @@ class EpochLedger(OwnedFile):
         super().__setstate__(state)
         self._passes = passes
 
-    def _values(self) -> SharedArray:
+    def _values(self) -> SharedArray | _InMemory:
         if self._array is None:
-            self._array = SharedArray(self._path, np.int64, LENGTH)
+            made = _InMemory() if self._private else SharedArray(self._path, np.int64, LENGTH)
             kept, self._kept = self._kept, None
-            if kept is not None and not self._array.values[STARTED]:
-                self._array.values[:PIDS] = kept  # made again after close(): go on counting
+            if kept is not None and not made.values[STARTED]:
+                made.values[: len(kept)] = kept  # made again after close(), or shared: go on
+            self._array = made
         return self._array
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[np.ndarray]:
+        """The fields, held alone: under the file's lock, or in memory under
+        a thread lock, moved to the file meanwhile by a fork (then they are
+        taken again, from the file)."""
+        while True:
+            fields = self._values()
+            with fields.locked():
+                if fields is self._array:
+                    yield fields.values
+                    return
+
+    def share(self) -> None:
+        """Move the fields from this process's memory to the shared file,
+        where other processes find them (a pickled ledger, a fork's child).
+        Raises OSError where the file cannot be made; the next use asks again."""
+        if not self._private:
+            return
+        memory = self._array
+        with memory.lock if isinstance(memory, _InMemory) else contextlib.nullcontext():
+            self._private = False
+            _private.discard(self)
+            if isinstance(memory, _InMemory):
+                self._array, self._kept = None, memory.values.copy()
+                self._values()  # the file, with what was kept
 
     def set_next(self, epoch: int) -> None:
         """The next pass (in any process of the rank) reads ``epoch``; an
         announced resume no longer applies."""
-        shared = self._values()
-        with shared.locked():
-            shared.values[NEXT] = epoch
-            shared.values[RESUME_TOKEN] = 0
+        with self._locked() as values:
+            values[NEXT] = epoch
+            values[RESUME_TOKEN] = 0
 
     def announce_resume(self, token: int) -> None:
         """A state was loaded here (token ``token``): the next generation resumes it."""
-        shared = self._values()
-        with shared.locked():
-            shared.values[RESUME_TOKEN] = token
-            shared.values[RESUME_TAKEN] = 0
+        with self._locked() as values:
+            values[RESUME_TOKEN] = token
+            values[RESUME_TAKEN] = 0
 
     def current(self) -> int | None:
         """The epoch of the running (or last) pass, None before any."""
@@ -121,10 +157,8 @@ class EpochLedger(OwnedFile):
         applies to the first generation after the load only."""
         self._passes += 1
         key = (_base_seed(), self._passes)
-        shared = self._values()
         pid = os.getpid()
-        with shared.locked():
-            values = shared.values
+        with self._locked() as values:
             pids = values[PIDS : PIDS + MAX_WORKERS]
             same = (int(values[GEN_SEED]), int(values[GEN_ITERATION])) == key and bool(
                 values[STARTED])  # fmt: skip
@@ -171,6 +205,39 @@ class EpochLedger(OwnedFile):
             self._array.close()
             self._array = None
         remove_owned(self._path, self._owner)
+
+
+class _InMemory:
+    """The ledger's fields while no other process shares them, with what
+    :class:`SharedArray` offers of them: ``values`` and ``locked()``."""
+
+    def __init__(self) -> None:
+        self.values = np.zeros(LENGTH, np.int64)
+        self.lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[bool]:
+        with self.lock:
+            yield True
+
+    def close(self) -> None:
+        pass
+
+
+# Ledgers whose fields live in this process's memory: moved to their files
+# before it forks, so that the child shares them.
+_private: weakref.WeakSet[EpochLedger] = weakref.WeakSet()
+
+
+def _share_before_fork() -> None:
+    for ledger in list(_private):
+        # A file that cannot be made is asked for again at the ledger's next
+        # use, in the parent and the child, which raise its error then.
+        with contextlib.suppress(OSError):
+            ledger.share()
+
+
+os.register_at_fork(before=_share_before_fork)
 
 
 def _base_seed() -> int:

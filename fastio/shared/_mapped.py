@@ -47,6 +47,7 @@ __all__ = [
 PREFIX = "fastio-"
 _HEX = frozenset("0123456789abcdef")
 _LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+_named_here: set[int] = set()  # processes that named a shared file (see shared_path)
 _swept: set[int] = set()  # processes that removed stale files already
 
 
@@ -56,19 +57,27 @@ def shared_folder() -> str:
 
 def shared_path(kind: str) -> str:
     """A new name for a shared file of ``kind`` owned by this process. The
-    first name a process makes sweeps away the files of every kind whose
-    owner is gone (one listing of the folder: a dataset names files of two
-    kinds before its first sample)."""
-    folder = shared_folder()
-    if os.getpid() not in _swept:
-        _swept.add(os.getpid())
-        _sweep(folder)
+    first file such a process makes sweeps away the files of every kind whose
+    owner is gone (one listing of the folder, see :func:`_sweep_once`)."""
+    if os.getpid() not in _named_here:
+        _named_here.add(os.getpid())
         # And again as it exits, once multiprocessing has stopped and joined
         # its daemonic children (a negative priority runs after that): DataLoader
         # workers, which it stops with SIGTERM, before their own clean-up runs,
         # when the main process exits mid-epoch (an exception in training).
-        util.Finalize(None, _sweep, args=(folder,), exitpriority=-100)
+        util.Finalize(None, _sweep, args=(shared_folder(),), exitpriority=-100)
     return _named(kind, os.getpid(), os.urandom(6).hex())
+
+
+def _sweep_once() -> None:
+    """Where this process named shared files, sweep the stale ones as it
+    makes its first: not as it names them, which a dataset does as it is
+    made (a first sample read without workers makes none, nor waits for
+    the listing)."""
+    pid = os.getpid()
+    if pid in _named_here and pid not in _swept:
+        _swept.add(pid)
+        _sweep(shared_folder())
 
 
 def _named(kind: str, owner: int, token: str) -> str:
@@ -133,6 +142,7 @@ class SharedArray:
     the file anew each time, so a forked child never shares its parent's lock."""
 
     def __init__(self, path: str, dtype: type[np.number], length: int) -> None:
+        _sweep_once()
         self.path = path
         self.dtype = np.dtype(dtype)
         self._map: mmap.mmap | None = None

@@ -164,8 +164,10 @@ def test_a_killed_worker_leaves_nothing_behind(written, tmp_path) -> None:
 
 
 def test_boards_of_dead_owners_are_swept(written, tmp_path) -> None:
-    """The first shared file a process names sweeps away those of every kind
-    whose owner is gone, and nothing it did not name so."""
+    """The first shared file a process that names them makes sweeps away
+    those of every kind whose owner is gone, and nothing it did not name so
+    (an epoch's end makes the board: a first sample read without workers
+    makes no file)."""
     dead = os.fork()
     if dead == 0:
         os._exit(0)
@@ -184,7 +186,11 @@ def test_boards_of_dead_owners_are_swept(written, tmp_path) -> None:
     try:
         _mapped._swept.discard(os.getpid())
         with dataset(written, tmp_path) as ds:
-            next(iter(ds))
+            items = iter(ds)
+            next(items)
+            assert os.path.exists(stale)
+            assert all(map(os.path.exists, others))
+            assert 1 + sum(1 for _ in items) == len(ds)
             assert not os.path.exists(stale)
             assert not any(map(os.path.exists, others))
             assert all(map(os.path.exists, foreign))
@@ -307,3 +313,31 @@ def test_a_worker_whose_board_was_swept_ends_its_iteration_quietly(written, tmp_
         assert observer.slot[b.ACTIVE] == 0.0
     monitor.close()
     assert not boards()
+
+
+def test_an_observer_takes_its_slot_at_its_first_publish(tmp_path) -> None:
+    """Observing maps no board (a first sample does not wait for it); the
+    first publish maps it and writes the slot, with what was asked."""
+    from fastio.fairness import _board as b
+    from fastio.plan import Participant
+
+    monitor = FairnessMonitor({"window_seconds": 10.0, "exchange_dir": str(tmp_path)})
+    try:
+        with fastio.Reader() as reader:
+            observer = monitor.observe(Participant(3, 4, 1, 2), 0, 17, reader, lambda: 5)
+            assert observer is not None
+            assert not os.path.exists(monitor._path)
+            observer.tick(0.25)
+            assert os.path.exists(monitor._path)
+            board = monitor._get_board()
+            slot = board.slots[1]
+            assert (slot[b.PID], slot[b.ACTIVE], slot[b.ASKED]) == (os.getpid(), 1.0, 17)
+            assert slot[b.BUSY] == 0.25
+            assert slot[b.SAMPLES] == 0  # delivered() did not move since the observer was made
+            assert (board.header[b.RANK], board.header[b.WORLD_SIZE]) == (3, 4)
+            observer.finish(0.5)
+            assert slot[b.ACTIVE] == 0.0
+            assert slot[b.BUSY] == 0.75
+            assert slot[b.ASKED] == 17  # taken once
+    finally:
+        monitor.close()
