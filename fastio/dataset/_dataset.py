@@ -295,15 +295,27 @@ class Dataset(_Base):
         self._first_streams = not self._shards.known
         self._index_for_equal_counts()
         self._stream: StreamPass | None = None
-        options = spec.format_options
         # Remote objects' sizes are not in it: a never-seen one's is learned
         # as it is read, so a state saved then resumes where it is known.
-        self._plan = plan_fingerprint(self._shards.local_sizes(), self.format, {
-            "columns": None if options.columns is None else list(options.columns),
-            "record_size": options.record_size, "example": options.example,
-            "verify": options.verify}, spec.shuffle, self.remainder)  # fmt: skip
+        self._plan_made: dict[str, Any] | None = None
+        self._plan_sizes: list[int] | None = self._shards.local_sizes()
         self._reads = SampleReads(self._known, self._format, lambda: self.reader, self._policy)
         self._reads.on_changed = self._shards.forget
+
+    @property
+    def _plan(self) -> dict[str, Any]:
+        """What a saved state's order depends on (see :func:`plan_fingerprint`),
+        from the shards' sizes as the dataset was opened: made when a state is
+        first saved or loaded (its digest of every size is not needed before)."""
+        if self._plan_made is None:
+            assert self._plan_sizes is not None
+            options = self.spec.format_options
+            self._plan_made = plan_fingerprint(self._plan_sizes, self.format, {
+                "columns": None if options.columns is None else list(options.columns),
+                "record_size": options.record_size, "example": options.example,
+                "verify": options.verify}, self.spec.shuffle, self.remainder)  # fmt: skip
+            self._plan_sizes = None
+        return self._plan_made
 
     # ---- the spec's knobs ------------------------------------------------------------
 
@@ -422,6 +434,7 @@ class Dataset(_Base):
         # The rank this process is, for a spawned DataLoader worker (see _rank).
         state["_handed_rank"] = rank if rank != (0, 1) else self.__dict__.get("_handed_rank")
         state["_handed_by"] = os.getpid()  # the group of a worker started here (see _rehome)
+        state["_plan_made"], state["_plan_sizes"] = self._plan, None  # made once, not per worker
         state["_reader"] = None  # each process makes its own
         state["_tuning"] = None  # and tunes its own
         del state["_reads"]  # which reads through this copy's reader

@@ -11,12 +11,14 @@ into batches.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastio import _native
 from fastio.dataset._reads import SKIPPED
 from fastio.dataset._spill import MISSING as SPILL_MISSING
 
@@ -54,7 +56,16 @@ def read_part(
     if first >= len(windows):
         return iter(())
     planned = reads.plan(windows, first, skip, part.order)
-    return _delivered(part, windows, first, skip, planned, reads, cursor, spill, columnar)
+    order = part.order(first)
+    if order is not None and not columnar:
+        # The first window's reads in the order its samples are delivered:
+        # its first sample waits for the read that holds it, not for those
+        # before it in stored order (a shuffled epoch's first window is a
+        # sample of each of 8 shards). The windows after it are read ahead
+        # while it is delivered.
+        own = sum(1 for _ in itertools.takewhile(lambda read: read.window == first, planned))
+        planned[:own] = _native.by_first_need(planned[:own], order[skip:], windows[first].count)
+    return _delivered(part, windows, first, skip, planned, reads, cursor, spill, columnar, order)
 
 
 def _delivered(
@@ -67,8 +78,10 @@ def _delivered(
     cursor: EpochCursor,
     spill: ShuffleSpill | None,
     columnar: bool,
+    first_order: np.ndarray | None,
 ) -> Iterator[Any]:
-    """:func:`read_part`'s items: ``planned`` read, windows ``first``.. delivered."""
+    """:func:`read_part`'s items: ``planned`` read, windows ``first``..
+    delivered (the first in ``first_order``)."""
     starts = part.starts
     per_window = np.bincount([r.window for r in planned], minlength=len(windows))
     # A shuffle window in memory holds samples encoded where the format can,
@@ -78,7 +91,7 @@ def _delivered(
     executed = reads.execute(planned, columnar, encoded=encoded)
     for index in range(first, len(windows)):
         window = windows[index]
-        order = part.order(index)
+        order = first_order if index == first else part.order(index)
         begin = skip if index == first else 0
         its_reads = islice(executed, int(per_window[index]))
         end = int(starts[index + 1])

@@ -3,9 +3,12 @@
 # to its first sample (a thousand cuts, each a binary search and a few array
 # lookups, for 64 shards of 110 KB samples). Same cuts, same objects.
 from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBuffer_Release, PyObject_GetBuffer
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 
 cimport cython
+
+cdef array.array _INT32S = _array.array("i")  # (the module is imported in framing.pxi)
+cdef array.array _BYTES = _array.array("b")
 
 cdef enum:
     _MAX_MIX = 64
@@ -199,6 +202,42 @@ def whole_reads(list windows, Py_ssize_t first):
             read.window, read.run, read.start, read.stop = index, run, run.start, run.stop
             reads.append(read)
     return reads
+
+
+def by_first_need(list reads, const int64_t[::1] sequence, int64_t count):
+    """``reads`` (of one window of ``count`` samples, :class:`Read`) in the
+    order the window's ``sequence`` (the positions it delivers, in order)
+    first needs a sample of each: the read that holds the first sample to
+    deliver first, and so on; reads that hold none of them last, as they
+    came. A read holds the positions ``at .. at + stop - start``."""
+    cdef Py_ssize_t n = len(reads), index, filled = 0
+    cdef int64_t position, at, place
+    cdef Read read
+    if n < 2:
+        return list(reads)
+    cdef int32_t[::1] holder = array.clone(_INT32S, count, zero=False)
+    cdef signed char[::1] taken = array.clone(_BYTES, n, zero=True)
+    for place in range(count):
+        holder[place] = -1
+    for index in range(n):
+        read = <Read?>reads[index]
+        at = read.run.base + read.start - read.run.start
+        for place in range(max(at, 0), min(at + read.stop - read.start, count)):
+            holder[place] = <int32_t>index
+    cdef list ordered = []
+    for index in range(sequence.shape[0]):
+        position = sequence[index]
+        if not 0 <= position < count or holder[position] < 0 or taken[holder[position]]:
+            continue
+        taken[holder[position]] = 1
+        ordered.append(reads[holder[position]])
+        filled += 1
+        if filled == n:
+            return ordered
+    for index in range(n):
+        if not taken[index]:
+            ordered.append(reads[index])
+    return ordered
 
 
 def run_shards(list windows):

@@ -231,6 +231,39 @@ def test_a_part_reads_the_shards_of_its_runs_in_order_a_repeat_once(cut) -> None
     assert run_shards(windows) == expected
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(1, 6), min_size=0, max_size=7).flatmap(
+        lambda lengths: st.tuples(
+            st.just(lengths), st.permutations(range(sum(lengths))), st.integers(0, sum(lengths))
+        )
+    )
+)
+def test_a_first_window_is_read_in_the_order_its_samples_are_first_needed(case) -> None:
+    """A window's reads (each a run of its positions) ordered by the first
+    position of each that its delivery order (from ``skip`` on) comes to;
+    reads holding none of those last, in the order they came."""
+    lengths, order, skip = case
+    count = sum(lengths)
+    reads, at = [], 0
+    for shard, length in enumerate(lengths):
+        # A read of samples 2.. of a run (a resumed window reads part of a run).
+        run = Run(shard, 2, 2 + length, at)
+        reads.append(Read(0, run, 2, 2 + length))
+        at += length
+    sequence = np.array(order[skip:], np.int64)
+
+    def expected(given: list[Read]) -> list[Read]:
+        holder = {place: index for index, read in enumerate(given)
+                  for place in range(read.at, read.at + len(read.run))}  # fmt: skip
+        needed = list(dict.fromkeys(holder[position] for position in sequence.tolist()))
+        rest = [index for index in range(len(given)) if index not in needed]
+        return [given[index] for index in needed + rest]
+
+    assert _native.by_first_need(reads, sequence, count) == expected(reads)
+    assert _native.by_first_need(reads[::-1], sequence, count) == expected(reads[::-1])
+
+
 def test_a_permutation_is_drawn_from_its_key_alone() -> None:
     order = permutation(1000, seed=7, epoch=2, rank=1, worker=0, window=3)
     assert order.dtype == np.int64
