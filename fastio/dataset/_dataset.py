@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
+from fastio import _native
 from fastio._errors import ReaderClosedError, import_extra
 from fastio.dataset._delivery import deliver
 from fastio.dataset._layouts import ShardLayouts, stats_beside
@@ -251,7 +252,8 @@ class Dataset(_Base):
                                self.storage_options)  # fmt: skip
         if not self.urls:
             raise ValueError(f"no shards: {urls!r} names no URL")
-        self._remote = any(map(is_remote, self.urls))
+        # (Absolute normal paths, told in one native pass, are never remote.)
+        self._remote = not _native.normal_paths(self.urls) and any(map(is_remote, self.urls))
         # Local shards are statted (on another core, where many) while the rest
         # of the dataset is set up.
         statted = None if self._remote else stats_beside(self.urls)

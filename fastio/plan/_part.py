@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fastio._native import run_shards
+from fastio._native import run_shards, window_starts
 from fastio.formats._layout import counts_of
 from fastio.plan._assignment import assign_samples
 from fastio.plan._windows import make_windows, permutation
@@ -98,5 +98,5 @@ def make_part(
     )  # fmt: skip
     mix = shuffle.shards if shuffle.enabled else 1
     windows = make_windows(spans, layouts, shuffle.buffer, mix)
-    starts = np.cumsum([0, *(window.count for window in windows)]).astype(np.int64)
+    starts = np.frombuffer(window_starts(windows), np.int64)
     return Part(epoch, participant, windows, starts, shuffle)

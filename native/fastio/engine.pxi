@@ -3,8 +3,9 @@
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport uintptr_t
-from libc.stdlib cimport calloc, free
-from libc.string cimport memchr, memcmp
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 import os
 
@@ -16,6 +17,8 @@ cdef extern from "Python.h":
     int PyUnicode_KIND(object text)
     const void *PyUnicode_DATA(object text)
     Py_UCS4 PyUnicode_READ(int kind, const void *data, Py_ssize_t index)
+    enum: PyUnicode_1BYTE_KIND
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
 
 _KINDS = {"auto": FIO_ENGINE_AUTO, "io_uring": FIO_ENGINE_URING, "threads": FIO_ENGINE_THREADS}
 _NAMES = {FIO_ENGINE_URING: "io_uring", FIO_ENGINE_THREADS: "threads"}
@@ -361,6 +364,9 @@ def normal_paths(list paths):
     cdef Py_ssize_t length, at
     cdef int kind
     cdef const void *data
+    cdef const char *text
+    cdef const char *end
+    cdef const char *slash
     cdef Py_UCS4 character, previous
     for path in paths:
         if not isinstance(path, str):
@@ -370,6 +376,14 @@ def normal_paths(list paths):
         if length == 0 or PyUnicode_READ(kind, data, 0) != 47 \
                 or PyUnicode_READ(kind, data, length - 1) == 47:  # "/"
             return False
+        if kind == PyUnicode_1BYTE_KIND:  # from slash to slash (most paths: a few each)
+            text, end = <const char *>data, <const char *>data + length - 1
+            slash = text
+            while slash != NULL:
+                if slash[1] == 46 or slash[1] == 47:  # (the last character is no slash)
+                    return False
+                slash = <const char *>memchr(slash + 1, 47, end - slash - 1)
+            continue
         previous = 47
         for at in range(1, length):
             character = PyUnicode_READ(kind, data, at)
@@ -377,6 +391,50 @@ def normal_paths(list paths):
                 return False
             previous = character
     return True
+
+
+def numbered_names(str head, int64_t first, int64_t last, Py_ssize_t width, str tail):
+    """``[head + str(n).zfill(width) + tail for n in range(first, last + 1)]``
+    for ``0 <= first``: the names of one brace range (a dataset may have
+    thousands of shards, named at each open)."""
+    if first < 0 or width < 0 or width > 64:
+        raise ValueError("numbers from 0, widths up to 64")
+    cdef bytes start = head.encode("utf-8", "surrogatepass")
+    cdef bytes end = tail.encode("utf-8", "surrogatepass")
+    cdef Py_ssize_t before = len(start), after = len(end), digits, pad, at
+    cdef char *name = <char *>malloc(before + 84 + after)
+    cdef char number[24]
+    cdef uint64_t rest
+    cdef int64_t n
+    cdef list names = []
+    cdef bint ascii = PyUnicode_IS_ASCII(head) and PyUnicode_IS_ASCII(tail)
+    if name == NULL:
+        raise MemoryError()
+    try:
+        memcpy(name, PyBytes_AS_STRING(start), before)
+        for n in range(first, last + 1):
+            rest, digits = <uint64_t>n, 0
+            while True:
+                number[digits] = 48 + rest % 10  # "0"..
+                digits += 1
+                rest //= 10
+                if rest == 0:
+                    break
+            pad = width - digits if width > digits else 0
+            memset(name + before, 48, pad)
+            for at in range(digits):
+                name[before + pad + at] = number[digits - 1 - at]
+            memcpy(name + before + pad + digits, PyBytes_AS_STRING(end), after)
+            if ascii:  # its bytes are the string's own
+                made = PyUnicode_New(before + pad + digits + after, 127)
+                memcpy(<void *>PyUnicode_DATA(made), name, before + pad + digits + after)
+                names.append(made)
+            else:
+                names.append(PyUnicode_DecodeUTF8(name, before + pad + digits + after,
+                                                  "surrogatepass"))  # fmt: skip
+    finally:
+        free(name)
+    return names
 
 
 def stat_stamps(list paths, uint64_t round_trip_ns=50_000):

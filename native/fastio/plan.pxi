@@ -9,6 +9,7 @@ cimport cython
 
 cdef array.array _INT32S = _array.array("i")  # (the module is imported in framing.pxi)
 cdef array.array _BYTES = _array.array("b")
+cdef array.array _INT64S = _array.array("q")
 
 cdef enum:
     _MAX_MIX = 64
@@ -238,6 +239,21 @@ def by_first_need(list reads, const int64_t[::1] sequence, int64_t count):
         if not taken[index]:
             ordered.append(reads[index])
     return ordered
+
+
+def window_starts(list windows):
+    """Where each of ``windows`` begins in their sequence of samples, and
+    (last) how many they hold: int64s (a part of a dataset of thousands of
+    shards has thousands of windows, planned before its first sample)."""
+    cdef array.array starts = array.clone(_INT64S, len(windows) + 1, zero=False)
+    cdef int64_t[::1] view = starts
+    cdef int64_t total = 0
+    cdef Py_ssize_t index
+    view[0] = 0
+    for index in range(len(windows)):
+        total += (<Window?>windows[index]).count
+        view[index + 1] = total
+    return starts
 
 
 def run_shards(list windows):

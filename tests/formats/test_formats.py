@@ -83,7 +83,7 @@ def test_expand_urls(tmp_path) -> None:
 
 
 _NUMBERS = st.integers(0, 1200)
-_PARTS = st.text("ab/-_.", max_size=4)
+_PARTS = st.text("ab/-_.\u00e9\U0001f600", max_size=4)  # one, two and four bytes in UTF-8
 
 
 @given(_PARTS, _NUMBERS, _NUMBERS, st.integers(0, 5), st.integers(0, 5), _PARTS,
