@@ -209,16 +209,17 @@ class ShardLayouts:
         rows = columns.stamp_rows()
         if rows is None:  # a version past 64 bits: no local file's
             return False
-        # (A change stamp of 0: not known when indexed.)
-        if not rows[2].all() or not all(map(reusable, columns.formats())):
+        # (A change stamp of 0: not known when indexed.) Told without a ufunc:
+        # a fresh process's first one costs a tenth of a millisecond.
+        if np.count_nonzero(rows[2]) < rows.shape[1] or not all(map(reusable, columns.formats())):
             return False
         sizes = rows[0].tolist()
         layouts = records.layouts_of_columns(columns, sizes)
         found, errors = now.result()
-        # A byte of the errnos not zero: a stat failed (an OSError is never as indexed).
-        if errors.count(0) < len(errors) or not np.array_equal(
-            np.frombuffer(found, np.int64).reshape(-1, 3).T, rows
-        ):  # fmt: skip
+        # A byte of the errnos not zero: a stat failed (an OSError is never as
+        # indexed). The stats are three int64 a file, as the rows' columns.
+        as_statted = np.ascontiguousarray(rows.T, np.int64).tobytes()
+        if errors.count(0) < len(errors) or found != as_statted:
             return False
         self.sizes = sizes
         self._stamps, self._stamp_rows = None, rows  # a first sample needs none

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import fastio
 from fastio.formats import decode_tfrecord, decompress, parse_example
@@ -114,3 +116,19 @@ def test_shards_ending_alike_are_laid_out_by_what_each_names() -> None:
     assert not _uncompressed(urls)
     assert _uncompressed(urls[1::2])
     assert not _uncompressed(urls[:2][::-1])
+
+
+@given(st.lists(st.tuples(st.sampled_from(["", "/d/", "s3://b/", "a\0"]),
+                          st.sampled_from(["s", "shard-01", "x.y", ""]),
+                          st.sampled_from([".tar", ".tar.gz", ".gz", "a.zst", ".zst", ".tfrecord",
+                                           "?v=1", ".tar#x", "", "z.tar"])),
+                min_size=1, max_size=6))  # fmt: skip
+def test_whether_every_shard_is_uncompressed_is_told_as_shard_by_shard(parts) -> None:
+    """Shards ending as the first does are told at once, by one count over
+    them joined; any other mix (another ending, short names, a query, a NUL)
+    is told as each shard's own codec tells it."""
+    from fastio.formats._compression import codec_for
+    from fastio.formats._records import _uncompressed
+
+    urls = [folder + name + ending for folder, name, ending in parts]
+    assert _uncompressed(urls) is all(codec_for(url) is None for url in urls)
