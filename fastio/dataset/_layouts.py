@@ -214,7 +214,7 @@ class ShardLayouts:
         if np.count_nonzero(rows[2]) < rows.shape[1] or not all(map(reusable, columns.formats())):
             return False
         sizes = rows[0].tolist()
-        layouts = records.layouts_of_columns(columns, sizes)
+        layouts = records.layouts_of_columns(columns, sizes, keys)  # keys: as the index names them
         found, errors = now.result()
         # A byte of the errnos not zero: a stat failed (an OSError is never as
         # indexed). The stats are three int64 a file, as the rows' columns.

@@ -42,9 +42,9 @@ import struct
 import threading
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 import numpy as np
 
@@ -56,8 +56,6 @@ from fastio.sources._objects import absolute_path, is_remote, local_path
 from fastio.spec._records import record
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from fastio.reader._reader import Reader
     from fastio.spec._reader import ReaderSettings
 
@@ -855,7 +853,7 @@ class IndexColumns:
     no index object a shard until one is asked for (see :meth:`indexes`)."""
 
     fields: Mapping[str, list[Any]]
-    urls: list[str]
+    urls: Sequence[str]  # a list, or :class:`JoinedNames` (listed when first indexed)
     bounds: list[int]
     starts: np.ndarray
     ends: np.ndarray
@@ -1150,15 +1148,66 @@ def holds(text: str, part: str) -> bool:
     return part[0] in text and part in text
 
 
-def _resolved_joined(joined: str, folder: str) -> list[str]:
+def _resolved_joined(joined: str, folder: str) -> list[str] | JoinedNames:
     """:func:`_resolved_all` of the names ``joined`` by NULs: where every one
     is relative (a dataset index beside its shards), the folder is put
-    before each in one pass over the joined string."""
+    before each in one pass over the joined string, and they stay joined."""
     if folder and not folder.endswith("/") and joined[:1] != "/" \
             and not holds(joined, "\0/") and not holds(joined, "://"):  # fmt: skip
         within = folder + "/"
-        return (within + joined.replace("\0", "\0" + within)).split("\0")
+        return JoinedNames(within + joined.replace("\0", "\0" + within))
     return _resolved_all(joined.split("\0"), folder)
+
+
+class JoinedNames(Sequence[str]):
+    """Names (none holding a NUL) joined by NULs, listed when first indexed
+    or iterated: a dataset of thousands of shards checks that its index names
+    every one of them, in order, by one comparison with their own names
+    joined (:meth:`__eq__`), before its first sample."""
+
+    __slots__ = ("_count", "_joined", "_listed")
+
+    def __init__(self, joined: str) -> None:
+        self._joined = joined
+        self._count = joined.count("\0") + 1
+        self._listed: list[str] | None = None
+
+    def _list(self) -> list[str]:
+        if self._listed is None:
+            self._listed = self._joined.split("\0")
+        return self._listed
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        return self._list()[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to names listed alike: as many, joined alike (a name of
+        ``other`` holding a NUL would add one to its joined names)."""
+        if isinstance(other, JoinedNames):
+            return self._joined == other._joined
+        if isinstance(other, (list, tuple)):
+            if len(other) != self._count:
+                return False
+            try:
+                return self._joined == "\0".join(other)
+            except TypeError:  # a name that is no str
+                return False
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # as a list's
+
+    def __repr__(self) -> str:
+        return repr(self._list())
 
 
 def _resolved(name: str, folder: str) -> str:

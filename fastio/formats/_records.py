@@ -102,15 +102,17 @@ class RecordFormat(ShardFormat):
         return _layouts((index.url, index.size, *_offsets(index.starts, index.ends))
                         for index in indexes)  # fmt: skip
 
-    def layouts_of_columns(self, columns: IndexColumns, sizes: list[int] | None = None
-                           ) -> ColumnLayouts:  # fmt: skip
+    def layouts_of_columns(self, columns: IndexColumns, sizes: list[int] | None = None,
+                           urls: list[str] | None = None) -> ColumnLayouts:  # fmt: skip
         """The layouts a dataset index's columns describe (see
         :meth:`layouts_of`), with no index object a shard, each made when
         first asked for: its offsets a slice of the columns' own, taken as
         int64 once. ``sizes``: the shards' sizes as the columns hold them,
-        where already listed."""
+        where already listed; ``urls``: the shards' URLs as the columns name
+        them, where already listed."""
         starts, ends = _offsets(columns.starts, columns.ends)
-        urls = columns.urls
+        if urls is None:
+            urls = list(columns.urls)
         if sizes is None:
             sizes = list(map(int, columns.fields["size"]))
         return ColumnLayouts(urls, sizes, starts, ends, columns.bounds, _layout,

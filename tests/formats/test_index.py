@@ -831,3 +831,22 @@ def test_the_default_index_folder_follows_the_environment(monkeypatch, tmp_path)
     assert default_index_dir() == tmp_path / "home" / ".cache" / "fastio" / "index"
     monkeypatch.setenv("XDG_CACHE_HOME", "")  # empty: as unset
     assert default_index_dir() == tmp_path / "home" / ".cache" / "fastio" / "index"
+
+
+@given(st.lists(st.text("ab/\0\u00e9", max_size=3), min_size=1, max_size=5),
+       st.lists(st.text("ab/\0\u00e9", max_size=3), min_size=1, max_size=5))  # fmt: skip
+def test_names_kept_joined_compare_and_list_as_the_names_they_join(mine, other) -> None:
+    """A dataset index's shard names kept joined by NULs are, compared with a
+    list of names (any of them holding a NUL too), indexed and iterated,
+    what the list of the names they join is."""
+    from fastio.formats._index import JoinedNames
+
+    mine = [name.replace("\0", "") for name in mine]  # an index's names hold no NUL
+    joined = JoinedNames("\0".join(mine))
+    assert len(joined) == len(mine)
+    assert (joined == other) is (mine == other)
+    assert (joined != other) is (mine != other)
+    assert (joined == tuple(other)) is (mine == other)
+    assert joined == JoinedNames("\0".join(mine)) == mine
+    assert joined != [*mine[:-1], 3]  # a name that is no str
+    assert list(joined) == mine and joined[-1] == mine[-1] and joined[:2] == mine[:2]
