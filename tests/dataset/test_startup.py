@@ -433,6 +433,51 @@ def test_a_dataset_index_as_arrays_or_as_json_lays_the_shards_out_alike(
     assert keys(again) == [row["key"] for row in made.samples]
 
 
+def test_a_dataset_index_is_read_without_the_json_its_arrays_hold_too(
+    tmp_path, monkeypatch
+) -> None:
+    """The open reads a dataset index's file but the JSON that its arrays
+    hold too (a third of a large one): the columns are those of the whole
+    file. A file of another layout (the JSON alone, as an earlier release
+    wrote it) is read whole, and so, again, is one whose arrays will not do
+    without its JSON; a file cut short is still told damaged."""
+    import numpy as np
+
+    from fastio.formats import _index
+
+    monkeypatch.setattr(_index, "_ARRAYS_FROM", 1)
+    # A file of a few shards is read with its tail at once: here, its directory alone.
+    monkeypatch.setattr(_index, "_TAIL_BYTES", 1024)
+    made = write("webdataset", tmp_path / "data", shards=40, per_shard=2)
+    location = tmp_path / "data" / _index.DATASET_INDEX
+    whole = location.read_bytes()
+    data, complete = _index._dataset_index_bytes(str(location))
+    assert not complete and len(data) == len(whole) and data != whole
+    assert data.count(0) - whole.count(0) > 100  # the JSON's bytes were not read
+    partial, full = _index.IndexColumns.read(data, str(location)), _index.IndexColumns.read(
+        whole, str(location))  # fmt: skip
+    assert list(partial.urls) == list(full.urls) == [str(url) for url in made.urls]
+    assert dict(partial.fields) == dict(full.fields) and partial.bounds == full.bounds
+    assert np.array_equal(partial.starts, full.starts) and np.array_equal(partial.ends, full.ends)
+    assert not partial.starts.flags.writeable  # views of the file's bytes, read-only
+    fetched = _index.DatasetIndex.fetch_columns(str(location))
+    assert fetched is not None and dict(fetched.fields) == dict(full.fields)
+    # Arrays of another version: the JSON decides, read whole.
+    stored = _index._npz_arrays(whole)
+    stored["fields"] = np.array([_index._VERSION + 1, *stored["fields"][1:]], np.int64)
+    location.write_bytes(_index._aligned_npz({name: np.array(array) for name, array in
+                                              stored.items()}))  # fmt: skip
+    assert not _index._dataset_index_bytes(str(location))[1]
+    fetched = _index.DatasetIndex.fetch_columns(str(location))
+    assert fetched is not None and fetched.fields == dict(full.fields)
+    location.write_bytes(_index._aligned_npz({name: np.array(stored[name]) for name in
+                                              ("starts", "ends", "meta")}))  # fmt: skip
+    assert _index._dataset_index_bytes(str(location))[1]  # the JSON alone: read whole
+    location.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(fastio.IndexFileError):
+        _index.DatasetIndex.fetch_columns(str(location))
+
+
 def test_a_never_seen_dataset_is_laid_out_at_once_as_shard_by_shard(tmp_path, monkeypatch) -> None:
     """Shards no index anywhere holds are told unknown all at once (not
     opened one by one): each one's size and stamp as a stat gives them, no
