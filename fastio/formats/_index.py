@@ -412,35 +412,43 @@ def _dataset_index_bytes(path: str) -> tuple[bytes | bytearray, bool]:
     (as fastio writes it), the JSON's bytes are left out (zeros; a dataset
     index of 20,000 shards holds 2.3 MB of JSON that its open never reads,
     a third of the file). What :func:`_npz_arrays` reads passes the JSON by
-    there; anything else reads the file whole."""
-    with open(path, "rb", buffering=0) as handle:
-        size = os.fstat(handle.fileno()).st_size
+    there; anything else reads the file whole. A file of one tail's bytes or
+    fewer is read whole at once."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size <= _TAIL_BYTES:
+            whole = os.pread(fd, size, 0)
+            while len(whole) < size and (more := os.pread(fd, size - len(whole), len(whole))):
+                whole += more
+            return whole, True
         data = bytearray(size)
         view = memoryview(data)
-        tail = max(size - _TAIL_BYTES, 0)
-        _read_into(handle, view, tail, size)
+        tail = size - _TAIL_BYTES
+        _read_into(fd, view, tail, size)
         left_out = _passed_member(data, tail, "meta.npy", "fields.npy")
         if left_out is None:
-            _read_into(handle, view, 0, tail)
+            _read_into(fd, view, 0, tail)
             return data, True
         local, length = left_out
         # Up to the member and its own header (whose length it tells), then
         # what follows its bytes.
         header_end = min(local + _LOCAL.size + _HEADER_BYTES, tail)
-        _read_into(handle, view, 0, header_end)
+        _read_into(fd, view, 0, header_end)
         _, *_, local_name, local_extra = _LOCAL.unpack_from(data, local)
         begin = local + _LOCAL.size + local_name + local_extra
-        _read_into(handle, view, header_end, min(begin, tail))
-        _read_into(handle, view, max(begin + length, header_end), tail)
+        _read_into(fd, view, header_end, min(begin, tail))
+        _read_into(fd, view, max(begin + length, header_end), tail)
         return data, False
+    finally:
+        os.close(fd)
 
 
-def _read_into(handle: Any, view: memoryview, start: int, stop: int) -> None:
+def _read_into(fd: int, view: memoryview, start: int, stop: int) -> None:
     """Bytes ``start..stop`` of the file into ``view`` there (fewer where the
     file ends sooner: what is missing stays zero, and fails its check)."""
     while start < stop:
-        handle.seek(start)
-        got = handle.readinto(view[start:stop])
+        got = os.preadv(fd, [view[start:stop]], start)
         if not got:
             return
         start += got

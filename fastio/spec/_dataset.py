@@ -301,7 +301,8 @@ _NO_DEFAULT = object()
 @functools.cache
 def _flat_and_defaults() -> tuple[dict[str, tuple[str | None, str]], dict[str, Any]]:
     """:func:`flat_keywords` and :func:`keyword_defaults`, worked out once."""
-    return flat_keywords(), keyword_defaults()
+    flat = flat_keywords()
+    return flat, keyword_defaults(flat)
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -336,12 +337,13 @@ def flat_keywords() -> dict[str, tuple[str | None, str]]:
     return result
 
 
-def keyword_defaults() -> dict[str, Any]:
+def keyword_defaults(flat: dict[str, tuple[str | None, str]] | None = None) -> dict[str, Any]:
     """Every keyword of ``Dataset`` but ``urls`` with its default: the flat
-    knobs, then the whole sections (None: the section's defaults)."""
+    knobs (``flat``: :func:`flat_keywords`, where made already), then the
+    whole sections (None: the section's defaults)."""
     defaults = DatasetSpec.__dataclass_fields__
     result: dict[str, Any] = {}
-    for keyword, (section, field) in flat_keywords().items():
+    for keyword, (section, field) in (flat_keywords() if flat is None else flat).items():
         if section is None:
             result[keyword] = _default(defaults[field])
         else:

@@ -452,16 +452,21 @@ def test_a_dataset_index_is_read_without_the_json_its_arrays_hold_too(
     location = tmp_path / "data" / _index.DATASET_INDEX
     whole = location.read_bytes()
     data, complete = _index._dataset_index_bytes(str(location))
-    assert not complete and len(data) == len(whole) and data != whole
+    assert not complete
+    assert len(data) == len(whole)
+    assert data != whole
     assert data.count(0) - whole.count(0) > 100  # the JSON's bytes were not read
     partial, full = _index.IndexColumns.read(data, str(location)), _index.IndexColumns.read(
         whole, str(location))  # fmt: skip
     assert list(partial.urls) == list(full.urls) == [str(url) for url in made.urls]
-    assert dict(partial.fields) == dict(full.fields) and partial.bounds == full.bounds
-    assert np.array_equal(partial.starts, full.starts) and np.array_equal(partial.ends, full.ends)
+    assert dict(partial.fields) == dict(full.fields)
+    assert partial.bounds == full.bounds
+    assert np.array_equal(partial.starts, full.starts)
+    assert np.array_equal(partial.ends, full.ends)
     assert not partial.starts.flags.writeable  # views of the file's bytes, read-only
     fetched = _index.DatasetIndex.fetch_columns(str(location))
-    assert fetched is not None and dict(fetched.fields) == dict(full.fields)
+    assert fetched is not None
+    assert dict(fetched.fields) == dict(full.fields)
     # Arrays of another version: the JSON decides, read whole.
     stored = _index._npz_arrays(whole)
     stored["fields"] = np.array([_index._VERSION + 1, *stored["fields"][1:]], np.int64)
@@ -469,7 +474,8 @@ def test_a_dataset_index_is_read_without_the_json_its_arrays_hold_too(
                                               stored.items()}))  # fmt: skip
     assert not _index._dataset_index_bytes(str(location))[1]
     fetched = _index.DatasetIndex.fetch_columns(str(location))
-    assert fetched is not None and fetched.fields == dict(full.fields)
+    assert fetched is not None
+    assert fetched.fields == dict(full.fields)
     location.write_bytes(_index._aligned_npz({name: np.array(stored[name]) for name in
                                               ("starts", "ends", "meta")}))  # fmt: skip
     assert _index._dataset_index_bytes(str(location))[1]  # the JSON alone: read whole

@@ -849,4 +849,6 @@ def test_names_kept_joined_compare_and_list_as_the_names_they_join(mine, other) 
     assert (joined == tuple(other)) is (mine == other)
     assert joined == JoinedNames("\0".join(mine)) == mine
     assert joined != [*mine[:-1], 3]  # a name that is no str
-    assert list(joined) == mine and joined[-1] == mine[-1] and joined[:2] == mine[:2]
+    assert list(joined) == mine
+    assert joined[-1] == mine[-1]
+    assert joined[:2] == mine[:2]
