@@ -83,7 +83,7 @@ def _delivered(
     """:func:`read_part`'s items: ``planned`` read, windows ``first``..
     delivered (the first in ``first_order``)."""
     starts = part.starts
-    per_window = np.bincount([r.window for r in planned], minlength=len(windows))
+    per_window = _native.reads_per_window(planned, len(windows))
     # A shuffle window in memory holds samples encoded where the format can,
     # made as they are delivered.
     encoded = (not columnar and spill is None and part.shuffle.enabled

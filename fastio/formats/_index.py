@@ -36,6 +36,7 @@ import hashlib
 import io
 import itertools
 import json
+import mmap
 import os
 import posixpath
 import struct
@@ -319,7 +320,7 @@ _NPY_CLOSE = b"), }"
 _NPY_MAGIC = {b"\x93NUMPY\x01\x00": 2, b"\x93NUMPY\x02\x00": 4, b"\x93NUMPY\x03\x00": 4}
 
 
-def _npz_arrays(data: bytes | bytearray, passed_by: dict[str, str] | None = None
+def _npz_arrays(data: bytes | mmap.mmap, passed_by: dict[str, str] | None = None
                 ) -> dict[str, np.ndarray]:  # fmt: skip
     """The arrays of an index file (an .npz that ``np.savez`` wrote), by name.
     A dataset opens one per shard, or one for them all, before its first
@@ -348,7 +349,7 @@ _LOCAL = struct.Struct("<4s2B4HI2I2H")  # local file header
 _ZIP64_LIMIT = 0xFFFFFFFF
 
 
-def _stored_members(data: bytes | bytearray, passed_by: dict[str, str] | None = None
+def _stored_members(data: bytes | mmap.mmap, passed_by: dict[str, str] | None = None
                     ) -> dict[str, bytes | memoryview] | None:  # fmt: skip
     """The members of a zip archive whose every member is stored (not
     compressed), as ``np.savez`` writes, read straight from its central
@@ -406,7 +407,7 @@ _TAIL_BYTES = 1 << 16
 _HEADER_BYTES = 1024  # a member's name and extra field, read with its local header
 
 
-def _dataset_index_bytes(path: str) -> tuple[bytes | bytearray, bool]:
+def _dataset_index_bytes(path: str) -> tuple[bytes | mmap.mmap, bool]:
     """The bytes of the dataset index file at ``path``, and whether they are
     all there: where its JSON is stored beside the arrays that hold the same
     (as fastio writes it), the JSON's bytes are left out (zeros; a dataset
@@ -422,7 +423,9 @@ def _dataset_index_bytes(path: str) -> tuple[bytes | bytearray, bool]:
             while len(whole) < size and (more := os.pread(fd, size - len(whole), len(whole))):
                 whole += more
             return whole, True
-        data = bytearray(size)
+        # Fresh pages, faulted in as they are read into: those left out are
+        # never touched (a zeroed bytearray took longer than the whole read).
+        data = mmap.mmap(-1, size)
         view = memoryview(data)
         tail = size - _TAIL_BYTES
         _read_into(fd, view, tail, size)
@@ -454,7 +457,7 @@ def _read_into(fd: int, view: memoryview, start: int, stop: int) -> None:
         start += got
 
 
-def _passed_member(data: bytearray, tail: int, name: str, beside: str
+def _passed_member(data: mmap.mmap, tail: int, name: str, beside: str
                    ) -> tuple[int, int] | None:  # fmt: skip
     """Where the member ``name`` of the zip archive whose central directory
     is in ``data[tail:]`` begins (its local header) and its length, where the
@@ -486,7 +489,7 @@ def _passed_member(data: bytearray, tail: int, name: str, beside: str
     return member
 
 
-def _zip64_sizes(extra: bytes | bytearray, values: list[int]) -> list[int] | None:
+def _zip64_sizes(extra: bytes, values: list[int]) -> list[int] | None:
     """``values`` (size, stored size, local header offset) with those the
     central directory gave as 0xFFFFFFFF taken from its zip64 extra field,
     in that order; None where the field is missing or short."""
@@ -877,7 +880,7 @@ def _joined(array: np.ndarray, location: str) -> str:
     """The strings an index file's array holds, as one (see _field_arrays)."""
     if array.dtype != np.uint8 or array.ndim != 1:
         raise ValueError(f"{location}: the index's strings are held as {array.dtype}, not bytes")
-    return array.tobytes().decode("utf-8", "surrogatepass")
+    return str(array.data, "utf-8", "surrogatepass")  # decoded where it is: no copy
 
 
 def index_columns(shards: Sequence[ShardIndex]) -> tuple[dict[str, list[Any]], np.ndarray,
@@ -946,7 +949,7 @@ class IndexColumns:
     numbers: np.ndarray | None = None  # _NUMBERS, a row each, where the file held them so
 
     @classmethod
-    def read(cls, data: bytes | bytearray, location: str) -> IndexColumns:
+    def read(cls, data: bytes | mmap.mmap, location: str) -> IndexColumns:
         """The index in ``data`` (the file at ``location``). Raises ValueError,
         KeyError, EOFError or BadZipFile for one that is damaged or not an
         index of this version."""
@@ -984,6 +987,14 @@ class IndexColumns:
     def indexes(self) -> list[ShardIndex]:
         """Each shard's index; their offsets are views of the columns'."""
         return _indexes_at(self.fields, self.urls, self.bounds, self.starts, self.ends)
+
+    def counts(self) -> list[int]:
+        """Each shard's samples (from the row of counts where the file holds
+        the fields as arrays: no field is listed for them)."""
+        if self.numbers is not None:
+            counts: list[int] = self.numbers[_NUMBERS.index("count")].tolist()
+            return counts
+        return list(map(int, self.fields["count"]))
 
     def stamp_rows(self) -> np.ndarray | None:
         """:meth:`stamps` as three rows of int64 (sizes, versions, changes);
@@ -1119,11 +1130,12 @@ class DatasetIndex:
     def fetch_columns(location: str, storage_options: dict[str, Any] | None = None,
                       settings: ReaderSettings | None = None) -> IndexColumns | None:  # fmt: skip
         """:meth:`fetch`'s index as its file holds it (see :class:`IndexColumns`)."""
+        data: bytes | mmap.mmap
         try:
             if is_remote(location):
                 from fastio.sources._remote import read_object
 
-                data = read_object(location, storage_options or {}, settings)
+                data = bytes(read_object(location, storage_options or {}, settings))
             else:
                 data, whole = _dataset_index_bytes(local_path(location))
                 if not whole:  # its JSON left out: read whole where what was read will not do
@@ -1133,7 +1145,7 @@ class DatasetIndex:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         try:
-            return IndexColumns.read(bytes(data), location)
+            return IndexColumns.read(data, location)
         except UNREADABLE as error:
             raise IndexFileError(location, "the dataset", _problem(error)) from None
 

@@ -171,10 +171,13 @@ class ColumnLayouts(MutableSequence["Layout | None"]):
     def __init__(
         self, urls: list[str], sizes: list[int], starts: np.ndarray, ends: np.ndarray,
         bounds: list[int], make: Callable[[str, int, np.ndarray, np.ndarray], Layout],
-        plain: bool,
+        plain: bool, counts: list[int] | None = None,
     ) -> None:  # fmt: skip
+        """``counts``: each shard's samples, where listed already (else told
+        from ``bounds``)."""
         self._urls, self._sizes, self._starts, self._ends = urls, sizes, starts, ends
         self._bounds, self._make, self._plain = bounds, make, plain
+        self._counts = counts
         self._made: list[Layout | None] = [_UNMADE] * len(urls)
         self._set: set[int] = set()  # shards whose layout was set in place
 
@@ -225,8 +228,10 @@ class ColumnLayouts(MutableSequence["Layout | None"]):
 
     def counts(self) -> list[int]:
         """Each shard's samples (a layout set in place: its own; None: 0)."""
-        bounds = self._bounds
-        counts = [last - first for first, last in itertools.pairwise(bounds)]
+        if self._counts is not None:
+            counts = list(self._counts)
+        else:
+            counts = [last - first for first, last in itertools.pairwise(self._bounds)]
         for shard in self._set:
             layout = self._made[shard]
             counts[shard] = 0 if layout is None else layout.count

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastio._errors import DecodeError
+from fastio._native import ends_alike
 from fastio.formats._compression import codec_for, decompress
 from fastio.formats._index import (
     DatasetIndex,
@@ -116,7 +117,7 @@ class RecordFormat(ShardFormat):
         if sizes is None:
             sizes = list(map(int, columns.fields["size"]))
         return ColumnLayouts(urls, sizes, starts, ends, columns.bounds, _layout,
-                             _uncompressed(urls))  # fmt: skip
+                             _uncompressed(urls), columns.counts())  # fmt: skip
 
     def scanned(
         self, chunks: Iterable[Chunk], url: str, encoded: bool = False
@@ -297,14 +298,12 @@ def _layout(url: str, size: int, starts: np.ndarray, ends: np.ndarray) -> Layout
 def _uncompressed(urls: list[str]) -> bool:
     """Whether :func:`_layouts` lays every one of ``urls`` out per sample:
     none names a codec (told once per ending, as there)."""
-    joined = "\0".join(urls) + "\0"
+    joined = "".join(urls)
     if "?" in joined or "#" in joined or holds(joined, "::"):  # (see _layouts)
         return all(codec_for(url) is None for url in urls)
-    # Most datasets' shards end alike: where each ends as the first does, the
-    # ending followed by the NUL after each is there once a shard (and only
-    # at its end: no ending holds a NUL), counted in one pass.
+    # Most datasets' shards end alike: told in one native loop.
     ending = _ENDING(urls[0]) if urls else ""
-    if len(ending) == 5 and "\0" not in ending and joined.count(ending + "\0") == len(urls):
+    if len(ending) == 5 and ends_alike(urls, ending):
         return codec_for(ending) is None
     return all(codec_for(ending) is None for ending in set(map(_ENDING, urls)))
 

@@ -245,6 +245,21 @@ def by_first_need(list reads, const int64_t[::1] sequence, int64_t count):
     return ordered
 
 
+def reads_per_window(list reads, Py_ssize_t windows):
+    """How many of ``reads`` (:class:`Read`) are of each of ``windows``
+    windows: int64s (a part may have thousands of reads, planned before
+    its first sample). Raises IndexError for a read of no such window."""
+    cdef array.array counts = array.clone(_INT64S, windows, zero=True)
+    cdef int64_t[::1] view = counts
+    cdef Py_ssize_t window
+    for read in reads:
+        window = (<Read?>read).window
+        if not 0 <= window < windows:
+            raise IndexError(f"a read of window {window}, of {windows}")
+        view[window] += 1
+    return counts
+
+
 def window_starts(list windows):
     """Where each of ``windows`` begins in their sequence of samples, and
     (last) how many they hold: int64s (a part of a dataset of thousands of

@@ -453,9 +453,9 @@ def test_a_dataset_index_is_read_without_the_json_its_arrays_hold_too(
     whole = location.read_bytes()
     data, complete = _index._dataset_index_bytes(str(location))
     assert not complete
-    assert len(data) == len(whole)
-    assert data != whole
-    assert data.count(0) - whole.count(0) > 100  # the JSON's bytes were not read
+    read = bytes(data)
+    assert len(read) == len(whole)
+    assert read.count(0) - whole.count(0) > 100  # the JSON's bytes were not read
     partial, full = _index.IndexColumns.read(data, str(location)), _index.IndexColumns.read(
         whole, str(location))  # fmt: skip
     assert list(partial.urls) == list(full.urls) == [str(url) for url in made.urls]

@@ -264,6 +264,20 @@ def test_a_first_window_is_read_in_the_order_its_samples_are_first_needed(case) 
     assert _native.by_first_need(reads[::-1], sequence, count) == expected(reads[::-1])
 
 
+@given(st.lists(st.integers(0, 6), max_size=30), st.integers(0, 3))
+def test_reads_are_counted_by_window_as_bincount_counts_them(windows, more) -> None:
+    """How many reads each window has (natively: a part may plan thousands),
+    and a read of a window past those counted refused."""
+    run = Run(0, 0, 1, 0)
+    reads = [Read(window, run, 0, 1) for window in windows]
+    count = (max(windows) + 1 if windows else 0) + more
+    expected = np.bincount(np.array(windows, np.int64), minlength=count).tolist()
+    assert list(_native.reads_per_window(reads, count)) == expected
+    if windows:
+        with pytest.raises(IndexError):
+            _native.reads_per_window(reads, max(windows))
+
+
 def test_a_permutation_is_drawn_from_its_key_alone() -> None:
     order = permutation(1000, seed=7, epoch=2, rank=1, worker=0, window=3)
     assert order.dtype == np.int64
