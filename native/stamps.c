@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -25,13 +26,14 @@
 /* Paths a thread takes at a time from the shared cursor. */
 #define STAMPS_CHUNK 8
 
-typedef struct stamps_job {
+struct stamps_job {
     const char *const *paths;
     size_t count;
     int64_t *stamps;
     int *errors;
     atomic_size_t next; /* the first path no thread has taken yet */
-} stamps_job;
+};
+typedef struct stamps_job stamps_job;
 
 /* The folder a thread last statted a file in, kept open: a dataset's shards
  * mostly share one, and a stat relative to it walks one part of the path, not
@@ -111,19 +113,43 @@ static uint64_t now_ns(void)
     return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 }
 
-void fio_stat_stamps(const char *const *paths, size_t count, uint64_t round_trip_ns,
-                     int64_t *stamps, int *errors)
+fio_stamps_job *fio_stamps_new(const char *const *paths, size_t count, int64_t *stamps,
+                               int *errors)
 {
+    stamps_job *job = malloc(sizeof *job);
+    if (job == NULL)
+        return NULL;
+    job->paths = paths;
+    job->count = count;
+    job->stamps = stamps;
+    job->errors = errors;
+    /* The first ones are the runner's own, timed (see fio_stamps_run). */
+    atomic_init(&job->next, count < STAMPS_PROBE ? count : STAMPS_PROBE);
+    return job;
+}
+
+void fio_stamps_free(fio_stamps_job *job)
+{
+    free(job);
+}
+
+void fio_stamps_help(fio_stamps_job *job)
+{
+    stat_rest(job);
+}
+
+void fio_stamps_run(fio_stamps_job *job, uint64_t round_trip_ns, size_t local_threads)
+{
+    size_t count = job->count;
     size_t probe = count < STAMPS_PROBE ? count : STAMPS_PROBE;
     uint64_t began = now_ns();
     folder open_folder = {NULL, 0, -1};
     for (size_t i = 0; i < probe; i++)
-        stat_one(&open_folder, paths[i], &stamps[3 * i], &errors[i]);
+        stat_one(&open_folder, job->paths[i], &job->stamps[3 * i], &job->errors[i]);
     close_folder(&open_folder);
     size_t rest = count - probe;
     if (!rest)
         return;
-    stamps_job job = {paths, count, stamps, errors, probe};
     size_t threads;
     if ((now_ns() - began) / probe >= round_trip_ns) {
         threads = (rest + STAMPS_CHUNK - 1) / STAMPS_CHUNK;
@@ -131,15 +157,22 @@ void fio_stat_stamps(const char *const *paths, size_t count, uint64_t round_trip
             threads = STAMPS_REMOTE_THREADS;
     } else {
         threads = rest / STAMPS_LOCAL_PER_THREAD;
-        if (threads > STAMPS_LOCAL_THREADS)
-            threads = STAMPS_LOCAL_THREADS;
+        if (threads > local_threads)
+            threads = local_threads;
     }
     /* The calling thread is one of them. */
     pthread_t helpers[STAMPS_REMOTE_THREADS];
     size_t started = 0;
-    while (started + 1 < threads && pthread_create(&helpers[started], NULL, stat_rest, &job) == 0)
+    while (started + 1 < threads && pthread_create(&helpers[started], NULL, stat_rest, job) == 0)
         started++;
-    stat_rest(&job);
+    stat_rest(job);
     for (size_t i = 0; i < started; i++)
         pthread_join(helpers[i], NULL);
+}
+
+void fio_stat_stamps(const char *const *paths, size_t count, uint64_t round_trip_ns,
+                     int64_t *stamps, int *errors)
+{
+    stamps_job job = {paths, count, stamps, errors, count < STAMPS_PROBE ? count : STAMPS_PROBE};
+    fio_stamps_run(&job, round_trip_ns, STAMPS_LOCAL_THREADS);
 }

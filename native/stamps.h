@@ -16,4 +16,16 @@
 void fio_stat_stamps(const char *const *paths, size_t count, uint64_t round_trip_ns,
                      int64_t *stamps, int *errors);
 
+/* The same stats as a job that more threads may share: one runs it (its first
+ * stats timed as above, then the rest with up to `local_threads` threads in
+ * all where the filesystem is local), any other may help with what is left
+ * (fio_stamps_help returns once no stat is left to take; the job is done once
+ * every thread that runs or helps has returned). NULL where out of memory. */
+typedef struct stamps_job fio_stamps_job;
+fio_stamps_job *fio_stamps_new(const char *const *paths, size_t count, int64_t *stamps,
+                               int *errors);
+void fio_stamps_run(fio_stamps_job *job, uint64_t round_trip_ns, size_t local_threads);
+void fio_stamps_help(fio_stamps_job *job);
+void fio_stamps_free(fio_stamps_job *job);
+
 #endif

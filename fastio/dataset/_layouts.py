@@ -24,10 +24,11 @@ import dataclasses
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import numpy as np
 
+from fastio import _native
 from fastio._errors import DecodeError, IndexFileError, ShardChangedError
 from fastio.formats._index import (
     DatasetIndex,
@@ -726,16 +727,37 @@ def stats_beside(urls: list[str]) -> _Beside:
     """The stamps of ``urls`` (local files), for :class:`ShardLayouts`: taken
     on a thread of their own where they are many (from ``_STATTED_BESIDE``),
     so that a dataset's open, which begins them as soon as it knows its
-    shards, goes on meanwhile."""
-    return _Beside(local_stamps, urls, len(urls) >= _STATTED_BESIDE)
+    shards, goes on meanwhile on the other core; the open, once it needs
+    them, stats what is left beside that thread (see :class:`_Beside`)."""
+    if len(urls) < _STATTED_BESIDE:
+        return _Beside(local_stamps, urls, beside=False)
+    try:
+        job = _native.StatsJob(urls)
+    except (TypeError, ValueError) as error:  # a path that is no path: raised where taken
+        failure = error
+        return _Beside(lambda _: _raise(failure), urls, beside=False)
+
+    def stats(_: list[str]) -> None:
+        job.run(threads=1)  # one core: the open's own thread runs on the other
+
+    return _Beside(stats, urls, beside=True, helps=job.help, answer=job.result)
+
+
+def _raise(error: BaseException) -> NoReturn:
+    raise error
 
 
 class _Beside:
     """``ask(urls)``, on a thread of its own where ``beside`` (else at once),
-    for :meth:`result`: the answer, or what it raised."""
+    for :meth:`result`: the answer, or what it raised. ``helps``: what the
+    caller of :meth:`result` runs before waiting for that thread (a share of
+    the work the thread does, left when it is taken); ``answer``: what the
+    answer is, taken once both are done (else what ``ask`` returned)."""
 
-    def __init__(self, ask: Callable[[list[str]], Any], urls: list[str], beside: bool) -> None:
-        self._ask, self._urls = ask, urls
+    def __init__(self, ask: Callable[[list[str]], Any], urls: list[str], beside: bool,
+                 helps: Callable[[], None] | None = None,
+                 answer: Callable[[], Any] | None = None) -> None:  # fmt: skip
+        self._ask, self._urls, self._helps, self._answer_of = ask, urls, helps, answer
         self._answer: Any = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -753,7 +775,9 @@ class _Beside:
 
     def result(self) -> Any:
         if self._thread is not None:
+            if self._helps is not None and self._thread.is_alive():
+                self._helps()
             self._thread.join()
         if self._error is not None:
             raise self._error
-        return self._answer
+        return self._answer if self._answer_of is None else self._answer_of()

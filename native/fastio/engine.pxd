@@ -85,3 +85,10 @@ cdef class Engine:
 cdef extern from "stamps.h" nogil:
     void fio_stat_stamps(const char *const *paths, size_t count, uint64_t round_trip_ns,
                          int64_t *stamps, int *errors)
+    ctypedef struct fio_stamps_job:
+        pass
+    fio_stamps_job *fio_stamps_new(const char *const *paths, size_t count, int64_t *stamps,
+                                   int *errors)
+    void fio_stamps_run(fio_stamps_job *job, uint64_t round_trip_ns, size_t local_threads)
+    void fio_stamps_help(fio_stamps_job *job)
+    void fio_stamps_free(fio_stamps_job *job)

@@ -459,14 +459,34 @@ def stat_stamps(list paths, uint64_t round_trip_ns=50_000):
     before it left out). Where the first stats take ``round_trip_ns`` or more
     each (a network filesystem: NFS, Lustre, a FUSE mount of a bucket), up to
     32 threads ask for the rest at once."""
-    cdef Py_ssize_t count = len(paths), i, length
-    cdef const char **names = <const char **>calloc(count + 1, sizeof(char *))
-    cdef int64_t *stamps = <int64_t *>calloc(3 * count + 1, sizeof(int64_t))
-    cdef int *errors = <int *>calloc(count + 1, sizeof(int))
-    cdef const char *name
-    encoded = []  # paths not ASCII, encoded here: alive until the stats are done
-    try:
-        if names == NULL or stamps == NULL or errors == NULL:
+    job = StatsJob(paths)
+    job.run(round_trip_ns)
+    return job.result()
+
+
+cdef class StatsJob:
+    """:func:`stat_stamps` of ``paths`` as a job: :meth:`run` on one thread
+    (with up to ``threads`` in all where the files are local), :meth:`help`
+    on any other while it runs (it returns once no stat is left to take),
+    :meth:`result` once every one of them has returned. Raises TypeError or
+    ValueError for a path that is no path, as it is made."""
+
+    cdef const char **_names
+    cdef int64_t *_stamps
+    cdef int *_errors
+    cdef Py_ssize_t _count
+    cdef list _kept  # the paths, and those not ASCII encoded: alive while the job is
+    cdef fio_stamps_job *_job
+
+    def __cinit__(self, list paths):
+        cdef Py_ssize_t count = len(paths), i, length
+        cdef const char *name
+        self._count = count
+        self._kept = [paths]
+        self._names = <const char **>calloc(count + 1, sizeof(char *))
+        self._stamps = <int64_t *>calloc(3 * count + 1, sizeof(int64_t))
+        self._errors = <int *>calloc(count + 1, sizeof(int))
+        if self._names == NULL or self._stamps == NULL or self._errors == NULL:
             raise MemoryError()
         for i in range(count):
             path = paths[i]
@@ -477,21 +497,36 @@ def stat_stamps(list paths, uint64_t round_trip_ns=50_000):
             else:
                 if text:
                     path = os.fsencode(path)
-                    encoded.append(path)
+                    self._kept.append(path)
                 elif not isinstance(path, bytes):
                     raise TypeError(f"a path is str or bytes, not {type(path).__name__}")
-                name = PyBytes_AS_STRING(path)  # kept alive by the list or by ``encoded``
+                name = PyBytes_AS_STRING(path)  # kept alive by the list or by ``_kept``
                 length = len(path)
             if memchr(name, 0, length) != NULL:
                 raise ValueError(f"embedded null byte in {paths[i]!r}")
             if text and length >= 7 and memcmp(name, b"file://", 7) == 0:
                 name += 7
-            names[i] = name
+            self._names[i] = name
+        self._job = fio_stamps_new(self._names, count, self._stamps, self._errors)
+        if self._job == NULL:
+            raise MemoryError()
+
+    def run(self, uint64_t round_trip_ns=50_000, size_t threads=2):
         with nogil:
-            fio_stat_stamps(names, count, round_trip_ns, stamps, errors)
-        return (PyBytes_FromStringAndSize(<char *>stamps, 3 * count * sizeof(int64_t)),
-                PyBytes_FromStringAndSize(<char *>errors, count * sizeof(int)))
-    finally:
-        free(names)
-        free(stamps)
-        free(errors)
+            fio_stamps_run(self._job, round_trip_ns, threads)
+
+    def help(self):
+        with nogil:
+            fio_stamps_help(self._job)
+
+    def result(self):
+        return (PyBytes_FromStringAndSize(<char *>self._stamps,
+                                          3 * self._count * sizeof(int64_t)),
+                PyBytes_FromStringAndSize(<char *>self._errors, self._count * sizeof(int)))
+
+    def __dealloc__(self):
+        if self._job != NULL:
+            fio_stamps_free(self._job)
+        free(self._names)
+        free(self._stamps)
+        free(self._errors)

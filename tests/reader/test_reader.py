@@ -1185,6 +1185,40 @@ def test_the_stamps_of_many_files_at_once_are_each_one_s_stamp_or_its_error(tmp_
             reader.stamps([urls[0], "/a\0b"])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stats_taken_on_a_thread_and_helped_by_the_one_that_waits_land_in_place(
+    tmp_path: Path, threads: int
+) -> None:
+    """A dataset's open stats its shards on a thread of its own and, once it
+    needs them, takes its own share of those left: each stat lands in its
+    place however the two share them (the waiter helping at once, or after
+    the thread has done them all), as one call gives them."""
+    import threading
+
+    from fastio import _native
+    from fastio.dataset import _layouts
+
+    urls = []
+    for i in range(700):
+        path = tmp_path / f"s{i:04d}.bin"
+        path.write_bytes(os.urandom(i % 41))
+        urls.append(str(path))
+    urls[100:100] = [str(tmp_path / "missing"), f"{urls[3]}/below", str(tmp_path / "caf\u00e9")]
+    expected = _native.stat_stamps(urls)
+    for helped_at_once in (True, False):
+        job = _native.StatsJob(urls)
+        thread = threading.Thread(target=job.run, kwargs={"threads": threads})
+        thread.start()
+        if not helped_at_once:
+            thread.join()
+        job.help()
+        thread.join()
+        assert job.result() == expected
+    assert _layouts.stats_beside(urls).result() == expected  # as the open takes them
+    with pytest.raises(ValueError, match="null byte"):
+        _layouts.stats_beside([*urls, "/a\0b"]).result()
+
+
 def _described(stamp: tuple[int, int, int] | OSError) -> object:
     """A stamp, or what tells one OSError from another."""
     if isinstance(stamp, OSError):
