@@ -349,6 +349,40 @@ _LOCAL = struct.Struct("<4s2B4HI2I2H")  # local file header
 _ZIP64_LIMIT = 0xFFFFFFFF
 
 
+def _stored_entries(data: bytes | mmap.mmap, after: int = 0
+                    ) -> list[tuple[bytes, int, int, int]] | None:  # fmt: skip
+    """Each member of a zip archive as its central directory (at ``after``
+    or later in ``data``, which ends where the archive does) lists it: its
+    name, CRC, size and where its local header is; None unless every one is
+    stored (not compressed, not encrypted) and the archive has no comment."""
+    if len(data) - after < _END.size:
+        return None
+    magic, _, _, _, count, directory_size, directory, comment = _END.unpack_from(
+        data, len(data) - _END.size
+    )
+    if magic != b"PK\x05\x06" or comment or directory < after \
+            or directory + directory_size > len(data):  # fmt: skip
+        return None
+    entries = []
+    at = directory
+    for _ in range(count):
+        if at + _ENTRY.size > len(data):
+            return None
+        (magic, _, _, _, _, flags, method, _, _, crc, stored, size, name_length, extra_length,
+         comment_length, _, _, _, local) = _ENTRY.unpack_from(data, at)  # fmt: skip
+        name_at = at + _ENTRY.size
+        if magic != b"PK\x01\x02" or method != 0 or flags & 1:
+            return None
+        extra = bytes(data[name_at + name_length : name_at + name_length + extra_length])
+        widened = _zip64_sizes(extra, [size, stored, local])
+        if widened is None or widened[0] != widened[1]:
+            return None
+        size, _, local = widened
+        entries.append((bytes(data[name_at : name_at + name_length]), crc, size, local))
+        at = name_at + name_length + extra_length + comment_length
+    return entries
+
+
 def _stored_members(data: bytes | mmap.mmap, passed_by: dict[str, str] | None = None
                     ) -> dict[str, bytes | memoryview] | None:  # fmt: skip
     """The members of a zip archive whose every member is stored (not
@@ -359,36 +393,17 @@ def _stored_members(data: bytes | mmap.mmap, passed_by: dict[str, str] | None = 
     BadZipFile for a member whose bytes are cut or whose CRC does not match.
     Members named in ``passed_by`` are left out where the member each names
     is there (see :func:`_npz_arrays`)."""
-    if len(data) < _END.size:
-        return None
-    magic, _, _, _, count, directory_size, directory, comment = _END.unpack_from(
-        data, len(data) - _END.size
-    )
-    if magic != b"PK\x05\x06" or comment or directory + directory_size > len(data):
+    entries = _stored_entries(data)
+    if entries is None:
         return None
     found: dict[str, tuple[int, int, int]] = {}  # name: where, size, CRC
-    at = directory
-    for _ in range(count):
-        if at + _ENTRY.size > len(data):
-            return None
-        (magic, _, _, _, _, flags, method, _, _, crc, stored, size, name_length, extra_length,
-         comment_length, _, _, _, local) = _ENTRY.unpack_from(data, at)  # fmt: skip
-        name_at = at + _ENTRY.size
-        if magic != b"PK\x01\x02" or method != 0 or flags & 1:
-            return None
-        extra = data[name_at + name_length : name_at + name_length + extra_length]
-        widened = _zip64_sizes(extra, [size, stored, local])
-        if widened is None:
-            return None
-        size, stored, local = widened
-        if size != stored or local + _LOCAL.size > len(data):
+    for named, crc, size, local in entries:
+        if local + _LOCAL.size > len(data):
             return None
         local_magic, *_, local_name, local_extra = _LOCAL.unpack_from(data, local)
         if local_magic != b"PK\x03\x04":
             return None
-        begin = local + _LOCAL.size + local_name + local_extra
-        found[data[name_at : name_at + name_length].decode()] = (begin, size, crc)
-        at = name_at + name_length + extra_length + comment_length
+        found[named.decode()] = (local + _LOCAL.size + local_name + local_extra, size, crc)
     members: dict[str, bytes | memoryview] = {}
     view = memoryview(data).toreadonly()  # (arrays viewing it read-only, bytes or not)
     for name, (begin, size, crc) in found.items():
@@ -463,26 +478,10 @@ def _passed_member(data: mmap.mmap, tail: int, name: str, beside: str
     is in ``data[tail:]`` begins (its local header) and its length, where the
     member ``beside`` is there too and every member is stored as fastio
     writes them; else None."""
-    if len(data) - tail < _END.size:
+    entries = _stored_entries(data, tail)
+    if entries is None:
         return None
-    magic, _, _, _, count, directory_size, directory, comment = _END.unpack_from(
-        data, len(data) - _END.size
-    )
-    if magic != b"PK\x05\x06" or comment or directory < tail \
-            or directory + directory_size > len(data):  # fmt: skip
-        return None
-    found: dict[bytes, tuple[int, int]] = {}
-    at = directory
-    for _ in range(count):
-        if at + _ENTRY.size > len(data):
-            return None
-        (magic, _, _, _, _, flags, method, _, _, _, stored, size, name_length, extra_length,
-         comment_length, _, _, _, local) = _ENTRY.unpack_from(data, at)  # fmt: skip
-        name_at = at + _ENTRY.size
-        if magic != b"PK\x01\x02" or method != 0 or flags & 1 or _ZIP64_LIMIT in (size, local):
-            return None
-        found[bytes(data[name_at : name_at + name_length])] = (local, stored)
-        at = name_at + name_length + extra_length + comment_length
+    found = {entry_name: (local, size) for entry_name, _, size, local in entries}
     member = found.get(name.encode())
     if member is None or beside.encode() not in found or member[0] + _LOCAL.size > tail:
         return None
