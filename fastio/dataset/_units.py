@@ -11,9 +11,8 @@ into batches.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
-from itertools import islice
+from itertools import islice, takewhile
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,7 +62,7 @@ def read_part(
         # before it in stored order (a shuffled epoch's first window is a
         # sample of each of 8 shards). The windows after it are read ahead
         # while it is delivered.
-        own = sum(1 for _ in itertools.takewhile(lambda read: read.window == first, planned))
+        own = sum(1 for _ in takewhile(lambda read: read.window == first, planned))
         planned[:own] = _native.by_first_need(planned[:own], order[skip:], windows[first].count)
     return _delivered(part, windows, first, skip, planned, reads, cursor, spill, columnar, order)
 
