@@ -62,6 +62,7 @@ class FairnessMonitor:
         self._rank = (0, 1)
         self._board: b.Board | None = None
         self._iterations = 0  # with steal, in this process (names the claim table's generation)
+        self._closes = 0  # close() calls: an iteration begun before one takes no board after it
         self._finalizer = weakref.finalize(self, _remove_files, self._path, self._owner)
 
     # ---- processes ---------------------------------------------------------------------
@@ -75,6 +76,7 @@ class FairnessMonitor:
         self.__dict__.update(state)
         self._board = None
         self._iterations = 0
+        self._closes = 0
         self._finalizer = weakref.finalize(self, _remove_files, self._path, self._owner)
 
     def _get_board(self) -> b.Board:
@@ -90,7 +92,9 @@ class FairnessMonitor:
 
     def close(self) -> None:
         """Unmap the board; the owner also removes it and its rank's summary.
-        The monitor stays usable: the next iteration makes a fresh board."""
+        The monitor stays usable: the next iteration makes a fresh board (one
+        begun before, still open, publishes nowhere)."""
+        self._closes += 1
         if self._board is not None:
             self._learn_rank(self._board)
             self._board.close()
@@ -122,8 +126,11 @@ class FairnessMonitor:
                 f"not {who.num_workers}; pass fairness=False to the dataset"
             )
         self._rank = (who.rank, who.world_size)
+        closes = self._closes
 
         def taken() -> tuple[np.ndarray, Callable[[], None]]:
+            if self._closes != closes:  # closed since: its board (and file) are gone
+                return np.zeros(b.SLOT), _nothing
             board = self._get_board()
             board.header[b.RANK], board.header[b.WORLD_SIZE] = who.rank, who.world_size
             slot = board.slots[who.worker]
@@ -402,6 +409,10 @@ class FairnessMonitor:
                 } for w in used],
             })  # fmt: skip
         return rows
+
+
+def _nothing() -> None:
+    pass
 
 
 def _assigned(slots: np.ndarray) -> np.ndarray:

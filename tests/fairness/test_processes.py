@@ -341,3 +341,34 @@ def test_an_observer_takes_its_slot_at_its_first_publish(tmp_path) -> None:
             assert slot[b.ASKED] == 17  # taken once
     finally:
         monitor.close()
+
+
+def test_an_iteration_that_ends_after_its_monitor_closed_makes_no_board(written, tmp_path) -> None:
+    """An iteration left open (its first sample taken) and ended only after
+    the dataset was closed (collected later, as a loop left with ``break``)
+    publishes nowhere: its first publish would otherwise make the board
+    file again, with nothing left to remove it."""
+    from fastio.fairness import _board as b
+    from fastio.plan import Participant
+
+    before = boards()
+    monitor = FairnessMonitor({"window_seconds": 10.0, "exchange_dir": str(tmp_path)})
+    with fastio.Reader() as reader:
+        observer = monitor.observe(Participant(0, 1, 0, 1), 0, 5, reader, lambda: 1)
+        assert observer is not None
+        monitor.close()
+        observer.finish(0.1)
+        assert observer.slot[b.ACTIVE] == 0.0
+        assert not os.path.exists(monitor._path)
+        again = monitor.observe(Participant(0, 1, 0, 1), 1, 5, reader, lambda: 1)
+        assert again is not None
+        again.tick(0.1)  # an iteration begun after the close: a fresh board
+        assert os.path.exists(monitor._path)
+    monitor.close()
+    ds = dataset(written, tmp_path)
+    items = iter(ds)
+    next(items)
+    ds.close()
+    del items
+    gc.collect()
+    assert boards() == before
