@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -733,18 +733,13 @@ def stats_beside(urls: list[str]) -> _Beside:
         return _Beside(local_stamps, urls, beside=False)
     try:
         job = _native.StatsJob(urls)
-    except (TypeError, ValueError) as error:  # a path that is no path: raised where taken
-        failure = error
-        return _Beside(lambda _: _raise(failure), urls, beside=False)
+    except (TypeError, ValueError):  # a path that is no path: the call raises it, where taken
+        return _Beside(local_stamps, urls, beside=False)
 
     def stats(_: list[str]) -> None:
         job.run(threads=1)  # one core: the open's own thread runs on the other
 
     return _Beside(stats, urls, beside=True, helps=job.help, answer=job.result)
-
-
-def _raise(error: BaseException) -> NoReturn:
-    raise error
 
 
 class _Beside:

@@ -128,9 +128,9 @@ class FairnessMonitor:
         self._rank = (who.rank, who.world_size)
         closes = self._closes
 
-        def taken() -> tuple[np.ndarray, Callable[[], None]]:
+        def taken() -> tuple[np.ndarray, Callable[[], None]] | None:
             if self._closes != closes:  # closed since: its board (and file) are gone
-                return np.zeros(b.SLOT), _nothing
+                return None
             board = self._get_board()
             board.header[b.RANK], board.header[b.WORLD_SIZE] = who.rank, who.world_size
             slot = board.slots[who.worker]
@@ -409,10 +409,6 @@ class FairnessMonitor:
                 } for w in used],
             })  # fmt: skip
         return rows
-
-
-def _nothing() -> None:
-    pass
 
 
 def _assigned(slots: np.ndarray) -> np.ndarray:

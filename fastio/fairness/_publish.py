@@ -29,17 +29,18 @@ class Publisher:
     """One process's iteration, publishing to the slot ``take()`` gives with
     the judge that closes the window when it is due: taken at the first
     publish (the board is mapped, and its slot written, a tenth of a window
-    into the iteration, not before its first item)."""
+    into the iteration, not before its first item). Where ``take()`` gives
+    None (the board is gone), it publishes to a slot of its own, unjudged."""
 
     def __init__(
         self,
-        take: Callable[[], tuple[np.ndarray, Callable[[], None]]],
+        take: Callable[[], tuple[np.ndarray, Callable[[], None]] | None],
         reader: Reader,
         delivered: Callable[[], int],
         interval: float,
         seed: int,
     ) -> None:
-        self._take: Callable[[], tuple[np.ndarray, Callable[[], None]]] | None = take
+        self._take: Callable[[], tuple[np.ndarray, Callable[[], None]] | None] | None = take
         self.slot = np.zeros(b.SLOT)
         self.judge: Callable[[], None] = _nothing
         self.reader = reader
@@ -68,8 +69,9 @@ class Publisher:
 
     def _publish(self, busy_seconds: float) -> None:
         if self._take is not None:
-            self.slot, self.judge = self._take()
-            self._take = None
+            taken, self._take = self._take(), None
+            if taken is not None:
+                self.slot, self.judge = taken
             self.slot[b.PID] = os.getpid()
             self.slot[b.ACTIVE] = 1.0
         slot, stats = self.slot, self.reader.stats()

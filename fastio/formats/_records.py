@@ -273,7 +273,7 @@ def _layouts(shards: Iterable[tuple[str, int, np.ndarray, np.ndarray]]) -> list[
         if "?" in url or "#" in url or "::" in url:
             codec = codec_for(url)
         else:
-            ending = url[-5:]
+            ending = url[-5:]  # (_ENDING's, sliced inline: a shard each)
             codec = codecs.get(ending, _UNTOLD)
             if codec is _UNTOLD:
                 codec = codecs[ending] = codec_for(url)
