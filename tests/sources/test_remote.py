@@ -350,9 +350,8 @@ def test_a_range_answered_in_another_encoding_is_refused(
         assert stats["shards_skipped"] == len(tars.urls)
     skipping.close()
     gc.collect()
-    open_files = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
-                  if os.path.exists(f"/proc/self/fd/{fd}")]  # fmt: skip
-    assert not [name for name in open_files if str(tmp_path) in name]
+    # (A descriptor the reader's loop closes meanwhile is passed by, not raised.)
+    assert not [name for name in _open_files() if str(tmp_path) in name]
 
 
 @pytest.mark.parametrize("client", ["fastio", "aiohttp"])
