@@ -60,9 +60,9 @@ class ReaderSettings:
         "auto", "Local data the page cache holds is mapped (mmap) rather than copied into read "
         "buffers: one copy fewer. auto: where the consumer gains (a Dataset's Arrow IPC, tar, "
         "npy and fixed shards of samples of 16 KiB and more; TFRecord shards of records of "
-        "16 KiB and more, in batches), in reads of 512 KiB and more. "
-        "A file cut short while its mapped bytes are in use ends the process (SIGBUS); false "
-        "reads it.", "flag",
+        "16 KiB and more, in batches), in reads of 512 KiB and more; and a local dataset index "
+        "(beyond 64 KiB). A file cut short while its mapped bytes are in use ends the process "
+        "(SIGBUS); false reads it.", "flag",
         choices=("auto",),
     )  # fmt: skip
     memory_budget: int = knob(

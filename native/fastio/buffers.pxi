@@ -4,9 +4,11 @@
 cimport cython
 from cpython.buffer cimport (PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES, PyBUF_WRITABLE,
                              PyBuffer_Release, PyObject_GetBuffer)
+from libc.errno cimport EINVAL
+from libc.errno cimport errno as c_errno
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free
-from posix.mman cimport munmap
+from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, mmap, munmap
 from posix.stdlib cimport posix_memalign
 
 import os
@@ -227,6 +229,30 @@ def map_resident(int fd, long long offset, Py_ssize_t length):
     mapping._mapped = <size_t>mapped
     mapping._data = <char *>base + (mapped - available)
     mapping._size = <Py_ssize_t>available
+    return mapping
+
+
+def map_file(int fd, Py_ssize_t length):
+    """Bytes ``0..length`` of the local file ``fd`` mapped read-only as a
+    :class:`MappedRange` (``length`` past its end: a touch there is SIGBUS),
+    shared with the page cache: each page is entered as it is first touched
+    (read from the device then, where the cache lacks it), none copied, and
+    pages never touched cost nothing. Raises OSError where the file cannot
+    be mapped (a filesystem that maps nothing) or ``length`` is not
+    positive."""
+    if length <= 0:
+        raise OSError(EINVAL, f"cannot map {length} bytes")
+    cdef void *base
+    with nogil:
+        base = mmap(NULL, <size_t>length, PROT_READ, MAP_SHARED, fd, 0)
+    if base == MAP_FAILED:
+        code = c_errno
+        raise OSError(code, os.strerror(code))
+    cdef MappedRange mapping = MappedRange.__new__(MappedRange)
+    mapping._base = base
+    mapping._mapped = <size_t>length
+    mapping._data = <char *>base
+    mapping._size = length
     return mapping
 
 

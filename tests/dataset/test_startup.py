@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import subprocess
@@ -436,11 +437,12 @@ def test_a_dataset_index_as_arrays_or_as_json_lays_the_shards_out_alike(
 def test_a_dataset_index_is_read_without_the_json_its_arrays_hold_too(
     tmp_path, monkeypatch
 ) -> None:
-    """The open reads a dataset index's file but the JSON that its arrays
-    hold too (a third of a large one): the columns are those of the whole
-    file. A file of another layout (the JSON alone, as an earlier release
-    wrote it) is read whole, and so, again, is one whose arrays will not do
-    without its JSON; a file cut short is still told damaged."""
+    """Where it is not mapped (``map_cached=False``), the open reads a dataset
+    index's file but the JSON that its arrays hold too (a third of a large
+    one): the columns are those of the whole file. A file of another layout
+    (the JSON alone, as an earlier release wrote it) is read whole, and so,
+    again, is one whose arrays will not do without its JSON; a file cut
+    short is still told damaged."""
     import numpy as np
 
     from fastio.formats import _index
@@ -451,7 +453,7 @@ def test_a_dataset_index_is_read_without_the_json_its_arrays_hold_too(
     made = write("webdataset", tmp_path / "data", shards=40, per_shard=2)
     location = tmp_path / "data" / _index.DATASET_INDEX
     whole = location.read_bytes()
-    data, complete = _index._dataset_index_bytes(str(location))
+    data, complete = _index._dataset_index_bytes(str(location), mapped=False)
     assert not complete
     read = bytes(data)
     assert len(read) == len(whole)
@@ -472,16 +474,71 @@ def test_a_dataset_index_is_read_without_the_json_its_arrays_hold_too(
     stored["fields"] = np.array([_index._VERSION + 1, *stored["fields"][1:]], np.int64)
     location.write_bytes(_index._aligned_npz({name: np.array(array) for name, array in
                                               stored.items()}))  # fmt: skip
-    assert not _index._dataset_index_bytes(str(location))[1]
+    assert not _index._dataset_index_bytes(str(location), mapped=False)[1]
     fetched = _index.DatasetIndex.fetch_columns(str(location))
     assert fetched is not None
     assert fetched.fields == dict(full.fields)
     location.write_bytes(_index._aligned_npz({name: np.array(stored[name]) for name in
                                               ("starts", "ends", "meta")}))  # fmt: skip
-    assert _index._dataset_index_bytes(str(location))[1]  # the JSON alone: read whole
+    assert _index._dataset_index_bytes(str(location), mapped=False)[1]  # the JSON alone: whole
     location.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(fastio.IndexFileError):
         _index.DatasetIndex.fetch_columns(str(location))
+
+
+@pytest.mark.parametrize("map_cached", ["auto", False])
+def test_a_dataset_index_is_mapped_unless_the_reader_maps_nothing(
+    tmp_path, monkeypatch, map_cached
+) -> None:
+    """A dataset index beyond one tail's bytes is mapped from the page
+    cache, not copied: its arrays are read-only views of the file's pages,
+    and an index saved again meanwhile (written aside, then renamed over
+    it, as fastio writes) leaves them as they were. With ``map_cached=False``
+    it is read; where the filesystem maps nothing, too. Either way the
+    samples are the same."""
+    import numpy as np
+
+    from fastio import _native
+    from fastio.formats import _index
+
+    monkeypatch.setattr(_index, "_ARRAYS_FROM", 1)
+    monkeypatch.setattr(_index, "_TAIL_BYTES", 1024)
+    made = write("webdataset", tmp_path / "data", shards=40, per_shard=2)
+    location = tmp_path / "data" / _index.DATASET_INDEX
+    whole = location.read_bytes()
+    data, complete = _index._dataset_index_bytes(str(location))
+    assert complete
+    assert isinstance(data, memoryview)
+    assert isinstance(data.obj, _native.MappedRange)
+    assert data.readonly
+    assert bytes(data) == whole
+    columns = _index.IndexColumns.read(data, str(location))
+    starts = np.array(columns.starts)
+    fresh = tmp_path / "fresh"
+    fresh.write_bytes(whole.replace(b"shard-", b"SHARD-"))  # another index, all its names
+    fresh.replace(location)
+    assert np.array_equal(columns.starts, starts)
+    assert list(columns.urls) == [str(url) for url in made.urls]  # the old file's names
+    location.write_bytes(whole)
+    maps = []
+
+    def spied(fd: int, length: int) -> object:
+        maps.append(length)
+        return _native.map_file(fd, length)
+
+    monkeypatch.setattr(_index, "map_file", spied)
+    dataset = fastio.Dataset(made.pattern, shuffle=False, map_cached=map_cached)
+    assert dataset._shards._columns is not None  # laid out from the dataset index
+    assert keys(dataset) == [row["key"] for row in made.samples]
+    assert maps == ([len(whole)] if map_cached == "auto" else [])
+
+    def unmappable(fd: int, length: int) -> object:
+        raise OSError(errno.ENODEV, "no mapping here")
+
+    monkeypatch.setattr(_index, "map_file", unmappable)
+    dataset = fastio.Dataset(made.pattern, shuffle=False)
+    assert dataset._shards._columns is not None
+    assert keys(dataset) == [row["key"] for row in made.samples]
 
 
 def test_a_never_seen_dataset_is_laid_out_at_once_as_shard_by_shard(tmp_path, monkeypatch) -> None:
