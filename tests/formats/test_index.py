@@ -612,7 +612,7 @@ _SHARD_INDEXES = st.lists(
         st.integers(0, 2**40),  # size
         st.integers(0, 2**70),  # version: an ETag of digits may pass 64 bits
         st.integers(0, 2**63 - 1),  # change stamp
-        st.sampled_from(["", "0f" * 16]),
+        st.sampled_from(["", "0f" * 16, "\u00e9\U0001f600"]),  # (no UTF-8 of its own in fact)
         st.lists(st.integers(0, 2**20), max_size=5),
     ),
     max_size=6,
@@ -695,6 +695,7 @@ def test_a_dataset_index_reads_the_same_from_its_arrays_as_from_its_json(
     from_arrays = IndexColumns.read(data, location)
     from_json = IndexColumns.read(_json_only(data), location)
     assert from_arrays.fields == from_json.fields
+    assert from_arrays.formats() == from_json.formats() == {index.format for index in indexes}
     assert from_arrays.urls == from_json.urls
     assert from_arrays.bounds == from_json.bounds
     assert from_arrays.stamps() == from_json.stamps() == [index.stamp for index in indexes]
@@ -709,7 +710,7 @@ def test_the_formats_of_an_index_read_from_its_arrays_are_told_as_listed(formats
     listing them, and is what the listed formats say either way."""
     from fastio.formats._index import _ArrayFields
 
-    texts = "\0".join([*formats, "f0", "f1", "f2"])
+    texts = np.frombuffer("\0".join([*formats, "f0", "f1", "f2"]).encode(), np.uint8)
     fields = _ArrayFields(np.zeros((4, 3), np.int64), "a\0b\0c", texts, 3)
     assert fields.formats() == set(formats)
     assert fields["format"] == formats
@@ -833,22 +834,57 @@ def test_the_default_index_folder_follows_the_environment(monkeypatch, tmp_path)
     assert default_index_dir() == tmp_path / "home" / ".cache" / "fastio" / "index"
 
 
-@given(st.lists(st.text("ab/\0\u00e9", max_size=3), min_size=1, max_size=5),
-       st.lists(st.text("ab/\0\u00e9", max_size=3), min_size=1, max_size=5))  # fmt: skip
-def test_names_kept_joined_compare_and_list_as_the_names_they_join(mine, other) -> None:
-    """A dataset index's shard names kept joined by NULs are, compared with a
-    list of names (any of them holding a NUL too), indexed and iterated,
-    what the list of the names they join is."""
+_NAME_CHARACTERS = "ab/\0\u00e9\u0100\U0001f600"  # of one, two and four bytes a character
+
+
+@given(st.lists(st.text(_NAME_CHARACTERS, max_size=3), min_size=1, max_size=5),
+       st.lists(st.text(_NAME_CHARACTERS, max_size=3), min_size=1, max_size=5),
+       st.text(_NAME_CHARACTERS.replace("\0", ""), max_size=4),
+       st.integers(0, 20))  # fmt: skip
+def test_names_kept_joined_compare_and_list_as_the_names_they_join(
+    mine, other, prefix, changed
+) -> None:
+    """A dataset index's shard names kept joined by NULs, each after a
+    folder, are, compared with a list of names (any of them holding a NUL
+    too, or differing from them in one character), indexed and iterated,
+    what the list of the names with their folder is."""
     from fastio.formats._index import JoinedNames
 
     mine = [name.replace("\0", "") for name in mine]  # an index's names hold no NUL
-    joined = JoinedNames("\0".join(mine))
+    joined = JoinedNames("\0".join(mine), prefix)
+    resolved = [prefix + name for name in mine]
     assert len(joined) == len(mine)
-    assert (joined == other) is (mine == other)
-    assert (joined != other) is (mine != other)
-    assert (joined == tuple(other)) is (mine == other)
-    assert joined == JoinedNames("\0".join(mine)) == mine
-    assert joined != [*mine[:-1], 3]  # a name that is no str
-    assert list(joined) == mine
-    assert joined[-1] == mine[-1]
-    assert joined[:2] == mine[:2]
+    assert (joined == other) is (resolved == other)
+    assert (joined != other) is (resolved != other)
+    assert (joined == tuple(other)) is (resolved == other)
+    assert joined == resolved
+    assert joined == JoinedNames("\0".join(resolved)) == resolved
+    text = "\0".join(resolved)
+    if text:  # one character of them changed (a NUL's place moved, or another put in)
+        at = changed % len(text)
+        for character in ("a", "\0", "\U0001f600"):
+            near = (text[:at] + character + text[at + 1 :]).split("\0")
+            assert (joined == near) is (near == resolved)
+    assert joined != [*resolved[:-1], 3]  # a name that is no str
+    assert list(joined) == resolved
+    assert joined[-1] == resolved[-1]
+    assert joined[:2] == resolved[:2]
+
+
+@given(st.lists(st.binary(max_size=4), max_size=6), st.integers(0, 7), st.binary(max_size=3))
+def test_repeated_units_and_ascii_are_told_as_python_tells_them(parts, count, tail) -> None:
+    """The native checks that let a dataset index's formats and fingerprints
+    go undecoded: whether bytes begin with ``count`` copies of the text
+    before their first NUL (each with its NUL), and whether they are ASCII."""
+    import numpy as np
+
+    from fastio._native import ascii_only, repeated_unit
+
+    drawn = b"\0".join(parts) + tail
+    alike = b"".join([parts[0] + b"\0"] * count) + tail if parts else b""  # repeated: mostly
+    for made in (drawn, alike):
+        array = np.frombuffer(made, np.uint8)
+        first = made.find(b"\0")
+        repeats = first >= 0 and count >= 1 and made.startswith((made[:first] + b"\0") * count)
+        assert repeated_unit(array, count) == (first if repeats else -1)
+        assert ascii_only(array) is made.isascii()
