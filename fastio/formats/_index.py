@@ -828,7 +828,7 @@ def _fields_of_arrays(
     count = int(numbers[1])
     texts = _strings_of(names, location)  # decoded when first asked for (see _ArrayFields)
     decoded = None if ascii_only(texts) else _decoded(texts)  # else checked now, as the rest
-    named = _joined(urls, location)
+    named = _decoded(_strings_of(urls, location))
     # (UTF-8 holds a NUL byte only as the NUL character.)
     nuls = len(texts) - np.count_nonzero(texts)
     if count < 1 or len(numbers) != 2 + len(_NUMBERS) * count \
@@ -904,12 +904,8 @@ def _strings_of(array: np.ndarray, location: str) -> np.ndarray:
 
 
 def _decoded(array: np.ndarray) -> str:
-    return str(array.data, "utf-8", "surrogatepass")  # decoded where it is: no copy
-
-
-def _joined(array: np.ndarray, location: str) -> str:
     """The strings an index file's array holds, as one (see _field_arrays)."""
-    return _decoded(_strings_of(array, location))
+    return str(array.data, "utf-8", "surrogatepass")  # decoded where it is: no copy
 
 
 def index_columns(shards: Sequence[ShardIndex]) -> tuple[dict[str, list[Any]], np.ndarray,
@@ -1335,6 +1331,8 @@ class JoinedNames(Sequence[str]):
         """Equal to names listed alike: as many, joined alike (a name of
         ``other`` holding a NUL would add one to its joined names)."""
         if isinstance(other, JoinedNames):
+            if self._prefix == other._prefix:  # (the names with their folder not made)
+                return self._relative == other._relative
             return self._joined == other._joined
         if isinstance(other, (list, tuple)):
             if len(other) != self._count:

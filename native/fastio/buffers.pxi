@@ -224,12 +224,8 @@ def map_resident(int fd, long long offset, Py_ssize_t length):
         raise OSError(-rc, os.strerror(-rc))
     if rc == 0:
         return None
-    cdef MappedRange mapping = MappedRange.__new__(MappedRange)
-    mapping._base = base
-    mapping._mapped = <size_t>mapped
-    mapping._data = <char *>base + (mapped - available)
-    mapping._size = <Py_ssize_t>available
-    return mapping
+    return _mapped_range(base, <size_t>mapped, <Py_ssize_t>(mapped - available),
+                         <Py_ssize_t>available)
 
 
 def map_file(int fd, Py_ssize_t length):
@@ -248,11 +244,17 @@ def map_file(int fd, Py_ssize_t length):
     if base == MAP_FAILED:
         code = c_errno
         raise OSError(code, os.strerror(code))
+    return _mapped_range(base, <size_t>length, 0, length)
+
+
+cdef MappedRange _mapped_range(void *base, size_t mapped, Py_ssize_t lead, Py_ssize_t size):
+    """The :class:`MappedRange` of the ``mapped`` bytes at ``base`` (which it
+    unmaps), exposing ``size`` of them from ``lead`` on."""
     cdef MappedRange mapping = MappedRange.__new__(MappedRange)
     mapping._base = base
-    mapping._mapped = <size_t>length
-    mapping._data = <char *>base
-    mapping._size = length
+    mapping._mapped = mapped
+    mapping._data = <char *>base + lead
+    mapping._size = size
     return mapping
 
 
